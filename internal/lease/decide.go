@@ -1,0 +1,215 @@
+package lease
+
+import (
+	"net/netip"
+	"time"
+)
+
+// Action is what a node does about one IP.
+type Action int
+
+const (
+	// None: nothing to do now (perhaps later: see Decision.At).
+	None Action = iota
+	// Bind the IP: this node holds the lock and has not bound it.
+	Bind
+	// Unbind the IP: this node has it bound but does not hold the lock.
+	Unbind
+	// Create the lock naming this node (the IP has no lock yet).
+	Create
+	// Acquire an existing lock whose holder is free or dead.
+	Acquire
+	// Handoff: unbind, then write the lock naming Decision.Target.
+	Handoff
+	// Release: unbind, then write the lock with no holder.
+	Release
+	// Delete: unbind, then delete the lock of an IP no Service names.
+	Delete
+	// ClearMove withdraws a move request that cannot be carried out.
+	ClearMove
+)
+
+var actionNames = [...]string{"none", "bind", "unbind", "create", "acquire", "handoff", "release", "delete", "clear-move"}
+
+func (a Action) String() string { return actionNames[a] }
+
+// View is one node's view of the cluster at one moment, as the decisions
+// need it.
+type View struct {
+	Self string
+	Now  time.Time
+	// Writable: this node may write locks (its API connection works and its
+	// cache has caught up with its own latest heartbeat).
+	Writable bool
+	// Eligible: this node may hold IPs (eligible Node, good configuration,
+	// interface present, not shutting down).
+	Eligible bool
+	// Live lists the live, eligible nodes (this one too, when eligible).
+	Live []string
+	// Alive judges any node; DeadSince says since when a dead node is dead.
+	Alive     func(node string) bool
+	DeadSince func(node string) (time.Time, bool)
+	// Step is the wait per rank before acquiring, which lets the best-ranked
+	// node win without a conflict and spreads a dead node's IPs.
+	Step time.Duration
+}
+
+// IP is what this node knows of one address.
+type IP struct {
+	Addr  netip.Addr
+	Lock  *Lock // nil when no lock exists
+	Named bool  // some Service names it and it lies in a range
+	Bound bool  // bound on this node
+	// FreeSince is when this node first saw the IP without a holder (no
+	// lock, or a lock with an empty holder); zero when it has one.
+	FreeSince time.Time
+	// Planned is where the policy wants the IP moved, when this node holds
+	// it; empty to stay.
+	Planned string
+}
+
+// Decision is the outcome for one IP. When Action is None and At is set,
+// the decision may change at At even if nothing else does.
+type Decision struct {
+	Action Action
+	Target string
+	At     time.Time
+	Reason string
+}
+
+// Decide is the per-IP rule book of DESIGN.md (Coordination). It never
+// binds what the lock does not give this node, and every action that gives
+// the IP away (Handoff, Release, Delete) is carried out by unbinding first.
+func Decide(v View, ip IP) Decision {
+	if !ip.Named {
+		return decideOrphan(v, ip)
+	}
+	lk := ip.Lock
+	switch {
+	case lk == nil:
+		d := v.race(ip, ip.FreeSince, Create, "no lock yet")
+		if ip.Bound && d.Action == None {
+			return Decision{Action: Unbind, Reason: "bound without a lock"}
+		}
+		return d
+	case lk.Holder == v.Self:
+		return v.decideHeld(ip)
+	case ip.Bound:
+		return Decision{Action: Unbind, Reason: "lock names " + holderText(lk.Holder)}
+	case lk.Holder == "":
+		return v.race(ip, ip.FreeSince, Acquire, "free")
+	case v.Alive(lk.Holder):
+		return Decision{Reason: "held by live " + lk.Holder}
+	default:
+		since, _ := v.DeadSince(lk.Holder)
+		return v.race(ip, since, Acquire, "holder "+lk.Holder+" is dead")
+	}
+}
+
+func holderText(h string) string {
+	if h == "" {
+		return "no holder"
+	}
+	return h
+}
+
+// race decides whether this node tries to take an unheld IP now: a pending
+// move to this node goes at once; otherwise the node waits its rank times
+// the step, counted from since.
+func (v View) race(ip IP, since time.Time, act Action, why string) Decision {
+	if !v.Writable || !v.Eligible {
+		return Decision{Reason: why + "; this node cannot take it now"}
+	}
+	if ip.Lock != nil && ip.Lock.MoveTo == v.Self {
+		return Decision{Action: act, Reason: why + "; moved here"}
+	}
+	at := since.Add(time.Duration(Rank(ip.Addr, v.Self, v.Live)) * v.Step)
+	if at.After(v.Now) {
+		return Decision{At: at, Reason: why + "; waiting for rank"}
+	}
+	return Decision{Action: act, Reason: why}
+}
+
+func (v View) decideHeld(ip IP) Decision {
+	lk := ip.Lock
+	if mt := lk.MoveTo; mt != "" && v.Writable {
+		switch {
+		case mt == v.Self:
+			return Decision{Action: ClearMove, Reason: "already here"}
+		case v.isLive(mt):
+			return Decision{Action: Handoff, Target: mt, Reason: "move requested"}
+		default:
+			return Decision{Action: ClearMove, Reason: "move target " + mt + " is not a live eligible node"}
+		}
+	}
+	if v.Writable {
+		if !v.Eligible {
+			if t := v.bestPeer(ip.Addr); t != "" {
+				return Decision{Action: Handoff, Target: t, Reason: "this node is not eligible"}
+			}
+		} else if ip.Planned != "" && ip.Planned != v.Self && v.isLive(ip.Planned) {
+			return Decision{Action: Handoff, Target: ip.Planned, Reason: "policy"}
+		}
+	}
+	if !ip.Bound {
+		return Decision{Action: Bind, Reason: "held"}
+	}
+	return Decision{Reason: "held and bound"}
+}
+
+func decideOrphan(v View, ip IP) Decision {
+	lk := ip.Lock
+	if lk == nil || !v.Writable {
+		if ip.Bound {
+			return Decision{Action: Unbind, Reason: "not named by any Service"}
+		}
+		return Decision{Reason: "not named by any Service"}
+	}
+	if lk.Holder == v.Self {
+		return Decision{Action: Delete, Reason: "not named by any Service"}
+	}
+	if ip.Bound {
+		return Decision{Action: Unbind, Reason: "not named by any Service"}
+	}
+	if lk.Holder != "" && v.Alive(lk.Holder) {
+		return Decision{Reason: "orphan; its live holder deletes it"}
+	}
+	alive := v.Live
+	if !v.Eligible {
+		alive = append([]string{v.Self}, alive...)
+	}
+	if Rank(ip.Addr, v.Self, alive) == 0 {
+		return Decision{Action: Delete, Reason: "orphan of a dead or absent holder"}
+	}
+	return Decision{Reason: "orphan; a better-ranked node deletes it"}
+}
+
+func (v View) isLive(node string) bool {
+	for _, n := range v.Live {
+		if n == node {
+			return true
+		}
+	}
+	return false
+}
+
+// bestPeer is the best-ranked live eligible node other than this one.
+func (v View) bestPeer(ip netip.Addr) string {
+	for _, n := range Order(ip, v.Live) {
+		if n != v.Self {
+			return n
+		}
+	}
+	return ""
+}
+
+// BestPeer is the node an IP goes to when this node gives it away (at
+// shutdown) without a planned target: the best-ranked live eligible peer,
+// or "" when there is none.
+func (v View) BestPeer(ip netip.Addr) string { return v.bestPeer(ip) }
+
+// Fenced reports whether a node in api-loss=fence mode must unbind
+// everything: its last successful renewal was sent at least fenceAfter ago.
+func Fenced(lastRenewSent, now time.Time, fenceAfter time.Duration) bool {
+	return !lastRenewSent.IsZero() && now.Sub(lastRenewSent) >= fenceAfter
+}

@@ -1,0 +1,159 @@
+package lease
+
+import (
+	"time"
+)
+
+// Liveness judges which nodes are alive from heartbeat changes this process
+// observed. It is not safe for concurrent use; one goroutine owns it.
+//
+// The rules, from DESIGN.md:
+//   - a node is alive while a change of its heartbeat was observed within
+//     its lease duration, timed on the observer's monotonic clock from the
+//     moment of observation (never from the renewTime inside the Lease);
+//   - a peer is judged dead only while the observer is connected: the watch
+//     that delivers heartbeats must itself be seen delivering. Any heartbeat
+//     change, the observer's own included, proves the stream delivered
+//     everything written before it, so "fresh" is the time the latest change
+//     of any heartbeat was observed. A peer is dead when its lease duration
+//     has passed since its last change AND the stream delivered something
+//     within the last tail (a renew interval): the whole duration was then
+//     watched, up to at most one renew interval ago;
+//   - when the stream resumes after a silence longer than the break
+//     threshold, every peer is granted a fresh lease duration, so that an
+//     API-server restart does not make every node look dead to every other.
+type Liveness struct {
+	self  string
+	tail  time.Duration // the stream must have delivered within this to judge anyone dead
+	gap   time.Duration // a stream silence longer than this is a break
+	nodes map[string]*observed
+	fresh time.Time // when the latest heartbeat change of any node was observed
+	// selfRenew is the renewTime of our own heartbeat as last observed
+	// through the stream; it is our own clock, so we may compare it.
+	selfRenew time.Time
+}
+
+type observed struct {
+	version  string
+	duration time.Duration
+	at       time.Time // monotonic: when we saw version appear
+	status   Heartbeat
+}
+
+// NewLiveness returns a tracker for the node named self. Nobody is judged
+// dead unless the heartbeat stream delivered within tail; a silence longer
+// than breakAfter counts as a lost connection. Callers use the renew
+// interval and twice the renew interval: every live node, this one
+// included, changes its heartbeat once per renew interval.
+func NewLiveness(self string, tail, breakAfter time.Duration) *Liveness {
+	return &Liveness{self: self, tail: tail, gap: breakAfter, nodes: map[string]*observed{}}
+}
+
+// SetTimings changes tail and break threshold after a configuration edit.
+func (l *Liveness) SetTimings(tail, breakAfter time.Duration) {
+	l.tail, l.gap = tail, breakAfter
+}
+
+// Observe records the current heartbeat of a node as seen at now. Calling it
+// again with an unchanged Version changes nothing, so callers may feed it
+// every heartbeat on every pass.
+func (l *Liveness) Observe(h Heartbeat, now time.Time) {
+	o, ok := l.nodes[h.Node]
+	if ok && o.version == h.Version {
+		o.status = h
+		return
+	}
+	if !ok {
+		o = &observed{}
+		l.nodes[h.Node] = o
+	}
+	o.version, o.duration, o.at, o.status = h.Version, h.Duration, now, h
+	if !l.fresh.IsZero() && now.Sub(l.fresh) > l.gap {
+		// The stream was silent for longer than a break: whatever we saw
+		// before says nothing about who stopped renewing meanwhile.
+		for _, p := range l.nodes {
+			p.at = now
+		}
+	}
+	l.fresh = now
+	if h.Node == l.self {
+		l.selfRenew = h.RenewTime
+	}
+}
+
+// Forget drops a node whose heartbeat Lease was deleted.
+func (l *Liveness) Forget(node string) {
+	delete(l.nodes, node)
+}
+
+// Alive reports whether node is alive at now. A node never observed is not
+// alive. While the stream has not delivered within the tail nobody is
+// judged dead.
+func (l *Liveness) Alive(node string, now time.Time) bool {
+	o, ok := l.nodes[node]
+	if !ok {
+		return false
+	}
+	if node == l.self || now.Sub(o.at) < o.duration {
+		return true
+	}
+	return now.Sub(l.fresh) > l.tail
+}
+
+// NextExpiry returns the earliest time after now at which an observed node
+// would be judged dead if nothing changes, so the owner can set a timer.
+func (l *Liveness) NextExpiry(now time.Time) (time.Time, bool) {
+	var next time.Time
+	for n, o := range l.nodes {
+		at := o.at.Add(o.duration)
+		if n == l.self || !at.After(now) {
+			continue
+		}
+		if next.IsZero() || at.Before(next) {
+			next = at
+		}
+	}
+	return next, !next.IsZero()
+}
+
+// DeadSince returns when node was judged dead: the end of its last observed
+// lease duration. ok is false while it is alive or was never observed.
+func (l *Liveness) DeadSince(node string, now time.Time) (time.Time, bool) {
+	o, ok := l.nodes[node]
+	if !ok || l.Alive(node, now) {
+		return time.Time{}, false
+	}
+	return o.at.Add(o.duration), true
+}
+
+// Connected reports whether the heartbeat stream delivered a change within
+// the break threshold.
+func (l *Liveness) Connected(now time.Time) bool {
+	return !l.fresh.IsZero() && now.Sub(l.fresh) <= l.gap
+}
+
+// SelfSeenSince reports whether our own heartbeat, renewed at or after t on
+// our own clock, has come back through the stream: everything written before
+// that renewal is then in our cache. Used as a barrier after the API server
+// or the link returns, before binding again.
+func (l *Liveness) SelfSeenSince(t time.Time) bool {
+	return !l.selfRenew.IsZero() && !l.selfRenew.Before(t)
+}
+
+// Heartbeat returns the last observed heartbeat of node.
+func (l *Liveness) Heartbeat(node string) (Heartbeat, bool) {
+	o, ok := l.nodes[node]
+	if !ok {
+		return Heartbeat{}, false
+	}
+	return o.status, true
+}
+
+// Nodes returns every node with an observed heartbeat.
+func (l *Liveness) Nodes() []string {
+	out := make([]string, 0, len(l.nodes))
+	for n := range l.nodes {
+		out = append(out, n)
+	}
+	return out
+}

@@ -1,0 +1,54 @@
+package lease
+
+import (
+	"net/netip"
+	"strings"
+)
+
+// Labels and annotations carried by every Lease eip writes.
+const (
+	// ManagedByLabel marks the Leases eip owns; informers select on it.
+	ManagedByLabel = "app.kubernetes.io/managed-by"
+	ManagedBy      = "eip"
+
+	// RoleLabel tells heartbeats from per-IP locks without parsing names.
+	RoleLabel     = "eip.io/role"
+	RoleHeartbeat = "heartbeat"
+	RoleLock      = "lock"
+
+	// AnnotationIP holds the IP a lock is for, in its canonical text form.
+	AnnotationIP = "eip.io/ip"
+	// AnnotationServices lists the Services naming the IP, "ns/name" comma separated.
+	AnnotationServices = "eip.io/services"
+	// AnnotationMoveTo asks the holder to hand the IP to the named node.
+	AnnotationMoveTo = "eip.io/move-to"
+
+	// AnnotationEligible on a heartbeat says whether the node can serve IPs
+	// ("true"/"false"); AnnotationError says why not, or which configuration
+	// error that node reports.
+	AnnotationEligible = "eip.io/eligible"
+	AnnotationError    = "eip.io/error"
+	// AnnotationHeld on a heartbeat is the number of IPs the node has bound.
+	AnnotationHeld = "eip.io/held"
+)
+
+// heartbeatPrefix starts every heartbeat Lease name. No IP text starts with
+// "node", so heartbeat and lock names never collide.
+const heartbeatPrefix = "eip-node-"
+
+// NameFor is the name of the lock Lease of ip: "eip-" and the IP with '.'
+// and ':' replaced by '-', e.g. eip-10-0-0-5 and eip-2001-db8--5.
+func NameFor(ip netip.Addr) string {
+	return "eip-" + strings.NewReplacer(".", "-", ":", "-").Replace(ip.Unmap().String())
+}
+
+// HeartbeatName is the name of the heartbeat Lease of node.
+func HeartbeatName(node string) string {
+	return heartbeatPrefix + node
+}
+
+// NodeOf returns the node a heartbeat Lease name belongs to.
+func NodeOf(heartbeatName string) (string, bool) {
+	node, ok := strings.CutPrefix(heartbeatName, heartbeatPrefix)
+	return node, ok && node != ""
+}

@@ -1,0 +1,219 @@
+package lease
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Lock is the content of a per-IP lock Lease.
+type Lock struct {
+	Name     string
+	IP       netip.Addr
+	Holder   string   // the node that may bind IP; empty when free
+	Services []string // "ns/name" of the Services naming IP when the lock was last written
+	MoveTo   string   // a pending move target, empty when none
+	Moves    int32    // ownership changes so far (leaseTransitions)
+	MovedAt  time.Time
+	// ResourceVersion is the version the lock was read at; writes use it as
+	// their precondition.
+	ResourceVersion string
+}
+
+// ParseLock reads a lock Lease. A Lease that is labelled as a lock but whose
+// IP annotation is missing or garbage, or disagrees with its name, is an
+// error: eip never guesses which address such a Lease protects.
+func ParseLock(l *coordinationv1.Lease) (Lock, error) {
+	text := l.Annotations[AnnotationIP]
+	ip, err := netip.ParseAddr(text)
+	if err != nil {
+		return Lock{}, fmt.Errorf("lock %s: annotation %s=%q is not an IP address", l.Name, AnnotationIP, text)
+	}
+	if want := NameFor(ip); want != l.Name {
+		return Lock{}, fmt.Errorf("lock %s: annotation %s=%q belongs to a lock named %s", l.Name, AnnotationIP, text, want)
+	}
+	lk := Lock{
+		Name:            l.Name,
+		IP:              ip.Unmap(),
+		MoveTo:          l.Annotations[AnnotationMoveTo],
+		ResourceVersion: l.ResourceVersion,
+	}
+	if s := l.Annotations[AnnotationServices]; s != "" {
+		lk.Services = strings.Split(s, ",")
+	}
+	if h := l.Spec.HolderIdentity; h != nil {
+		lk.Holder = *h
+	}
+	if t := l.Spec.LeaseTransitions; t != nil {
+		lk.Moves = *t
+	}
+	if t := l.Spec.AcquireTime; t != nil {
+		lk.MovedAt = t.Time
+	}
+	return lk, nil
+}
+
+// NewLockLease builds a lock Lease for ip in namespace, naming holder and
+// the Services, ready to Create.
+func NewLockLease(namespace string, ip netip.Addr, holder string, services []string, now time.Time) *coordinationv1.Lease {
+	l := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      NameFor(ip),
+			Namespace: namespace,
+			Labels:    map[string]string{ManagedByLabel: ManagedBy, RoleLabel: RoleLock},
+			Annotations: map[string]string{
+				AnnotationIP: ip.Unmap().String(),
+			},
+		},
+	}
+	setServices(l, services)
+	setHolder(l, holder, now)
+	var zero int32
+	l.Spec.LeaseTransitions = &zero
+	return l
+}
+
+// WithHolder returns a copy of l that names holder, clears any pending move,
+// counts one more ownership change and records the Services. The copy keeps
+// l's resourceVersion, so an Update of it fails if anyone wrote in between.
+func WithHolder(l *coordinationv1.Lease, holder string, services []string, now time.Time) *coordinationv1.Lease {
+	c := l.DeepCopy()
+	delete(c.Annotations, AnnotationMoveTo)
+	setServices(c, services)
+	setHolder(c, holder, now)
+	var moves int32
+	if t := c.Spec.LeaseTransitions; t != nil {
+		moves = *t
+	}
+	moves++
+	c.Spec.LeaseTransitions = &moves
+	return c
+}
+
+// WithMoveTo returns a copy of l that asks its holder to move the IP to
+// node; an empty node withdraws the request.
+func WithMoveTo(l *coordinationv1.Lease, node string) *coordinationv1.Lease {
+	c := l.DeepCopy()
+	if c.Annotations == nil {
+		c.Annotations = map[string]string{}
+	}
+	if node == "" {
+		delete(c.Annotations, AnnotationMoveTo)
+	} else {
+		c.Annotations[AnnotationMoveTo] = node
+	}
+	return c
+}
+
+func setServices(l *coordinationv1.Lease, services []string) {
+	if l.Annotations == nil {
+		l.Annotations = map[string]string{}
+	}
+	s := slices.Clone(services)
+	slices.Sort(s)
+	l.Annotations[AnnotationServices] = strings.Join(slices.Compact(s), ",")
+}
+
+func setHolder(l *coordinationv1.Lease, holder string, now time.Time) {
+	h := holder
+	l.Spec.HolderIdentity = &h
+	t := metav1.NewMicroTime(now)
+	l.Spec.AcquireTime = &t
+}
+
+// Heartbeat is the content of a node heartbeat Lease.
+type Heartbeat struct {
+	Node      string
+	Duration  time.Duration // the node's lease duration; judged against by observers
+	RenewTime time.Time     // the node's own clock; only that node may compare it with its clock
+	Eligible  bool
+	Error     string
+	Held      int
+	// Version changes with every renewal; observers compare it, never times.
+	Version string
+}
+
+// ParseHeartbeat reads a heartbeat Lease.
+func ParseHeartbeat(l *coordinationv1.Lease) (Heartbeat, error) {
+	node, ok := NodeOf(l.Name)
+	if !ok {
+		return Heartbeat{}, fmt.Errorf("heartbeat %s: name does not start with %s", l.Name, heartbeatPrefix)
+	}
+	h := Heartbeat{
+		Node:     node,
+		Eligible: l.Annotations[AnnotationEligible] == "true",
+		Error:    l.Annotations[AnnotationError],
+		Version:  l.ResourceVersion,
+	}
+	if h.Held, _ = strconv.Atoi(l.Annotations[AnnotationHeld]); h.Held < 0 {
+		h.Held = 0
+	}
+	if d := l.Spec.LeaseDurationSeconds; d != nil && *d > 0 {
+		h.Duration = time.Duration(*d) * time.Second
+	}
+	if t := l.Spec.RenewTime; t != nil {
+		h.RenewTime = t.Time
+	}
+	if h.Duration == 0 {
+		return h, fmt.Errorf("heartbeat %s: leaseDurationSeconds is missing", l.Name)
+	}
+	return h, nil
+}
+
+// HeartbeatStatus is what a node tells its peers with every renewal.
+type HeartbeatStatus struct {
+	Eligible bool
+	Error    string
+	Held     int
+}
+
+// RenewedHeartbeat returns the heartbeat Lease of node renewed at now: a copy
+// of current (nil when it does not exist yet) with the duration, renew time
+// and status set. leaseDurationSeconds is an integer, so the duration rounds
+// up to whole seconds.
+func RenewedHeartbeat(current *coordinationv1.Lease, namespace, node string, duration time.Duration, st HeartbeatStatus, now time.Time) *coordinationv1.Lease {
+	var l *coordinationv1.Lease
+	if current == nil {
+		l = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{
+			Name:      HeartbeatName(node),
+			Namespace: namespace,
+			Labels:    map[string]string{ManagedByLabel: ManagedBy, RoleLabel: RoleHeartbeat},
+		}}
+		t := metav1.NewMicroTime(now)
+		l.Spec.AcquireTime = &t
+	} else {
+		l = current.DeepCopy()
+	}
+	if l.Annotations == nil {
+		l.Annotations = map[string]string{}
+	}
+	l.Annotations[AnnotationEligible] = strconv.FormatBool(st.Eligible)
+	l.Annotations[AnnotationHeld] = strconv.Itoa(st.Held)
+	if st.Error == "" {
+		delete(l.Annotations, AnnotationError)
+	} else {
+		l.Annotations[AnnotationError] = st.Error
+	}
+	holder := node
+	l.Spec.HolderIdentity = &holder
+	secs := int32((duration + time.Second - 1) / time.Second)
+	l.Spec.LeaseDurationSeconds = &secs
+	t := metav1.NewMicroTime(now)
+	l.Spec.RenewTime = &t
+	return l
+}
+
+// Newer reports whether resourceVersion a is newer than b. Kubernetes
+// resource versions from one etcd are increasing integers; an unparsable one
+// is treated as not newer, so callers fall back to what the API server says.
+func Newer(a, b string) bool {
+	x, err1 := strconv.ParseUint(a, 10, 64)
+	y, err2 := strconv.ParseUint(b, 10, 64)
+	return err1 == nil && err2 == nil && x > y
+}

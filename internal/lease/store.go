@@ -1,0 +1,61 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+)
+
+// Store writes Leases in one namespace. It is the only code that sends
+// Lease writes to the API server; reads come from the informer cache.
+type Store struct {
+	leases coordinationv1client.LeaseInterface
+}
+
+// NewStore returns a Store writing Leases of namespace.
+func NewStore(c coordinationv1client.LeasesGetter, namespace string) *Store {
+	return &Store{leases: c.Leases(namespace)}
+}
+
+// Create creates l; an AlreadyExists error means another node won.
+func (s *Store) Create(ctx context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+	out, err := s.leases.Create(ctx, l, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("create lease %s: %w", l.Name, err)
+	}
+	return out, nil
+}
+
+// Update writes l on the precondition of its resourceVersion; a Conflict
+// error means someone wrote in between.
+func (s *Store) Update(ctx context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+	if l.ResourceVersion == "" {
+		return nil, fmt.Errorf("update lease %s: no resourceVersion to use as precondition", l.Name)
+	}
+	out, err := s.leases.Update(ctx, l, metav1.UpdateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("update lease %s: %w", l.Name, err)
+	}
+	return out, nil
+}
+
+// Delete deletes the Lease name if it is still at resourceVersion rv.
+func (s *Store) Delete(ctx context.Context, name, rv string) error {
+	opts := metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}}
+	if err := s.leases.Delete(ctx, name, opts); err != nil {
+		return fmt.Errorf("delete lease %s: %w", name, err)
+	}
+	return nil
+}
+
+// Get reads the Lease name from the API server, bypassing any cache.
+func (s *Store) Get(ctx context.Context, name string) (*coordinationv1.Lease, error) {
+	out, err := s.leases.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("get lease %s: %w", name, err)
+	}
+	return out, nil
+}
