@@ -63,8 +63,9 @@ type IP struct {
 	// FreeSince is when this node first saw the IP without a holder (no
 	// lock, or a lock with an empty holder); zero when it has one.
 	FreeSince time.Time
-	// Planned is where the policy wants the IP moved, when this node holds
-	// it; empty to stay.
+	// Planned is where the policy wants the IP: for a held IP the node its
+	// holder hands it to, for an unheld IP the node that should take it
+	// first. Empty when the policy has no opinion.
 	Planned string
 }
 
@@ -114,8 +115,10 @@ func holderText(h string) string {
 }
 
 // race decides whether this node tries to take an unheld IP now: a pending
-// move to this node goes at once; otherwise the node waits its rank times
-// the step, counted from since.
+// move to this node, or the policy's choice of this node, goes at once;
+// otherwise the node waits its rank times the step, counted from since
+// (one step more when the policy chose another live node, which then wins
+// without a conflict unless it fails to act).
 func (v View) race(ip IP, since time.Time, act Action, why string) Decision {
 	if !v.Writable || !v.Eligible {
 		return Decision{Reason: why + "; this node cannot take it now"}
@@ -123,7 +126,14 @@ func (v View) race(ip IP, since time.Time, act Action, why string) Decision {
 	if ip.Lock != nil && ip.Lock.MoveTo == v.Self {
 		return Decision{Action: act, Reason: why + "; moved here"}
 	}
-	at := since.Add(time.Duration(Rank(ip.Addr, v.Self, v.Live)) * v.Step)
+	if ip.Planned == v.Self {
+		return Decision{Action: act, Reason: why + "; chosen by policy"}
+	}
+	rank := Rank(ip.Addr, v.Self, v.Live)
+	if ip.Planned != "" && v.isLive(ip.Planned) {
+		rank++
+	}
+	at := since.Add(time.Duration(rank) * v.Step)
 	if at.After(v.Now) {
 		return Decision{At: at, Reason: why + "; waiting for rank"}
 	}
