@@ -80,11 +80,17 @@ func NewLockLease(namespace string, ip netip.Addr, holder string, services []str
 }
 
 // WithHolder returns a copy of l that names holder, clears any pending move,
-// counts one more ownership change and records the Services. The copy keeps
-// l's resourceVersion, so an Update of it fails if anyone wrote in between.
-func WithHolder(l *coordinationv1.Lease, holder string, services []string, now time.Time) *coordinationv1.Lease {
+// counts one more ownership change and records the IP and the Services (so
+// a lock whose annotations were damaged by hand is repaired by its next
+// owner). The copy keeps l's resourceVersion, so an Update of it fails if
+// anyone wrote in between.
+func WithHolder(l *coordinationv1.Lease, ip netip.Addr, holder string, services []string, now time.Time) *coordinationv1.Lease {
 	c := l.DeepCopy()
+	if c.Annotations == nil {
+		c.Annotations = map[string]string{}
+	}
 	delete(c.Annotations, AnnotationMoveTo)
+	c.Annotations[AnnotationIP] = ip.Unmap().String()
 	setServices(c, services)
 	setHolder(c, holder, now)
 	var moves int32
