@@ -1,0 +1,414 @@
+package netif
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// netlinkTimeout bounds every netlink request, so a wedged kernel call
+// surfaces as an error instead of a stuck reconciler.
+const netlinkTimeout = 5 * time.Second
+
+// foreverLifetime is the kernel's INFINITY_LIFE_TIME.
+const foreverLifetime = 0xFFFFFFFF
+
+// Addresses binds prefixes with netlink, in the network namespace it was
+// created in. It is safe for concurrent use.
+type Addresses struct {
+	log *slog.Logger
+	ns  netNamespace
+	nl  *netlink.Handle
+	err error // a failed construction, returned by every method
+
+	mu sync.Mutex
+	// bits remembers the prefix length of each address's last successful
+	// Add, so that a refresh is a single request and only a new binding or a
+	// changed prefix length pays for a listing.
+	bits map[boundKey]int
+}
+
+type boundKey struct {
+	iface string
+	addr  netip.Addr
+}
+
+// NewAddresses returns an adapter bound to the calling thread's network
+// namespace. A failure to open netlink is reported by every method.
+func NewAddresses(log *slog.Logger) *Addresses {
+	a := &Addresses{log: log, bits: map[boundKey]int{}}
+	a.ns, a.err = currentNetNamespace()
+	if a.err != nil {
+		return a
+	}
+	a.nl, a.err = newNetlinkHandle(a.ns)
+	return a
+}
+
+func newNetlinkHandle(ns netNamespace) (*netlink.Handle, error) {
+	h, err := netlink.NewHandleAt(ns.handle, unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, fmt.Errorf("open netlink: %w", err)
+	}
+	if err := h.SetSocketTimeout(netlinkTimeout); err != nil {
+		h.Close()
+		return nil, fmt.Errorf("set netlink timeout: %w", err)
+	}
+	return h, nil
+}
+
+// Close releases the netlink socket.
+func (a *Addresses) Close() {
+	if a.err != nil {
+		return
+	}
+	a.nl.Close()
+	_ = a.ns.close()
+	a.err = errors.New("addresses closed")
+}
+
+// Add binds p on iface with the given kernel valid and preferred lifetime:
+// whole seconds rounded down, at least one; 0 means forever. Re-adding
+// refreshes the lifetime. IPv6 addresses skip duplicate address detection so
+// that they are usable at once. Other bindings of p's address on iface with
+// another prefix length are removed, so the result is exactly p.
+func (a *Addresses) Add(iface string, p netip.Prefix, lifetime time.Duration) error {
+	if err := a.check(p); err != nil {
+		return fmt.Errorf("bind %s on %s: %w", p, iface, err)
+	}
+	secs, err := lifetimeSeconds(lifetime)
+	if err != nil {
+		return fmt.Errorf("bind %s on %s: %w", p, iface, err)
+	}
+	link, err := a.link(iface)
+	if err != nil {
+		return fmt.Errorf("bind %s on %s: %w", p, iface, err)
+	}
+	key := boundKey{iface: iface, addr: p.Addr()}
+	a.mu.Lock()
+	bits, known := a.bits[key]
+	a.mu.Unlock()
+	if !known || bits != p.Bits() {
+		if err := a.delMatching(link, p.Addr(), p.Bits()); err != nil {
+			return fmt.Errorf("bind %s on %s: %w", p, iface, err)
+		}
+	}
+	addr := &netlink.Addr{IPNet: ipNet(p), ValidLft: secs, PreferedLft: secs}
+	if p.Addr().Is6() {
+		addr.Flags = unix.IFA_F_NODAD
+	}
+	if err := a.nl.AddrReplace(link, addr); err != nil {
+		return fmt.Errorf("bind %s on %s: %w", p, iface, err)
+	}
+	if !known || bits != p.Bits() {
+		a.log.Debug("bound address", "ip", p.Addr(), "iface", iface, "prefix", p, "lifetime", lifetime)
+		a.mu.Lock()
+		a.bits[key] = p.Bits()
+		a.mu.Unlock()
+	}
+	return nil
+}
+
+// Del removes p's address, with any prefix length, from iface. An address or
+// interface that is not there is not an error.
+func (a *Addresses) Del(iface string, p netip.Prefix) error {
+	if err := a.check(p); err != nil {
+		return fmt.Errorf("unbind %s from %s: %w", p, iface, err)
+	}
+	a.mu.Lock()
+	delete(a.bits, boundKey{iface: iface, addr: p.Addr()})
+	a.mu.Unlock()
+	link, err := a.nl.LinkByName(iface)
+	if errors.As(err, &netlink.LinkNotFoundError{}) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("unbind %s from %s: find link: %w", p, iface, err)
+	}
+	if err := a.delMatching(link, p.Addr(), -1); err != nil {
+		return fmt.Errorf("unbind %s from %s: %w", p, iface, err)
+	}
+	return nil
+}
+
+// delMatching removes every binding of ip on link except one with keepBits.
+func (a *Addresses) delMatching(link netlink.Link, ip netip.Addr, keepBits int) error {
+	addrs, err := a.list(link, family(ip))
+	if err != nil {
+		return err
+	}
+	var all []ifAddr
+	for _, ad := range addrs {
+		if ia, ok := toIfAddr(ad); ok {
+			all = append(all, ia)
+		}
+	}
+	var errs error
+	for i, ia := range all {
+		if ia.prefix.Addr() != ip || ia.prefix.Bits() == keepBits {
+			continue
+		}
+		if takesSecondaries(all, ia) {
+			if err := a.promoteSecondaries(link.Attrs().Name); err != nil {
+				errs = errors.Join(errs, err)
+				continue
+			}
+		}
+		ad := addrs[i]
+		err := a.nl.AddrDel(link, &ad)
+		if err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) && !errors.Is(err, unix.ENODEV) {
+			errs = errors.Join(errs, fmt.Errorf("delete %s: %w", ia.prefix, err))
+		}
+	}
+	return errs
+}
+
+// promoteSecondaries makes the kernel keep an IPv4 subnet's secondary
+// addresses when its primary is removed; by default it deletes them all,
+// which would take other external IPs (or the node's own address) down with
+// the one being unbound.
+func (a *Addresses) promoteSecondaries(iface string) error {
+	path := "/proc/sys/net/ipv4/conf/" + iface + "/promote_secondaries"
+	return a.ns.do(func() error {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("read %s: %w", path, err)
+		}
+		if strings.TrimSpace(string(b)) == "1" {
+			return nil
+		}
+		if err := os.WriteFile(path, []byte("1"), 0o644); err != nil {
+			return fmt.Errorf("enable %s: %w", path, err)
+		}
+		a.log.Info("enabled promote_secondaries so that removing a primary address keeps its secondaries", "iface", iface)
+		return nil
+	})
+}
+
+// List returns the global-scope addresses on iface.
+func (a *Addresses) List(iface string) ([]netip.Prefix, error) {
+	if a.err != nil {
+		return nil, fmt.Errorf("list addresses on %s: %w", iface, a.err)
+	}
+	link, err := a.link(iface)
+	if err != nil {
+		return nil, fmt.Errorf("list addresses on %s: %w", iface, err)
+	}
+	addrs, err := a.list(link, netlink.FAMILY_ALL)
+	if err != nil {
+		return nil, fmt.Errorf("list addresses on %s: %w", iface, err)
+	}
+	var out []netip.Prefix
+	for _, ad := range addrs {
+		if ia, ok := toIfAddr(ad); ok && ia.global {
+			out = append(out, ia.prefix)
+		}
+	}
+	return out, nil
+}
+
+// IfaceFor returns the interface whose connected subnet contains ip: the one
+// with the longest global-scope prefix containing it. Host-length prefixes
+// (/32, /128) define no subnet and are ignored.
+func (a *Addresses) IfaceFor(ip netip.Addr) (string, error) {
+	if a.err != nil {
+		return "", fmt.Errorf("find interface for %s: %w", ip, a.err)
+	}
+	ip = ip.Unmap()
+	addrs, err := a.list(nil, family(ip))
+	if err != nil {
+		return "", fmt.Errorf("find interface for %s: %w", ip, err)
+	}
+	var all []ifAddr
+	for _, ad := range addrs {
+		if ia, ok := toIfAddr(ad); ok {
+			all = append(all, ia)
+		}
+	}
+	index, ok := connectedLink(all, ip)
+	if !ok {
+		return "", fmt.Errorf("find interface for %s: no connected subnet contains it", ip)
+	}
+	link, err := a.nl.LinkByIndex(index)
+	if err != nil {
+		return "", fmt.Errorf("find interface for %s: link %d: %w", ip, index, err)
+	}
+	return link.Attrs().Name, nil
+}
+
+// HardwareAddr returns iface's link-layer address.
+func (a *Addresses) HardwareAddr(iface string) (net.HardwareAddr, error) {
+	link, err := a.link(iface)
+	if err != nil {
+		return nil, fmt.Errorf("hardware address of %s: %w", iface, err)
+	}
+	return link.Attrs().HardwareAddr, nil
+}
+
+// Up reports whether iface is administratively up and has carrier.
+func (a *Addresses) Up(iface string) (bool, error) {
+	link, err := a.link(iface)
+	if err != nil {
+		return false, fmt.Errorf("state of %s: %w", iface, err)
+	}
+	return linkUp(link.Attrs()), nil
+}
+
+func (a *Addresses) check(p netip.Prefix) error {
+	if a.err != nil {
+		return a.err
+	}
+	if !p.IsValid() || p.Addr().Is4In6() || p.Addr().Zone() != "" {
+		return fmt.Errorf("invalid prefix %q", p)
+	}
+	return nil
+}
+
+func (a *Addresses) link(iface string) (netlink.Link, error) {
+	if a.err != nil {
+		return nil, a.err
+	}
+	link, err := a.nl.LinkByName(iface)
+	if err != nil {
+		return nil, fmt.Errorf("find link: %w", err)
+	}
+	return link, nil
+}
+
+func (a *Addresses) list(link netlink.Link, fam int) ([]netlink.Addr, error) {
+	return listAddrs(a.nl, link, fam)
+}
+
+func listAddrs(h *netlink.Handle, link netlink.Link, fam int) ([]netlink.Addr, error) {
+	addrs, err := dump(func() ([]netlink.Addr, error) { return h.AddrList(link, fam) })
+	if err != nil {
+		return nil, fmt.Errorf("list addresses: %w", err)
+	}
+	return addrs, nil
+}
+
+// dump retries a netlink dump that the kernel marks as interrupted by a
+// concurrent change, since its result may be inconsistent.
+func dump[T any](list func() ([]T, error)) ([]T, error) {
+	const attempts = 5
+	var err error
+	for range attempts {
+		var out []T
+		if out, err = list(); !errors.Is(err, netlink.ErrDumpInterrupted) {
+			return out, err
+		}
+	}
+	return nil, err
+}
+
+// lifetimeSeconds converts a binding lifetime into the kernel's seconds.
+func lifetimeSeconds(d time.Duration) (int, error) {
+	switch {
+	case d < 0:
+		return 0, fmt.Errorf("negative lifetime %s", d)
+	case d == 0:
+		return foreverLifetime, nil
+	case d < time.Second:
+		return 1, nil
+	case d/time.Second >= foreverLifetime:
+		return foreverLifetime, nil
+	}
+	return int(d / time.Second), nil
+}
+
+// ifAddr is an interface address as the pure helpers here see it.
+type ifAddr struct {
+	link      int
+	prefix    netip.Prefix
+	global    bool
+	secondary bool
+}
+
+func toIfAddr(ad netlink.Addr) (ifAddr, bool) {
+	if ad.IPNet == nil {
+		return ifAddr{}, false
+	}
+	ip, ok := netip.AddrFromSlice(ad.IP)
+	if !ok {
+		return ifAddr{}, false
+	}
+	ip = ip.Unmap()
+	ones, _ := ad.Mask.Size()
+	return ifAddr{
+		link:      ad.LinkIndex,
+		prefix:    netip.PrefixFrom(ip, ones),
+		global:    ad.Scope == unix.RT_SCOPE_UNIVERSE,
+		secondary: ip.Is4() && ad.Flags&unix.IFA_F_SECONDARY != 0,
+	}, true
+}
+
+// takesSecondaries reports whether the kernel would delete other addresses
+// along with target: it is an IPv4 primary and its subnet has secondaries.
+func takesSecondaries(all []ifAddr, target ifAddr) bool {
+	if !target.prefix.Addr().Is4() || target.secondary {
+		return false
+	}
+	subnet := target.prefix.Masked()
+	for _, o := range all {
+		if o.secondary && o.link == target.link && o.prefix.Masked() == subnet {
+			return true
+		}
+	}
+	return false
+}
+
+// connectedLink picks the link whose subnet contains ip: longest global
+// prefix first; on a tie, an address other than ip itself (the node's own
+// address rather than a bound external IP), then the lowest link index.
+func connectedLink(all []ifAddr, ip netip.Addr) (int, bool) {
+	best, found := ifAddr{}, false
+	better := func(c ifAddr) bool {
+		if !found || c.prefix.Bits() != best.prefix.Bits() {
+			return !found || c.prefix.Bits() > best.prefix.Bits()
+		}
+		cSelf, bSelf := c.prefix.Addr() == ip, best.prefix.Addr() == ip
+		if cSelf != bSelf {
+			return bSelf
+		}
+		return c.link < best.link
+	}
+	for _, c := range all {
+		if !c.global || c.prefix.Bits() >= ip.BitLen() || !c.prefix.Contains(ip) {
+			continue
+		}
+		if better(c) {
+			best, found = c, true
+		}
+	}
+	return best.link, found
+}
+
+// linkUp reports whether a link can carry traffic: administratively up, with
+// carrier, and not reported down by its driver (drivers that do not track
+// operational state report "unknown").
+func linkUp(attrs *netlink.LinkAttrs) bool {
+	if attrs.Flags&net.FlagUp == 0 || attrs.RawFlags&unix.IFF_LOWER_UP == 0 {
+		return false
+	}
+	return attrs.OperState == netlink.OperUp || attrs.OperState == netlink.OperUnknown
+}
+
+func ipNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+}
+
+func family(ip netip.Addr) int {
+	if ip.Is4() {
+		return netlink.FAMILY_V4
+	}
+	return netlink.FAMILY_V6
+}

@@ -1,0 +1,318 @@
+package netif
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mdlayher/packet"
+	"github.com/vishvananda/netlink"
+	"k8s.io/utils/clock"
+)
+
+// writeTimeout bounds one frame write; a full transmit queue must not stall
+// the caller (who may be about to unbind).
+const writeTimeout = time.Second
+
+// Announcer tells the LAN that this machine now holds an address: a
+// gratuitous ARP request and reply for IPv4, an unsolicited override
+// neighbour advertisement for IPv6. It is safe for concurrent use.
+type Announcer struct {
+	log     *slog.Logger
+	clk     clock.WithTicker
+	repeats []time.Duration
+	out     sender
+	sent    atomic.Uint64
+
+	// mu is held around every send, so that once Stop returns no
+	// announcement for that address is in flight or pending.
+	mu      sync.Mutex
+	pending map[netip.Addr]*schedule
+	closed  bool
+
+	wake      chan struct{}
+	stop      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+// sender puts the announcement frames for ip on iface and says how many
+// packets left.
+type sender interface {
+	send(iface string, ip netip.Addr) (int, error)
+	close()
+}
+
+type schedule struct {
+	iface string
+	start time.Time
+	step  int // index of the next repeat
+}
+
+// NewAnnouncer returns an announcer for the calling thread's network
+// namespace. After the first announcement of an address it repeats it at
+// each of repeats, measured from the first (e.g. 250ms, 1s, 2s, 4s), timed by
+// clk. It runs a goroutine until Close.
+func NewAnnouncer(log *slog.Logger, clk clock.WithTicker, repeats []time.Duration) *Announcer {
+	return newAnnouncer(log, clk, repeats, newRawSender(log))
+}
+
+func newAnnouncer(log *slog.Logger, clk clock.WithTicker, repeats []time.Duration, out sender) *Announcer {
+	a := &Announcer{
+		log:     log,
+		clk:     clk,
+		repeats: slices.Sorted(slices.Values(repeats)),
+		out:     out,
+		pending: map[netip.Addr]*schedule{},
+		wake:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	go a.run()
+	return a
+}
+
+// Announce sends the first announcement of ip on iface before it returns,
+// then schedules the repeats, replacing any pending for ip. Repeats are
+// scheduled even when the first send fails (the link may be back in a
+// moment); their failures are logged.
+func (a *Announcer) Announce(iface string, ip netip.Addr) error {
+	ip = ip.Unmap()
+	if !ip.IsValid() {
+		return fmt.Errorf("announce %s on %s: invalid address", ip, iface)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return fmt.Errorf("announce %s on %s: announcer closed", ip, iface)
+	}
+	n, err := a.out.send(iface, ip)
+	a.sent.Add(uint64(n))
+	if len(a.repeats) > 0 {
+		a.pending[ip] = &schedule{iface: iface, start: a.clk.Now()}
+		select {
+		case a.wake <- struct{}{}:
+		default:
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("announce %s on %s: %w", ip, iface, err)
+	}
+	return nil
+}
+
+// Stop cancels the pending repeats for ip. Once it returns, no announcement
+// of ip is being sent or will be.
+func (a *Announcer) Stop(ip netip.Addr) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.pending, ip.Unmap())
+}
+
+// Sent returns the number of packets sent so far.
+func (a *Announcer) Sent() uint64 {
+	return a.sent.Load()
+}
+
+// Close cancels every pending repeat, stops the goroutine and closes the
+// sockets.
+func (a *Announcer) Close() {
+	a.closeOnce.Do(func() {
+		a.mu.Lock()
+		a.closed = true
+		clear(a.pending)
+		a.mu.Unlock()
+		close(a.stop)
+		<-a.done
+		a.out.close()
+	})
+}
+
+// run sends repeats as they fall due.
+func (a *Announcer) run() {
+	defer close(a.done)
+	for {
+		now := a.clk.Now()
+		due, next, ok := a.due(now)
+		if len(due) > 0 {
+			for _, ip := range due {
+				a.repeat(ip, now)
+			}
+			continue
+		}
+		if !a.wait(next, ok, now) {
+			return
+		}
+	}
+}
+
+// wait blocks until next (if any), a new announcement or Stop, and says
+// whether to go on.
+func (a *Announcer) wait(next time.Time, ok bool, now time.Time) bool {
+	var fire <-chan time.Time
+	if ok {
+		timer := a.clk.NewTimer(next.Sub(now))
+		defer timer.Stop()
+		fire = timer.C()
+	}
+	select {
+	case <-a.stop:
+		return false
+	case <-a.wake:
+	case <-fire:
+	}
+	return true
+}
+
+// due returns the addresses with a repeat due at now, earliest first, and
+// otherwise when the next one falls due.
+func (a *Announcer) due(now time.Time) ([]netip.Addr, time.Time, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var due []netip.Addr
+	var next time.Time
+	for ip, s := range a.pending {
+		at := s.start.Add(a.repeats[s.step])
+		if !at.After(now) {
+			due = append(due, ip)
+		} else if next.IsZero() || at.Before(next) {
+			next = at
+		}
+	}
+	slices.SortFunc(due, func(x, y netip.Addr) int {
+		sx, sy := a.pending[x], a.pending[y]
+		return sx.start.Add(a.repeats[sx.step]).Compare(sy.start.Add(a.repeats[sy.step]))
+	})
+	return due, next, !next.IsZero()
+}
+
+// repeat sends ip's due repeat unless it was stopped or replaced since.
+func (a *Announcer) repeat(ip netip.Addr, now time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s, ok := a.pending[ip]
+	if !ok || s.start.Add(a.repeats[s.step]).After(now) {
+		return
+	}
+	n, err := a.out.send(s.iface, ip)
+	a.sent.Add(uint64(n))
+	if err != nil {
+		a.log.Warn("repeat announcement failed", "ip", ip, "iface", s.iface, "repeat", s.step+1, "err", err)
+	}
+	s.step++
+	if s.step == len(a.repeats) {
+		delete(a.pending, ip)
+	}
+}
+
+// rawSender writes announcement frames on AF_PACKET sockets, one per
+// interface, opened on first use and kept.
+type rawSender struct {
+	log *slog.Logger
+	ns  netNamespace
+	nl  *netlink.Handle
+	err error // a failed construction, returned by every send
+
+	mu    sync.Mutex
+	conns map[string]*linkConn
+}
+
+type linkConn struct {
+	index int
+	conn  *packet.Conn
+}
+
+func newRawSender(log *slog.Logger) *rawSender {
+	s := &rawSender{log: log, conns: map[string]*linkConn{}}
+	s.ns, s.err = currentNetNamespace()
+	if s.err != nil {
+		return s
+	}
+	s.nl, s.err = newNetlinkHandle(s.ns)
+	return s
+}
+
+// send looks the link up every time, so that a changed MAC or a recreated
+// interface is announced correctly.
+func (s *rawSender) send(iface string, ip netip.Addr) (int, error) {
+	if s.err != nil {
+		return 0, s.err
+	}
+	link, err := s.nl.LinkByName(iface)
+	if err != nil {
+		return 0, fmt.Errorf("find link: %w", err)
+	}
+	attrs := link.Attrs()
+	if attrs.EncapType != "ether" {
+		return 0, fmt.Errorf("link type %q has no Ethernet link layer", attrs.EncapType)
+	}
+	frames, err := announcementFrames(attrs.HardwareAddr, ip)
+	if err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, err := s.conn(iface, attrs.Index)
+	if err != nil {
+		return 0, err
+	}
+	for i, f := range frames {
+		err := c.SetWriteDeadline(time.Now().Add(writeTimeout))
+		if err == nil {
+			_, err = c.WriteTo(f, &packet.Addr{HardwareAddr: net.HardwareAddr(f[:6])})
+		}
+		if err != nil {
+			s.dropLocked(iface)
+			return i, fmt.Errorf("send: %w", err)
+		}
+	}
+	return len(frames), nil
+}
+
+// conn returns the socket for iface, reopening it when the name now belongs
+// to another interface. The socket binds protocol 0, so it receives nothing.
+func (s *rawSender) conn(iface string, index int) (*packet.Conn, error) {
+	if lc, ok := s.conns[iface]; ok {
+		if lc.index == index {
+			return lc.conn, nil
+		}
+		s.dropLocked(iface)
+	}
+	var c *packet.Conn
+	err := s.ns.do(func() error {
+		var err error
+		c, err = packet.Listen(&net.Interface{Index: index, Name: iface}, packet.Raw, 0, nil)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open packet socket: %w", err)
+	}
+	s.conns[iface] = &linkConn{index: index, conn: c}
+	return c, nil
+}
+
+func (s *rawSender) dropLocked(iface string) {
+	if lc, ok := s.conns[iface]; ok {
+		_ = lc.conn.Close()
+		delete(s.conns, iface)
+	}
+}
+
+func (s *rawSender) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for iface := range s.conns {
+		s.dropLocked(iface)
+	}
+	if s.err == nil {
+		s.nl.Close()
+		_ = s.ns.close()
+		s.err = errors.New("announcer closed")
+	}
+}

@@ -1,0 +1,207 @@
+package netif
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/mdlayher/arp"
+	"github.com/mdlayher/ethernet"
+	"github.com/mdlayher/ndp"
+	"golang.org/x/net/bpf"
+)
+
+const (
+	ipv6HeaderLen = 40
+	protoICMPv6   = 58
+	// ndpHopLimit is the only hop limit a receiver accepts on neighbour
+	// discovery messages (RFC 4861 7.1): proof that they were not routed.
+	ndpHopLimit = 255
+	// claimSnapLen is enough for any ARP packet and for an NS or NA with
+	// its options.
+	claimSnapLen = 256
+)
+
+// allNodesMAC is the Ethernet group of ff02::1.
+func allNodesMAC() net.HardwareAddr {
+	return net.HardwareAddr{0x33, 0x33, 0, 0, 0, 1}
+}
+
+// announcementFrames returns the Ethernet frames that tell a LAN ip is at
+// mac: a gratuitous ARP request and reply for IPv4 (hosts differ in which
+// one they honour), an unsolicited override NA to all nodes for IPv6.
+func announcementFrames(mac net.HardwareAddr, ip netip.Addr) ([][]byte, error) {
+	if len(mac) != 6 {
+		return nil, fmt.Errorf("not an Ethernet address: %q", mac)
+	}
+	switch {
+	case ip.Is4():
+		return garpFrames(mac, ip)
+	case ip.Is6() && !ip.Is4In6() && !ip.IsMulticast() && !ip.IsUnspecified():
+		f, err := naFrame(mac, ip)
+		if err != nil {
+			return nil, err
+		}
+		return [][]byte{f}, nil
+	}
+	return nil, fmt.Errorf("cannot announce %s", ip)
+}
+
+// garpFrames builds a broadcast ARP request (target hardware address zero,
+// RFC 5227 2.3) and reply (target hardware address = sender, which Linux
+// requires to treat a reply as gratuitous), both with sender = target = ip.
+func garpFrames(mac net.HardwareAddr, ip netip.Addr) ([][]byte, error) {
+	req, err := arp.NewPacket(arp.OperationRequest, mac, ip, make(net.HardwareAddr, 6), ip)
+	if err != nil {
+		return nil, fmt.Errorf("build ARP request: %w", err)
+	}
+	rep, err := arp.NewPacket(arp.OperationReply, mac, ip, mac, ip)
+	if err != nil {
+		return nil, fmt.Errorf("build ARP reply: %w", err)
+	}
+	var frames [][]byte
+	for _, p := range []*arp.Packet{req, rep} {
+		pb, err := p.MarshalBinary()
+		if err != nil {
+			return nil, fmt.Errorf("marshal ARP: %w", err)
+		}
+		f := &ethernet.Frame{Destination: ethernet.Broadcast, Source: mac, EtherType: ethernet.EtherTypeARP, Payload: pb}
+		fb, err := f.MarshalBinary()
+		if err != nil {
+			return nil, fmt.Errorf("marshal ARP frame: %w", err)
+		}
+		frames = append(frames, fb)
+	}
+	return frames, nil
+}
+
+// naFrame builds an unsolicited neighbour advertisement to ff02::1 with the
+// override flag and a target link-layer address option. Its source is ip
+// itself, an address assigned to the interface (RFC 4861 7.2.4), so no
+// link-local address is needed.
+func naFrame(mac net.HardwareAddr, ip netip.Addr) ([]byte, error) {
+	dst := netip.IPv6LinkLocalAllNodes()
+	na := &ndp.NeighborAdvertisement{
+		Override:      true,
+		TargetAddress: ip,
+		Options:       []ndp.Option{&ndp.LinkLayerAddress{Direction: ndp.Target, Addr: mac}},
+	}
+	icmp, err := ndp.MarshalMessageChecksum(na, ip, dst)
+	if err != nil {
+		return nil, fmt.Errorf("marshal NA: %w", err)
+	}
+	pkt := make([]byte, ipv6HeaderLen, ipv6HeaderLen+len(icmp))
+	pkt[0] = 6 << 4
+	binary.BigEndian.PutUint16(pkt[4:6], uint16(len(icmp)))
+	pkt[6] = protoICMPv6
+	pkt[7] = ndpHopLimit
+	src16, dst16 := ip.As16(), dst.As16()
+	copy(pkt[8:24], src16[:])
+	copy(pkt[24:40], dst16[:])
+	pkt = append(pkt, icmp...)
+	f := &ethernet.Frame{Destination: allNodesMAC(), Source: mac, EtherType: ethernet.EtherTypeIPv6, Payload: pkt}
+	fb, err := f.MarshalBinary()
+	if err != nil {
+		return nil, fmt.Errorf("marshal NA frame: %w", err)
+	}
+	return fb, nil
+}
+
+// parseClaim reads an Ethernet frame and returns the address its sender
+// says it holds, and the sender's MAC, unless the sender is own:
+//   - ARP request or reply: sender IP (unless 0.0.0.0, an RFC 5227 probe)
+//     at sender MAC;
+//   - NA, solicited or not: target at the target link-layer option, or at
+//     the frame's source without one;
+//   - NS from an assigned address: that source at the source link-layer
+//     option, or at the frame's source (a DAD probe, from ::, says nothing).
+func parseClaim(frame []byte, own net.HardwareAddr) (netip.Addr, net.HardwareAddr, bool) {
+	var f ethernet.Frame
+	if err := f.UnmarshalBinary(frame); err != nil || bytes.Equal(f.Source, own) {
+		return netip.Addr{}, nil, false
+	}
+	var ip netip.Addr
+	var mac net.HardwareAddr
+	switch f.EtherType {
+	case ethernet.EtherTypeARP:
+		ip, mac = parseARPClaim(f.Payload)
+	case ethernet.EtherTypeIPv6:
+		ip, mac = parseNDPClaim(f.Payload)
+		if ip.IsValid() && mac == nil {
+			mac = f.Source
+		}
+	}
+	if !ip.IsValid() || ip.IsUnspecified() || len(mac) != 6 || bytes.Equal(mac, own) {
+		return netip.Addr{}, nil, false
+	}
+	return ip, mac, true
+}
+
+func parseARPClaim(b []byte) (netip.Addr, net.HardwareAddr) {
+	var p arp.Packet
+	if err := p.UnmarshalBinary(b); err != nil ||
+		p.HardwareType != 1 || p.ProtocolType != uint16(ethernet.EtherTypeIPv4) ||
+		p.HardwareAddrLength != 6 || p.IPLength != 4 {
+		return netip.Addr{}, nil
+	}
+	return p.SenderIP, p.SenderHardwareAddr
+}
+
+// parseNDPClaim returns the claimed address and, if an option names it, the
+// link-layer address; a nil MAC means "the frame's source".
+func parseNDPClaim(b []byte) (netip.Addr, net.HardwareAddr) {
+	if len(b) < ipv6HeaderLen || b[0]>>4 != 6 || b[6] != protoICMPv6 || b[7] != ndpHopLimit {
+		return netip.Addr{}, nil
+	}
+	plen := int(binary.BigEndian.Uint16(b[4:6]))
+	if len(b) < ipv6HeaderLen+plen {
+		return netip.Addr{}, nil
+	}
+	src := netip.AddrFrom16([16]byte(b[8:24]))
+	m, err := ndp.ParseMessage(b[ipv6HeaderLen : ipv6HeaderLen+plen])
+	if err != nil {
+		return netip.Addr{}, nil
+	}
+	switch m := m.(type) {
+	case *ndp.NeighborAdvertisement:
+		return m.TargetAddress, linkLayerOption(m.Options, ndp.Target)
+	case *ndp.NeighborSolicitation:
+		return src, linkLayerOption(m.Options, ndp.Source)
+	}
+	return netip.Addr{}, nil
+}
+
+func linkLayerOption(opts []ndp.Option, dir ndp.Direction) net.HardwareAddr {
+	for _, o := range opts {
+		if lla, ok := o.(*ndp.LinkLayerAddress); ok && lla.Direction == dir {
+			return lla.Addr
+		}
+	}
+	return nil
+}
+
+// claimFilter passes ARP frames and ICMPv6 neighbour solicitations and
+// advertisements without extension headers, truncated to claimSnapLen.
+func claimFilter() ([]bpf.RawInstruction, error) {
+	const (
+		offEtherType = 12
+		offNextHdr   = 14 + 6
+		offICMPType  = 14 + ipv6HeaderLen
+		typeNS       = 135
+		typeNA       = 136
+	)
+	return bpf.Assemble([]bpf.Instruction{
+		bpf.LoadAbsolute{Off: offEtherType, Size: 2},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(ethernet.EtherTypeARP), SkipTrue: 6},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(ethernet.EtherTypeIPv6), SkipFalse: 6},
+		bpf.LoadAbsolute{Off: offNextHdr, Size: 1},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: protoICMPv6, SkipFalse: 4},
+		bpf.LoadAbsolute{Off: offICMPType, Size: 1},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: typeNS, SkipTrue: 1},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: typeNA, SkipFalse: 1},
+		bpf.RetConstant{Val: claimSnapLen},
+		bpf.RetConstant{Val: 0},
+	})
+}
