@@ -1,0 +1,59 @@
+# eip: external IPs for bare-metal Kubernetes.
+# Every target runs on a fresh machine as root after `.ci/run`'s installs.
+
+GO       ?= go
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS  := -s -w -X main.version=$(VERSION)
+BIN      := $(CURDIR)/bin
+PREFIX   ?= /usr/local
+export GOFLAGS ?= -mod=mod
+export CGO_ENABLED = 0
+
+.PHONY: all build install test test-unit test-e2e lint fuzz bench demo k8s clean
+
+all: build
+
+## build: static eipd and kubectl-eip in bin/
+build:
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/eipd ./daemon
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/kubectl-eip ./kubectl-eip
+
+## install: put kubectl-eip (and eipd) on PATH, so `kubectl eip` works
+install: build
+	install -m 0755 $(BIN)/kubectl-eip $(PREFIX)/bin/kubectl-eip
+	install -m 0755 $(BIN)/eipd $(PREFIX)/bin/eipd
+
+## lint: gofmt and go vet must be clean
+lint:
+	@out=$$(gofmt -l daemon kubectl-eip internal testenv/*.go testenv/cmd 2>/dev/null); \
+		if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+## k8s: build kube-apiserver, etcd and kubectl from Go modules (cached)
+k8s:
+	@scripts/build-k8s.sh
+
+## test: every tier: lint, unit and privileged tests, fuzz smoke, e2e on a real cluster
+test: lint build
+	scripts/test.sh
+
+test-unit:
+	$(GO) test -count=1 ./internal/... ./daemon/... ./kubectl-eip/...
+
+test-e2e: build
+	scripts/test.sh e2e
+
+## fuzz: run each fuzz target briefly
+fuzz:
+	scripts/fuzz.sh 10s
+
+## bench: measure the targets of DESIGN.md on the test cluster
+bench: build
+	scripts/bench.sh
+
+## demo: a real local cluster, a Service, its IPs answering, a failover
+demo: build
+	scripts/demo.sh
+
+clean:
+	rm -rf $(BIN) results

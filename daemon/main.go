@@ -1,0 +1,185 @@
+// Command eipd is eip's node daemon: it races for one Lease per external
+// IP, binds what it holds on this node's interface, announces it, and hands
+// it over when it must. All logic lives in internal/agent; this file only
+// parses flags, wires the parts and handles signals.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/eip-project/eip/internal/agent"
+	"github.com/eip-project/eip/internal/lease"
+	"github.com/eip-project/eip/internal/netif"
+)
+
+// version is stamped by the Makefile.
+var version = "dev"
+
+type options struct {
+	kubeconfig  string
+	node        string
+	namespace   string
+	configMap   string
+	metricsAddr string
+	verbosity   int
+	qps         float64
+	burst       int
+	showVersion bool
+}
+
+func parseFlags(args []string) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("eipd", flag.ContinueOnError)
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "path to a kubeconfig; empty means in-cluster configuration")
+	fs.StringVar(&o.node, "node-name", os.Getenv("NODE_NAME"), "name of this node's Node object (default $NODE_NAME)")
+	fs.StringVar(&o.namespace, "namespace", envOr("POD_NAMESPACE", "eip-system"), "namespace of eip's Leases and ConfigMap (default $POD_NAMESPACE or eip-system)")
+	fs.StringVar(&o.configMap, "config-map", "eip-config", "name of the ConfigMap holding eip's configuration")
+	fs.StringVar(&o.metricsAddr, "metrics-addr", ":9402", "address serving /metrics, /healthz and /readyz; empty disables")
+	fs.IntVar(&o.verbosity, "v", 0, "log verbosity: 0 info, 1 debug (per-IP decisions), 2 also client-go's own logs")
+	fs.Float64Var(&o.qps, "kube-api-qps", 200, "queries per second allowed to the API server")
+	fs.IntVar(&o.burst, "kube-api-burst", 400, "burst of queries allowed to the API server")
+	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if o.showVersion {
+		return o, nil
+	}
+	var errs error
+	if fs.NArg() > 0 {
+		errs = errors.Join(errs, fmt.Errorf("unexpected arguments %q: eipd takes only flags", fs.Args()))
+	}
+	if o.node == "" {
+		errs = errors.Join(errs, errors.New("flag --node-name: required (or set NODE_NAME)"))
+	}
+	if o.namespace == "" {
+		errs = errors.Join(errs, errors.New("flag --namespace: must not be empty"))
+	}
+	if o.configMap == "" {
+		errs = errors.Join(errs, errors.New("flag --config-map: must not be empty"))
+	}
+	if o.verbosity < 0 {
+		errs = errors.Join(errs, fmt.Errorf("flag -v: %d is negative", o.verbosity))
+	}
+	if o.qps <= 0 {
+		errs = errors.Join(errs, fmt.Errorf("flag --kube-api-qps: %v must be positive", o.qps))
+	}
+	if o.burst <= 0 {
+		errs = errors.Join(errs, fmt.Errorf("flag --kube-api-burst: %d must be positive", o.burst))
+	}
+	return o, errs
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+func main() {
+	o, err := parseFlags(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "eipd:", err)
+		os.Exit(2)
+	}
+	if o.showVersion {
+		fmt.Println("eipd", version)
+		return
+	}
+	if err := run(o); err != nil {
+		fmt.Fprintln(os.Stderr, "eipd:", err)
+		os.Exit(1)
+	}
+}
+
+func run(o options) error {
+	level := slog.LevelInfo
+	if o.verbosity >= 1 {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	if o.verbosity >= 2 {
+		klog.SetSlogLogger(log.With("component", "client-go"))
+	} else {
+		klog.SetSlogLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("component", "client-go"))
+	}
+	log.Info("starting eipd", "version", version, "node", o.node, "namespace", o.namespace, "configmap", o.configMap)
+
+	cfg, err := restConfig(o.kubeconfig)
+	if err != nil {
+		return err
+	}
+	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
+	cfg.UserAgent = "eipd/" + version + " (" + o.node + ")"
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("kubernetes client: %w", err)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	watchCtx, cancelWatch := context.WithCancel(context.Background())
+	defer cancelWatch()
+
+	clk := clock.RealClock{}
+	addrs := netif.NewAddresses(log)
+	defer addrs.Close()
+	announcer := netif.NewAnnouncer(log, clk, []time.Duration{100 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second})
+	defer announcer.Close()
+	addrEvents := make(chan netif.AddrEvent, 256)
+	linkEvents := make(chan netif.LinkEvent, 16)
+	go func() {
+		if err := netif.Watch(watchCtx, log, addrEvents, linkEvents); err != nil && watchCtx.Err() == nil {
+			log.Error("netlink watch stopped", "err", err)
+		}
+	}()
+
+	a, err := agent.New(agent.Options{
+		Node: o.node, Namespace: o.namespace, ConfigMap: o.configMap,
+		Client:    client,
+		Leases:    lease.NewStore(client.CoordinationV1(), o.namespace),
+		Addresser: addrs, Links: addrs, Announcer: announcer,
+		Claims: func(ctx context.Context, iface string, out chan<- netif.Claim) error {
+			return netif.WatchClaims(ctx, log, iface, out)
+		},
+		AddrEvents: addrEvents, LinkEvents: linkEvents,
+		Clock: clk, Log: log,
+	})
+	if err != nil {
+		return err
+	}
+	return a.Run(ctx)
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig == "" {
+		cfg, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("in-cluster configuration (pass --kubeconfig outside a cluster): %w", err)
+		}
+		return cfg, nil
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("flag --kubeconfig: %w", err)
+	}
+	return cfg, nil
+}

@@ -1,0 +1,192 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
+
+	"github.com/eip-project/eip/internal/lease"
+	"github.com/eip-project/eip/internal/netif"
+)
+
+// Options wires an Agent. Every field but Metrics is required.
+type Options struct {
+	Node      string // this node's name, as in its Node object
+	Namespace string // where Leases and the ConfigMap live
+	ConfigMap string
+
+	Client    kubernetes.Interface
+	Leases    LeaseWriter
+	Addresser Addresser
+	Links     Links
+	Announcer Announcer
+	Claims    ClaimWatcher
+	// AddrEvents and LinkEvents come from netif.Watch.
+	AddrEvents <-chan netif.AddrEvent
+	LinkEvents <-chan netif.LinkEvent
+
+	Clock clock.WithTicker
+	Log   *slog.Logger
+	// Metrics receives counts; nil discards them.
+	Metrics Metrics
+	// Writers is the number of concurrent Lease writes (default 8).
+	Writers int
+	// Resync is the period of the full address resync (default 10s).
+	Resync time.Duration
+}
+
+// Agent is one node's eipd.
+type Agent struct {
+	opt      Options
+	log      *slog.Logger
+	clk      clock.WithTicker
+	recorder record.EventRecorder
+
+	services  corelisters.ServiceLister
+	nodes     corelisters.NodeLister
+	leases    coordinationlisters.LeaseNamespaceLister
+	configMap corelisters.ConfigMapNamespaceLister
+	synced    []cache.InformerSynced
+
+	// kicks: informers only signal which kind of object changed.
+	svcKick, nodeKick, leaseKick, cmKick chan struct{}
+	readyCh                              chan struct{}
+}
+
+// New checks opt and returns an Agent; nothing runs until Run.
+func New(opt Options) (*Agent, error) {
+	var errs error
+	for name, missing := range map[string]bool{
+		"node name": opt.Node == "", "namespace": opt.Namespace == "", "config map name": opt.ConfigMap == "",
+		"client": opt.Client == nil, "lease writer": opt.Leases == nil, "addresser": opt.Addresser == nil,
+		"links": opt.Links == nil, "announcer": opt.Announcer == nil, "claim watcher": opt.Claims == nil,
+		"clock": opt.Clock == nil, "logger": opt.Log == nil,
+	} {
+		if missing {
+			errs = errors.Join(errs, fmt.Errorf("agent: %s is required", name))
+		}
+	}
+	if errs != nil {
+		return nil, errs
+	}
+	if opt.Metrics == nil {
+		opt.Metrics = nopMetrics{}
+	}
+	if opt.Writers <= 0 {
+		opt.Writers = 8
+	}
+	if opt.Resync <= 0 {
+		opt.Resync = 10 * time.Second
+	}
+	return &Agent{
+		opt: opt, log: opt.Log.With("node", opt.Node), clk: opt.Clock,
+		svcKick: make(chan struct{}, 1), nodeKick: make(chan struct{}, 1),
+		leaseKick: make(chan struct{}, 1), cmKick: make(chan struct{}, 1),
+		readyCh: make(chan struct{}),
+	}, nil
+}
+
+// Ready is closed once the informers have synced and the first pass ran.
+func (a *Agent) Ready() <-chan struct{} { return a.readyCh }
+
+func kick(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+func kicker(ch chan struct{}) cache.ResourceEventHandlerFuncs {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { kick(ch) },
+		UpdateFunc: func(any, any) { kick(ch) },
+		DeleteFunc: func(any) { kick(ch) },
+	}
+}
+
+// startInformers starts the watches the agent needs: Services and Nodes
+// cluster-wide, and in its namespace the Leases eip manages and its one
+// ConfigMap. They run until stop is closed.
+func (a *Agent) startInformers(stop <-chan struct{}) error {
+	c := a.opt.Client
+	all := informers.NewSharedInformerFactory(c, 0)
+	own := informers.NewSharedInformerFactoryWithOptions(c, 0, informers.WithNamespace(a.opt.Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = lease.ManagedByLabel + "=" + lease.ManagedBy
+		}))
+	cm := informers.NewSharedInformerFactoryWithOptions(c, 0, informers.WithNamespace(a.opt.Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", a.opt.ConfigMap).String()
+		}))
+
+	svc := all.Core().V1().Services()
+	node := all.Core().V1().Nodes()
+	ls := own.Coordination().V1().Leases()
+	cms := cm.Core().V1().ConfigMaps()
+	for _, h := range []struct {
+		inf cache.SharedIndexInformer
+		ch  chan struct{}
+	}{{svc.Informer(), a.svcKick}, {node.Informer(), a.nodeKick}, {ls.Informer(), a.leaseKick}, {cms.Informer(), a.cmKick}} {
+		if _, err := h.inf.AddEventHandler(kicker(h.ch)); err != nil {
+			return fmt.Errorf("watch: %w", err)
+		}
+		a.synced = append(a.synced, h.inf.HasSynced)
+	}
+	a.services = svc.Lister()
+	a.nodes = node.Lister()
+	a.leases = ls.Lister().Leases(a.opt.Namespace)
+	a.configMap = cms.Lister().ConfigMaps(a.opt.Namespace)
+	all.Start(stop)
+	own.Start(stop)
+	cm.Start(stop)
+	return nil
+}
+
+func (a *Agent) startRecorder(stop <-chan struct{}) {
+	b := record.NewBroadcaster(record.WithContext(context.Background()))
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: a.opt.Client.CoreV1().Events("")})
+	a.recorder = b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "eipd", Host: a.opt.Node})
+	go func() {
+		<-stop
+		b.Shutdown()
+	}()
+}
+
+// Run runs the agent until ctx ends, then hands off what it holds, deletes
+// its heartbeat and returns. The returned error is nil after a clean
+// shutdown.
+func (a *Agent) Run(ctx context.Context) error {
+	// Informers, writers and the heartbeat outlive ctx: the shutdown
+	// handoff needs them. They stop when Run returns.
+	stop := make(chan struct{})
+	defer close(stop)
+	if err := a.startInformers(stop); err != nil {
+		return err
+	}
+	a.startRecorder(stop)
+	a.log.Info("waiting for caches")
+	if !cache.WaitForCacheSync(ctx.Done(), a.synced...) {
+		return fmt.Errorf("caches did not sync: %w", ctx.Err())
+	}
+	s := newState(a)
+	return s.run(ctx, stop)
+}
+
+// addrSet is a small helper type for node addresses.
+type addrSet = map[netip.Addr]string

@@ -1,0 +1,199 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/eip-project/eip/internal/config"
+	"github.com/eip-project/eip/internal/ipset"
+	"github.com/eip-project/eip/internal/lease"
+	"github.com/eip-project/eip/internal/netif"
+)
+
+// ifaceFor resolves the interface an address is bound on.
+func (s *state) ifaceFor(ip netip.Addr, b config.Binding) (string, error) {
+	if b.Iface != "" && b.Iface != "auto" {
+		return b.Iface, nil
+	}
+	return s.a.opt.Links.IfaceFor(ip)
+}
+
+// canBind: binding anything new needs a working API connection (so the
+// lock we act on is current) and the interface's carrier.
+func (s *state) canBind(iface string) bool {
+	return !s.linkDown[iface] && !s.fenced && s.writable(s.a.clk.Now())
+}
+
+func (s *state) bind(ip netip.Addr, e ipset.Entry, why string) {
+	log := s.log.With("ip", ip)
+	iface, err := s.ifaceFor(ip, e.Binding)
+	if err != nil {
+		log.Error("cannot bind: no interface", "err", err)
+		return
+	}
+	if !s.canBind(iface) {
+		return
+	}
+	p := e.Binding.Prefix(ip)
+	if err := s.a.opt.Addresser.Add(iface, p, s.cfg.AddressLifetime()); err != nil {
+		log.Error("bind", "iface", iface, "err", err)
+		s.event(ip, corev1.EventTypeWarning, "BindFailed", fmt.Sprintf("bind %s on %s/%s: %v", p, s.a.opt.Node, iface, err))
+		return
+	}
+	s.bound[ip] = binding{iface: iface, prefix: p}
+	if err := s.a.opt.Announcer.Announce(iface, ip); err != nil {
+		log.Warn("announce", "iface", iface, "err", err)
+	}
+	s.watchClaims(iface)
+	s.a.opt.Metrics.Bound()
+	log.Info("bound", "iface", iface, "prefix", p, "reason", why)
+	s.event(ip, corev1.EventTypeNormal, "Bound", fmt.Sprintf("%s bound on %s (%s)", p, s.a.opt.Node, iface))
+}
+
+func (s *state) unbind(ip netip.Addr, why string) {
+	b, ok := s.bound[ip]
+	if !ok {
+		return
+	}
+	s.a.opt.Announcer.Stop(ip)
+	delete(s.bound, ip)
+	if err := s.a.opt.Addresser.Del(b.iface, b.prefix); err != nil {
+		s.log.Error("unbind", "ip", ip, "iface", b.iface, "err", err)
+	}
+	s.a.opt.Metrics.Unbound()
+	s.log.Info("unbound", "ip", ip, "iface", b.iface, "reason", why)
+}
+
+// rebindIfMoved moves a held, bound address whose interface or prefix
+// length changed with the configuration; the lock is untouched.
+func (s *state) rebindIfMoved(ip netip.Addr) {
+	b := s.bound[ip]
+	e := s.entries[ip]
+	iface, err := s.ifaceFor(ip, e.Binding)
+	if err != nil || (iface == b.iface && e.Binding.Prefix(ip) == b.prefix) || !s.canBind(iface) {
+		return
+	}
+	s.unbind(ip, "configuration changed")
+	s.bind(ip, e, "configuration changed")
+}
+
+// addrEvent restores an address we hold that someone (or an expired
+// lifetime) removed.
+func (s *state) addrEvent(ev netif.AddrEvent) {
+	if ev.Added {
+		return
+	}
+	b, ok := s.bound[ev.Prefix.Addr()]
+	if !ok || b.iface != ev.Iface {
+		return
+	}
+	if err := s.a.opt.Addresser.Add(b.iface, b.prefix, s.cfg.AddressLifetime()); err != nil {
+		s.log.Error("restore address", "ip", b.prefix.Addr(), "iface", b.iface, "err", err)
+		return
+	}
+	if err := s.a.opt.Announcer.Announce(b.iface, b.prefix.Addr()); err != nil {
+		s.log.Warn("announce", "ip", b.prefix.Addr(), "iface", b.iface, "err", err)
+	}
+	s.log.Info("restored an address removed from the interface", "ip", b.prefix.Addr(), "iface", b.iface)
+}
+
+// linkEvent: a link that loses carrier loses its addresses at once, and
+// binds nothing again until this node re-read the locks after it returned.
+func (s *state) linkEvent(ev netif.LinkEvent) {
+	if !ev.Up {
+		if s.linkDown[ev.Iface] {
+			return
+		}
+		s.linkDown[ev.Iface] = true
+		for ip, b := range s.bound {
+			if b.iface == ev.Iface {
+				s.unbind(ip, "link lost carrier")
+			}
+		}
+		return
+	}
+	if s.linkDown[ev.Iface] {
+		delete(s.linkDown, ev.Iface)
+		s.needBarrier = true
+		s.log.Info("link has carrier again; re-reading locks before binding", "iface", ev.Iface)
+	}
+}
+
+// claim: another machine announced an address. While our renewals fail,
+// peers may have judged us dead and taken the address: give it up at once.
+func (s *state) claim(c netif.Claim) {
+	if _, ok := s.bound[c.IP]; !ok || s.apiOK(s.a.clk.Now()) {
+		return
+	}
+	s.log.Warn("another node announced an address we hold while the API is unreachable; unbinding", "ip", c.IP, "iface", c.Iface, "mac", c.MAC.String())
+	s.unbind(c.IP, "announced by "+c.MAC.String())
+}
+
+func (s *state) watchClaims(iface string) {
+	if _, ok := s.claimWatch[iface]; ok {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.claimWatch[iface] = cancel
+	go func() {
+		if err := s.a.opt.Claims(ctx, iface, s.claims); err != nil && ctx.Err() == nil {
+			s.log.Error("watching announcements failed", "iface", iface, "err", err)
+		}
+	}()
+}
+
+// resync compares the interfaces with what we hold: restores missing
+// addresses and removes addresses inside our ranges that we do not hold. At
+// start-up an address whose lock still names us is left alone; the first
+// pass that may bind will refresh it.
+func (s *state) resync(startup bool) {
+	s.lastResync = s.a.clk.Now()
+	ifaces := map[string]bool{}
+	for _, b := range s.bound {
+		ifaces[b.iface] = true
+	}
+	for _, ip := range s.order {
+		if iface, err := s.ifaceFor(ip, s.entries[ip].Binding); err == nil {
+			ifaces[iface] = true
+		}
+	}
+	all, _ := s.a.leases.List(labels.Everything())
+	heldByLock := map[netip.Addr]bool{}
+	for _, l := range all {
+		if ip, err := netip.ParseAddr(l.Annotations[lease.AnnotationIP]); err == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == s.a.opt.Node {
+			heldByLock[ip] = true
+		}
+	}
+	for iface := range ifaces {
+		have, err := s.a.opt.Addresser.List(iface)
+		if err != nil {
+			s.log.Warn("resync: list addresses", "iface", iface, "err", err)
+			continue
+		}
+		present := map[netip.Addr]bool{}
+		for _, p := range have {
+			ip := p.Addr()
+			present[ip] = true
+			if b, ok := s.bound[ip]; ok && b.iface == iface {
+				continue
+			}
+			if _, inRange := s.cfg.Lookup(ip); !inRange || s.reserved[ip] != "" || (startup && heldByLock[ip]) {
+				continue
+			}
+			s.log.Info("removing an address in our ranges that this node does not hold", "ip", ip, "iface", iface)
+			if err := s.a.opt.Addresser.Del(iface, p); err != nil {
+				s.log.Error("remove stale address", "ip", ip, "iface", iface, "err", err)
+			}
+		}
+		for ip, b := range s.bound {
+			if b.iface == iface && !present[ip] {
+				s.addrEvent(netif.AddrEvent{Iface: iface, Prefix: b.prefix})
+			}
+		}
+	}
+}

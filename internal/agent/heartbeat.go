@@ -1,0 +1,109 @@
+package agent
+
+import (
+	"context"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/eip-project/eip/internal/lease"
+)
+
+// renewal asks the heartbeat writer to renew with this status and duration.
+type renewal struct {
+	status   lease.HeartbeatStatus
+	duration time.Duration
+	timeout  time.Duration
+	// remove deletes the heartbeat instead (graceful shutdown).
+	remove bool
+}
+
+// renewResult reports one renewal: when it was sent (monotonic) and
+// whether it succeeded.
+type renewResult struct {
+	sent   time.Time
+	took   time.Duration
+	err    error
+	remove bool
+}
+
+// heartbeater owns this node's heartbeat Lease. It renews only when the
+// owner loop asks, so a stuck loop stops the heartbeat too and peers take
+// over, while the addresses the stuck loop no longer refreshes expire.
+type heartbeater struct {
+	a       *Agent
+	current *coordinationv1.Lease
+}
+
+func (h *heartbeater) run(requests <-chan renewal, results chan<- renewResult, stop <-chan struct{}) {
+	for {
+		select {
+		case <-stop:
+			return
+		case r := <-requests:
+			sent := h.a.clk.Now()
+			var err error
+			if r.remove {
+				err = h.delete(r.timeout)
+			} else {
+				err = h.renew(r)
+			}
+			res := renewResult{sent: sent, took: h.a.clk.Since(sent), err: err, remove: r.remove}
+			select {
+			case results <- res:
+			case <-stop:
+				return
+			}
+		}
+	}
+}
+
+func (h *heartbeater) renew(r renewal) error {
+	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+	defer cancel()
+	name := lease.HeartbeatName(h.a.opt.Node)
+	if h.current == nil {
+		cur, err := h.a.opt.Leases.Get(ctx, name)
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return err
+		default:
+			h.current = cur
+		}
+	}
+	next := lease.RenewedHeartbeat(h.current, h.a.opt.Namespace, h.a.opt.Node, r.duration, r.status, h.a.clk.Now())
+	var out *coordinationv1.Lease
+	var err error
+	if h.current == nil {
+		out, err = h.a.opt.Leases.Create(ctx, next)
+	} else {
+		out, err = h.a.opt.Leases.Update(ctx, next)
+	}
+	if err != nil {
+		// Someone deleted or rewrote our heartbeat (by hand, or a peer's
+		// garbage collection): read it again next time.
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) || apierrors.IsAlreadyExists(err) {
+			h.current = nil
+		}
+		return err
+	}
+	h.current = out
+	return nil
+}
+
+// delete removes the heartbeat on graceful shutdown.
+func (h *heartbeater) delete(timeout time.Duration) error {
+	if h.current == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	err := h.a.opt.Leases.Delete(ctx, h.current.Name, h.current.ResourceVersion)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	h.current = nil
+	return err
+}

@@ -1,0 +1,196 @@
+package agent
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/eip-project/eip/internal/config"
+	"github.com/eip-project/eip/internal/ipset"
+)
+
+// ExcludeLabel marks nodes that never serve external load balancer IPs.
+const ExcludeLabel = "node.kubernetes.io/exclude-from-external-load-balancers"
+
+// AnnotationPreferredNodes on a Service lists the nodes its IPs should live
+// on, in order of preference, comma separated.
+const AnnotationPreferredNodes = "eip.io/preferred-nodes"
+
+// NodeEligible says whether a Node may hold IPs under selector, and if not,
+// why. A missing, deleting, cordoned or excluded Node may not.
+func NodeEligible(n *corev1.Node, selector labels.Selector) (bool, string) {
+	switch {
+	case n == nil:
+		return false, "no Node object"
+	case n.DeletionTimestamp != nil:
+		return false, "Node is being deleted"
+	case n.Spec.Unschedulable:
+		return false, "Node is cordoned"
+	}
+	if _, ok := n.Labels[ExcludeLabel]; ok {
+		return false, "Node is labelled " + ExcludeLabel
+	}
+	if selector != nil && !selector.Matches(labels.Set(n.Labels)) {
+		return false, "Node does not match node-selector " + selector.String()
+	}
+	return true, ""
+}
+
+// loadConfig parses the ConfigMap when it changed. An invalid one keeps the
+// last good configuration in force, is logged, recorded as a Warning event
+// on the ConfigMap and reported in the heartbeat. It returns whether the
+// configuration in force changed.
+func (s *state) loadConfig() bool {
+	name := s.a.opt.Namespace + "/" + s.a.opt.ConfigMap
+	cm, err := s.a.configMap.Get(s.a.opt.ConfigMap)
+	if apierrors.IsNotFound(err) {
+		if !s.cfgLoaded {
+			s.cfgLoaded = true
+			s.log.Warn("ConfigMap not found: no ranges are configured, so nothing is bound", "configmap", name)
+			return true
+		}
+		if s.cfgRV != "" && !s.cfgGone {
+			s.cfgGone = true
+			s.cfgErr = fmt.Sprintf("ConfigMap %s was deleted; keeping the last good configuration", name)
+			s.log.Warn(s.cfgErr)
+		}
+		return false
+	}
+	if err != nil {
+		s.log.Error("read ConfigMap from cache", "configmap", name, "err", err)
+		return false
+	}
+	s.cfgGone = false
+	if cm.ResourceVersion == s.cfgRV {
+		return false
+	}
+	s.cfgRV = cm.ResourceVersion
+	cfg, err := config.Parse(cm.Data)
+	if err == nil {
+		err = cfg.CheckReserved(s.nodeAddresses())
+	}
+	if err != nil {
+		s.cfgErr = fmt.Sprintf("invalid configuration, keeping the last good one: %v", err)
+		s.a.opt.Metrics.ConfigError()
+		s.log.Error("invalid configuration; keeping the last good one", "configmap", name, "err", err)
+		s.a.recorder.Event(cm, corev1.EventTypeWarning, "InvalidConfig", truncate(s.cfgErr, 1000))
+		return false
+	}
+	s.cfgErr = ""
+	for _, w := range cfg.Warnings {
+		s.log.Warn("configuration warning", "configmap", name, "warning", w)
+		s.a.recorder.Event(cm, corev1.EventTypeWarning, "ConfigWarning", w)
+	}
+	old := s.cfg
+	s.cfg, s.cfgLoaded = cfg, true
+	if s.live != nil {
+		s.live.SetTimings(cfg.RenewInterval, 2*cfg.RenewInterval)
+	}
+	s.log.Info("configuration in force", "configmap", name, "policy", cfg.Policy, "ranges", len(cfg.Ranges),
+		"iface", cfg.Iface, "leaseDuration", cfg.LeaseDuration, "renewInterval", cfg.RenewInterval, "apiLoss", cfg.APILoss)
+	if len(cfg.Ranges) == 0 {
+		s.log.Warn("no ranges are configured: nothing is bound", "configmap", name)
+	}
+	return !old.Equal(cfg)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// nodeAddresses are the addresses of every Node: never bound for a Service.
+func (s *state) nodeAddresses() map[netip.Addr]string {
+	out := map[netip.Addr]string{}
+	nodes, _ := s.a.nodes.List(labels.Everything())
+	for _, n := range nodes {
+		for _, a := range n.Status.Addresses {
+			if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
+				continue
+			}
+			if ip, err := netip.ParseAddr(a.Address); err == nil {
+				out[ip.Unmap()] = n.Name
+			}
+		}
+	}
+	return out
+}
+
+// computeEntries recomputes the managed IPs from the Services.
+func (s *state) computeEntries() {
+	svcs, err := s.a.services.List(labels.Everything())
+	if err != nil {
+		s.log.Error("list services from cache", "err", err)
+		return
+	}
+	entries, rejected := ipset.Compute(svcs, s.cfg, s.reserved)
+	s.entries = make(map[netip.Addr]ipset.Entry, len(entries))
+	s.order = s.order[:0]
+	s.preferred = map[netip.Addr][]string{}
+	for _, e := range entries {
+		s.entries[e.IP] = e
+		s.order = append(s.order, e.IP)
+		if p := s.preferredFor(e); len(p) > 0 {
+			s.preferred[e.IP] = p
+		}
+	}
+	for ip := range s.freeSince {
+		if _, ok := s.entries[ip]; !ok {
+			delete(s.freeSince, ip)
+		}
+	}
+	s.reportRejections(rejected)
+}
+
+// preferredFor: the first Service naming the IP that has a preference
+// decides; otherwise the ConfigMap's default list.
+func (s *state) preferredFor(e ipset.Entry) []string {
+	for _, key := range e.Services {
+		ns, name, _ := strings.Cut(key, "/")
+		svc, err := s.a.services.Services(ns).Get(name)
+		if err != nil {
+			continue
+		}
+		if v := svc.Annotations[AnnotationPreferredNodes]; v != "" {
+			return strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' })
+		}
+	}
+	return s.cfg.PreferredNodes
+}
+
+// reportRejections records a Warning event for each newly rejected address,
+// once per node and reason. Only the first live node reports, so a
+// three-node cluster does not triple every event.
+func (s *state) reportRejections(rejected []ipset.Rejection) {
+	now := s.a.clk.Now()
+	v := s.view(now)
+	reporter := len(v.Live) == 0 || v.Live[0] == s.a.opt.Node
+	seen := make(map[string]bool, len(rejected))
+	for _, r := range rejected {
+		key := r.Service + " " + r.IP + " " + r.Reason
+		seen[key] = true
+		if s.rejected[key] {
+			continue
+		}
+		s.rejected[key] = true
+		s.log.Warn("not managing an address", "service", r.Service, "ip", r.IP, "reason", r.Reason)
+		if !reporter {
+			continue
+		}
+		ns, name, _ := strings.Cut(r.Service, "/")
+		if svc, err := s.a.services.Services(ns).Get(name); err == nil {
+			s.a.recorder.Event(svc, corev1.EventTypeWarning, "AddressRejected", fmt.Sprintf("%s is not bound by eip: %s", r.IP, r.Reason))
+		}
+	}
+	for key := range s.rejected {
+		if !seen[key] {
+			delete(s.rejected, key)
+		}
+	}
+}

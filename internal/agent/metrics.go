@@ -1,0 +1,39 @@
+package agent
+
+import "time"
+
+// Metrics receives what the agent counts. The daemon passes a Prometheus
+// implementation; tests may pass nil.
+type Metrics interface {
+	// Held is the number of IPs this node has bound.
+	Held(n int)
+	Bound()
+	Unbound()
+	// Acquired counts a lock taken by this node; takeover is true when it
+	// was taken from a dead holder.
+	Acquired(takeover bool)
+	Handoff()
+	// Conflict counts a lock write lost to another node.
+	Conflict()
+	Fenced()
+	// Failover observes the time from judging a holder dead to binding its IP.
+	Failover(d time.Duration)
+	APIError(op string)
+	ConfigError()
+	// Renewed observes a heartbeat renewal's round trip.
+	Renewed(d time.Duration)
+}
+
+type nopMetrics struct{}
+
+func (nopMetrics) Held(int)               {}
+func (nopMetrics) Bound()                 {}
+func (nopMetrics) Unbound()               {}
+func (nopMetrics) Acquired(bool)          {}
+func (nopMetrics) Handoff()               {}
+func (nopMetrics) Conflict()              {}
+func (nopMetrics) Fenced()                {}
+func (nopMetrics) Failover(time.Duration) {}
+func (nopMetrics) APIError(string)        {}
+func (nopMetrics) ConfigError()           {}
+func (nopMetrics) Renewed(time.Duration)  {}

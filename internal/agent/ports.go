@@ -1,0 +1,45 @@
+package agent
+
+import (
+	"context"
+	"net/netip"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+
+	"github.com/eip-project/eip/internal/netif"
+)
+
+// Addresser puts addresses on interfaces (netif.Addresses).
+type Addresser interface {
+	// Add binds p on iface with a kernel lifetime, or refreshes it.
+	Add(iface string, p netip.Prefix, lifetime time.Duration) error
+	Del(iface string, p netip.Prefix) error
+	List(iface string) ([]netip.Prefix, error)
+}
+
+// Links answers questions about interfaces (netif.Addresses).
+type Links interface {
+	// IfaceFor is the interface whose connected subnet contains ip.
+	IfaceFor(ip netip.Addr) (string, error)
+	// Up reports whether iface exists and has carrier.
+	Up(iface string) (bool, error)
+}
+
+// Announcer tells the LAN where an IP lives (netif.Announcer).
+type Announcer interface {
+	Announce(iface string, ip netip.Addr) error
+	Stop(ip netip.Addr)
+}
+
+// LeaseWriter writes Leases (lease.Store).
+type LeaseWriter interface {
+	Create(ctx context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error)
+	Update(ctx context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error)
+	Delete(ctx context.Context, name, rv string) error
+	Get(ctx context.Context, name string) (*coordinationv1.Lease, error)
+}
+
+// ClaimWatcher reports other machines announcing addresses on iface
+// (netif.WatchClaims); it blocks until ctx ends.
+type ClaimWatcher func(ctx context.Context, iface string, out chan<- netif.Claim) error

@@ -1,0 +1,687 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/eip-project/eip/internal/config"
+	"github.com/eip-project/eip/internal/ipset"
+	"github.com/eip-project/eip/internal/lease"
+	"github.com/eip-project/eip/internal/netif"
+	"github.com/eip-project/eip/internal/policy"
+)
+
+// binding is an address this node has put on an interface.
+type binding struct {
+	iface  string
+	prefix netip.Prefix
+}
+
+// overlay is the result of our own successful write, used until the
+// informer cache shows it (or something newer).
+type overlay struct {
+	lease *coordinationv1.Lease
+	at    time.Time
+}
+
+// state is everything the owner loop knows. Only the loop touches it.
+type state struct {
+	a   *Agent
+	log *slog.Logger
+
+	cfg       config.Config
+	cfgLoaded bool   // a good configuration is in force
+	cfgErr    string // why the current ConfigMap is not in force
+	cfgRV     string // resourceVersion of the ConfigMap last parsed
+	cfgGone   bool   // the ConfigMap was deleted after a good one was loaded
+
+	entries   map[netip.Addr]ipset.Entry
+	order     []netip.Addr
+	preferred map[netip.Addr][]string
+	reserved  map[netip.Addr]string
+	rejected  map[string]bool // "svc ip reason" already reported
+
+	live      *lease.Liveness
+	bound     map[netip.Addr]binding
+	freeSince map[netip.Addr]time.Time
+	inflight  map[string]bool
+	written   map[string]overlay
+	deleted   map[string]string // lock name -> resourceVersion we deleted
+	badLocks  map[string]string // lock name -> resourceVersion already warned about
+
+	lastRenewOK  time.Time // when the last successful renewal was sent
+	renewFailing bool
+	needBarrier  bool      // bind nothing new until a renewal sent after the break comes back
+	barrier      time.Time // wall time of that renewal
+	linkDown     map[string]bool
+	claimWatch   map[string]context.CancelFunc
+	fenced       bool
+	shutting     bool
+
+	selfEligible bool
+	selfReason   string
+
+	dirtySvc, dirtyNodes, dirtyCM bool
+	wake                          time.Time
+	lastResync                    time.Time
+
+	renewReq chan renewal
+	renewRes chan renewResult
+	jobs     chan write
+	results  chan writeResult
+	claims   chan netif.Claim
+	hb       *heartbeater
+}
+
+func newState(a *Agent) *state {
+	return &state{
+		a: a, log: a.log,
+		cfg:         config.Default(),
+		entries:     map[netip.Addr]ipset.Entry{},
+		rejected:    map[string]bool{},
+		bound:       map[netip.Addr]binding{},
+		freeSince:   map[netip.Addr]time.Time{},
+		inflight:    map[string]bool{},
+		written:     map[string]overlay{},
+		deleted:     map[string]string{},
+		badLocks:    map[string]string{},
+		linkDown:    map[string]bool{},
+		claimWatch:  map[string]context.CancelFunc{},
+		needBarrier: true,
+		dirtySvc:    true, dirtyNodes: true, dirtyCM: true,
+		renewReq: make(chan renewal, 1),
+		renewRes: make(chan renewResult, 1),
+		jobs:     make(chan write, 4096),
+		results:  make(chan writeResult, 64),
+		claims:   make(chan netif.Claim, 64),
+		hb:       &heartbeater{a: a},
+	}
+}
+
+func (s *state) run(ctx context.Context, stop chan struct{}) error {
+	go s.hb.run(s.renewReq, s.renewRes, stop)
+	for range s.a.opt.Writers {
+		go s.a.runWriter(s.jobs, s.results, stop)
+	}
+	s.loadConfig()
+	s.live = lease.NewLiveness(s.a.opt.Node, s.cfg.RenewInterval, 2*s.cfg.RenewInterval)
+	ticker := s.a.clk.NewTicker(s.cfg.RenewInterval)
+	interval := s.cfg.RenewInterval
+	timer := s.a.clk.NewTimer(time.Hour)
+	s.reconcile()
+	s.resync(true)
+	s.requestRenew()
+	close(s.a.readyCh)
+	for {
+		select {
+		case <-ctx.Done():
+			ticker.Stop()
+			timer.Stop()
+			return s.shutdown()
+		case <-s.a.svcKick:
+			s.dirtySvc = true
+		case <-s.a.nodeKick:
+			s.dirtyNodes = true
+		case <-s.a.leaseKick:
+		case <-s.a.cmKick:
+			s.dirtyCM = true
+		case <-ticker.C():
+			s.tick()
+		case r := <-s.renewRes:
+			s.renewed(r)
+		case w := <-s.results:
+			s.writeDone(w)
+		case ev := <-s.a.opt.AddrEvents:
+			s.addrEvent(ev)
+		case ev := <-s.a.opt.LinkEvents:
+			s.linkEvent(ev)
+		case c := <-s.claims:
+			s.claim(c)
+		case <-timer.C():
+		}
+		s.reconcile()
+		if s.cfg.RenewInterval != interval {
+			ticker.Stop()
+			interval = s.cfg.RenewInterval
+			ticker = s.a.clk.NewTicker(interval)
+		}
+		timer.Stop()
+		if !s.wake.IsZero() {
+			timer.Reset(max(s.wake.Sub(s.a.clk.Now()), time.Millisecond))
+		}
+	}
+}
+
+// writable: this node may write locks. Its renewals succeed and its cache
+// has caught up with its own latest heartbeat since the last break.
+func (s *state) writable(now time.Time) bool {
+	return s.cfgLoaded && s.apiOK(now) && !s.needBarrier && s.live.SelfSeenSince(s.barrier) && s.live.Connected(now)
+}
+
+// apiOK: the last renewal succeeded, recently enough.
+func (s *state) apiOK(now time.Time) bool {
+	return !s.renewFailing && !s.lastRenewOK.IsZero() && now.Sub(s.lastRenewOK) <= s.cfg.LeaseDuration/2
+}
+
+func (s *state) requestRenew() {
+	r := renewal{
+		status: lease.HeartbeatStatus{Eligible: s.selfEligible && !s.shutting, Error: s.statusError(), Held: len(s.bound)},
+		// Neither the duration nor the timeout may be shorter than what
+		// peers need to see the renewal; a renewal slower than half a
+		// lease is a failure as far as holding addresses goes.
+		duration: s.cfg.LeaseDuration,
+		timeout:  max(s.cfg.LeaseDuration/2, s.cfg.RenewInterval),
+	}
+	select {
+	case s.renewReq <- r:
+	default: // the previous renewal is still in flight
+	}
+}
+
+func (s *state) statusError() string {
+	var parts []string
+	if s.cfgErr != "" {
+		parts = append(parts, s.cfgErr)
+	}
+	if !s.selfEligible && s.selfReason != "" {
+		parts = append(parts, s.selfReason)
+	}
+	return strings.Join(parts, "; ")
+}
+
+func (s *state) renewed(r renewResult) {
+	if r.err != nil {
+		if !s.renewFailing {
+			s.log.Warn("heartbeat renewal failed; holding what is bound, binding nothing new", "err", r.err, "lease", lease.HeartbeatName(s.a.opt.Node))
+		}
+		s.renewFailing, s.needBarrier = true, true
+		s.a.opt.Metrics.APIError("renew")
+		return
+	}
+	s.a.opt.Metrics.Renewed(r.took)
+	if s.renewFailing {
+		s.log.Info("heartbeat renewed again; re-reading locks before binding anything new")
+	}
+	if s.needBarrier {
+		s.barrier = r.sent.Round(0).Truncate(time.Microsecond)
+		s.needBarrier = false
+	}
+	s.renewFailing = false
+	s.lastRenewOK = r.sent
+}
+
+// tick runs every renew interval: fence if we must, refresh the lifetimes
+// of bound addresses, renew the heartbeat, and now and then resync.
+func (s *state) tick() {
+	now := s.a.clk.Now()
+	if s.cfg.APILoss == config.APILossFence && len(s.bound) > 0 && !s.apiOK(now) && lease.Fenced(s.lastRenewOK, now, s.cfg.FenceAfter) {
+		s.log.Warn("fencing: no successful renewal within fence-after; unbinding everything", "fenceAfter", s.cfg.FenceAfter)
+		s.a.opt.Metrics.Fenced()
+		for ip := range s.bound {
+			s.event(ip, corev1.EventTypeWarning, "Fenced", fmt.Sprintf("unbound %s from %s: API server unreachable (api-loss=fence)", ip, s.a.opt.Node))
+			s.unbind(ip, "fenced")
+		}
+		s.fenced = true
+	}
+	life := s.cfg.AddressLifetime()
+	for ip, b := range s.bound {
+		if err := s.a.opt.Addresser.Add(b.iface, b.prefix, life); err != nil {
+			s.log.Error("refresh address", "ip", ip, "iface", b.iface, "err", err)
+		}
+	}
+	s.requestRenew()
+	if now.Sub(s.lastResync) >= s.a.opt.Resync {
+		s.resync(false)
+	}
+}
+
+// reconcile is one pass over everything; it is idempotent.
+func (s *state) reconcile() {
+	now := s.a.clk.Now()
+	s.wake = time.Time{}
+	changed := false
+	if s.dirtyCM {
+		s.dirtyCM = false
+		changed = s.loadConfig()
+	}
+	all, err := s.a.leases.List(labels.Everything())
+	if err != nil {
+		s.log.Error("list leases from cache", "err", err)
+		return
+	}
+	locks := s.observe(all, now)
+	if s.dirtyNodes {
+		s.reserved = s.nodeAddresses()
+	}
+	if s.dirtySvc || s.dirtyNodes || changed {
+		s.computeEntries()
+		s.dirtySvc = false
+	}
+	s.dirtyNodes = false
+	s.selfEligible, s.selfReason = s.eligibleSelf()
+	v := s.view(now)
+	if s.writable(now) {
+		s.fenced = false
+	}
+	plan := s.plan(v, locks)
+
+	for _, ip := range s.order {
+		name := lease.NameFor(ip)
+		s.decide(v, ip, s.effective(name, locks[name], now), true, plan[ip])
+		delete(locks, name)
+	}
+	for name, l := range locks {
+		if s.effective(name, l, now) == nil {
+			continue
+		}
+		lk, err := lease.ParseLock(l)
+		if err != nil {
+			s.warnBadLock(l, err)
+			continue
+		}
+		s.decide(v, lk.IP, l, false, "")
+	}
+	for ip := range s.bound {
+		if _, named := s.entries[ip]; !named {
+			if _, locked := locks[lease.NameFor(ip)]; !locked {
+				s.unbind(ip, "not named by any Service")
+			}
+		}
+	}
+	if v.Writable {
+		s.collectHeartbeats(v, all)
+	}
+	if t, ok := s.live.NextExpiry(now); ok {
+		s.wakeAt(t)
+	}
+	s.a.opt.Metrics.Held(len(s.bound))
+}
+
+func (s *state) wakeAt(t time.Time) {
+	if s.wake.IsZero() || t.Before(s.wake) {
+		s.wake = t
+	}
+}
+
+// observe feeds heartbeats to the liveness tracker and returns the locks
+// by name.
+func (s *state) observe(all []*coordinationv1.Lease, now time.Time) map[string]*coordinationv1.Lease {
+	locks := make(map[string]*coordinationv1.Lease, len(all))
+	seen := map[string]bool{}
+	for _, l := range all {
+		switch l.Labels[lease.RoleLabel] {
+		case lease.RoleHeartbeat:
+			hb, err := lease.ParseHeartbeat(l)
+			if err != nil {
+				continue
+			}
+			s.live.Observe(hb, now)
+			seen[hb.Node] = true
+		case lease.RoleLock:
+			locks[l.Name] = l
+		}
+	}
+	for _, n := range s.live.Nodes() {
+		if !seen[n] {
+			s.live.Forget(n)
+		}
+	}
+	return locks
+}
+
+// effective is the lock as this node should see it: the cache, or our own
+// write when the cache has not caught up with it yet.
+func (s *state) effective(name string, cached *coordinationv1.Lease, now time.Time) *coordinationv1.Lease {
+	if rv, ok := s.deleted[name]; ok {
+		if cached != nil && cached.ResourceVersion == rv {
+			return nil
+		}
+		delete(s.deleted, name)
+	}
+	w, ok := s.written[name]
+	if !ok {
+		return cached
+	}
+	if cached == nil {
+		// Our write created it; the cache will show it in milliseconds.
+		// If it never does, someone deleted it since.
+		if now.Sub(w.at) < s.cfg.LeaseDuration {
+			return w.lease
+		}
+	} else if lease.Newer(w.lease.ResourceVersion, cached.ResourceVersion) {
+		return w.lease
+	}
+	delete(s.written, name)
+	return cached
+}
+
+func (s *state) warnBadLock(l *coordinationv1.Lease, err error) {
+	if s.badLocks[l.Name] == l.ResourceVersion {
+		return
+	}
+	s.badLocks[l.Name] = l.ResourceVersion
+	s.log.Warn("ignoring a damaged lock; its next owner repairs it", "lease", l.Name, "err", err)
+}
+
+// lockOf reads l for ip. A lock damaged by hand (garbage annotations) is
+// still a lock: its holder is honoured and its next write repairs it.
+func (s *state) lockOf(ip netip.Addr, l *coordinationv1.Lease) *lease.Lock {
+	if l == nil {
+		return nil
+	}
+	lk, err := lease.ParseLock(l)
+	if err != nil {
+		s.warnBadLock(l, err)
+		lk = lease.Lock{Name: l.Name, IP: ip, ResourceVersion: l.ResourceVersion}
+		if h := l.Spec.HolderIdentity; h != nil {
+			lk.Holder = *h
+		}
+		lk.MoveTo = l.Annotations[lease.AnnotationMoveTo]
+	}
+	return &lk
+}
+
+func (s *state) decide(v lease.View, ip netip.Addr, l *coordinationv1.Lease, named bool, planned string) {
+	name := lease.NameFor(ip)
+	lk := s.lockOf(ip, l)
+	if lk == nil || lk.Holder == "" {
+		if _, ok := s.freeSince[ip]; !ok {
+			s.freeSince[ip] = v.Now
+		}
+	} else {
+		delete(s.freeSince, ip)
+	}
+	if s.inflight[name] {
+		return
+	}
+	_, bound := s.bound[ip]
+	d := lease.Decide(v, lease.IP{Addr: ip, Lock: lk, Named: named, Bound: bound, FreeSince: s.freeSince[ip], Planned: planned})
+	if named && bound && lk != nil && lk.Holder == v.Self {
+		s.rebindIfMoved(ip)
+	}
+	s.apply(v, ip, l, lk, d)
+	if !named {
+		delete(s.freeSince, ip)
+	}
+}
+
+func (s *state) apply(v lease.View, ip netip.Addr, l *coordinationv1.Lease, lk *lease.Lock, d lease.Decision) {
+	if !d.At.IsZero() {
+		s.wakeAt(d.At)
+	}
+	e := s.entries[ip]
+	w := write{ip: ip, name: lease.NameFor(ip), action: d.Action, timeout: max(s.cfg.LeaseDuration, 2*time.Second)}
+	now := s.a.clk.Now()
+	switch d.Action {
+	case lease.None:
+		return
+	case lease.Bind:
+		s.bind(ip, e, d.Reason)
+		return
+	case lease.Unbind:
+		s.unbind(ip, d.Reason)
+		return
+	case lease.Create:
+		w.target = v.Self
+		w.lease = lease.NewLockLease(s.a.opt.Namespace, ip, v.Self, e.Services, now)
+	case lease.Acquire:
+		w.target = v.Self
+		if lk.Holder != "" {
+			w.dead, _ = v.DeadSince(lk.Holder)
+		}
+		w.lease = lease.WithHolder(l, ip, v.Self, e.Services, now)
+	case lease.Handoff, lease.Release:
+		if d.Action == lease.Handoff {
+			w.target = d.Target
+		}
+		s.unbind(ip, d.Reason)
+		w.lease = lease.WithHolder(l, ip, w.target, e.Services, now)
+	case lease.Delete:
+		s.unbind(ip, d.Reason)
+		w.rv = l.ResourceVersion
+	case lease.ClearMove:
+		w.lease = lease.WithMoveTo(l, "")
+	}
+	s.log.Debug("lock write", "ip", ip, "lease", w.name, "action", d.Action, "target", w.target, "reason", d.Reason)
+	s.dispatch(w)
+}
+
+func (s *state) dispatch(w write) {
+	select {
+	case s.jobs <- w:
+		s.inflight[w.name] = true
+	default:
+		// The queue is full; the next pass tries again.
+		s.wakeAt(s.a.clk.Now().Add(s.cfg.RankStep()))
+	}
+}
+
+func (s *state) writeDone(r writeResult) {
+	delete(s.inflight, r.name)
+	log := s.log.With("ip", r.ip, "lease", r.name)
+	if r.err != nil {
+		if apierrors.IsConflict(r.err) || apierrors.IsAlreadyExists(r.err) || apierrors.IsNotFound(r.err) {
+			s.a.opt.Metrics.Conflict()
+			log.Debug("lock write lost a race", "action", r.action, "err", r.err)
+			return
+		}
+		s.a.opt.Metrics.APIError(r.action.String())
+		log.Warn("lock write failed", "action", r.action, "err", r.err)
+		return
+	}
+	now := s.a.clk.Now()
+	if r.action == lease.Delete {
+		s.deleted[r.name] = r.rv
+		delete(s.written, r.name)
+		log.Info("deleted lock")
+		return
+	}
+	s.written[r.name] = overlay{lease: r.out, at: now}
+	switch r.action {
+	case lease.Create, lease.Acquire:
+		takeover := !r.dead.IsZero()
+		s.a.opt.Metrics.Acquired(takeover)
+		if takeover {
+			s.a.opt.Metrics.Failover(now.Sub(r.dead))
+			log.Info("took over from a dead holder", "after", now.Sub(r.dead))
+		} else {
+			log.Info("acquired")
+		}
+	case lease.Handoff:
+		s.a.opt.Metrics.Handoff()
+		log.Info("handed off", "to", r.target)
+		s.event(r.ip, corev1.EventTypeNormal, "Moved", fmt.Sprintf("%s handed from %s to %s", r.ip, s.a.opt.Node, r.target))
+	case lease.Release:
+		log.Info("released")
+	}
+}
+
+// plan asks the policy where IPs should be.
+func (s *state) plan(v lease.View, locks map[string]*coordinationv1.Lease) map[netip.Addr]string {
+	live := map[string]bool{}
+	for _, n := range v.Live {
+		live[n] = true
+	}
+	holders := make(map[netip.Addr]string, len(s.order))
+	for _, ip := range s.order {
+		h := ""
+		if l := s.effective(lease.NameFor(ip), locks[lease.NameFor(ip)], v.Now); l != nil && l.Spec.HolderIdentity != nil {
+			h = *l.Spec.HolderIdentity
+		}
+		if !live[h] {
+			h = ""
+		}
+		holders[ip] = h
+	}
+	return policy.Plan(policy.Input{Policy: s.cfg.Policy, Live: v.Live, Holders: holders, Preferred: s.preferred})
+}
+
+func (s *state) view(now time.Time) lease.View {
+	var live []string
+	for _, n := range s.live.Nodes() {
+		if s.live.Alive(n, now) && s.eligible(n) {
+			live = append(live, n)
+		}
+	}
+	slices.Sort(live)
+	return lease.View{
+		Self:      s.a.opt.Node,
+		Now:       now,
+		Writable:  s.writable(now),
+		Eligible:  s.selfEligible && !s.shutting,
+		Live:      live,
+		Alive:     func(n string) bool { return s.live.Alive(n, now) },
+		DeadSince: func(n string) (time.Time, bool) { return s.live.DeadSince(n, now) },
+		Step:      s.cfg.RankStep(),
+	}
+}
+
+// eligible: may node hold IPs, as far as this node can tell?
+func (s *state) eligible(node string) bool {
+	if node == s.a.opt.Node {
+		return s.selfEligible && !s.shutting
+	}
+	hb, ok := s.live.Heartbeat(node)
+	if !ok || !hb.Eligible {
+		return false
+	}
+	n, _ := s.a.nodes.Get(node)
+	ok, _ = NodeEligible(n, s.cfg.NodeSelector)
+	return ok
+}
+
+func (s *state) eligibleSelf() (bool, string) {
+	n, _ := s.a.nodes.Get(s.a.opt.Node)
+	if ok, why := NodeEligible(n, s.cfg.NodeSelector); !ok {
+		return false, why
+	}
+	if !s.cfgLoaded {
+		return false, "no valid configuration"
+	}
+	for _, iface := range s.configuredIfaces() {
+		if _, err := s.a.opt.Links.Up(iface); err != nil {
+			return false, fmt.Sprintf("interface %q from the configuration: %v", iface, err)
+		}
+	}
+	return true, ""
+}
+
+// configuredIfaces are the interface names the configuration names
+// explicitly ("auto" resolves per IP).
+func (s *state) configuredIfaces() []string {
+	var out []string
+	for _, r := range s.cfg.Ranges {
+		if r.Iface != "auto" && r.Iface != "" && !slices.Contains(out, r.Iface) {
+			out = append(out, r.Iface)
+		}
+	}
+	return out
+}
+
+// collectHeartbeats deletes the heartbeats of nodes that are dead and whose
+// Node object is gone. The first live eligible node does it.
+func (s *state) collectHeartbeats(v lease.View, all []*coordinationv1.Lease) {
+	if len(v.Live) == 0 || v.Live[0] != v.Self {
+		return
+	}
+	for _, l := range all {
+		node, ok := lease.NodeOf(l.Name)
+		if !ok || l.Labels[lease.RoleLabel] != lease.RoleHeartbeat || v.Alive(node) || s.inflight[l.Name] {
+			continue
+		}
+		if _, err := s.a.nodes.Get(node); !apierrors.IsNotFound(err) {
+			continue
+		}
+		s.log.Info("deleting the heartbeat of a dead node that no longer exists", "node", node, "lease", l.Name)
+		s.dispatch(write{name: l.Name, action: lease.Delete, rv: l.ResourceVersion, timeout: s.cfg.LeaseDuration})
+	}
+}
+
+func (s *state) event(ip netip.Addr, kind, reason, msg string) {
+	e, ok := s.entries[ip]
+	if !ok {
+		return
+	}
+	for _, key := range e.Services {
+		ns, name, _ := strings.Cut(key, "/")
+		if svc, err := s.a.services.Services(ns).Get(name); err == nil {
+			s.a.recorder.Event(svc, kind, reason, msg)
+		}
+	}
+}
+
+func (s *state) shutdown() error {
+	s.shutting = true
+	now := s.a.clk.Now()
+	v := s.view(now)
+	s.log.Info("shutting down: handing off what this node holds")
+	all, _ := s.a.leases.List(labels.Everything())
+	locks := s.observe(all, now)
+	for _, ip := range s.order {
+		name := lease.NameFor(ip)
+		l := s.effective(name, locks[name], now)
+		lk := s.lockOf(ip, l)
+		if lk == nil || lk.Holder != v.Self || s.inflight[name] || !v.Writable {
+			continue
+		}
+		d := lease.Decision{Action: lease.Release, Reason: "shutting down; no live eligible peer"}
+		if t := v.BestPeer(ip); t != "" {
+			d = lease.Decision{Action: lease.Handoff, Target: t, Reason: "shutting down"}
+		}
+		s.apply(v, ip, l, lk, d)
+	}
+	deadline := s.a.clk.After(2 * s.cfg.LeaseDuration)
+	for len(s.inflight) > 0 {
+		select {
+		case r := <-s.results:
+			s.writeDone(r)
+		case <-deadline:
+			s.log.Warn("gave up waiting for handoffs", "pending", len(s.inflight))
+			s.inflight = map[string]bool{}
+		}
+	}
+	for ip := range s.bound {
+		s.unbind(ip, "shutting down")
+	}
+	for _, cancel := range s.claimWatch {
+		cancel()
+	}
+	if err := s.removeHeartbeat(); err != nil {
+		s.log.Warn("delete heartbeat", "err", err)
+	}
+	s.log.Info("stopped")
+	return nil
+}
+
+// removeHeartbeat asks the heartbeat writer to delete the heartbeat, after
+// any renewal it has in flight, and waits for the answer.
+func (s *state) removeHeartbeat() error {
+	deadline := s.a.clk.After(2 * s.cfg.LeaseDuration)
+	req := renewal{remove: true, timeout: s.cfg.LeaseDuration}
+	for sent := false; ; {
+		var reqs chan renewal
+		if !sent {
+			reqs = s.renewReq
+		}
+		select {
+		case reqs <- req:
+			sent = true
+		case r := <-s.renewRes:
+			if r.remove {
+				return r.err
+			}
+		case <-deadline:
+			return fmt.Errorf("delete heartbeat: no answer within %s", 2*s.cfg.LeaseDuration)
+		}
+	}
+}

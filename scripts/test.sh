@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The test tiers of `make test`. With no argument: unit and privileged
+# tests, a short fuzz run, then the end-to-end suite on a real API server.
+# With "e2e": only the end-to-end suite.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+export GOFLAGS=${GOFLAGS:--mod=mod}
+
+if [[ "${1:-}" != e2e ]]; then
+	echo "== unit and privileged tests"
+	go test -count=1 ./internal/... ./daemon/... ./kubectl-eip/...
+	echo "== fuzz (short)"
+	scripts/fuzz.sh 5s
+fi
+
+echo "== test cluster binaries"
+EIP_K8S_BIN=$(scripts/build-k8s.sh | tail -n1)
+export EIP_K8S_BIN EIPD_BIN="$root/bin/eipd" KUBECTL_EIP_BIN="$root/bin/kubectl-eip"
+echo "== end-to-end suite"
+go test -count=1 -timeout 40m ./testenv/...
