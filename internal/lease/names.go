@@ -37,9 +37,15 @@ const (
 const heartbeatPrefix = "eip-node-"
 
 // NameFor is the name of the lock Lease of ip: "eip-" and the IP with '.'
-// and ':' replaced by '-', e.g. eip-10-0-0-5 and eip-2001-db8--5.
+// and ':' replaced by '-', e.g. eip-10-0-0-5 and eip-2001-db8--5. An IPv6
+// address ending in "::" is written with a final 0 (2001:db8:1::0, the same
+// address), because a Lease name must end with a letter or digit.
 func NameFor(ip netip.Addr) string {
-	return "eip-" + strings.NewReplacer(".", "-", ":", "-").Replace(ip.Unmap().String())
+	name := "eip-" + strings.NewReplacer(".", "-", ":", "-").Replace(ip.Unmap().String())
+	if strings.HasSuffix(name, "-") {
+		name += "0"
+	}
+	return name
 }
 
 // HeartbeatName is the name of the heartbeat Lease of node.
