@@ -1,0 +1,233 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sort"
+	"time"
+
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// Policy says how IPs are spread over nodes.
+type Policy string
+
+const (
+	// PolicySticky keeps an IP on its live holder.
+	PolicySticky Policy = "sticky"
+	// PolicySpread balances IPs evenly over live eligible nodes.
+	PolicySpread Policy = "spread"
+)
+
+// APILoss says what a node does with its IPs while it cannot reach the API server.
+type APILoss string
+
+const (
+	// APILossHold keeps serving, watching the wire for a new holder.
+	APILossHold APILoss = "hold"
+	// APILossFence unbinds everything after Config.FenceAfter.
+	APILossFence APILoss = "fence"
+)
+
+// Range is one line of the ranges key.
+type Range struct {
+	// Name is the optional name=... option, unique across ranges.
+	Name string
+	// Text is the line as written, without its comment, for messages.
+	Text string
+	// Line is the 1-based line number within the ranges value.
+	Line int
+	// First and Last are the inclusive ends, of the same family.
+	First, Last netip.Addr
+	// Prefix is set when the range was written as a CIDR, else zero.
+	Prefix netip.Prefix
+	// Bits is the prefix length used when binding an address of this range:
+	// the range's netmask option, else the family's default.
+	Bits int
+	// Iface is the range's iface option, else the global iface; may be "auto".
+	Iface string
+	// AutoAssign lets LoadBalancer Services be given addresses from this range.
+	AutoAssign bool
+}
+
+// Contains reports whether ip lies within r. Zoned and IPv4-mapped IPv6
+// addresses are never contained.
+func (r Range) Contains(ip netip.Addr) bool {
+	return ip.Zone() == "" && ip.BitLen() == r.First.BitLen() &&
+		r.First.Compare(ip) <= 0 && ip.Compare(r.Last) <= 0
+}
+
+// Unusable returns why ip, an address of r, must never be bound, or "" when
+// it may be. Only the network and broadcast addresses of an IPv4 range
+// written as a CIDR shorter than /31 are unusable: hosts on that subnet treat
+// them specially (RFC 919, RFC 3021 for /31).
+func (r Range) Unusable(ip netip.Addr) string {
+	if !r.Prefix.IsValid() || !r.Prefix.Addr().Is4() || r.Prefix.Bits() >= 31 {
+		return ""
+	}
+	switch ip {
+	case r.First:
+		return fmt.Sprintf("the network address of range %q", r.Text)
+	case r.Last:
+		return fmt.Sprintf("the broadcast address of range %q", r.Text)
+	}
+	return ""
+}
+
+// String returns the range as written.
+func (r Range) String() string { return r.Text }
+
+// sameEffect reports whether r and o bind the same addresses the same way.
+func (r Range) sameEffect(o Range) bool {
+	return r.Name == o.Name && r.First == o.First && r.Last == o.Last && r.Prefix == o.Prefix &&
+		r.Bits == o.Bits && r.Iface == o.Iface && r.AutoAssign == o.AutoAssign
+}
+
+// Config is the validated content of the eip-config ConfigMap.
+type Config struct {
+	// Iface is an interface name or "auto".
+	Iface string
+	// Netmask4 is the default prefix length for binding IPv4 addresses.
+	Netmask4 int
+	// Netmask6 is the default prefix length for binding IPv6 addresses.
+	Netmask6 int
+	// Policy spreads or keeps IPs.
+	Policy Policy
+	// NodeSelector selects eligible nodes. Nodes labelled
+	// node.kubernetes.io/exclude-from-external-load-balancers are excluded
+	// by the agent whatever the selector says.
+	NodeSelector labels.Selector
+	// LeaseDuration is how long a node's heartbeat may stay unchanged before
+	// peers judge the node dead.
+	LeaseDuration time.Duration
+	// RenewInterval is how often a node renews its heartbeat.
+	RenewInterval time.Duration
+	// APILoss is what a node does when it cannot reach the API server.
+	APILoss APILoss
+	// FenceAfter is, with APILossFence, how long after its last successful
+	// renewal was sent a node unbinds everything.
+	FenceAfter time.Duration
+	// PreferredNodes are node names in order of preference.
+	PreferredNodes []string
+	// Ranges are the address ranges eip may bind, sorted by First (IPv4
+	// before IPv6), never overlapping.
+	Ranges []Range
+	// Warnings are non-fatal findings, such as unknown keys.
+	Warnings []string
+}
+
+// Default returns the configuration used when the ConfigMap is empty or
+// missing. It has no ranges, so nothing is bound.
+func Default() Config {
+	const lease = 2 * time.Second
+	return Config{
+		Iface:         "auto",
+		Netmask4:      32,
+		Netmask6:      128,
+		Policy:        PolicySticky,
+		NodeSelector:  labels.Everything(),
+		LeaseDuration: lease,
+		RenewInterval: 500 * time.Millisecond,
+		APILoss:       APILossHold,
+		FenceAfter:    defaultFenceAfter(lease),
+	}
+}
+
+func defaultFenceAfter(lease time.Duration) time.Duration { return lease / 4 * 3 }
+
+// Binding is how an address is bound.
+type Binding struct {
+	// Range is the range holding the address; it points into Config.Ranges.
+	Range *Range
+	// Iface is the interface name, or "auto".
+	Iface string
+	// Bits is the prefix length given to the kernel.
+	Bits int
+}
+
+// Prefix returns ip with the binding's prefix length, as given to the kernel.
+func (b Binding) Prefix(ip netip.Addr) netip.Prefix { return netip.PrefixFrom(ip, b.Bits) }
+
+// Equal reports whether b and o put an address on the same interface with the
+// same prefix length: what the kernel sees. The ranges themselves are not
+// compared, so that Bindings from two Configs can be compared.
+func (b Binding) Equal(o Binding) bool { return b.Iface == o.Iface && b.Bits == o.Bits }
+
+// Lookup finds the range containing ip and how ip is bound; ok is false when
+// ip lies outside every range.
+func (c Config) Lookup(ip netip.Addr) (b Binding, ok bool) {
+	i := sort.Search(len(c.Ranges), func(i int) bool { return c.Ranges[i].Last.Compare(ip) >= 0 })
+	if i == len(c.Ranges) || !c.Ranges[i].Contains(ip) {
+		return Binding{}, false
+	}
+	r := &c.Ranges[i]
+	return Binding{Range: r, Iface: r.Iface, Bits: r.Bits}, true
+}
+
+// AddressLifetime is the kernel valid and preferred lifetime of a bound
+// address: LeaseDuration-RenewInterval truncated to whole seconds (the
+// kernel counts in seconds), at least 1s. An address not refreshed by a live
+// eipd thus disappears about when peers may judge its node dead.
+func (c Config) AddressLifetime() time.Duration {
+	return max(time.Second, (c.LeaseDuration - c.RenewInterval).Truncate(time.Second))
+}
+
+// RankStep is the delay per rank before a node tries to acquire a free IP:
+// RenewInterval/2 clamped to [50ms, 250ms]. The top-ranked live node tries at
+// once; the next one only if the first has not succeeded a step later. 50ms
+// is well above an API round trip on a healthy cluster, so the ranks rarely
+// collide (a collision costs a conflict and a re-read, never a double
+// holder); 250ms keeps a failover whose top-ranked survivor is itself slow
+// within lease-duration + 0.5s, the failover target.
+func (c Config) RankStep() time.Duration {
+	return min(max(c.RenewInterval/2, 50*time.Millisecond), 250*time.Millisecond)
+}
+
+// Equal reports whether c and o have the same effect. Warnings and the
+// text, line numbers and order of ranges are ignored.
+func (c Config) Equal(o Config) bool {
+	return c.Iface == o.Iface && c.Netmask4 == o.Netmask4 && c.Netmask6 == o.Netmask6 &&
+		c.Policy == o.Policy && selectorString(c.NodeSelector) == selectorString(o.NodeSelector) &&
+		c.LeaseDuration == o.LeaseDuration && c.RenewInterval == o.RenewInterval &&
+		c.APILoss == o.APILoss && c.FenceAfter == o.FenceAfter &&
+		slices.Equal(c.PreferredNodes, o.PreferredNodes) &&
+		slices.EqualFunc(c.Ranges, o.Ranges, Range.sameEffect)
+}
+
+func selectorString(s labels.Selector) string {
+	if s == nil {
+		return "<nil>"
+	}
+	return s.String()
+}
+
+// CheckReserved returns an error for every address of reserved (the nodes'
+// own addresses, mapped to the node's name) that lies inside a range: a
+// Service naming it could otherwise make eip answer for a node. Addresses
+// are checked in order, so the message is stable.
+func (c Config) CheckReserved(reserved map[netip.Addr]string) error {
+	addrs := make([]netip.Addr, 0, len(reserved))
+	for a := range reserved {
+		addrs = append(addrs, a)
+	}
+	slices.SortFunc(addrs, netip.Addr.Compare)
+	var errs error
+	for _, a := range addrs {
+		if b, ok := c.Lookup(a); ok {
+			errs = errors.Join(errs, fmt.Errorf("ranges line %d %q contains %s, %s",
+				b.Range.Line, b.Range.Text, a, NodeAddress(reserved[a])))
+		}
+	}
+	return errs
+}
+
+// NodeAddress describes a reserved address owned by node, so that every
+// package words it the same way.
+func NodeAddress(node string) string {
+	if node == "" {
+		return "a node's own address"
+	}
+	return fmt.Sprintf("the address of node %q", node)
+}

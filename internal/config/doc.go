@@ -1,0 +1,72 @@
+// Package config turns the data of the eip-config ConfigMap into a validated,
+// typed Config. It is the only place where configuration text is read; the
+// rest of eip sees durations, prefix lengths and address ranges.
+//
+// Guarantees: Parse either returns a Config that satisfies every rule below
+// or an error naming each offending key (errors.Join of all of them) with
+// the value, what is wrong and what is accepted. It never half-applies: the
+// caller keeps its last good Config when Parse fails. Unknown keys are not
+// errors; they are reported in Config.Warnings, with a suggestion when the
+// key looks like a misspelt known one.
+//
+// # Keys
+//
+// Every value may carry surrounding whitespace; an empty value means the
+// default.
+//
+//	iface           interface name (at most 15 bytes, no '/', ':' or
+//	                whitespace) or "auto": the interface whose connected
+//	                subnet contains the IP. Default "auto".
+//	netmask         prefix length used when binding IPv4 addresses, as a
+//	                length ("24", "/24") or a dotted mask ("255.255.255.0");
+//	                8 to 32. Default 32.
+//	netmask6        prefix length used when binding IPv6 addresses; 1 to 128.
+//	                Default 128.
+//	policy          "sticky" (default) or "spread".
+//	node-selector   label selector of eligible nodes, kubectl syntax
+//	                ("zone=a,!no-eip"). Default: every node.
+//	lease-duration  Go duration ("2s", "1500ms") or plain seconds ("2");
+//	                1s to 1h. Default 2s.
+//	renew-interval  same syntax; at least 100ms and at most half of
+//	                lease-duration, so that one late or lost renewal never
+//	                makes a live node look dead. Default 500ms.
+//	api-loss        "hold" (default) or "fence".
+//	fence-after     same syntax; longer than renew-interval and shorter than
+//	                lease-duration. Default 3/4 of lease-duration.
+//	preferred-nodes node names separated by commas or whitespace, in order of
+//	                preference. Default none.
+//	ranges          the address ranges eip may bind, one a line (below).
+//
+// # Ranges
+//
+// One range a line; '#' starts a comment that runs to the end of the line;
+// blank lines are ignored. A line is an address set followed by optional
+// space-separated options:
+//
+//	198.18.100.0/24                          a CIDR, written with its host bits clear
+//	198.18.100.10-198.18.100.20              an inclusive span (no spaces around '-')
+//	198.18.100.7                             a single address
+//	2001:db8:100::/120 name=v6 iface=eth1    options follow the address set
+//
+// Options:
+//
+//	name=NAME          a DNS label, unique across ranges; lets a Service ask for this range
+//	netmask=BITS       prefix length used when binding addresses of this range;
+//	                   IPv4 also accepts a dotted mask. Default: netmask or netmask6.
+//	iface=NAME         interface for this range, or "auto". Default: iface.
+//	auto-assign[=BOOL] LoadBalancer Services without an address may be given one
+//	                   from this range. Default false.
+//
+// Ranges must not overlap, must not use IPv4-mapped IPv6 forms (write
+// 198.18.0.1, not ::ffff:198.18.0.1) or zones, and must not include
+// addresses that no host may answer for: 0.0.0.0/8, loopback, link-local,
+// multicast, 255.255.255.255, ::, ::1, ::ffff:0:0/96, fe80::/10, ff00::/8.
+// This is what keeps a catch-all such as 0.0.0.0/0 out: the ranges are the
+// security boundary between who may create a Service and what a node will
+// answer for. The network and broadcast addresses of an IPv4 range written
+// as a CIDR shorter than /31 are part of the range but never used (see
+// Range.Unusable).
+//
+// Parse returns the ranges sorted by address (IPv4 first), which Lookup
+// relies on; build a Config through Parse rather than by hand.
+package config

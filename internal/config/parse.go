@@ -1,0 +1,211 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// The ConfigMap keys.
+const (
+	keyIface          = "iface"
+	keyNetmask        = "netmask"
+	keyNetmask6       = "netmask6"
+	keyPolicy         = "policy"
+	keyNodeSelector   = "node-selector"
+	keyLeaseDuration  = "lease-duration"
+	keyRenewInterval  = "renew-interval"
+	keyAPILoss        = "api-loss"
+	keyFenceAfter     = "fence-after"
+	keyPreferredNodes = "preferred-nodes"
+	keyRanges         = "ranges"
+)
+
+// Bounds of the durations, with the reason an operator is told.
+const (
+	minLease = time.Second
+	maxLease = time.Hour
+	minRenew = 100 * time.Millisecond
+)
+
+// Keys returns the ConfigMap keys Parse understands, in the order it reads them.
+func Keys() []string {
+	return []string{keyIface, keyNetmask, keyNetmask6, keyPolicy, keyNodeSelector,
+		keyLeaseDuration, keyRenewInterval, keyAPILoss, keyFenceAfter, keyPreferredNodes, keyRanges}
+}
+
+// Parse validates data, the ConfigMap's .data, and returns the Config it
+// describes. On failure the error names each offending key, says what is
+// wrong and what is accepted (several errors are joined with errors.Join),
+// and the returned Config holds only Warnings, which may explain the error
+// (a misspelt key). Empty or missing data gives Default().
+func Parse(data map[string]string) (Config, error) {
+	c := Default()
+	value := func(key string) (string, bool) {
+		v := strings.TrimSpace(data[key])
+		return v, v != ""
+	}
+	var errs error
+	bad := func(key, v string, err error) {
+		errs = errors.Join(errs, fmt.Errorf("%s %q %w", key, v, err))
+	}
+
+	if v, ok := value(keyIface); ok {
+		if err := checkIface(v); err != nil {
+			bad(keyIface, v, err)
+		} else {
+			c.Iface = v
+		}
+	}
+	if v, ok := value(keyNetmask); ok {
+		if n, err := parseBits(v, true); err != nil {
+			bad(keyNetmask, v, err)
+		} else {
+			c.Netmask4 = n
+		}
+	}
+	if v, ok := value(keyNetmask6); ok {
+		if n, err := parseBits(v, false); err != nil {
+			bad(keyNetmask6, v, err)
+		} else {
+			c.Netmask6 = n
+		}
+	}
+	if v, ok := value(keyPolicy); ok {
+		switch p := Policy(v); p {
+		case PolicySticky, PolicySpread:
+			c.Policy = p
+		default:
+			bad(keyPolicy, v, fmt.Errorf("is not a policy: use %q or %q", PolicySticky, PolicySpread))
+		}
+	}
+	if v, ok := value(keyNodeSelector); ok {
+		if s, err := labels.Parse(v); err != nil {
+			bad(keyNodeSelector, v, fmt.Errorf("is not a label selector (%w): use kubectl syntax such as \"zone=a,!no-eip\"", err))
+		} else {
+			c.NodeSelector = s
+		}
+	}
+	if v, ok := value(keyAPILoss); ok {
+		switch a := APILoss(v); a {
+		case APILossHold, APILossFence:
+			c.APILoss = a
+		default:
+			bad(keyAPILoss, v, fmt.Errorf("is not supported: use %q or %q", APILossHold, APILossFence))
+		}
+	}
+	errs = errors.Join(errs, c.parseDurations(value))
+	if v, ok := value(keyPreferredNodes); ok {
+		errs = errors.Join(errs, c.parsePreferredNodes(v))
+	}
+	if _, ok := value(keyRanges); ok {
+		// Untrimmed, so that line numbers match what the operator sees.
+		rs, err := parseRanges(data[keyRanges], c)
+		errs = errors.Join(errs, err)
+		c.Ranges = rs
+	}
+
+	known := Keys()
+	for _, k := range slices.Sorted(maps.Keys(data)) {
+		if !slices.Contains(known, k) {
+			c.Warnings = append(c.Warnings, fmt.Sprintf("unknown key %q ignored%s", k, didYouMean(k, known)))
+		}
+	}
+	if _, set := value(keyFenceAfter); set && c.APILoss != APILossFence {
+		c.Warnings = append(c.Warnings, fmt.Sprintf("%s has no effect unless %s is %q", keyFenceAfter, keyAPILoss, APILossFence))
+	}
+	if errs != nil {
+		return Config{Warnings: c.Warnings}, errs
+	}
+	return c, nil
+}
+
+// parseDurations reads lease-duration, renew-interval and fence-after and
+// checks them against each other.
+func (c *Config) parseDurations(value func(string) (string, bool)) error {
+	var errs error
+	read := func(key string, dst *time.Duration) (text string, ok bool) {
+		v, set := value(key)
+		if !set {
+			return fmt.Sprint(*dst), true
+		}
+		d, err := parseDuration(v)
+		if err != nil {
+			errs = errors.Join(errs, fmt.Errorf("%s %q %w", key, v, err))
+			return v, false
+		}
+		*dst = d
+		return v, true
+	}
+	lease, leaseOK := read(keyLeaseDuration, &c.LeaseDuration)
+	if _, set := value(keyFenceAfter); !set {
+		c.FenceAfter = defaultFenceAfter(c.LeaseDuration)
+	}
+	renew, renewOK := read(keyRenewInterval, &c.RenewInterval)
+	fence, fenceOK := read(keyFenceAfter, &c.FenceAfter)
+
+	if leaseOK {
+		switch {
+		case c.LeaseDuration < minLease:
+			errs = errors.Join(errs, fmt.Errorf("%s %q must be at least %v: bound addresses live whole seconds in the kernel and must expire before peers take over",
+				keyLeaseDuration, lease, minLease))
+			leaseOK = false
+		case c.LeaseDuration > maxLease:
+			errs = errors.Join(errs, fmt.Errorf("%s %q must be at most %v: it is how long IPs of a dead node stay unanswered",
+				keyLeaseDuration, lease, maxLease))
+			leaseOK = false
+		}
+	}
+	if renewOK && c.RenewInterval < minRenew {
+		errs = errors.Join(errs, fmt.Errorf("%s %q must be at least %v: every node writes its heartbeat once per renew-interval",
+			keyRenewInterval, renew, minRenew))
+		renewOK = false
+	}
+	if leaseOK && renewOK && c.RenewInterval > c.LeaseDuration/2 {
+		if c.RenewInterval >= c.LeaseDuration {
+			errs = errors.Join(errs, fmt.Errorf("%s %q must be shorter than %s %q: at most half of it, so that one late renewal does not make a live node look dead",
+				keyRenewInterval, renew, keyLeaseDuration, lease))
+		} else {
+			errs = errors.Join(errs, fmt.Errorf("%s %q must be at most half of %s %q, so that one late renewal does not make a live node look dead",
+				keyRenewInterval, renew, keyLeaseDuration, lease))
+		}
+	}
+	// The default fence-after, 3/4 of lease-duration, always fits when the
+	// other two do; judging it against a bad renew-interval would only add noise.
+	_, fenceSet := value(keyFenceAfter)
+	fenceOK = fenceOK && fenceSet
+	if fenceOK && leaseOK && c.FenceAfter >= c.LeaseDuration {
+		errs = errors.Join(errs, fmt.Errorf("%s %q must be shorter than %s %q: a fencing node must unbind before peers may take its IPs over",
+			keyFenceAfter, fence, keyLeaseDuration, lease))
+	}
+	if fenceOK && renewOK && c.FenceAfter <= c.RenewInterval {
+		errs = errors.Join(errs, fmt.Errorf("%s %q must be longer than %s %q: otherwise a healthy node fences between two renewals",
+			keyFenceAfter, fence, keyRenewInterval, renew))
+	}
+	return errs
+}
+
+// parsePreferredNodes reads node names separated by commas or whitespace.
+// A repeated name is dropped with a warning: only its first place counts.
+func (c *Config) parsePreferredNodes(v string) error {
+	var errs error
+	fields := strings.FieldsFunc(v, func(r rune) bool { return r == ',' || strings.ContainsRune(" \t\r\n", r) })
+	for _, n := range fields {
+		if msgs := validation.IsDNS1123Subdomain(n); len(msgs) > 0 {
+			errs = errors.Join(errs, fmt.Errorf("%s: %q is not a node name: %s", keyPreferredNodes, n, strings.Join(msgs, "; ")))
+			continue
+		}
+		if slices.Contains(c.PreferredNodes, n) {
+			c.Warnings = append(c.Warnings, fmt.Sprintf("%s lists %q more than once; its first place counts", keyPreferredNodes, n))
+			continue
+		}
+		c.PreferredNodes = append(c.PreferredNodes, n)
+	}
+	return errs
+}

@@ -1,0 +1,259 @@
+package config_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/eip-project/eip/internal/config"
+)
+
+func TestParseEmptyIsDefault(t *testing.T) {
+	for _, data := range []map[string]string{
+		nil,
+		{},
+		{"policy": "", "ranges": "  \n# nothing yet\n\n", "lease-duration": " \t"},
+	} {
+		got, err := config.Parse(data)
+		assert.NilError(t, err)
+		assertConfig(t, got, config.Default())
+		assert.Equal(t, len(got.Ranges), 0)
+	}
+}
+
+func TestDefault(t *testing.T) {
+	d := config.Default()
+	assert.Equal(t, d.Iface, "auto")
+	assert.Equal(t, d.Netmask4, 32)
+	assert.Equal(t, d.Netmask6, 128)
+	assert.Equal(t, d.Policy, config.PolicySticky)
+	assert.Assert(t, d.NodeSelector.Empty())
+	assert.Equal(t, d.LeaseDuration, 2*time.Second)
+	assert.Equal(t, d.RenewInterval, 500*time.Millisecond)
+	assert.Equal(t, d.APILoss, config.APILossHold)
+	assert.Equal(t, d.FenceAfter, 1500*time.Millisecond)
+	assert.Equal(t, len(d.PreferredNodes), 0)
+}
+
+// assertConfig compares everything Config.Equal compares, and the warnings.
+func assertConfig(t *testing.T, got, want config.Config) {
+	t.Helper()
+	assert.Assert(t, got.Equal(want), "got  %+v\nwant %+v", got, want)
+	assert.DeepEqual(t, got.Warnings, want.Warnings)
+}
+
+func TestParseKeys(t *testing.T) {
+	tests := []struct {
+		name string
+		data map[string]string
+		// want edits Default() into the expected Config; nil when an error is expected.
+		want func(c *config.Config)
+		err  []string
+	}{
+		// iface
+		{name: "iface name", data: map[string]string{"iface": "eth1"}, want: func(c *config.Config) { c.Iface = "eth1" }},
+		{name: "iface trimmed", data: map[string]string{"iface": " bond0.100\n"}, want: func(c *config.Config) { c.Iface = "bond0.100" }},
+		{name: "iface auto", data: map[string]string{"iface": "auto"}, want: func(*config.Config) {}},
+		{name: "iface 15 bytes", data: map[string]string{"iface": "abcdefghijklmno"}, want: func(c *config.Config) { c.Iface = "abcdefghijklmno" }},
+		{name: "iface too long", data: map[string]string{"iface": "abcdefghijklmnop"},
+			err: []string{`iface "abcdefghijklmnop" is longer than 15 bytes: use an interface name`}},
+		{name: "iface label", data: map[string]string{"iface": "eth0:1"}, err: []string{`iface "eth0:1" contains '/', ':' or a space`}},
+		{name: "iface slash", data: map[string]string{"iface": "a/b"}, err: []string{`iface "a/b" contains '/'`}},
+		{name: "iface space", data: map[string]string{"iface": "eth 0"}, err: []string{`iface "eth 0" contains`}},
+		{name: "iface dot", data: map[string]string{"iface": ".."}, err: []string{`iface ".." is not an interface name`}},
+
+		// netmask
+		{name: "netmask length", data: map[string]string{"netmask": "24"}, want: func(c *config.Config) { c.Netmask4 = 24 }},
+		{name: "netmask slash", data: map[string]string{"netmask": "/26"}, want: func(c *config.Config) { c.Netmask4 = 26 }},
+		{name: "netmask dotted", data: map[string]string{"netmask": " 255.255.255.0 "}, want: func(c *config.Config) { c.Netmask4 = 24 }},
+		{name: "netmask dotted 32", data: map[string]string{"netmask": "255.255.255.255"}, want: func(*config.Config) {}},
+		{name: "netmask dotted 8", data: map[string]string{"netmask": "255.0.0.0"}, want: func(c *config.Config) { c.Netmask4 = 8 }},
+		{name: "netmask too short", data: map[string]string{"netmask": "7"},
+			err: []string{`netmask "7" is out of range: use a prefix length from 8 to 32 or a dotted mask such as "255.255.255.0"`}},
+		{name: "netmask zero", data: map[string]string{"netmask": "0"}, err: []string{`netmask "0" is out of range`}},
+		{name: "netmask dotted zero", data: map[string]string{"netmask": "0.0.0.0"}, err: []string{`netmask "0.0.0.0" is out of range`}},
+		{name: "netmask too long", data: map[string]string{"netmask": "33"}, err: []string{`netmask "33" is out of range`}},
+		{name: "netmask gaps", data: map[string]string{"netmask": "255.0.255.0"}, err: []string{`netmask "255.0.255.0" is not a contiguous netmask`}},
+		{name: "netmask words", data: map[string]string{"netmask": "big"}, err: []string{`netmask "big" is not a netmask`}},
+		{name: "netmask short dotted", data: map[string]string{"netmask": "255.255.0"}, err: []string{`netmask "255.255.0" is not a netmask`}},
+		{name: "netmask ipv6", data: map[string]string{"netmask": "ffff::"}, err: []string{`netmask "ffff::" is not a netmask`}},
+
+		// netmask6
+		{name: "netmask6 64", data: map[string]string{"netmask6": "64"}, want: func(c *config.Config) { c.Netmask6 = 64 }},
+		{name: "netmask6 slash", data: map[string]string{"netmask6": "/120"}, want: func(c *config.Config) { c.Netmask6 = 120 }},
+		{name: "netmask6 1", data: map[string]string{"netmask6": "1"}, want: func(c *config.Config) { c.Netmask6 = 1 }},
+		{name: "netmask6 zero", data: map[string]string{"netmask6": "0"},
+			err: []string{`netmask6 "0" is out of range: use a prefix length from 1 to 128`}},
+		{name: "netmask6 129", data: map[string]string{"netmask6": "129"}, err: []string{`netmask6 "129" is out of range`}},
+		{name: "netmask6 dotted", data: map[string]string{"netmask6": "255.255.255.0"}, err: []string{`netmask6 "255.255.255.0" is not a netmask`}},
+
+		// policy
+		{name: "policy spread", data: map[string]string{"policy": "spread"}, want: func(c *config.Config) { c.Policy = config.PolicySpread }},
+		{name: "policy sticky", data: map[string]string{"policy": "sticky "}, want: func(*config.Config) {}},
+		{name: "policy case", data: map[string]string{"policy": "Sticky"},
+			err: []string{`policy "Sticky" is not a policy: use "sticky" or "spread"`}},
+
+		// node-selector
+		{name: "selector", data: map[string]string{"node-selector": "zone in (a,b), !no-eip"},
+			want: func(c *config.Config) { c.NodeSelector = mustSelector(t, "zone in (a,b),!no-eip") }},
+		{name: "selector bad", data: map[string]string{"node-selector": "zone a"},
+			err: []string{`node-selector "zone a" is not a label selector (`, `use kubectl syntax such as "zone=a,!no-eip"`}},
+		{name: "selector bad value", data: map[string]string{"node-selector": "zone=a b"}, err: []string{`node-selector "zone=a b" is not a label selector`}},
+
+		// lease-duration
+		{name: "lease go", data: map[string]string{"lease-duration": "4s"},
+			want: func(c *config.Config) { c.LeaseDuration, c.FenceAfter = 4*time.Second, 3*time.Second }},
+		{name: "lease seconds", data: map[string]string{"lease-duration": "10"},
+			want: func(c *config.Config) { c.LeaseDuration, c.FenceAfter = 10*time.Second, 7500*time.Millisecond }},
+		{name: "lease fractional seconds", data: map[string]string{"lease-duration": "1.5"},
+			want: func(c *config.Config) { c.LeaseDuration, c.FenceAfter = 1500*time.Millisecond, 1125*time.Millisecond }},
+		{name: "lease ms", data: map[string]string{"lease-duration": "1000ms"},
+			want: func(c *config.Config) { c.LeaseDuration, c.FenceAfter = time.Second, 750*time.Millisecond }},
+		{name: "lease 1h", data: map[string]string{"lease-duration": "1h"},
+			want: func(c *config.Config) { c.LeaseDuration, c.FenceAfter = time.Hour, 45*time.Minute }},
+		{name: "lease words", data: map[string]string{"lease-duration": "two seconds"},
+			err: []string{`lease-duration "two seconds" is not a duration: use a Go duration such as "2s" or "1500ms", or seconds such as "2"`}},
+		{name: "lease exponent", data: map[string]string{"lease-duration": "1e3"}, err: []string{`lease-duration "1e3" is not a duration`}},
+		{name: "lease two dots", data: map[string]string{"lease-duration": "1.2.3"}, err: []string{`lease-duration "1.2.3" is not a duration`}},
+		{name: "lease zero", data: map[string]string{"lease-duration": "0"}, err: []string{`lease-duration "0" must be positive`}},
+		{name: "lease negative", data: map[string]string{"lease-duration": "-2s"}, err: []string{`lease-duration "-2s" must be positive`}},
+		{name: "lease short", data: map[string]string{"lease-duration": "900ms"},
+			err: []string{`lease-duration "900ms" must be at least 1s: bound addresses live whole seconds`}},
+		{name: "lease long", data: map[string]string{"lease-duration": "61m"}, err: []string{`lease-duration "61m" must be at most 1h0m0s`}},
+		{name: "lease overflow", data: map[string]string{"lease-duration": "99999999999999999999"}, err: []string{`lease-duration "99999999999999999999" is not a duration`}},
+
+		// renew-interval
+		{name: "renew half", data: map[string]string{"renew-interval": "1s"}, want: func(c *config.Config) { c.RenewInterval = time.Second }},
+		{name: "renew seconds", data: map[string]string{"renew-interval": "0.25"}, want: func(c *config.Config) { c.RenewInterval = 250 * time.Millisecond }},
+		{name: "renew min", data: map[string]string{"renew-interval": "100ms"}, want: func(c *config.Config) { c.RenewInterval = 100 * time.Millisecond }},
+		{name: "renew longer than lease", data: map[string]string{"renew-interval": "3s"},
+			err: []string{`renew-interval "3s" must be shorter than lease-duration "2s": at most half of it, so that one late renewal does not make a live node look dead`}},
+		{name: "renew equal to lease", data: map[string]string{"renew-interval": "2s", "lease-duration": "2"},
+			err: []string{`renew-interval "2s" must be shorter than lease-duration "2"`}},
+		{name: "renew over half", data: map[string]string{"renew-interval": "1100ms"},
+			err: []string{`renew-interval "1100ms" must be at most half of lease-duration "2s", so that one late renewal`}},
+		{name: "renew against bad lease", data: map[string]string{"renew-interval": "5s", "lease-duration": "x"},
+			err: []string{`lease-duration "x" is not a duration`}},
+		{name: "renew too fast", data: map[string]string{"renew-interval": "50ms"},
+			err: []string{`renew-interval "50ms" must be at least 100ms: every node writes its heartbeat once per renew-interval`}},
+		{name: "renew zero", data: map[string]string{"renew-interval": "0s"}, err: []string{`renew-interval "0s" must be positive`}},
+		{name: "renew negative", data: map[string]string{"renew-interval": "-1"}, err: []string{`renew-interval "-1" is not a duration`}},
+		{name: "renew words", data: map[string]string{"renew-interval": "fast"}, err: []string{`renew-interval "fast" is not a duration`}},
+
+		// api-loss and fence-after
+		{name: "api-loss fence", data: map[string]string{"api-loss": "fence"}, want: func(c *config.Config) { c.APILoss = config.APILossFence }},
+		{name: "api-loss hold", data: map[string]string{"api-loss": "hold"}, want: func(*config.Config) {}},
+		{name: "api-loss bad", data: map[string]string{"api-loss": "panic"}, err: []string{`api-loss "panic" is not supported: use "hold" or "fence"`}},
+		{name: "fence-after", data: map[string]string{"api-loss": "fence", "fence-after": "1s"},
+			want: func(c *config.Config) { c.APILoss, c.FenceAfter = config.APILossFence, time.Second }},
+		{name: "fence-after follows lease", data: map[string]string{"api-loss": "fence", "lease-duration": "8s", "renew-interval": "2s"},
+			want: func(c *config.Config) {
+				c.APILoss, c.LeaseDuration, c.RenewInterval, c.FenceAfter = config.APILossFence, 8*time.Second, 2*time.Second, 6*time.Second
+			}},
+		{name: "fence-after with hold", data: map[string]string{"fence-after": "1s"},
+			want: func(c *config.Config) {
+				c.FenceAfter = time.Second
+				c.Warnings = []string{`fence-after has no effect unless api-loss is "fence"`}
+			}},
+		{name: "fence-after equal to lease", data: map[string]string{"api-loss": "fence", "fence-after": "2s"},
+			err: []string{`fence-after "2s" must be shorter than lease-duration "2s": a fencing node must unbind before peers may take its IPs over`}},
+		{name: "fence-after before renewal", data: map[string]string{"api-loss": "fence", "fence-after": "500ms"},
+			err: []string{`fence-after "500ms" must be longer than renew-interval "500ms": otherwise a healthy node fences between two renewals`}},
+		{name: "fence-after bad", data: map[string]string{"fence-after": "soon"}, err: []string{`fence-after "soon" is not a duration`}},
+
+		// preferred-nodes
+		{name: "preferred", data: map[string]string{"preferred-nodes": "node-b, node-a\n\tnode-c.example.com,,"},
+			want: func(c *config.Config) { c.PreferredNodes = []string{"node-b", "node-a", "node-c.example.com"} }},
+		{name: "preferred repeated", data: map[string]string{"preferred-nodes": "a b a"},
+			want: func(c *config.Config) {
+				c.PreferredNodes = []string{"a", "b"}
+				c.Warnings = []string{`preferred-nodes lists "a" more than once; its first place counts`}
+			}},
+		{name: "preferred bad name", data: map[string]string{"preferred-nodes": "a Node_B"},
+			err: []string{`preferred-nodes: "Node_B" is not a node name: a lowercase RFC 1123 subdomain`}},
+
+		// unknown keys
+		{name: "unknown misspelt", data: map[string]string{"polcy": "spread"},
+			want: func(c *config.Config) { c.Warnings = []string{`unknown key "polcy" ignored (did you mean "policy"?)`} }},
+		{name: "unknown camel case", data: map[string]string{"leaseDuration": "3s", "renewinterval": "1s"},
+			want: func(c *config.Config) {
+				c.Warnings = []string{
+					`unknown key "leaseDuration" ignored (did you mean "lease-duration"?)`,
+					`unknown key "renewinterval" ignored (did you mean "renew-interval"?)`,
+				}
+			}},
+		{name: "unknown unrelated", data: map[string]string{"colour": "blue"},
+			want: func(c *config.Config) { c.Warnings = []string{`unknown key "colour" ignored`} }},
+
+		// several errors at once
+		{name: "errors joined", data: map[string]string{"policy": "x", "api-loss": "y", "netmask": "40", "ranges": "198.18.0.0/33"},
+			err: []string{`netmask "40" is out of range`, `policy "x" is not a policy`, `api-loss "y" is not supported`,
+				`ranges line 1 "198.18.0.0/33": "198.18.0.0/33" is not a CIDR`}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := config.Parse(tc.data)
+			if tc.want == nil {
+				assert.Assert(t, len(tc.err) > 0, "a test case needs want or err")
+				assert.Assert(t, err != nil, "no error; got %+v", got)
+				for _, e := range tc.err {
+					assert.ErrorContains(t, err, e)
+				}
+				assert.Equal(t, len(got.Ranges), 0, "a failed Parse returns no ranges")
+				return
+			}
+			assert.NilError(t, err)
+			want := config.Default()
+			tc.want(&want)
+			assertConfig(t, got, want)
+		})
+	}
+}
+
+func mustSelector(t *testing.T, s string) labels.Selector {
+	t.Helper()
+	sel, err := labels.Parse(s)
+	assert.NilError(t, err)
+	return sel
+}
+
+func TestParseSelectorMatches(t *testing.T) {
+	c, err := config.Parse(map[string]string{"node-selector": "zone=a,!no-eip"})
+	assert.NilError(t, err)
+	assert.Assert(t, c.NodeSelector.Matches(labels.Set{"zone": "a"}))
+	assert.Assert(t, !c.NodeSelector.Matches(labels.Set{"zone": "a", "no-eip": ""}))
+	assert.Assert(t, !c.NodeSelector.Matches(labels.Set{"zone": "b"}))
+}
+
+func TestParseErrorKeepsWarnings(t *testing.T) {
+	got, err := config.Parse(map[string]string{"polciy": "spread", "policy": "spraed"})
+	assert.ErrorContains(t, err, `policy "spraed" is not a policy`)
+	assert.DeepEqual(t, got.Warnings, []string{`unknown key "polciy" ignored (did you mean "policy"?)`})
+}
+
+func TestParseErrorOneLinePerProblem(t *testing.T) {
+	_, err := config.Parse(map[string]string{
+		"iface":          "a/b",
+		"lease-duration": "0",
+		"ranges":         "198.18.0.0/24\n198.18.0.0/25\nnonsense",
+	})
+	assert.Assert(t, err != nil)
+	lines := strings.Split(err.Error(), "\n")
+	assert.Equal(t, len(lines), 4, "%s", err)
+}
+
+func TestKeys(t *testing.T) {
+	// Every key Parse reads must be listed, or setting it would also warn.
+	data := map[string]string{}
+	for _, k := range config.Keys() {
+		data[k] = " "
+	}
+	c, err := config.Parse(data)
+	assert.NilError(t, err)
+	assert.Equal(t, len(c.Warnings), 0, fmt.Sprint(c.Warnings))
+	assert.Equal(t, len(config.Keys()), 11)
+}

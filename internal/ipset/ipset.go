@@ -1,0 +1,125 @@
+package ipset
+
+import (
+	"cmp"
+	"net/netip"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/eip-project/eip/internal/config"
+)
+
+// LoadBalancerClass is the spec.loadBalancerClass that names eip. Services of
+// type LoadBalancer with no class are served too.
+const LoadBalancerClass = "eip.io/eip"
+
+// Entry is one managed IP.
+type Entry struct {
+	IP netip.Addr
+	// Services name the IP, as "namespace/name", sorted, without repeats.
+	Services []string
+	// Binding is how the IP is bound; Binding.Range points into the Config
+	// given to Compute.
+	Binding config.Binding
+}
+
+// Rejection is an IP that a Service names but eip will not bind.
+type Rejection struct {
+	// Service is "namespace/name".
+	Service string
+	// IP is the text the Service gives.
+	IP string
+	// Reason is a sentence fragment for events and status, such as
+	// "outside every configured range": "external IP 1.2.3.4 not managed: " + Reason.
+	Reason string
+}
+
+// IsOurs reports whether eip serves svc as its load balancer: svc is of type
+// LoadBalancer and its spec.loadBalancerClass is unset or LoadBalancerClass.
+func IsOurs(svc *corev1.Service) bool {
+	return svc.Spec.Type == corev1.ServiceTypeLoadBalancer &&
+		(svc.Spec.LoadBalancerClass == nil || *svc.Spec.LoadBalancerClass == LoadBalancerClass)
+}
+
+// Compute returns the managed IPs sorted (numerically, IPv4 before IPv6) and
+// the refused (Service, IP) pairs sorted by Service then IP. The IPs come
+// from spec.externalIPs of every Service and from
+// status.loadBalancer.ingress[].ip of the Services IsOurs accepts. reserved
+// holds the nodes' own addresses, each mapped to its node's name; they are
+// never managed. Cost: O(IPs · log(IPs + ranges)).
+func Compute(services []*corev1.Service, cfg config.Config, reserved map[netip.Addr]string) ([]Entry, []Rejection) {
+	// Most Services name one IP: size for that to avoid regrowing.
+	var (
+		entries    = make([]Entry, 0, len(services))
+		rejections []Rejection
+		index      = make(map[netip.Addr]int, len(services))
+	)
+	add := func(service, text string) {
+		ip, err := netip.ParseAddr(text)
+		if err != nil {
+			rejections = append(rejections, Rejection{Service: service, IP: text, Reason: "not a valid IP address"})
+			return
+		}
+		if i, ok := index[ip]; ok {
+			entries[i].Services = append(entries[i].Services, service)
+			return
+		}
+		b, reason := judge(ip, cfg, reserved)
+		if reason != "" {
+			rejections = append(rejections, Rejection{Service: service, IP: text, Reason: reason})
+			return
+		}
+		index[ip] = len(entries)
+		entries = append(entries, Entry{IP: ip, Services: []string{service}, Binding: b})
+	}
+	for _, svc := range services {
+		if svc == nil {
+			continue
+		}
+		name := svc.Namespace + "/" + svc.Name
+		for _, text := range svc.Spec.ExternalIPs {
+			add(name, text)
+		}
+		if IsOurs(svc) {
+			for _, ing := range svc.Status.LoadBalancer.Ingress {
+				if ing.IP != "" { // a hostname-only ingress names no IP
+					add(name, ing.IP)
+				}
+			}
+		}
+	}
+
+	slices.SortFunc(entries, func(a, b Entry) int { return a.IP.Compare(b.IP) })
+	for i := range entries {
+		if s := entries[i].Services; len(s) > 1 {
+			slices.Sort(s)
+			entries[i].Services = slices.Compact(s)
+		}
+	}
+	slices.SortFunc(rejections, func(a, b Rejection) int {
+		return cmp.Or(cmp.Compare(a.Service, b.Service), cmp.Compare(a.IP, b.IP))
+	})
+	return entries, slices.Compact(rejections)
+}
+
+// judge returns how ip is bound, or why it is not.
+func judge(ip netip.Addr, cfg config.Config, reserved map[netip.Addr]string) (config.Binding, string) {
+	if reason := config.Unusable(ip); reason != "" {
+		return config.Binding{}, reason
+	}
+	if node, ok := reserved[ip]; ok {
+		return config.Binding{}, config.NodeAddress(node)
+	}
+	if len(cfg.Ranges) == 0 {
+		return config.Binding{}, "no ranges are configured"
+	}
+	b, ok := cfg.Lookup(ip)
+	if !ok {
+		return config.Binding{}, "outside every configured range"
+	}
+	if reason := b.Range.Unusable(ip); reason != "" {
+		return config.Binding{}, reason
+	}
+	return b, ""
+}

@@ -1,0 +1,358 @@
+package ipset_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"gotest.tools/v3/assert"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/eip-project/eip/internal/config"
+	"github.com/eip-project/eip/internal/ipset"
+)
+
+const ranges = `
+198.18.0.0/24 name=lan
+198.18.1.0/31 iface=eth1
+198.18.2.10-198.18.2.20 netmask=24 iface=eth2
+2001:db8::/120 name=v6 netmask=64
+`
+
+type option func(*corev1.Service)
+
+func service(nsName string, opts ...option) *corev1.Service {
+	ns, name, _ := strings.Cut(nsName, "/")
+	s := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP},
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+func externalIPs(ips ...string) option {
+	return func(s *corev1.Service) { s.Spec.ExternalIPs = append(s.Spec.ExternalIPs, ips...) }
+}
+
+// loadBalancer makes s of type LoadBalancer with the given class ("" for
+// none) and status ingress IPs.
+func loadBalancer(class string, ips ...string) option {
+	return func(s *corev1.Service) {
+		s.Spec.Type = corev1.ServiceTypeLoadBalancer
+		if class != "" {
+			s.Spec.LoadBalancerClass = &class
+		}
+		ingress(ips...)(s)
+	}
+}
+
+// ingress sets status ingress IPs without touching the type.
+func ingress(ips ...string) option {
+	return func(s *corev1.Service) {
+		for _, ip := range ips {
+			s.Status.LoadBalancer.Ingress = append(s.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: ip})
+		}
+	}
+}
+
+// entry is an Entry in a form that is easy to write and compare.
+type entry struct {
+	IP       string
+	Services []string
+	Range    string
+	Iface    string
+	Bits     int
+}
+
+func flatten(es []ipset.Entry) []entry {
+	var out []entry
+	for _, e := range es {
+		out = append(out, entry{IP: e.IP.String(), Services: e.Services, Range: e.Binding.Range.Text, Iface: e.Binding.Iface, Bits: e.Binding.Bits})
+	}
+	return out
+}
+
+func mustParse(t testing.TB, data map[string]string) config.Config {
+	t.Helper()
+	c, err := config.Parse(data)
+	assert.NilError(t, err)
+	return c
+}
+
+func TestCompute(t *testing.T) {
+	cfg := mustParse(t, map[string]string{"ranges": ranges, "iface": "eth0"})
+	lan := func(ip string, svcs ...string) entry {
+		return entry{IP: ip, Services: svcs, Range: "198.18.0.0/24 name=lan", Iface: "eth0", Bits: 32}
+	}
+	v6 := func(ip string, svcs ...string) entry {
+		return entry{IP: ip, Services: svcs, Range: "2001:db8::/120 name=v6 netmask=64", Iface: "eth0", Bits: 64}
+	}
+	reserved := map[netip.Addr]string{netip.MustParseAddr("198.18.0.250"): "node-a", netip.MustParseAddr("2001:db8::aa"): "node-b"}
+	tests := []struct {
+		name       string
+		services   []*corev1.Service
+		want       []entry
+		rejections []ipset.Rejection
+	}{
+		{name: "nothing"},
+		{
+			name:     "external IPs of any type",
+			services: []*corev1.Service{service("a/web", externalIPs("198.18.0.5", "198.18.0.6")), service("b/np", externalIPs("198.18.0.7"), func(s *corev1.Service) { s.Spec.Type = corev1.ServiceTypeNodePort })},
+			want:     []entry{lan("198.18.0.5", "a/web"), lan("198.18.0.6", "a/web"), lan("198.18.0.7", "b/np")},
+		},
+		{
+			name: "load balancer ingress by class",
+			services: []*corev1.Service{
+				service("a/no-class", loadBalancer("", "198.18.0.10")),
+				service("a/ours", loadBalancer(ipset.LoadBalancerClass, "198.18.0.11")),
+				service("a/other", loadBalancer("metallb.io/metallb", "198.18.0.12")),
+				service("a/stale-status", ingress("198.18.0.13")), // no longer a LoadBalancer
+				service("a/hostname", loadBalancer(""), func(s *corev1.Service) {
+					s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{Hostname: "lb.example.com"}}
+				}),
+				service("a/pending", loadBalancer("")),
+			},
+			want: []entry{lan("198.18.0.10", "a/no-class"), lan("198.18.0.11", "a/ours")},
+		},
+		{
+			name: "external IPs of another class still count",
+			services: []*corev1.Service{
+				service("a/other", loadBalancer("metallb.io/metallb", "198.18.0.12"), externalIPs("198.18.0.14")),
+			},
+			want: []entry{lan("198.18.0.14", "a/other")},
+		},
+		{
+			name: "one IP, several Services",
+			services: []*corev1.Service{
+				service("z/last", externalIPs("198.18.0.20")),
+				service("a/first", externalIPs("198.18.0.20")),
+				service("m/lb", loadBalancer("", "198.18.0.20")),
+				service("a/both", externalIPs("198.18.0.21", "198.18.0.21"), loadBalancer("", "198.18.0.21")),
+			},
+			want: []entry{lan("198.18.0.20", "a/first", "m/lb", "z/last"), lan("198.18.0.21", "a/both")},
+		},
+		{
+			name: "IPv6 spellings are one IP",
+			services: []*corev1.Service{
+				service("a/x", externalIPs("2001:db8::5")),
+				service("a/y", externalIPs("2001:DB8:0:0::5")),
+				service("a/z", externalIPs("2001:0db8::0005")),
+			},
+			want: []entry{v6("2001:db8::5", "a/x", "a/y", "a/z")},
+		},
+		{
+			name: "sorted numerically, IPv4 first",
+			services: []*corev1.Service{
+				service("a/a", externalIPs("2001:db8::10", "198.18.0.100", "2001:db8::9", "198.18.0.9", "198.18.0.10")),
+			},
+			want: []entry{lan("198.18.0.9", "a/a"), lan("198.18.0.10", "a/a"), lan("198.18.0.100", "a/a"), v6("2001:db8::9", "a/a"), v6("2001:db8::10", "a/a")},
+		},
+		{
+			name: "binding follows the range",
+			services: []*corev1.Service{
+				service("a/a", externalIPs("198.18.1.0", "198.18.1.1", "198.18.2.10", "198.18.2.20")),
+			},
+			want: []entry{
+				{IP: "198.18.1.0", Services: []string{"a/a"}, Range: "198.18.1.0/31 iface=eth1", Iface: "eth1", Bits: 32},
+				{IP: "198.18.1.1", Services: []string{"a/a"}, Range: "198.18.1.0/31 iface=eth1", Iface: "eth1", Bits: 32},
+				{IP: "198.18.2.10", Services: []string{"a/a"}, Range: "198.18.2.10-198.18.2.20 netmask=24 iface=eth2", Iface: "eth2", Bits: 24},
+				{IP: "198.18.2.20", Services: []string{"a/a"}, Range: "198.18.2.10-198.18.2.20 netmask=24 iface=eth2", Iface: "eth2", Bits: 24},
+			},
+		},
+		{
+			name: "outside every range",
+			services: []*corev1.Service{
+				service("a/gw", externalIPs("198.18.3.1", "198.18.0.5")),
+				service("a/lb", loadBalancer("", "192.0.2.1")),
+				service("a/v6", externalIPs("2001:db8::100", "2001:db8::ff")),
+				service("a/edge", externalIPs("198.18.2.9", "198.18.2.21")),
+			},
+			want: []entry{lan("198.18.0.5", "a/gw"), v6("2001:db8::ff", "a/v6")},
+			rejections: []ipset.Rejection{
+				{Service: "a/edge", IP: "198.18.2.21", Reason: "outside every configured range"},
+				{Service: "a/edge", IP: "198.18.2.9", Reason: "outside every configured range"},
+				{Service: "a/gw", IP: "198.18.3.1", Reason: "outside every configured range"},
+				{Service: "a/lb", IP: "192.0.2.1", Reason: "outside every configured range"},
+				{Service: "a/v6", IP: "2001:db8::100", Reason: "outside every configured range"},
+			},
+		},
+		{
+			name: "mapped forms, zones and garbage",
+			services: []*corev1.Service{
+				service("a/mapped", externalIPs("::ffff:198.18.0.5", "::ffff:c612:6"), loadBalancer("", "::ffff:198.18.0.7")),
+				service("a/zone", externalIPs("2001:db8::5%eth0")),
+				service("a/bad", externalIPs("198.18.0.300", "", "web.example.com", " 198.18.0.5", "198.18.0.05", "198.18.0.0/24")),
+			},
+			rejections: []ipset.Rejection{
+				{Service: "a/bad", IP: "", Reason: "not a valid IP address"},
+				{Service: "a/bad", IP: " 198.18.0.5", Reason: "not a valid IP address"},
+				{Service: "a/bad", IP: "198.18.0.0/24", Reason: "not a valid IP address"},
+				{Service: "a/bad", IP: "198.18.0.05", Reason: "not a valid IP address"},
+				{Service: "a/bad", IP: "198.18.0.300", Reason: "not a valid IP address"},
+				{Service: "a/bad", IP: "web.example.com", Reason: "not a valid IP address"},
+				{Service: "a/mapped", IP: "::ffff:198.18.0.5", Reason: "an IPv4-mapped IPv6 address (write 198.18.0.5)"},
+				{Service: "a/mapped", IP: "::ffff:198.18.0.7", Reason: "an IPv4-mapped IPv6 address (write 198.18.0.7)"},
+				{Service: "a/mapped", IP: "::ffff:c612:6", Reason: "an IPv4-mapped IPv6 address (write 198.18.0.6)"},
+				{Service: "a/zone", IP: "2001:db8::5%eth0", Reason: "an address with an IPv6 zone"},
+			},
+		},
+		{
+			name: "addresses nobody may answer for",
+			services: []*corev1.Service{
+				service("a/s", externalIPs("0.0.0.0", "127.0.0.1", "224.0.0.1", "169.254.1.1", "255.255.255.255", "::", "::1", "fe80::1", "ff02::1")),
+			},
+			rejections: []ipset.Rejection{
+				{Service: "a/s", IP: "0.0.0.0", Reason: `an address of 0.0.0.0/8 ("this network")`},
+				{Service: "a/s", IP: "127.0.0.1", Reason: "a loopback address"},
+				{Service: "a/s", IP: "169.254.1.1", Reason: "a link-local address"},
+				{Service: "a/s", IP: "224.0.0.1", Reason: "a multicast address"},
+				{Service: "a/s", IP: "255.255.255.255", Reason: "the limited broadcast address"},
+				{Service: "a/s", IP: "::", Reason: "the unspecified address"},
+				{Service: "a/s", IP: "::1", Reason: "a loopback address"},
+				{Service: "a/s", IP: "fe80::1", Reason: "a link-local address"},
+				{Service: "a/s", IP: "ff02::1", Reason: "a multicast address"},
+			},
+		},
+		{
+			name: "network and broadcast of a CIDR range",
+			services: []*corev1.Service{
+				service("a/net", externalIPs("198.18.0.0")),
+				service("a/bcast", loadBalancer("", "198.18.0.255")),
+				service("a/ok", externalIPs("198.18.0.1", "198.18.0.254", "2001:db8::", "2001:db8::ff")),
+			},
+			want: []entry{lan("198.18.0.1", "a/ok"), lan("198.18.0.254", "a/ok"), v6("2001:db8::", "a/ok"), v6("2001:db8::ff", "a/ok")},
+			rejections: []ipset.Rejection{
+				{Service: "a/bcast", IP: "198.18.0.255", Reason: `the broadcast address of range "198.18.0.0/24 name=lan"`},
+				{Service: "a/net", IP: "198.18.0.0", Reason: `the network address of range "198.18.0.0/24 name=lan"`},
+			},
+		},
+		{
+			name: "the nodes' own addresses",
+			services: []*corev1.Service{
+				service("a/steal", externalIPs("198.18.0.250", "2001:db8::aa"), loadBalancer("", "198.18.0.250")),
+			},
+			rejections: []ipset.Rejection{
+				{Service: "a/steal", IP: "198.18.0.250", Reason: `the address of node "node-a"`},
+				{Service: "a/steal", IP: "2001:db8::aa", Reason: `the address of node "node-b"`},
+			},
+		},
+		{
+			name: "a refused IP does not spoil another Service's good one",
+			services: []*corev1.Service{
+				service("a/good", externalIPs("198.18.0.30")),
+				service("a/bad", externalIPs("::ffff:198.18.0.30")),
+			},
+			want:       []entry{lan("198.18.0.30", "a/good")},
+			rejections: []ipset.Rejection{{Service: "a/bad", IP: "::ffff:198.18.0.30", Reason: "an IPv4-mapped IPv6 address (write 198.18.0.30)"}},
+		},
+		{
+			name:     "nil Services are skipped",
+			services: []*corev1.Service{nil, service("a/x", externalIPs("198.18.0.40")), nil},
+			want:     []entry{lan("198.18.0.40", "a/x")},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			entries, rejections := ipset.Compute(tc.services, cfg, reserved)
+			assert.DeepEqual(t, flatten(entries), tc.want)
+			assert.DeepEqual(t, rejections, tc.rejections)
+			for _, e := range entries {
+				assert.Assert(t, e.Binding.Range.Contains(e.IP), e.IP)
+			}
+		})
+	}
+}
+
+func TestComputeNoRanges(t *testing.T) {
+	entries, rejections := ipset.Compute([]*corev1.Service{service("a/x", externalIPs("198.18.0.5"))}, config.Default(), nil)
+	assert.Equal(t, len(entries), 0)
+	assert.DeepEqual(t, rejections, []ipset.Rejection{{Service: "a/x", IP: "198.18.0.5", Reason: "no ranges are configured"}})
+}
+
+func TestComputeBindingPointsIntoConfig(t *testing.T) {
+	cfg := mustParse(t, map[string]string{"ranges": ranges})
+	entries, _ := ipset.Compute([]*corev1.Service{service("a/x", externalIPs("2001:db8::1"))}, cfg, nil)
+	assert.Equal(t, len(entries), 1)
+	assert.Assert(t, entries[0].Binding.Range == &cfg.Ranges[3])
+}
+
+// TestComputeOrderIndependent: informers deliver Services in any order; the
+// result must not depend on it.
+func TestComputeOrderIndependent(t *testing.T) {
+	cfg := mustParse(t, map[string]string{"ranges": ranges})
+	services := benchServices(300)
+	services = append(services,
+		service("x/dup1", externalIPs("198.18.0.5", "::ffff:198.18.0.5")),
+		service("x/dup2", loadBalancer("", "198.18.0.5", "203.0.113.9")),
+	)
+	wantEntries, wantRejections := ipset.Compute(services, cfg, nil)
+	assert.Assert(t, len(wantEntries) > 0 && len(wantRejections) > 0)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 20 {
+		rng.Shuffle(len(services), func(i, j int) { services[i], services[j] = services[j], services[i] })
+		entries, rejections := ipset.Compute(services, cfg, nil)
+		assert.DeepEqual(t, flatten(entries), flatten(wantEntries))
+		assert.DeepEqual(t, rejections, wantRejections)
+	}
+}
+
+func TestIsOurs(t *testing.T) {
+	assert.Assert(t, ipset.IsOurs(service("a/b", loadBalancer(""))))
+	assert.Assert(t, ipset.IsOurs(service("a/b", loadBalancer(ipset.LoadBalancerClass))))
+	assert.Assert(t, !ipset.IsOurs(service("a/b", loadBalancer("example.com/other"))))
+	assert.Assert(t, !ipset.IsOurs(service("a/b")))
+}
+
+// benchServices returns n Services: most with one external IP of their own,
+// every tenth a LoadBalancer with an IPv6 ingress, every fiftieth sharing an
+// IP with another, every hundredth naming an IP outside the ranges.
+func benchServices(n int) []*corev1.Service {
+	out := make([]*corev1.Service, 0, n)
+	for i := range n {
+		name := fmt.Sprintf("ns-%d/svc-%d", i%50, i)
+		var opt option
+		switch {
+		case i%100 == 99:
+			opt = externalIPs(fmt.Sprintf("203.0.113.%d", i%250))
+		case i%50 == 49:
+			opt = externalIPs(fmt.Sprintf("198.18.%d.%d", 100+(i-1)/250, (i-1)%250+1))
+		case i%10 == 9:
+			opt = loadBalancer("", fmt.Sprintf("2001:db8:100::%x", i))
+		default:
+			opt = externalIPs(fmt.Sprintf("198.18.%d.%d", 100+i/250, i%250+1))
+		}
+		out = append(out, service(name, opt))
+	}
+	return out
+}
+
+func BenchmarkCompute(b *testing.B) {
+	cfg := mustParse(b, map[string]string{"ranges": `
+		198.18.0.0/24
+		198.18.96.0/19 name=bench
+		198.18.128.0/22 iface=eth1
+		198.19.0.0-198.19.0.255
+		2001:db8:100::/48 name=bench6
+		2001:db8:200::/120
+	`})
+	reserved := map[netip.Addr]string{
+		netip.MustParseAddr("198.18.0.1"): "node-a", netip.MustParseAddr("198.18.0.2"): "node-b", netip.MustParseAddr("198.18.0.3"): "node-c",
+	}
+	for _, n := range []int{1000, 5000} {
+		services := benchServices(n)
+		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			var entries []ipset.Entry
+			for b.Loop() {
+				entries, _ = ipset.Compute(services, cfg, reserved)
+			}
+			b.ReportMetric(float64(len(entries)), "ips")
+		})
+	}
+}
