@@ -13,30 +13,25 @@ import (
 	"gotest.tools/v3/assert"
 )
 
-var (
-	ourMAC   = net.HardwareAddr{0x02, 0, 0, 0, 0, 0x01}
-	theirMAC = net.HardwareAddr{0x02, 0, 0, 0, 0, 0x02}
-)
-
 func TestAnnouncementFramesIPv4(t *testing.T) {
 	ip := netip.MustParseAddr("198.18.0.5")
-	frames, err := announcementFrames(ourMAC, ip)
+	frames, err := announcementFrames(ourMAC(), ip)
 	assert.NilError(t, err)
 	assert.Equal(t, len(frames), 2)
 
 	wantOps := []arp.Operation{arp.OperationRequest, arp.OperationReply}
-	wantTHA := []net.HardwareAddr{make(net.HardwareAddr, 6), ourMAC}
+	wantTHA := []net.HardwareAddr{make(net.HardwareAddr, 6), ourMAC()}
 	for i, b := range frames {
 		assert.Assert(t, len(b) >= 60, "frame %d is %d bytes, under the Ethernet minimum", i, len(b))
 		var f ethernet.Frame
 		assert.NilError(t, f.UnmarshalBinary(b))
 		assert.DeepEqual(t, f.Destination, ethernet.Broadcast)
-		assert.DeepEqual(t, f.Source, ourMAC)
+		assert.DeepEqual(t, f.Source, ourMAC())
 		assert.Equal(t, f.EtherType, ethernet.EtherTypeARP)
 		var p arp.Packet
 		assert.NilError(t, p.UnmarshalBinary(f.Payload))
 		assert.Equal(t, p.Operation, wantOps[i])
-		assert.DeepEqual(t, p.SenderHardwareAddr, ourMAC)
+		assert.DeepEqual(t, p.SenderHardwareAddr, ourMAC())
 		assert.Equal(t, p.SenderIP, ip)
 		assert.Equal(t, p.TargetIP, ip)
 		assert.DeepEqual(t, p.TargetHardwareAddr, wantTHA[i])
@@ -45,14 +40,14 @@ func TestAnnouncementFramesIPv4(t *testing.T) {
 
 func TestAnnouncementFramesIPv6(t *testing.T) {
 	ip := netip.MustParseAddr("2001:db8::5")
-	frames, err := announcementFrames(ourMAC, ip)
+	frames, err := announcementFrames(ourMAC(), ip)
 	assert.NilError(t, err)
 	assert.Equal(t, len(frames), 1)
 
 	var f ethernet.Frame
 	assert.NilError(t, f.UnmarshalBinary(frames[0]))
 	assert.DeepEqual(t, f.Destination, net.HardwareAddr{0x33, 0x33, 0, 0, 0, 1})
-	assert.DeepEqual(t, f.Source, ourMAC)
+	assert.DeepEqual(t, f.Source, ourMAC())
 	assert.Equal(t, f.EtherType, ethernet.EtherTypeIPv6)
 
 	pkt := f.Payload
@@ -72,7 +67,7 @@ func TestAnnouncementFramesIPv6(t *testing.T) {
 	assert.Assert(t, ok, "got %T", m)
 	assert.Assert(t, na.Override && !na.Solicited && !na.Router, "flags: %+v", na)
 	assert.Equal(t, na.TargetAddress, ip)
-	assert.DeepEqual(t, na.Options, []ndp.Option{&ndp.LinkLayerAddress{Direction: ndp.Target, Addr: ourMAC}})
+	assert.DeepEqual(t, na.Options, []ndp.Option{&ndp.LinkLayerAddress{Direction: ndp.Target, Addr: ourMAC()}})
 }
 
 func TestAnnouncementFramesRejects(t *testing.T) {
@@ -83,9 +78,9 @@ func TestAnnouncementFramesRejects(t *testing.T) {
 	}{
 		{"no MAC", nil, netip.MustParseAddr("198.18.0.5")},
 		{"InfiniBand MAC", make(net.HardwareAddr, 20), netip.MustParseAddr("198.18.0.5")},
-		{"invalid address", ourMAC, netip.Addr{}},
-		{"multicast", ourMAC, netip.MustParseAddr("ff02::1")},
-		{"unspecified", ourMAC, netip.IPv6Unspecified()},
+		{"invalid address", ourMAC(), netip.Addr{}},
+		{"multicast", ourMAC(), netip.MustParseAddr("ff02::1")},
+		{"unspecified", ourMAC(), netip.IPv6Unspecified()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := announcementFrames(tc.mac, tc.ip)
@@ -98,13 +93,13 @@ func TestParseClaim(t *testing.T) {
 	v4 := netip.MustParseAddr("198.18.0.5")
 	v6 := netip.MustParseAddr("2001:db8::5")
 	other6 := netip.MustParseAddr("2001:db8::9")
-	theirGARP, err := announcementFrames(theirMAC, v4)
+	theirGARP, err := announcementFrames(theirMAC(), v4)
 	assert.NilError(t, err)
-	ourGARP, err := announcementFrames(ourMAC, v4)
+	ourGARP, err := announcementFrames(ourMAC(), v4)
 	assert.NilError(t, err)
-	theirNA, err := announcementFrames(theirMAC, v6)
+	theirNA, err := announcementFrames(theirMAC(), v6)
 	assert.NilError(t, err)
-	ourNA, err := announcementFrames(ourMAC, v6)
+	ourNA, err := announcementFrames(ourMAC(), v6)
 	assert.NilError(t, err)
 	solNode := netip.MustParseAddr("ff02::1:ff00:5")
 
@@ -114,83 +109,83 @@ func TestParseClaim(t *testing.T) {
 		wantIP  string
 		wantMAC net.HardwareAddr
 	}{
-		{"their gratuitous request", theirGARP[0], "198.18.0.5", theirMAC},
-		{"their gratuitous reply", theirGARP[1], "198.18.0.5", theirMAC},
+		{"their gratuitous request", theirGARP[0], "198.18.0.5", theirMAC()},
+		{"their gratuitous reply", theirGARP[1], "198.18.0.5", theirMAC()},
 		{"our gratuitous request", ourGARP[0], "", nil},
 		{"our gratuitous reply", ourGARP[1], "", nil},
 		{
 			"their ordinary request names its sender",
-			arpFrame(t, theirMAC, arp.OperationRequest, theirMAC, "198.18.0.9", "198.18.0.1"),
-			"198.18.0.9", theirMAC,
+			arpFrame(t, theirMAC(), arp.OperationRequest, theirMAC(), "198.18.0.9", "198.18.0.1"),
+			"198.18.0.9", theirMAC(),
 		},
 		{
 			"probe from 0.0.0.0 claims nothing",
-			arpFrame(t, theirMAC, arp.OperationRequest, theirMAC, "0.0.0.0", "198.18.0.5"),
+			arpFrame(t, theirMAC(), arp.OperationRequest, theirMAC(), "0.0.0.0", "198.18.0.5"),
 			"", nil,
 		},
 		{
 			"sent from our MAC on behalf of another",
-			arpFrame(t, ourMAC, arp.OperationReply, theirMAC, "198.18.0.5", "198.18.0.5"),
+			arpFrame(t, ourMAC(), arp.OperationReply, theirMAC(), "198.18.0.5", "198.18.0.5"),
 			"", nil,
 		},
 		{
 			"ARP inside a VLAN tag",
-			vlanTagged(t, arpFrame(t, theirMAC, arp.OperationReply, theirMAC, "198.18.0.5", "198.18.0.5")),
-			"198.18.0.5", theirMAC,
+			vlanTagged(t, arpFrame(t, theirMAC(), arp.OperationReply, theirMAC(), "198.18.0.5", "198.18.0.5")),
+			"198.18.0.5", theirMAC(),
 		},
-		{"their unsolicited NA", theirNA[0], "2001:db8::5", theirMAC},
+		{"their unsolicited NA", theirNA[0], "2001:db8::5", theirMAC()},
 		{"our unsolicited NA", ourNA[0], "", nil},
 		{
 			"solicited NA to us",
-			ndpFrame(t, theirMAC, ourMAC, v6, other6, 255, &ndp.NeighborAdvertisement{
+			ndpFrame(t, theirMAC(), ourMAC(), v6, other6, 255, &ndp.NeighborAdvertisement{
 				Solicited: true, TargetAddress: v6,
-				Options: []ndp.Option{&ndp.LinkLayerAddress{Direction: ndp.Target, Addr: theirMAC}},
+				Options: []ndp.Option{&ndp.LinkLayerAddress{Direction: ndp.Target, Addr: theirMAC()}},
 			}),
-			"2001:db8::5", theirMAC,
+			"2001:db8::5", theirMAC(),
 		},
 		{
 			"NA without link-layer option is at the frame's source",
-			ndpFrame(t, theirMAC, allNodesMAC(), v6, netip.IPv6LinkLocalAllNodes(), 255,
+			ndpFrame(t, theirMAC(), allNodesMAC(), v6, netip.IPv6LinkLocalAllNodes(), 255,
 				&ndp.NeighborAdvertisement{Override: true, TargetAddress: v6}),
-			"2001:db8::5", theirMAC,
+			"2001:db8::5", theirMAC(),
 		},
 		{
 			"NA naming our MAC",
-			ndpFrame(t, theirMAC, allNodesMAC(), v6, netip.IPv6LinkLocalAllNodes(), 255, &ndp.NeighborAdvertisement{
+			ndpFrame(t, theirMAC(), allNodesMAC(), v6, netip.IPv6LinkLocalAllNodes(), 255, &ndp.NeighborAdvertisement{
 				TargetAddress: v6,
-				Options:       []ndp.Option{&ndp.LinkLayerAddress{Direction: ndp.Target, Addr: ourMAC}},
+				Options:       []ndp.Option{&ndp.LinkLayerAddress{Direction: ndp.Target, Addr: ourMAC()}},
 			}),
 			"", nil,
 		},
 		{
 			"routed NA (hop limit below 255)",
-			ndpFrame(t, theirMAC, allNodesMAC(), v6, netip.IPv6LinkLocalAllNodes(), 64, &ndp.NeighborAdvertisement{
+			ndpFrame(t, theirMAC(), allNodesMAC(), v6, netip.IPv6LinkLocalAllNodes(), 64, &ndp.NeighborAdvertisement{
 				TargetAddress: v6,
-				Options:       []ndp.Option{&ndp.LinkLayerAddress{Direction: ndp.Target, Addr: theirMAC}},
+				Options:       []ndp.Option{&ndp.LinkLayerAddress{Direction: ndp.Target, Addr: theirMAC()}},
 			}),
 			"", nil,
 		},
 		{
 			"NS from an assigned address names its source",
-			ndpFrame(t, theirMAC, net.HardwareAddr{0x33, 0x33, 0xff, 0, 0, 5}, other6, solNode, 255, &ndp.NeighborSolicitation{
+			ndpFrame(t, theirMAC(), net.HardwareAddr{0x33, 0x33, 0xff, 0, 0, 5}, other6, solNode, 255, &ndp.NeighborSolicitation{
 				TargetAddress: v6,
-				Options:       []ndp.Option{&ndp.LinkLayerAddress{Direction: ndp.Source, Addr: theirMAC}},
+				Options:       []ndp.Option{&ndp.LinkLayerAddress{Direction: ndp.Source, Addr: theirMAC()}},
 			}),
-			"2001:db8::9", theirMAC,
+			"2001:db8::9", theirMAC(),
 		},
 		{
 			"DAD probe from :: claims nothing",
-			ndpFrame(t, theirMAC, net.HardwareAddr{0x33, 0x33, 0xff, 0, 0, 5}, netip.IPv6Unspecified(), solNode, 255,
+			ndpFrame(t, theirMAC(), net.HardwareAddr{0x33, 0x33, 0xff, 0, 0, 5}, netip.IPv6Unspecified(), solNode, 255,
 				&ndp.NeighborSolicitation{TargetAddress: v6}),
 			"", nil,
 		},
 		{"truncated", theirGARP[0][:20], "", nil},
 		{"too short for Ethernet", []byte{1, 2, 3}, "", nil},
-		{"IPv4 packet", ethFrame(t, theirMAC, ourMAC, ethernet.EtherTypeIPv4, make([]byte, 40)), "", nil},
+		{"IPv4 packet", ethFrame(t, theirMAC(), ourMAC(), ethernet.EtherTypeIPv4, make([]byte, 40)), "", nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			ip, mac, ok := parseClaim(tc.frame, ourMAC)
+			ip, mac, ok := parseClaim(tc.frame, ourMAC())
 			if tc.wantIP == "" {
 				assert.Assert(t, !ok, "unexpected claim %s at %s", ip, mac)
 				return
@@ -212,12 +207,12 @@ func TestClaimFilter(t *testing.T) {
 
 	v4 := netip.MustParseAddr("198.18.0.5")
 	v6 := netip.MustParseAddr("2001:db8::5")
-	garp, err := announcementFrames(theirMAC, v4)
+	garp, err := announcementFrames(theirMAC(), v4)
 	assert.NilError(t, err)
-	na, err := announcementFrames(theirMAC, v6)
+	na, err := announcementFrames(theirMAC(), v6)
 	assert.NilError(t, err)
-	ns := ndpFrame(t, theirMAC, allNodesMAC(), v6, netip.IPv6LinkLocalAllNodes(), 255, &ndp.NeighborSolicitation{TargetAddress: v6})
-	rs := ndpFrame(t, theirMAC, allNodesMAC(), v6, netip.IPv6LinkLocalAllNodes(), 255, &ndp.RouterSolicitation{})
+	ns := ndpFrame(t, theirMAC(), allNodesMAC(), v6, netip.IPv6LinkLocalAllNodes(), 255, &ndp.NeighborSolicitation{TargetAddress: v6})
+	rs := ndpFrame(t, theirMAC(), allNodesMAC(), v6, netip.IPv6LinkLocalAllNodes(), 255, &ndp.RouterSolicitation{})
 	udp6 := append([]byte(nil), na[0]...)
 	udp6[14+6] = 17
 
@@ -231,7 +226,7 @@ func TestClaimFilter(t *testing.T) {
 		{"NS", ns, true},
 		{"router solicitation", rs, false},
 		{"UDP over IPv6", udp6, false},
-		{"IPv4", ethFrame(t, theirMAC, ourMAC, ethernet.EtherTypeIPv4, make([]byte, 60)), false},
+		{"IPv4", ethFrame(t, theirMAC(), ourMAC(), ethernet.EtherTypeIPv4, make([]byte, 60)), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n, err := vm.Run(tc.frame)

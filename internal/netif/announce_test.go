@@ -1,0 +1,200 @@
+package netif
+
+import (
+	"errors"
+	"log/slog"
+	"net/netip"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+	"gotest.tools/v3/poll"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+// fakeSender records sends; each counts as two packets, like a GARP.
+type fakeSender struct {
+	sends  chan sent
+	err    error
+	closed chan struct{}
+}
+
+type sent struct {
+	iface string
+	ip    netip.Addr
+}
+
+func newFakeSender() *fakeSender {
+	return &fakeSender{sends: make(chan sent, 64), closed: make(chan struct{})}
+}
+
+func (f *fakeSender) send(iface string, ip netip.Addr) (int, error) {
+	f.sends <- sent{iface, ip}
+	if f.err != nil {
+		return 0, f.err
+	}
+	return 2, nil
+}
+
+func (f *fakeSender) close() { close(f.closed) }
+
+var _ sender = (*fakeSender)(nil)
+
+type announcerHarness struct {
+	t   *testing.T
+	clk *clocktesting.FakeClock
+	out *fakeSender
+	a   *Announcer
+	t0  time.Time
+}
+
+func newAnnouncerHarness(t *testing.T, repeats ...time.Duration) *announcerHarness {
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	h := &announcerHarness{t: t, clk: clocktesting.NewFakeClock(t0), out: newFakeSender(), t0: t0}
+	h.a = newAnnouncer(slog.New(slog.DiscardHandler), h.clk, repeats, h.out)
+	t.Cleanup(h.a.Close)
+	return h
+}
+
+// next returns the next send, failing if none comes within a deadline.
+func (h *announcerHarness) next() sent {
+	h.t.Helper()
+	select {
+	case s := <-h.out.sends:
+		return s
+	case <-time.After(5 * time.Second):
+		h.t.Fatal("no announcement sent")
+		return sent{}
+	}
+}
+
+func (h *announcerHarness) noneQueued() {
+	h.t.Helper()
+	select {
+	case s := <-h.out.sends:
+		h.t.Fatalf("unexpected announcement %+v", s)
+	default:
+	}
+}
+
+// advanceTo moves the clock to t0+d once the announcer is waiting on a timer.
+func (h *announcerHarness) advanceTo(d time.Duration) {
+	h.t.Helper()
+	poll.WaitOn(h.t, func(poll.LogT) poll.Result {
+		if h.clk.HasWaiters() {
+			return poll.Success()
+		}
+		return poll.Continue("announcer not waiting on its timer")
+	}, poll.WithTimeout(5*time.Second), poll.WithDelay(time.Millisecond))
+	h.clk.SetTime(h.t0.Add(d))
+}
+
+func TestAnnouncerRepeats(t *testing.T) {
+	h := newAnnouncerHarness(t, 4*time.Second, 250*time.Millisecond, 2*time.Second, time.Second)
+	ip := netip.MustParseAddr("198.18.0.5")
+
+	assert.NilError(t, h.a.Announce("eth0", ip))
+	assert.Equal(t, h.next(), sent{"eth0", ip})
+	assert.Equal(t, h.a.Sent(), uint64(2))
+
+	for i, at := range []time.Duration{250 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second} {
+		h.advanceTo(at - time.Nanosecond)
+		// The timer is set for exactly the due time, so a nanosecond early
+		// it has not fired.
+		assert.Assert(t, h.clk.HasWaiters(), "repeat %d fired early", i+1)
+		h.clk.SetTime(h.t0.Add(at))
+		assert.Equal(t, h.next(), sent{"eth0", ip})
+	}
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		if h.a.Sent() == 10 {
+			return poll.Success()
+		}
+		return poll.Continue("sent %d packets", h.a.Sent())
+	}, poll.WithTimeout(5*time.Second), poll.WithDelay(time.Millisecond))
+	// All repeats done: nothing left to wait for.
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		if !h.clk.HasWaiters() {
+			return poll.Success()
+		}
+		return poll.Continue("announcer still has a timer")
+	}, poll.WithTimeout(5*time.Second), poll.WithDelay(time.Millisecond))
+}
+
+func TestAnnouncerFirstSendIsSynchronous(t *testing.T) {
+	h := newAnnouncerHarness(t, time.Second)
+	ip := netip.MustParseAddr("2001:db8::5")
+	assert.NilError(t, h.a.Announce("eth0", ip))
+	select {
+	case s := <-h.out.sends:
+		assert.Equal(t, s, sent{"eth0", ip})
+	default:
+		t.Fatal("Announce returned before sending")
+	}
+}
+
+// A stopped or re-announced address sends nothing from its old schedule. A
+// marker announced a millisecond later falls due just after; the loop sends
+// due repeats earliest first, so a stale repeat would come before it.
+func TestAnnouncerStopAndReplace(t *testing.T) {
+	h := newAnnouncerHarness(t, 250*time.Millisecond, time.Second)
+	stopped := netip.MustParseAddr("198.18.0.5")
+	replaced := netip.MustParseAddr("198.18.0.6")
+	marker := netip.MustParseAddr("198.18.0.7")
+
+	assert.NilError(t, h.a.Announce("eth0", stopped))
+	assert.NilError(t, h.a.Announce("eth0", replaced))
+	h.next()
+	h.next()
+	h.clk.SetTime(h.t0.Add(time.Millisecond))
+	assert.NilError(t, h.a.Announce("eth0", marker))
+	h.next()
+	h.a.Stop(stopped)
+	h.clk.SetTime(h.t0.Add(100 * time.Millisecond))
+	assert.NilError(t, h.a.Announce("eth1", replaced)) // now due at 350ms, on eth1
+	assert.Equal(t, h.next(), sent{"eth1", replaced})
+
+	h.advanceTo(251 * time.Millisecond)
+	assert.Equal(t, h.next(), sent{"eth0", marker})
+	h.noneQueued()
+
+	h.advanceTo(350 * time.Millisecond)
+	assert.Equal(t, h.next(), sent{"eth1", replaced})
+	h.noneQueued()
+}
+
+func TestAnnouncerFirstSendFails(t *testing.T) {
+	h := newAnnouncerHarness(t, 250*time.Millisecond)
+	h.out.err = errors.New("network is down")
+	ip := netip.MustParseAddr("198.18.0.5")
+
+	err := h.a.Announce("eth0", ip)
+	assert.ErrorContains(t, err, "announce 198.18.0.5 on eth0: network is down")
+	h.next()
+	// The repeat is still tried: the link may be back by then.
+	h.advanceTo(250 * time.Millisecond)
+	assert.Equal(t, h.next(), sent{"eth0", ip})
+	assert.Equal(t, h.a.Sent(), uint64(0))
+}
+
+func TestAnnouncerClose(t *testing.T) {
+	h := newAnnouncerHarness(t, time.Second)
+	assert.NilError(t, h.a.Announce("eth0", netip.MustParseAddr("198.18.0.5")))
+	h.next()
+	h.a.Close()
+	h.a.Close()
+	select {
+	case <-h.out.closed:
+	default:
+		t.Fatal("sockets not closed")
+	}
+	err := h.a.Announce("eth0", netip.MustParseAddr("198.18.0.6"))
+	assert.ErrorContains(t, err, "announcer closed")
+	h.noneQueued()
+}
+
+func TestAnnouncerWithoutRepeats(t *testing.T) {
+	h := newAnnouncerHarness(t)
+	assert.NilError(t, h.a.Announce("eth0", netip.MustParseAddr("::ffff:198.18.0.5")))
+	assert.Equal(t, h.next(), sent{"eth0", netip.MustParseAddr("198.18.0.5")}, "mapped address announced as IPv4")
+	assert.ErrorContains(t, h.a.Announce("eth0", netip.Addr{}), "invalid address")
+}
