@@ -1,0 +1,204 @@
+package metrics
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"k8s.io/utils/clock"
+)
+
+// Options configures New.
+type Options struct {
+	// Clock stamps heartbeat renewals for Ready.
+	Clock clock.PassiveClock
+	// Announced returns how many gratuitous ARP and unsolicited NA packets
+	// have been sent (netif.Announcer.Sent).
+	Announced func() uint64
+	// Version is eipd's version, exported as eip_build_info.
+	Version string
+}
+
+// Metrics counts what one eipd does. It implements agent.Metrics; its
+// methods may be called from any goroutine.
+type Metrics struct {
+	reg *prometheus.Registry
+	clk clock.PassiveClock
+
+	held         prometheus.Gauge
+	binds        prometheus.Counter
+	unbinds      prometheus.Counter
+	acquisitions *prometheus.CounterVec
+	handoffs     prometheus.Counter
+	conflicts    prometheus.Counter
+	fencings     prometheus.Counter
+	failover     prometheus.Histogram
+	apiErrors    *prometheus.CounterVec
+	configErrors prometheus.Counter
+	renew        prometheus.Histogram
+
+	mu  sync.Mutex
+	hbt renewals
+}
+
+// Label values of eip_acquisitions_total's kind.
+const (
+	kindNew      = "new"
+	kindTakeover = "takeover"
+)
+
+// New returns Metrics registered in their own registry, together with the
+// Go runtime and process collectors.
+func New(opt Options) (*Metrics, error) {
+	if opt.Clock == nil {
+		return nil, errors.New("metrics: clock is required")
+	}
+	if opt.Announced == nil {
+		return nil, errors.New("metrics: announced counter is required")
+	}
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		clk: opt.Clock,
+		held: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "eip_ips_held",
+			Help: "External IPs bound on this node.",
+		}),
+		binds: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "eip_binds_total",
+			Help: "Addresses bound on this node's interfaces.",
+		}),
+		unbinds: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "eip_unbinds_total",
+			Help: "Addresses removed from this node's interfaces.",
+		}),
+		acquisitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "eip_acquisitions_total",
+			Help: "IP locks taken by this node: kind=new for a free or new lock, kind=takeover for one taken from a dead holder.",
+		}, []string{"kind"}),
+		handoffs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "eip_handoffs_total",
+			Help: "IP locks handed by this node to another node (move, rebalance, shutdown).",
+		}),
+		conflicts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "eip_lease_conflicts_total",
+			Help: "Lock writes lost to another node's write (the loser re-reads; normal in small numbers).",
+		}),
+		fencings: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "eip_fencings_total",
+			Help: "Times this node unbound everything because it could not renew its heartbeat (api-loss=fence).",
+		}),
+		failover: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "eip_failover_duration_seconds",
+			Help:    "Time from this node judging an IP's holder dead to taking the IP over.",
+			Buckets: []float64{0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 2.5, 3, 5, 7.5, 10, 15, 20, 30},
+		}),
+		apiErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "eip_api_errors_total",
+			Help: "Failed API server requests by operation (renew, create, acquire, handoff, release, delete), conflicts excluded.",
+		}, []string{"op"}),
+		configErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "eip_config_errors_total",
+			Help: "Invalid eip-config edits rejected (the last good configuration stays in force).",
+		}),
+		renew: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "eip_heartbeat_renew_duration_seconds",
+			Help:    "Round trip of successful heartbeat Lease renewals.",
+			Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5},
+		}),
+	}
+	announced := opt.Announced
+	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "eip_build_info",
+		Help: "Always 1; the version label is eipd's version.",
+	}, []string{"version"})
+	build.WithLabelValues(opt.Version).Set(1)
+	// Both kinds exist from the start, so rate() and alerts see a zero
+	// rather than no series.
+	m.acquisitions.WithLabelValues(kindNew)
+	m.acquisitions.WithLabelValues(kindTakeover)
+
+	for _, c := range []prometheus.Collector{
+		m.held, m.binds, m.unbinds, m.acquisitions, m.handoffs, m.conflicts, m.fencings,
+		m.failover, m.apiErrors, m.configErrors, m.renew, build,
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "eip_announcements_sent_total",
+			Help: "Gratuitous ARP and unsolicited neighbour advertisement packets sent.",
+		}, func() float64 { return float64(announced()) }),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	} {
+		if err := m.reg.Register(c); err != nil {
+			return nil, fmt.Errorf("register metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// Registry returns the registry holding every metric, for serving or tests.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Held sets eip_ips_held.
+func (m *Metrics) Held(n int) { m.held.Set(float64(n)) }
+
+// Bound counts a bind.
+func (m *Metrics) Bound() { m.binds.Inc() }
+
+// Unbound counts an unbind.
+func (m *Metrics) Unbound() { m.unbinds.Inc() }
+
+// Acquired counts a lock taken; takeover is true when taken from a dead holder.
+func (m *Metrics) Acquired(takeover bool) {
+	kind := kindNew
+	if takeover {
+		kind = kindTakeover
+	}
+	m.acquisitions.WithLabelValues(kind).Inc()
+}
+
+// Handoff counts a lock handed to another node.
+func (m *Metrics) Handoff() { m.handoffs.Inc() }
+
+// Conflict counts a lock write lost to another node.
+func (m *Metrics) Conflict() { m.conflicts.Inc() }
+
+// Fenced counts a fencing.
+func (m *Metrics) Fenced() { m.fencings.Inc() }
+
+// Failover observes the time from judging a holder dead to taking its IP.
+func (m *Metrics) Failover(d time.Duration) { m.failover.Observe(d.Seconds()) }
+
+// APIError counts a failed API request; a failed heartbeat renewal (op
+// "renew") also makes Ready fail until the next successful one.
+func (m *Metrics) APIError(op string) {
+	m.apiErrors.WithLabelValues(op).Inc()
+	if op == renewOp {
+		m.mu.Lock()
+		m.hbt = m.hbt.failed()
+		m.mu.Unlock()
+	}
+}
+
+// ConfigError counts a rejected configuration.
+func (m *Metrics) ConfigError() { m.configErrors.Inc() }
+
+// Renewed observes a successful heartbeat renewal's round trip and stamps
+// it for Ready.
+func (m *Metrics) Renewed(d time.Duration) {
+	m.renew.Observe(d.Seconds())
+	now := m.clk.Now()
+	m.mu.Lock()
+	m.hbt = m.hbt.renewed(now)
+	m.mu.Unlock()
+}
+
+// Ready returns nil when the heartbeat is renewing, or why it is not.
+func (m *Metrics) Ready() error {
+	now := m.clk.Now()
+	m.mu.Lock()
+	r := m.hbt
+	m.mu.Unlock()
+	return r.check(now)
+}

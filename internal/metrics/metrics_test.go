@@ -1,0 +1,171 @@
+package metrics_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"gotest.tools/v3/assert"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/eip-project/eip/internal/metrics"
+)
+
+// eipMetrics are the names docs/metrics.md documents.
+var eipMetrics = []string{
+	"eip_ips_held", "eip_binds_total", "eip_unbinds_total", "eip_acquisitions_total",
+	"eip_handoffs_total", "eip_lease_conflicts_total", "eip_fencings_total",
+	"eip_failover_duration_seconds", "eip_announcements_sent_total", "eip_api_errors_total",
+	"eip_config_errors_total", "eip_heartbeat_renew_duration_seconds", "eip_build_info",
+}
+
+func newMetrics(t *testing.T, clk *clocktesting.FakeClock, sent *uint64) *metrics.Metrics {
+	t.Helper()
+	m, err := metrics.New(metrics.Options{Clock: clk, Announced: func() uint64 { return *sent }, Version: "v1.2.3"})
+	assert.NilError(t, err)
+	return m
+}
+
+func TestNewRequiresClockAndCounter(t *testing.T) {
+	_, err := metrics.New(metrics.Options{Announced: func() uint64 { return 0 }})
+	assert.ErrorContains(t, err, "clock is required")
+	_, err = metrics.New(metrics.Options{Clock: clocktesting.NewFakeClock(time.Now())})
+	assert.ErrorContains(t, err, "announced counter is required")
+}
+
+func TestMetricsCount(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
+	var sent uint64
+	m := newMetrics(t, clk, &sent)
+
+	m.Held(3)
+	m.Held(2)
+	for range 3 {
+		m.Bound()
+	}
+	m.Unbound()
+	m.Acquired(false)
+	m.Acquired(false)
+	m.Acquired(true)
+	m.Handoff()
+	m.Conflict()
+	m.Conflict()
+	m.Fenced()
+	m.Failover(1200 * time.Millisecond)
+	m.Failover(40 * time.Second)
+	m.APIError("renew")
+	m.APIError("acquire")
+	m.APIError("acquire")
+	m.ConfigError()
+	m.Renewed(3 * time.Millisecond)
+	sent = 7
+
+	const want = `
+# HELP eip_acquisitions_total IP locks taken by this node: kind=new for a free or new lock, kind=takeover for one taken from a dead holder.
+# TYPE eip_acquisitions_total counter
+eip_acquisitions_total{kind="new"} 2
+eip_acquisitions_total{kind="takeover"} 1
+# HELP eip_announcements_sent_total Gratuitous ARP and unsolicited neighbour advertisement packets sent.
+# TYPE eip_announcements_sent_total counter
+eip_announcements_sent_total 7
+# HELP eip_api_errors_total Failed API server requests by operation (renew, create, acquire, handoff, release, delete), conflicts excluded.
+# TYPE eip_api_errors_total counter
+eip_api_errors_total{op="acquire"} 2
+eip_api_errors_total{op="renew"} 1
+# HELP eip_binds_total Addresses bound on this node's interfaces.
+# TYPE eip_binds_total counter
+eip_binds_total 3
+# HELP eip_build_info Always 1; the version label is eipd's version.
+# TYPE eip_build_info gauge
+eip_build_info{version="v1.2.3"} 1
+# HELP eip_config_errors_total Invalid eip-config edits rejected (the last good configuration stays in force).
+# TYPE eip_config_errors_total counter
+eip_config_errors_total 1
+# HELP eip_failover_duration_seconds Time from this node judging an IP's holder dead to taking the IP over.
+# TYPE eip_failover_duration_seconds histogram
+eip_failover_duration_seconds_bucket{le="0.1"} 0
+eip_failover_duration_seconds_bucket{le="0.25"} 0
+eip_failover_duration_seconds_bucket{le="0.5"} 0
+eip_failover_duration_seconds_bucket{le="0.75"} 0
+eip_failover_duration_seconds_bucket{le="1"} 0
+eip_failover_duration_seconds_bucket{le="1.5"} 1
+eip_failover_duration_seconds_bucket{le="2"} 1
+eip_failover_duration_seconds_bucket{le="2.5"} 1
+eip_failover_duration_seconds_bucket{le="3"} 1
+eip_failover_duration_seconds_bucket{le="5"} 1
+eip_failover_duration_seconds_bucket{le="7.5"} 1
+eip_failover_duration_seconds_bucket{le="10"} 1
+eip_failover_duration_seconds_bucket{le="15"} 1
+eip_failover_duration_seconds_bucket{le="20"} 1
+eip_failover_duration_seconds_bucket{le="30"} 1
+eip_failover_duration_seconds_bucket{le="+Inf"} 2
+eip_failover_duration_seconds_sum 41.2
+eip_failover_duration_seconds_count 2
+# HELP eip_fencings_total Times this node unbound everything because it could not renew its heartbeat (api-loss=fence).
+# TYPE eip_fencings_total counter
+eip_fencings_total 1
+# HELP eip_handoffs_total IP locks handed by this node to another node (move, rebalance, shutdown).
+# TYPE eip_handoffs_total counter
+eip_handoffs_total 1
+# HELP eip_heartbeat_renew_duration_seconds Round trip of successful heartbeat Lease renewals.
+# TYPE eip_heartbeat_renew_duration_seconds histogram
+eip_heartbeat_renew_duration_seconds_bucket{le="0.001"} 0
+eip_heartbeat_renew_duration_seconds_bucket{le="0.0025"} 0
+eip_heartbeat_renew_duration_seconds_bucket{le="0.005"} 1
+eip_heartbeat_renew_duration_seconds_bucket{le="0.01"} 1
+eip_heartbeat_renew_duration_seconds_bucket{le="0.025"} 1
+eip_heartbeat_renew_duration_seconds_bucket{le="0.05"} 1
+eip_heartbeat_renew_duration_seconds_bucket{le="0.1"} 1
+eip_heartbeat_renew_duration_seconds_bucket{le="0.25"} 1
+eip_heartbeat_renew_duration_seconds_bucket{le="0.5"} 1
+eip_heartbeat_renew_duration_seconds_bucket{le="1"} 1
+eip_heartbeat_renew_duration_seconds_bucket{le="2.5"} 1
+eip_heartbeat_renew_duration_seconds_bucket{le="+Inf"} 1
+eip_heartbeat_renew_duration_seconds_sum 0.003
+eip_heartbeat_renew_duration_seconds_count 1
+# HELP eip_ips_held External IPs bound on this node.
+# TYPE eip_ips_held gauge
+eip_ips_held 2
+# HELP eip_lease_conflicts_total Lock writes lost to another node's write (the loser re-reads; normal in small numbers).
+# TYPE eip_lease_conflicts_total counter
+eip_lease_conflicts_total 2
+# HELP eip_unbinds_total Addresses removed from this node's interfaces.
+# TYPE eip_unbinds_total counter
+eip_unbinds_total 1
+`
+	assert.NilError(t, testutil.GatherAndCompare(m.Registry(), strings.NewReader(want), eipMetrics...))
+}
+
+// A fresh Metrics already exposes every eip_ series an alert may use, with
+// zero values, except the per-operation error counter.
+func TestMetricsExistFromTheStart(t *testing.T) {
+	var sent uint64
+	m := newMetrics(t, clocktesting.NewFakeClock(time.Now()), &sent)
+	n, err := testutil.GatherAndCount(m.Registry(), eipMetrics...)
+	assert.NilError(t, err)
+	// One series per name, but two for acquisitions (new, takeover) and
+	// none yet for eip_api_errors_total.
+	assert.Equal(t, n, len(eipMetrics)-1+1)
+}
+
+// The names and help texts follow Prometheus conventions (promlint), and
+// the Go runtime and process collectors are registered.
+func TestMetricsLintAndCollectors(t *testing.T) {
+	var sent uint64
+	m := newMetrics(t, clocktesting.NewFakeClock(time.Now()), &sent)
+	m.APIError("renew")
+	problems, err := testutil.GatherAndLint(m.Registry())
+	assert.NilError(t, err)
+	assert.Equal(t, len(problems), 0, "%v", problems)
+
+	families, err := m.Registry().Gather()
+	assert.NilError(t, err)
+	names := map[string]bool{}
+	for _, f := range families {
+		names[f.GetName()] = true
+	}
+	for _, want := range append([]string{"go_goroutines", "go_memstats_heap_alloc_bytes", "process_resident_memory_bytes"}, eipMetrics...) {
+		assert.Assert(t, names[want], "metric %s is not exposed", want)
+	}
+}

@@ -1,0 +1,57 @@
+package metrics
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// renewOp is the operation the agent reports for a failed heartbeat renewal.
+const renewOp = "renew"
+
+// minStale is the shortest silence after which a heartbeat that stopped
+// renewing without reporting failures (a stuck loop) makes eipd unready.
+// It sits well above the default renew-interval (500ms) and well below
+// kubelet's default probe period (10s) times its failure threshold.
+const minStale = 5 * time.Second
+
+// staleIntervals: a heartbeat is stale after this many of its own latest
+// renewal intervals without a renewal. The interval is measured rather
+// than read from the configuration, which this package does not see and
+// which changes live.
+const staleIntervals = 3
+
+// renewals is what readiness needs to know of the heartbeat: the two
+// latest successful renewals, as observed on the local clock, and whether
+// a failure came after them.
+type renewals struct {
+	last, prev time.Time
+	failing    bool
+}
+
+func (r renewals) renewed(now time.Time) renewals {
+	return renewals{last: now, prev: r.last}
+}
+
+func (r renewals) failed() renewals {
+	r.failing = true
+	return r
+}
+
+// check returns nil when the heartbeat renews, or why it does not.
+func (r renewals) check(now time.Time) error {
+	if r.last.IsZero() {
+		return errors.New("heartbeat not renewed yet")
+	}
+	if r.failing {
+		return fmt.Errorf("heartbeat renewal failing since the last success %v ago", now.Sub(r.last).Round(time.Millisecond))
+	}
+	stale := minStale
+	if !r.prev.IsZero() {
+		stale = max(stale, staleIntervals*r.last.Sub(r.prev))
+	}
+	if age := now.Sub(r.last); age > stale {
+		return fmt.Errorf("heartbeat not renewed for %v (limit %v)", age.Round(time.Millisecond), stale)
+	}
+	return nil
+}
