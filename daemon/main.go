@@ -23,6 +23,7 @@ import (
 
 	"github.com/eip-project/eip/internal/agent"
 	"github.com/eip-project/eip/internal/lease"
+	"github.com/eip-project/eip/internal/metrics"
 	"github.com/eip-project/eip/internal/netif"
 )
 
@@ -35,6 +36,7 @@ type options struct {
 	namespace   string
 	configMap   string
 	metricsAddr string
+	pprof       bool
 	verbosity   int
 	qps         float64
 	burst       int
@@ -49,6 +51,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.namespace, "namespace", envOr("POD_NAMESPACE", "eip-system"), "namespace of eip's Leases and ConfigMap (default $POD_NAMESPACE or eip-system)")
 	fs.StringVar(&o.configMap, "config-map", "eip-config", "name of the ConfigMap holding eip's configuration")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", ":9402", "address serving /metrics, /healthz and /readyz; empty disables")
+	fs.BoolVar(&o.pprof, "pprof", false, "also serve /debug/pprof/ on --metrics-addr")
 	fs.IntVar(&o.verbosity, "v", 0, "log verbosity: 0 info, 1 debug (per-IP decisions), 2 also client-go's own logs")
 	fs.Float64Var(&o.qps, "kube-api-qps", 200, "queries per second allowed to the API server")
 	fs.IntVar(&o.burst, "kube-api-burst", 400, "burst of queries allowed to the API server")
@@ -71,6 +74,9 @@ func parseFlags(args []string) (options, error) {
 	}
 	if o.configMap == "" {
 		errs = errors.Join(errs, errors.New("flag --config-map: must not be empty"))
+	}
+	if o.pprof && o.metricsAddr == "" {
+		errs = errors.Join(errs, errors.New("flag --pprof: needs --metrics-addr"))
 	}
 	if o.verbosity < 0 {
 		errs = errors.Join(errs, fmt.Errorf("flag -v: %d is negative", o.verbosity))
@@ -152,6 +158,10 @@ func run(o options) error {
 		}
 	}()
 
+	m, err := metrics.New(metrics.Options{Clock: clk, Announced: announcer.Sent, Version: version})
+	if err != nil {
+		return err
+	}
 	a, err := agent.New(agent.Options{
 		Node: o.node, Namespace: o.namespace, ConfigMap: o.configMap,
 		Client:    client,
@@ -161,10 +171,20 @@ func run(o options) error {
 			return netif.WatchClaims(ctx, log, iface, out)
 		},
 		AddrEvents: addrEvents, LinkEvents: linkEvents,
-		Clock: clk, Log: log,
+		Clock: clk, Log: log, Metrics: m,
 	})
 	if err != nil {
 		return err
+	}
+	if o.metricsAddr != "" {
+		// Serves until Run returns, so probes and scrapes keep working
+		// during the shutdown handoff.
+		srv, err := metrics.Start(o.metricsAddr, m.Handler(a.Ready(), o.pprof), log)
+		if err != nil {
+			return err
+		}
+		defer srv.Close()
+		log.Info("serving metrics", "addr", srv.Addr().String(), "pprof", o.pprof)
 	}
 	return a.Run(ctx)
 }
