@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -31,21 +32,21 @@ type Addresses struct {
 	err error // a failed construction, returned by every method
 
 	mu sync.Mutex
-	// bits remembers the prefix length of each address's last successful
-	// Add, so that a refresh is a single request and only a new binding or a
-	// changed prefix length pays for a listing.
-	bits map[boundKey]int
+	// known holds, per interface, the prefix lengths each address is bound
+	// with, as last listed and then updated by Add and Del, so that Add
+	// lists an interface once rather than on every binding.
+	known map[string]*knownAddrs
 }
 
-type boundKey struct {
-	iface string
-	addr  netip.Addr
+type knownAddrs struct {
+	link int // a recreated interface has a new index and is listed again
+	bits map[netip.Addr][]int
 }
 
 // NewAddresses returns an adapter bound to the calling thread's network
 // namespace. A failure to open netlink is reported by every method.
 func NewAddresses(log *slog.Logger) *Addresses {
-	a := &Addresses{log: log, bits: map[boundKey]int{}}
+	a := &Addresses{log: log, known: map[string]*knownAddrs{}}
 	a.ns, a.err = currentNetNamespace()
 	if a.err != nil {
 		return a
@@ -79,8 +80,12 @@ func (a *Addresses) Close() {
 // Add binds p on iface with the given kernel valid and preferred lifetime:
 // whole seconds rounded down, at least one; 0 means forever. Re-adding
 // refreshes the lifetime. IPv6 addresses skip duplicate address detection so
-// that they are usable at once. Other bindings of p's address on iface with
-// another prefix length are removed, so the result is exactly p.
+// that they are usable at once. Bindings of p's address on iface with another
+// prefix length are removed, so the result is exactly p (for IPv6 the kernel
+// would otherwise keep the old length). Add learns which lengths exist from
+// one listing of the interface, kept current by Add, Del and List; a binding
+// with another length made by someone else since is removed by the next Del,
+// or noticed after the next List.
 func (a *Addresses) Add(iface string, p netip.Prefix, lifetime time.Duration) error {
 	if err := a.check(p); err != nil {
 		return fmt.Errorf("bind %s on %s: %w", p, iface, err)
@@ -93,11 +98,11 @@ func (a *Addresses) Add(iface string, p netip.Prefix, lifetime time.Duration) er
 	if err != nil {
 		return fmt.Errorf("bind %s on %s: %w", p, iface, err)
 	}
-	key := boundKey{iface: iface, addr: p.Addr()}
-	a.mu.Lock()
-	bits, known := a.bits[key]
-	a.mu.Unlock()
-	if !known || bits != p.Bits() {
+	bits, err := a.lengths(link, p.Addr())
+	if err != nil {
+		return fmt.Errorf("bind %s on %s: %w", p, iface, err)
+	}
+	if slices.ContainsFunc(bits, func(b int) bool { return b != p.Bits() }) {
 		if err := a.delMatching(link, p.Addr(), p.Bits()); err != nil {
 			return fmt.Errorf("bind %s on %s: %w", p, iface, err)
 		}
@@ -109,24 +114,71 @@ func (a *Addresses) Add(iface string, p netip.Prefix, lifetime time.Duration) er
 	if err := a.nl.AddrReplace(link, addr); err != nil {
 		return fmt.Errorf("bind %s on %s: %w", p, iface, err)
 	}
-	if !known || bits != p.Bits() {
+	if !slices.Equal(bits, []int{p.Bits()}) {
 		a.log.Debug("bound address", "ip", p.Addr(), "iface", iface, "prefix", p, "lifetime", lifetime)
-		a.mu.Lock()
-		a.bits[key] = p.Bits()
-		a.mu.Unlock()
+		a.remember(link, p.Addr(), []int{p.Bits()})
 	}
 	return nil
 }
 
+// lengths returns the prefix lengths ip is known to be bound with on link,
+// listing the link's addresses if it is not known yet.
+func (a *Addresses) lengths(link netlink.Link, ip netip.Addr) ([]int, error) {
+	name, index := link.Attrs().Name, link.Attrs().Index
+	a.mu.Lock()
+	k, ok := a.known[name]
+	a.mu.Unlock()
+	if ok && k.link == index {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return slices.Clone(k.bits[ip]), nil
+	}
+	addrs, err := a.list(link, netlink.FAMILY_ALL)
+	if err != nil {
+		return nil, err
+	}
+	k = a.learn(link, addrs)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(k.bits[ip]), nil
+}
+
+// learn replaces what is known about link with a listing of it.
+func (a *Addresses) learn(link netlink.Link, addrs []netlink.Addr) *knownAddrs {
+	k := &knownAddrs{link: link.Attrs().Index, bits: map[netip.Addr][]int{}}
+	for _, ad := range addrs {
+		if ia, ok := toIfAddr(ad); ok {
+			k.bits[ia.prefix.Addr()] = append(k.bits[ia.prefix.Addr()], ia.prefix.Bits())
+		}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.known[link.Attrs().Name] = k
+	return k
+}
+
+// remember records ip's lengths on link (none: unbound) if link is known.
+func (a *Addresses) remember(link netlink.Link, ip netip.Addr, bits []int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	k, ok := a.known[link.Attrs().Name]
+	if !ok || k.link != link.Attrs().Index {
+		return
+	}
+	if len(bits) == 0 {
+		delete(k.bits, ip)
+		return
+	}
+	k.bits[ip] = bits
+}
+
 // Del removes p's address, with any prefix length, from iface. An address or
-// interface that is not there is not an error.
+// interface that is not there is not an error. Del always lists the
+// interface: an unbind must not leave a binding behind.
 func (a *Addresses) Del(iface string, p netip.Prefix) error {
 	if err := a.check(p); err != nil {
 		return fmt.Errorf("unbind %s from %s: %w", p, iface, err)
 	}
-	a.mu.Lock()
-	delete(a.bits, boundKey{iface: iface, addr: p.Addr()})
-	a.mu.Unlock()
 	link, err := a.nl.LinkByName(iface)
 	if errors.As(err, &netlink.LinkNotFoundError{}) {
 		return nil
@@ -137,6 +189,7 @@ func (a *Addresses) Del(iface string, p netip.Prefix) error {
 	if err := a.delMatching(link, p.Addr(), -1); err != nil {
 		return fmt.Errorf("unbind %s from %s: %w", p, iface, err)
 	}
+	a.remember(link, p.Addr(), nil)
 	return nil
 }
 
@@ -207,6 +260,7 @@ func (a *Addresses) List(iface string) ([]netip.Prefix, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list addresses on %s: %w", iface, err)
 	}
+	a.learn(link, addrs)
 	var out []netip.Prefix
 	for _, ad := range addrs {
 		if ia, ok := toIfAddr(ad); ok && ia.global {

@@ -27,7 +27,7 @@ type testNet struct {
 
 const vethIface = "veth0"
 
-func newTestNet(t *testing.T) *testNet {
+func newTestNet(t testing.TB) *testNet {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to create network namespaces and veth pairs")
@@ -52,7 +52,7 @@ func newTestNet(t *testing.T) *testNet {
 	return n
 }
 
-func run(t *testing.T, name string, args ...string) string {
+func run(t testing.TB, name string, args ...string) string {
 	t.Helper()
 	out, err := exec.Command(name, args...).CombinedOutput()
 	assert.NilError(t, err, "%s %s: %s", name, strings.Join(args, " "), out)
@@ -60,19 +60,19 @@ func run(t *testing.T, name string, args ...string) string {
 }
 
 // ip runs ip(8) in namespace ns.
-func (n *testNet) ip(t *testing.T, ns string, args ...string) string {
+func (n *testNet) ip(t testing.TB, ns string, args ...string) string {
 	t.Helper()
 	return run(t, "ip", append([]string{"-n", ns}, args...)...)
 }
 
-func (n *testNet) sysctl(t *testing.T, ns, setting string) {
+func (n *testNet) sysctl(t testing.TB, ns, setting string) {
 	t.Helper()
 	run(t, "ip", "netns", "exec", ns, "sysctl", "-qw", setting)
 }
 
 // in runs fn on an OS thread inside namespace ns. Adapters created there
 // stay bound to ns.
-func (n *testNet) in(t *testing.T, ns string, fn func()) {
+func (n *testNet) in(t testing.TB, ns string, fn func()) {
 	t.Helper()
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -89,7 +89,7 @@ func (n *testNet) in(t *testing.T, ns string, fn func()) {
 
 // goIn runs fn in a new goroutine inside namespace ns until it returns, and
 // makes the test's cleanup cancel its context and wait for it.
-func (n *testNet) goIn(t *testing.T, ns string, fn func(ctx context.Context) error) {
+func (n *testNet) goIn(t testing.TB, ns string, fn func(ctx context.Context) error) {
 	t.Helper()
 	h, err := netns.GetFromName(ns)
 	assert.NilError(t, err)
@@ -114,7 +114,7 @@ func (n *testNet) goIn(t *testing.T, ns string, fn func(ctx context.Context) err
 	})
 }
 
-func (n *testNet) mac(t *testing.T, ns string) net.HardwareAddr {
+func (n *testNet) mac(t testing.TB, ns string) net.HardwareAddr {
 	t.Helper()
 	var links []struct {
 		Address string `json:"address"`
@@ -136,7 +136,7 @@ type shownAddr struct {
 }
 
 // addrs returns what ip(8) shows on iface in ns.
-func (n *testNet) addrs(t *testing.T, ns, iface string) []shownAddr {
+func (n *testNet) addrs(t testing.TB, ns, iface string) []shownAddr {
 	t.Helper()
 	var links []struct {
 		AddrInfo []shownAddr `json:"addr_info"`
@@ -149,7 +149,7 @@ func (n *testNet) addrs(t *testing.T, ns, iface string) []shownAddr {
 }
 
 // addr returns the entries for ip (any prefix length) on iface in ns.
-func (n *testNet) addr(t *testing.T, ns, iface, ip string) []shownAddr {
+func (n *testNet) addr(t testing.TB, ns, iface, ip string) []shownAddr {
 	t.Helper()
 	var out []shownAddr
 	for _, a := range n.addrs(t, ns, iface) {
@@ -162,7 +162,7 @@ func (n *testNet) addr(t *testing.T, ns, iface, ip string) []shownAddr {
 
 // neigh returns the link-layer address and states of ns's neighbour entry
 // for ip, or "" if it has none.
-func (n *testNet) neigh(t *testing.T, ns, ip string) (string, []string) {
+func (n *testNet) neigh(t testing.TB, ns, ip string) (string, []string) {
 	t.Helper()
 	var entries []struct {
 		LLAddr string   `json:"lladdr"`
@@ -176,11 +176,11 @@ func (n *testNet) neigh(t *testing.T, ns, ip string) (string, []string) {
 }
 
 // testLogger writes through t.Log, so it must not outlive the test.
-func testLogger(t *testing.T) *slog.Logger {
+func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(b []byte) (int, error) {
 	w.t.Helper()

@@ -6,6 +6,7 @@ package netif
 import (
 	"bytes"
 	"context"
+	"log/slog"
 	"net"
 	"net/netip"
 	"slices"
@@ -425,5 +426,26 @@ func TestFirstAnnouncementLatency(t *testing.T) {
 		slices.Sort(m.d)
 		t.Logf("%-42s p50 %8v  p90 %8v  max %8v  (%d binds, half IPv4, half IPv6)", m.what,
 			m.d[len(m.d)/2], m.d[len(m.d)*9/10], m.d[len(m.d)-1], len(m.d))
+	}
+}
+
+// BenchmarkAddRefresh measures one lifetime refresh with 1,000 addresses
+// bound on the interface, the daemon's steady-state netlink load.
+func BenchmarkAddRefresh(b *testing.B) {
+	n := newTestNet(b)
+	var addrs *Addresses
+	n.in(b, n.a, func() { addrs = NewAddresses(slog.New(slog.DiscardHandler)) })
+	b.Cleanup(addrs.Close)
+	ps := make([]netip.Prefix, 1000)
+	start := time.Now()
+	for i := range ps {
+		ps[i] = netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, byte(i / 250), byte(i%250 + 1)}), 32)
+		assert.NilError(b, addrs.Add(vethIface, ps[i], 30*time.Second))
+	}
+	b.Logf("first bind of %d addresses took %v", len(ps), time.Since(start))
+	i := 0
+	for b.Loop() {
+		assert.NilError(b, addrs.Add(vethIface, ps[i%len(ps)], 30*time.Second))
+		i++
 	}
 }
