@@ -1,0 +1,272 @@
+package manifests
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer/json"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/yaml"
+
+	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
+
+	"github.com/eip-project/eip/internal/config"
+)
+
+const (
+	namespace      = "eip-system"
+	serviceAccount = "eip"
+	image          = "ghcr.io/eip-project/eipd"
+	metricsPort    = 9402
+)
+
+// kustomization is the part of kustomization.yaml this base uses; decoding
+// is strict, so a field outside it fails the test rather than being ignored.
+type kustomization struct {
+	APIVersion string   `json:"apiVersion"`
+	Kind       string   `json:"kind"`
+	Resources  []string `json:"resources"`
+	Images     []struct {
+		Name    string `json:"name"`
+		NewName string `json:"newName,omitempty"`
+		NewTag  string `json:"newTag,omitempty"`
+	} `json:"images"`
+}
+
+func readKustomization(t *testing.T) kustomization {
+	t.Helper()
+	b, err := os.ReadFile("kustomization.yaml")
+	assert.NilError(t, err)
+	var k kustomization
+	assert.NilError(t, yaml.UnmarshalStrict(b, &k))
+	return k
+}
+
+// decodeAll strictly decodes every document of every resource in the
+// kustomization into typed objects: a misspelt field fails here, as it would
+// on `kubectl apply --validate=strict`.
+func decodeAll(t *testing.T) []runtime.Object {
+	t.Helper()
+	strict := json.NewSerializerWithOptions(json.DefaultMetaFactory, scheme.Scheme, scheme.Scheme,
+		json.SerializerOptions{Yaml: true, Strict: true})
+	var objs []runtime.Object
+	for _, file := range readKustomization(t).Resources {
+		b, err := os.ReadFile(file)
+		assert.NilError(t, err)
+		r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(b)))
+		for {
+			doc, err := r.Read()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			assert.NilError(t, err, file)
+			if len(bytes.TrimSpace(stripComments(doc))) == 0 {
+				continue
+			}
+			obj, _, err := strict.Decode(doc, nil, nil)
+			assert.NilError(t, err, file)
+			objs = append(objs, obj)
+		}
+	}
+	return objs
+}
+
+func stripComments(doc []byte) []byte {
+	var out []byte
+	for line := range bytes.Lines(doc) {
+		if !bytes.HasPrefix(bytes.TrimSpace(line), []byte("#")) {
+			out = append(out, line...)
+		}
+	}
+	return out
+}
+
+func only[T runtime.Object](t *testing.T, objs []runtime.Object) []T {
+	t.Helper()
+	var out []T
+	for _, o := range objs {
+		if v, ok := o.(T); ok {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+func one[T runtime.Object](t *testing.T, objs []runtime.Object) T {
+	t.Helper()
+	all := only[T](t, objs)
+	assert.Equal(t, len(all), 1, "want exactly one %T", *new(T))
+	return all[0]
+}
+
+func TestKustomizationListsEveryManifest(t *testing.T) {
+	k := readKustomization(t)
+	assert.Equal(t, k.APIVersion, "kustomize.config.k8s.io/v1beta1")
+	assert.Equal(t, k.Kind, "Kustomization")
+	files, err := filepath.Glob("*.yaml")
+	assert.NilError(t, err)
+	files = slices.DeleteFunc(files, func(f string) bool { return f == "kustomization.yaml" })
+	slices.Sort(files)
+	listed := slices.Sorted(slices.Values(k.Resources))
+	assert.DeepEqual(t, listed, files)
+
+	// The image make image names, once.
+	assert.Equal(t, len(k.Images), 1)
+	assert.Equal(t, k.Images[0].Name, image)
+	assert.Check(t, k.Images[0].NewTag != "")
+}
+
+func TestEveryObjectIsEips(t *testing.T) {
+	objs := decodeAll(t)
+	kinds := map[string]int{}
+	for _, o := range objs {
+		kind := o.GetObjectKind().GroupVersionKind().Kind
+		kinds[kind]++
+		m, ok := o.(interface {
+			GetNamespace() string
+			GetLabels() map[string]string
+		})
+		assert.Assert(t, ok, "%T", o)
+		assert.Check(t, is.Equal(m.GetLabels()["app.kubernetes.io/part-of"], "eip"), kind)
+		switch kind {
+		case "Namespace", "ClusterRole", "ClusterRoleBinding":
+			assert.Check(t, is.Equal(m.GetNamespace(), ""), kind)
+		default:
+			assert.Check(t, is.Equal(m.GetNamespace(), namespace), kind)
+		}
+	}
+	assert.DeepEqual(t, kinds, map[string]int{
+		"Namespace": 1, "ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1,
+		"Role": 1, "RoleBinding": 1, "ConfigMap": 1, "DaemonSet": 1,
+	})
+	assert.Equal(t, one[*corev1.Namespace](t, objs).Name, namespace)
+	assert.Equal(t, one[*corev1.ServiceAccount](t, objs).Name, serviceAccount)
+}
+
+func TestRBACIsMinimal(t *testing.T) {
+	objs := decodeAll(t)
+	read := []string{"get", "list", "watch"}
+	cr := one[*rbacv1.ClusterRole](t, objs)
+	assert.DeepEqual(t, cr.Rules, []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: read},
+		{APIGroups: []string{""}, Resources: []string{"services/status"}, Verbs: []string{"update", "patch"}},
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: read},
+		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+	})
+	role := one[*rbacv1.Role](t, objs)
+	assert.DeepEqual(t, role.Rules, []rbacv1.PolicyRule{
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: read},
+	})
+
+	sa := []rbacv1.Subject{{Kind: "ServiceAccount", Name: serviceAccount, Namespace: namespace}}
+	crb := one[*rbacv1.ClusterRoleBinding](t, objs)
+	assert.DeepEqual(t, crb.RoleRef, rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: cr.Name})
+	assert.DeepEqual(t, crb.Subjects, sa)
+	rb := one[*rbacv1.RoleBinding](t, objs)
+	assert.DeepEqual(t, rb.RoleRef, rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: role.Name})
+	assert.DeepEqual(t, rb.Subjects, sa)
+}
+
+func TestConfigMapShipsTheDefaults(t *testing.T) {
+	cm := one[*corev1.ConfigMap](t, decodeAll(t))
+	assert.Equal(t, cm.Name, "eip-config")
+	assert.DeepEqual(t, slices.Sorted(func(yield func(string) bool) {
+		for k := range cm.Data {
+			if !yield(k) {
+				return
+			}
+		}
+	}), slices.Sorted(slices.Values(config.Keys())))
+
+	c, err := config.Parse(cm.Data)
+	assert.NilError(t, err)
+	assert.Check(t, is.Len(c.Warnings, 0), "%q", c.Warnings)
+	assert.Check(t, c.Equal(config.Default()), "the shipped values are not the defaults: %+v", c)
+}
+
+// Every key carries a comment on the line above it, for people who read the
+// file before applying it.
+func TestConfigMapKeysAreCommented(t *testing.T) {
+	b, err := os.ReadFile("configmap.yaml")
+	assert.NilError(t, err)
+	lines := strings.Split(string(b), "\n")
+	for _, key := range config.Keys() {
+		i := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, "  "+key+":") })
+		assert.Assert(t, i > 0, "key %s not found at the top level of data", key)
+		assert.Check(t, strings.HasPrefix(strings.TrimSpace(lines[i-1]), "# "), "key %s has no comment above it", key)
+	}
+}
+
+func TestDaemonSet(t *testing.T) {
+	objs := decodeAll(t)
+	ds := one[*appsv1.DaemonSet](t, objs)
+	spec := ds.Spec.Template.Spec
+
+	for k, v := range ds.Spec.Selector.MatchLabels {
+		assert.Check(t, is.Equal(ds.Spec.Template.Labels[k], v), "selector label %s", k)
+	}
+	assert.Equal(t, ds.Spec.UpdateStrategy.Type, appsv1.RollingUpdateDaemonSetStrategyType)
+	assert.DeepEqual(t, ds.Spec.UpdateStrategy.RollingUpdate.MaxUnavailable, ptr(intstr.FromInt32(1)))
+
+	assert.Check(t, spec.HostNetwork)
+	assert.Check(t, is.Equal(spec.ServiceAccountName, one[*corev1.ServiceAccount](t, objs).Name))
+	assert.Check(t, is.Equal(spec.PriorityClassName, "system-node-critical"))
+	assert.Check(t, is.DeepEqual(spec.TerminationGracePeriodSeconds, ptr(int64(30))))
+	assert.Check(t, is.DeepEqual(spec.NodeSelector, map[string]string{"kubernetes.io/os": "linux"}))
+	assert.Check(t, slices.ContainsFunc(spec.Tolerations, func(tol corev1.Toleration) bool {
+		return tol.Key == "node-role.kubernetes.io/control-plane" && tol.Operator == corev1.TolerationOpExists
+	}), "control-plane nodes are not tolerated")
+
+	assert.Equal(t, len(spec.Containers), 1)
+	assert.Equal(t, len(spec.InitContainers), 0)
+	c := spec.Containers[0]
+	assert.Check(t, strings.HasPrefix(c.Image, image+":"), c.Image)
+
+	sc := c.SecurityContext
+	assert.Assert(t, sc != nil && sc.Capabilities != nil)
+	assert.DeepEqual(t, sc.Capabilities.Add, []corev1.Capability{"NET_ADMIN", "NET_RAW"})
+	assert.DeepEqual(t, sc.Capabilities.Drop, []corev1.Capability{"ALL"})
+	assert.DeepEqual(t, sc.Privileged, ptr(false))
+	assert.DeepEqual(t, sc.AllowPrivilegeEscalation, ptr(false))
+	assert.DeepEqual(t, sc.ReadOnlyRootFilesystem, ptr(true))
+	assert.Check(t, spec.SecurityContext.SeccompProfile != nil && spec.SecurityContext.SeccompProfile.Type == corev1.SeccompProfileTypeRuntimeDefault)
+	assert.Check(t, !spec.HostPID && !spec.HostIPC)
+	assert.Check(t, is.Len(spec.Volumes, 0), "eipd needs no volume besides its token")
+
+	env := map[string]string{}
+	for _, e := range c.Env {
+		assert.Assert(t, e.ValueFrom != nil && e.ValueFrom.FieldRef != nil, "env %s", e.Name)
+		env[e.Name] = e.ValueFrom.FieldRef.FieldPath
+	}
+	assert.DeepEqual(t, env, map[string]string{"NODE_NAME": "spec.nodeName", "POD_NAMESPACE": "metadata.namespace"})
+
+	assert.DeepEqual(t, c.Ports, []corev1.ContainerPort{{Name: "metrics", ContainerPort: metricsPort, Protocol: corev1.ProtocolTCP}})
+	assert.Check(t, slices.Contains(c.Args, "--metrics-addr=:9402"), "%q", c.Args)
+	for probe, path := range map[*corev1.Probe]string{c.LivenessProbe: "/healthz", c.ReadinessProbe: "/readyz"} {
+		assert.Assert(t, probe != nil && probe.HTTPGet != nil, path)
+		assert.Check(t, is.Equal(probe.HTTPGet.Path, path))
+		assert.Check(t, is.Equal(probe.HTTPGet.Port, intstr.FromString("metrics")), path)
+	}
+
+	assert.Check(t, is.Equal(c.Resources.Limits.Memory().Cmp(resource.MustParse("128Mi")), 0), "memory limit %v", c.Resources.Limits.Memory())
+	assert.Check(t, c.Resources.Limits.Cpu().IsZero(), "a CPU limit throttles heartbeats")
+	assert.Check(t, !c.Resources.Requests.Cpu().IsZero() && !c.Resources.Requests.Memory().IsZero(), "requests")
+}
+
+func ptr[T any](v T) *T { return &v }
