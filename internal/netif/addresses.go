@@ -51,7 +51,9 @@ func NewAddresses(log *slog.Logger) *Addresses {
 	if a.err != nil {
 		return a
 	}
-	a.nl, a.err = newNetlinkHandle(a.ns)
+	if a.nl, a.err = newNetlinkHandle(a.ns); a.err != nil {
+		_ = a.ns.close()
+	}
 	return a
 }
 
@@ -124,20 +126,17 @@ func (a *Addresses) Add(iface string, p netip.Prefix, lifetime time.Duration) er
 // lengths returns the prefix lengths ip is known to be bound with on link,
 // listing the link's addresses if it is not known yet.
 func (a *Addresses) lengths(link netlink.Link, ip netip.Addr) ([]int, error) {
-	name, index := link.Attrs().Name, link.Attrs().Index
 	a.mu.Lock()
-	k, ok := a.known[name]
-	a.mu.Unlock()
-	if ok && k.link == index {
-		a.mu.Lock()
+	if k, ok := a.known[link.Attrs().Name]; ok && k.link == link.Attrs().Index {
 		defer a.mu.Unlock()
 		return slices.Clone(k.bits[ip]), nil
 	}
+	a.mu.Unlock()
 	addrs, err := a.list(link, netlink.FAMILY_ALL)
 	if err != nil {
 		return nil, err
 	}
-	k = a.learn(link, addrs)
+	k := a.learn(link, addrs)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return slices.Clone(k.bits[ip]), nil

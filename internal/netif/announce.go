@@ -234,7 +234,9 @@ func newRawSender(log *slog.Logger) *rawSender {
 	if s.err != nil {
 		return s
 	}
-	s.nl, s.err = newNetlinkHandle(s.ns)
+	if s.nl, s.err = newNetlinkHandle(s.ns); s.err != nil {
+		_ = s.ns.close()
+	}
 	return s
 }
 

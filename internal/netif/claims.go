@@ -14,6 +14,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// linkCheckInterval is how often WatchClaims checks, while its link is down,
+// that the link still exists.
+const linkCheckInterval = time.Second
+
 // Claim says a machine other than this one announced that it holds IP, from
 // MAC, on Iface.
 type Claim struct {
@@ -28,8 +32,10 @@ type Claim struct {
 // source of every neighbour solicitation, unless the frame comes from
 // iface's own MAC. It sees what reaches iface: broadcasts, ff02::1 and the
 // solicited-node groups of the addresses bound there. The consumer decides
-// which claims matter (those for addresses it holds). It returns nil when ctx
-// ends and an error if it cannot listen or the interface goes away.
+// which claims matter (those for addresses it holds). It keeps watching
+// while the link is down and after it comes back up. It returns nil when ctx
+// ends, and an error if it cannot listen or the interface is deleted or
+// replaced.
 func WatchClaims(ctx context.Context, log *slog.Logger, iface string, out chan<- Claim) error {
 	ifi, err := net.InterfaceByName(iface)
 	if err != nil {
@@ -54,18 +60,43 @@ func WatchClaims(ctx context.Context, log *slog.Logger, iface string, out chan<-
 		_ = conn.SetReadDeadline(time.Unix(1, 0))
 	})
 	defer stop()
+	// setDeadline says false once ctx is done: AfterFunc's deadline must
+	// not be overwritten.
+	setDeadline := func(t time.Time) bool {
+		_ = conn.SetReadDeadline(t)
+		return ctx.Err() == nil
+	}
 
 	own := ifi.HardwareAddr
 	buf := make([]byte, claimSnapLen)
+	linkDown := false
 	for {
 		n, _, err := conn.ReadFrom(buf)
 		if ctx.Err() != nil {
 			return nil
 		}
-		if err != nil {
-			if errors.Is(err, os.ErrDeadlineExceeded) {
-				continue
+		switch {
+		case err == nil && linkDown:
+			linkDown = false
+			if !setDeadline(time.Time{}) {
+				return nil
 			}
+		case errors.Is(err, unix.ENETDOWN) || linkDown && errors.Is(err, os.ErrDeadlineExceeded):
+			// The kernel detaches the socket when the link goes down and
+			// reattaches it when it comes up, unless the link is deleted,
+			// which it does not report again: check now and then.
+			if err := sameLink(iface, ifi.Index); err != nil {
+				return fmt.Errorf("watch claims on %s: %w", iface, err)
+			}
+			if !linkDown {
+				log.Info("link down; watching for claims again once it is up", "iface", iface)
+			}
+			linkDown = true
+			if !setDeadline(time.Now().Add(linkCheckInterval)) {
+				return nil
+			}
+			continue
+		case err != nil:
 			return fmt.Errorf("watch claims on %s: %w", iface, err)
 		}
 		ip, mac, ok := parseClaim(buf[:n], own)
@@ -79,4 +110,16 @@ func WatchClaims(ctx context.Context, log *slog.Logger, iface string, out chan<-
 			return nil
 		}
 	}
+}
+
+// sameLink says whether iface is still the interface with index.
+func sameLink(iface string, index int) error {
+	ifi, err := net.InterfaceByName(iface)
+	if err != nil {
+		return fmt.Errorf("link gone: %w", err)
+	}
+	if ifi.Index != index {
+		return fmt.Errorf("link recreated (index %d, was %d)", ifi.Index, index)
+	}
+	return nil
 }

@@ -358,6 +358,14 @@ func TestWatchClaimsOnVeth(t *testing.T) {
 		assert.DeepEqual(t, c.MAC, macB)
 	})
 
+	t.Run("survives the link going down and up", func(t *testing.T) {
+		n.ip(t, n.a, "link", "set", vethIface, "down")
+		n.ip(t, n.a, "link", "set", vethIface, "up")
+		ip := netip.MustParseAddr("198.18.0.53")
+		c := awaitClaim(t, claims, ip, func() error { return annB.Announce(vethIface, ip) })
+		assert.DeepEqual(t, c.MAC, macB)
+	})
+
 	t.Run("own announcements are not claims", func(t *testing.T) {
 		for _, s := range []string{"198.18.0.60", "2001:db8::60"} {
 			assert.NilError(t, annA.Announce(vethIface, netip.MustParseAddr(s)))
@@ -378,6 +386,34 @@ func TestWatchClaimsOnVeth(t *testing.T) {
 			}
 		}
 	})
+}
+
+func TestWatchClaimsEndsWhenLinkDeleted(t *testing.T) {
+	n := newTestNet(t)
+	n.ip(t, n.a, "link", "add", "other0", "type", "veth", "peer", "name", "other1")
+	n.ip(t, n.a, "link", "set", "other0", "up")
+	n.ip(t, n.a, "link", "set", "other1", "up")
+	claims := make(chan Claim, 64)
+	errs := make(chan error, 1)
+	log := testLogger(t)
+	n.goIn(t, n.a, func(ctx context.Context) error {
+		errs <- WatchClaims(ctx, log, "other0", claims)
+		return nil
+	})
+	// Its socket is open once it reports a claim from the other end.
+	var ann *Announcer
+	n.in(t, n.a, func() { ann = NewAnnouncer(log, clock.RealClock{}, nil) })
+	t.Cleanup(ann.Close)
+	ip := netip.MustParseAddr("198.18.0.54")
+	awaitClaim(t, claims, ip, func() error { return ann.Announce("other1", ip) })
+
+	n.ip(t, n.a, "link", "del", "other0")
+	select {
+	case err := <-errs:
+		assert.ErrorContains(t, err, "watch claims on other0: link gone")
+	case <-time.After(10 * time.Second):
+		t.Fatal("WatchClaims still running 10s after its link was deleted")
+	}
 }
 
 // TestFirstAnnouncementLatency logs how long after the start of a bind the
