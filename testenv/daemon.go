@@ -1,0 +1,115 @@
+package testenv
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+const (
+	metricsPort = "9402"
+	// daemonGrace bounds a graceful daemon stop before it is killed.
+	daemonGrace = 30 * time.Second
+)
+
+// DaemonArgs are the flags StartDaemon passes to eipd on a node, before
+// the caller's extra arguments (which may override them).
+func (c *Cluster) DaemonArgs(node string) []string {
+	n, err := c.nodeEndpoint(node)
+	if err != nil {
+		return nil
+	}
+	return []string{
+		"--kubeconfig=" + c.NodeKubeconfig(node),
+		"--node-name=" + node,
+		"--namespace=" + Namespace,
+		"--config-map=" + ConfigMap,
+		"--metrics-addr=" + net.JoinHostPort(n.ipv4.String(), metricsPort),
+		"-v=2",
+	}
+}
+
+// DaemonMetricsAddr is where eipd on that node serves metrics, reachable
+// from the client namespace (see ClientHTTP).
+func (c *Cluster) DaemonMetricsAddr(node string) string {
+	n, err := c.nodeEndpoint(node)
+	if err != nil {
+		return ""
+	}
+	return net.JoinHostPort(n.ipv4.String(), metricsPort)
+}
+
+// DaemonLog is the path of the node's daemon log, which keeps the output of
+// every start of the daemon on that node.
+func (c *Cluster) DaemonLog(node string) string {
+	return filepath.Join(c.dir, "eipd-"+node+".log")
+}
+
+// StartDaemon starts eipd in the node's namespace with DaemonArgs and
+// extraArgs. It does not wait for the daemon to do anything.
+func (c *Cluster) StartDaemon(node string, extraArgs ...string) error {
+	n, err := c.nodeEndpoint(node)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(c.opts.EipdBin); err != nil {
+		return fmt.Errorf("start eipd on %s: %w (build it, or set EIPD_BIN)", node, err)
+	}
+	args := append(c.DaemonArgs(node), extraArgs...)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return fmt.Errorf("start eipd on %s: cluster closed", node)
+	}
+	if p := c.daemons[node]; p != nil && p.running() {
+		return fmt.Errorf("start eipd on %s: already running (pid %d)", node, p.pid())
+	}
+	p, err := startProcess(n.ns, "eipd on "+node, c.DaemonLog(node), c.opts.Detach, c.opts.EipdBin, args...)
+	if err != nil {
+		return err
+	}
+	c.daemons[node] = p
+	return nil
+}
+
+// StopDaemon signals eipd on the node and waits for it to exit. After
+// SIGTERM a daemon that has not exited within 30 s is killed and an error
+// returned. Stopping a daemon that is not running is not an error.
+func (c *Cluster) StopDaemon(node string, sig syscall.Signal) error {
+	c.mu.Lock()
+	p := c.daemons[node]
+	c.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	return p.stop(sig, daemonGrace)
+}
+
+// RestartDaemon stops eipd on the node with SIGTERM and starts it again.
+func (c *Cluster) RestartDaemon(node string, extraArgs ...string) error {
+	if err := c.StopDaemon(node, syscall.SIGTERM); err != nil {
+		return err
+	}
+	return c.StartDaemon(node, extraArgs...)
+}
+
+// DaemonRunning reports whether eipd runs on the node.
+func (c *Cluster) DaemonRunning(node string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.daemons[node]
+	return p != nil && p.running()
+}
+
+// DaemonPID is the pid of eipd on the node, 0 when it does not run.
+func (c *Cluster) DaemonPID(node string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p := c.daemons[node]; p != nil && p.running() {
+		return p.pid()
+	}
+	return 0
+}

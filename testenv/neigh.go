@@ -1,0 +1,238 @@
+package testenv
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"time"
+
+	"github.com/mdlayher/arp"
+	"github.com/mdlayher/ndp"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/net/ipv6"
+)
+
+// whoAnswersWindow is how long WhoAnswers collects answers. Hosts on the
+// bridge answer within a millisecond.
+const whoAnswersWindow = 100 * time.Millisecond
+
+// WhoAnswers asks the LAN, from the client namespace, who has ip: an ARP
+// request for IPv4, a neighbour solicitation for IPv6. It returns every
+// distinct MAC that answered, in order of arrival; none when no one did.
+func (c *Cluster) WhoAnswers(ip netip.Addr) ([]net.HardwareAddr, error) {
+	var macs []net.HardwareAddr
+	add := func(mac net.HardwareAddr) {
+		for _, m := range macs {
+			if bytes.Equal(m, mac) {
+				return
+			}
+		}
+		macs = append(macs, append(net.HardwareAddr(nil), mac...))
+	}
+	var err error
+	if ip.Is4() {
+		err = c.arpWhoHas(ip, add)
+	} else {
+		err = c.ndpWhoHas(ip, add)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("who answers %s: %w", ip, err)
+	}
+	return macs, nil
+}
+
+func (c *Cluster) arpWhoHas(ip netip.Addr, add func(net.HardwareAddr)) error {
+	var cl *arp.Client
+	if err := c.cl.ns.do(func() error {
+		ifi, err := net.InterfaceByName("eth0")
+		if err != nil {
+			return err
+		}
+		cl, err = arp.Dial(ifi)
+		return err
+	}); err != nil {
+		return err
+	}
+	defer cl.Close()
+	if err := cl.SetReadDeadline(time.Now().Add(whoAnswersWindow)); err != nil {
+		return err
+	}
+	if err := cl.Request(ip); err != nil {
+		return err
+	}
+	for {
+		pkt, _, err := cl.Read()
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if pkt.Operation == arp.OperationReply && pkt.SenderIP == ip {
+			add(pkt.SenderHardwareAddr)
+		}
+	}
+}
+
+func (c *Cluster) ndpWhoHas(ip netip.Addr, add func(net.HardwareAddr)) error {
+	var conn *ndp.Conn
+	var mac net.HardwareAddr
+	if err := c.cl.ns.do(func() error {
+		ifi, err := net.InterfaceByName("eth0")
+		if err != nil {
+			return err
+		}
+		mac = ifi.HardwareAddr
+		conn, _, err = ndp.Listen(ifi, ndp.LinkLocal)
+		return err
+	}); err != nil {
+		return err
+	}
+	defer conn.Close()
+	var f ipv6.ICMPFilter
+	f.SetAll(true)
+	f.Accept(ipv6.ICMPTypeNeighborAdvertisement)
+	if err := conn.SetICMPFilter(&f); err != nil {
+		return err
+	}
+	group, err := ndp.SolicitedNodeMulticast(ip)
+	if err != nil {
+		return err
+	}
+	if err := conn.SetReadDeadline(time.Now().Add(whoAnswersWindow)); err != nil {
+		return err
+	}
+	ns := &ndp.NeighborSolicitation{
+		TargetAddress: ip,
+		Options:       []ndp.Option{&ndp.LinkLayerAddress{Direction: ndp.Source, Addr: mac}},
+	}
+	if err := conn.WriteTo(ns, nil, group); err != nil {
+		return err
+	}
+	for {
+		msg, _, _, err := conn.ReadFrom()
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		na, ok := msg.(*ndp.NeighborAdvertisement)
+		if !ok || na.TargetAddress != ip {
+			continue
+		}
+		for _, o := range na.Options {
+			if lla, ok := o.(*ndp.LinkLayerAddress); ok && lla.Direction == ndp.Target {
+				add(lla.Addr)
+			}
+		}
+	}
+}
+
+// Neighbor is an entry of the client's neighbour cache.
+type Neighbor struct {
+	IP    netip.Addr
+	MAC   net.HardwareAddr
+	State string // REACHABLE, STALE, FAILED, …
+}
+
+// ClientNeigh lists the client namespace's neighbour cache on eth0: which
+// MAC the LAN's client currently sends each address's traffic to.
+func (c *Cluster) ClientNeigh() ([]Neighbor, error) {
+	h, link, err := c.eth0(c.cl)
+	if err != nil {
+		return nil, err
+	}
+	defer h.Close()
+	var out []Neighbor
+	for _, family := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		neighs, err := h.NeighList(link.Attrs().Index, family)
+		if err != nil {
+			return nil, fmt.Errorf("list client neighbours: %w", err)
+		}
+		for _, n := range neighs {
+			ip, ok := netip.AddrFromSlice(n.IP)
+			if !ok {
+				continue
+			}
+			out = append(out, Neighbor{IP: ip.Unmap(), MAC: n.HardwareAddr, State: neighState(n.State)})
+		}
+	}
+	return out, nil
+}
+
+func neighState(s int) string {
+	names := []struct {
+		bit  int
+		name string
+	}{
+		{netlink.NUD_INCOMPLETE, "INCOMPLETE"}, {netlink.NUD_REACHABLE, "REACHABLE"},
+		{netlink.NUD_STALE, "STALE"}, {netlink.NUD_DELAY, "DELAY"}, {netlink.NUD_PROBE, "PROBE"},
+		{netlink.NUD_FAILED, "FAILED"}, {netlink.NUD_NOARP, "NOARP"}, {netlink.NUD_PERMANENT, "PERMANENT"},
+	}
+	for _, n := range names {
+		if s&n.bit != 0 {
+			return n.name
+		}
+	}
+	return "NONE"
+}
+
+// NodeAddrs lists the addresses on the node's eth0, except IPv6 link-local
+// ones: its own LAN addresses and whatever eipd bound.
+func (c *Cluster) NodeAddrs(node string) ([]netip.Prefix, error) {
+	n, err := c.nodeEndpoint(node)
+	if err != nil {
+		return nil, err
+	}
+	h, link, err := c.eth0(n)
+	if err != nil {
+		return nil, err
+	}
+	defer h.Close()
+	addrs, err := h.AddrList(link, netlink.FAMILY_ALL)
+	if err != nil {
+		return nil, fmt.Errorf("list addresses of %s: %w", node, err)
+	}
+	var out []netip.Prefix
+	for _, a := range addrs {
+		ip, ok := netip.AddrFromSlice(a.IP)
+		if !ok || ip.Is6() && ip.IsLinkLocalUnicast() {
+			continue
+		}
+		ones, _ := a.Mask.Size()
+		out = append(out, netip.PrefixFrom(ip.Unmap(), ones))
+	}
+	return out, nil
+}
+
+// NodeHasAddr reports whether ip is bound on the node's eth0.
+func (c *Cluster) NodeHasAddr(node string, ip netip.Addr) (bool, error) {
+	addrs, err := c.NodeAddrs(node)
+	if err != nil {
+		return false, err
+	}
+	for _, a := range addrs {
+		if a.Addr() == ip {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// eth0 opens a netlink handle in the endpoint's namespace and finds eth0.
+func (c *Cluster) eth0(e *endpoint) (*netlink.Handle, netlink.Link, error) {
+	h, err := netlink.NewHandleAt(e.ns.handle)
+	if err != nil {
+		return nil, nil, fmt.Errorf("netlink in %s: %w", e.ns.name, err)
+	}
+	link, err := h.LinkByName("eth0")
+	if err != nil {
+		h.Close()
+		return nil, nil, fmt.Errorf("eth0 in %s: %w", e.ns.name, err)
+	}
+	return h, link, nil
+}
