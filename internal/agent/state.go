@@ -281,7 +281,7 @@ func (s *state) reconcile() {
 		delete(locks, name)
 	}
 	for name, l := range locks {
-		if s.effective(name, l, now) == nil {
+		if l = s.effective(name, l, now); l == nil {
 			continue
 		}
 		lk, err := lease.ParseLock(l)
