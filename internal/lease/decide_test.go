@@ -1,0 +1,184 @@
+package lease_test
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+
+	"github.com/eip-project/eip/internal/lease"
+)
+
+const step = 100 * time.Millisecond
+
+// now is when every decision below is taken.
+func now() time.Time { return at(10 * time.Second) }
+
+// decideView is node "a"'s view: a, b and c are live and eligible; x died
+// 50 ms ago, y a second ago; ghost was never seen.
+func decideView() lease.View {
+	dead := map[string]time.Time{"x": now().Add(-50 * ms), "y": now().Add(-time.Second)}
+	return lease.View{
+		Self: "a", Now: now(), Writable: true, Eligible: true,
+		Live:  []string{"a", "b", "c"},
+		Alive: func(n string) bool { return n == "a" || n == "b" || n == "c" },
+		DeadSince: func(n string) (time.Time, bool) {
+			t, ok := dead[n]
+			return t, ok
+		},
+		Step: step,
+	}
+}
+
+// ipRanked returns an IP for which node a has the given rank among a, b, c.
+func ipRanked(t *testing.T, rank int) netip.Addr {
+	t.Helper()
+	for i := 1; i < 255; i++ {
+		ip := netip.AddrFrom4([4]byte{198, 18, 0, byte(i)})
+		if lease.Rank(ip, "a", []string{"a", "b", "c"}) == rank {
+			return ip
+		}
+	}
+	t.Fatalf("no IP gives a rank %d", rank)
+	return netip.Addr{}
+}
+
+func lock(holder, moveTo string) *lease.Lock {
+	return &lease.Lock{Holder: holder, MoveTo: moveTo, ResourceVersion: "5"}
+}
+
+func TestDecide(t *testing.T) {
+	r0, r1, r2 := ipRanked(t, 0), ipRanked(t, 1), ipRanked(t, 2)
+	notWritable := func(v *lease.View) { v.Writable = false }
+	notEligible := func(v *lease.View) { v.Eligible = false; v.Live = []string{"b", "c"} }
+	freeSince := func(d time.Duration) time.Time { return now().Add(-d) }
+
+	for _, tc := range []struct {
+		name   string
+		view   func(*lease.View)
+		ip     lease.IP
+		action lease.Action
+		target string
+		at     time.Time
+	}{
+		// IPs no Service names.
+		{name: "orphan without lock", ip: lease.IP{Addr: r0}, action: lease.None},
+		{name: "orphan without lock, bound", ip: lease.IP{Addr: r0, Bound: true}, action: lease.Unbind},
+		{name: "orphan held here", ip: lease.IP{Addr: r1, Lock: lock("a", ""), Bound: true}, action: lease.Delete},
+		{name: "orphan held here, not writable", view: notWritable, ip: lease.IP{Addr: r1, Lock: lock("a", ""), Bound: true}, action: lease.Unbind},
+		{name: "orphan held here, not writable, unbound", view: notWritable, ip: lease.IP{Addr: r0, Lock: lock("a", "")}, action: lease.None},
+		{name: "orphan held elsewhere, bound here", ip: lease.IP{Addr: r0, Lock: lock("b", ""), Bound: true}, action: lease.Unbind},
+		{name: "orphan of a live holder", ip: lease.IP{Addr: r0, Lock: lock("b", "")}, action: lease.None},
+		{name: "orphan of a dead holder, top rank", ip: lease.IP{Addr: r0, Lock: lock("x", "")}, action: lease.Delete},
+		{name: "orphan of a dead holder, rank 1", ip: lease.IP{Addr: r1, Lock: lock("x", "")}, action: lease.None},
+		{name: "free orphan, top rank", ip: lease.IP{Addr: r0, Lock: lock("", "")}, action: lease.Delete},
+		{name: "free orphan, rank 2", ip: lease.IP{Addr: r2, Lock: lock("", "")}, action: lease.None},
+		{name: "orphan, top rank, not eligible", view: notEligible, ip: lease.IP{Addr: r0, Lock: lock("x", "")}, action: lease.Delete},
+
+		// Named IPs without a lock: create after rank × step.
+		{name: "no lock, top rank", ip: lease.IP{Addr: r0, Named: true, FreeSince: now()}, action: lease.Create},
+		{name: "no lock, rank 2, early", ip: lease.IP{Addr: r2, Named: true, FreeSince: freeSince(150 * ms)}, action: lease.None, at: now().Add(50 * ms)},
+		{name: "no lock, rank 2, due", ip: lease.IP{Addr: r2, Named: true, FreeSince: freeSince(200 * ms)}, action: lease.Create},
+		{name: "no lock, planned here", ip: lease.IP{Addr: r2, Named: true, FreeSince: now(), Planned: "a"}, action: lease.Create},
+		{name: "no lock, planned for live b", ip: lease.IP{Addr: r0, Named: true, FreeSince: now(), Planned: "b"}, action: lease.None, at: now().Add(step)},
+		{name: "no lock, planned for dead x", ip: lease.IP{Addr: r0, Named: true, FreeSince: now(), Planned: "x"}, action: lease.Create},
+		{name: "no lock, bound while waiting", ip: lease.IP{Addr: r2, Named: true, FreeSince: now(), Bound: true}, action: lease.Unbind},
+		{name: "no lock, bound, top rank", ip: lease.IP{Addr: r0, Named: true, FreeSince: now(), Bound: true}, action: lease.Create},
+		{name: "no lock, not writable", view: notWritable, ip: lease.IP{Addr: r0, Named: true, FreeSince: freeSince(time.Hour)}, action: lease.None},
+		{name: "no lock, not eligible", view: notEligible, ip: lease.IP{Addr: r0, Named: true, FreeSince: freeSince(time.Hour)}, action: lease.None},
+
+		// Held here.
+		{name: "held, unbound", ip: lease.IP{Addr: r1, Named: true, Lock: lock("a", "")}, action: lease.Bind},
+		{name: "held, bound", ip: lease.IP{Addr: r1, Named: true, Lock: lock("a", ""), Bound: true}, action: lease.None},
+		{name: "held, move to live b", ip: lease.IP{Addr: r0, Named: true, Lock: lock("a", "b"), Bound: true}, action: lease.Handoff, target: "b"},
+		{name: "held, move here", ip: lease.IP{Addr: r0, Named: true, Lock: lock("a", "a"), Bound: true}, action: lease.ClearMove},
+		{name: "held, move to dead x", ip: lease.IP{Addr: r0, Named: true, Lock: lock("a", "x"), Bound: true}, action: lease.ClearMove},
+		{name: "held, move to unknown node", ip: lease.IP{Addr: r0, Named: true, Lock: lock("a", "ghost"), Bound: true}, action: lease.ClearMove},
+		{name: "held, move pending, not writable", view: notWritable, ip: lease.IP{Addr: r0, Named: true, Lock: lock("a", "b"), Bound: true}, action: lease.None},
+		{name: "held, policy wants c", ip: lease.IP{Addr: r0, Named: true, Lock: lock("a", ""), Bound: true, Planned: "c"}, action: lease.Handoff, target: "c"},
+		{name: "held, policy wants dead x", ip: lease.IP{Addr: r0, Named: true, Lock: lock("a", ""), Bound: true, Planned: "x"}, action: lease.None},
+		{name: "held, policy wants it here", ip: lease.IP{Addr: r0, Named: true, Lock: lock("a", ""), Planned: "a"}, action: lease.Bind},
+		{name: "held, policy wants c, not writable", view: notWritable, ip: lease.IP{Addr: r0, Named: true, Lock: lock("a", ""), Bound: true, Planned: "c"}, action: lease.None},
+		{name: "held, not eligible", view: notEligible, ip: lease.IP{Addr: r0, Named: true, Lock: lock("a", ""), Bound: true}, action: lease.Handoff, target: lease.Order(r0, []string{"b", "c"})[0]},
+		{name: "held, not eligible, no peer", view: func(v *lease.View) { v.Eligible = false; v.Live = nil }, ip: lease.IP{Addr: r0, Named: true, Lock: lock("a", ""), Bound: true}, action: lease.None},
+
+		// Held elsewhere or free.
+		{name: "held by b, bound here", ip: lease.IP{Addr: r0, Named: true, Lock: lock("b", ""), Bound: true}, action: lease.Unbind},
+		{name: "free, bound here", ip: lease.IP{Addr: r0, Named: true, Lock: lock("", ""), Bound: true}, action: lease.Unbind},
+		{name: "held by b, bound here, not writable", view: notWritable, ip: lease.IP{Addr: r0, Named: true, Lock: lock("b", ""), Bound: true}, action: lease.Unbind},
+		{name: "held by live b", ip: lease.IP{Addr: r0, Named: true, Lock: lock("b", "")}, action: lease.None},
+		{name: "free, top rank", ip: lease.IP{Addr: r0, Named: true, Lock: lock("", ""), FreeSince: now()}, action: lease.Acquire},
+		{name: "free, rank 1, early", ip: lease.IP{Addr: r1, Named: true, Lock: lock("", ""), FreeSince: freeSince(30 * ms)}, action: lease.None, at: now().Add(70 * ms)},
+		{name: "free, rank 1, due", ip: lease.IP{Addr: r1, Named: true, Lock: lock("", ""), FreeSince: freeSince(step)}, action: lease.Acquire},
+		{name: "free, planned here", ip: lease.IP{Addr: r2, Named: true, Lock: lock("", ""), FreeSince: now(), Planned: "a"}, action: lease.Acquire},
+		{name: "free, moved here", ip: lease.IP{Addr: r2, Named: true, Lock: lock("", "a"), FreeSince: now()}, action: lease.Acquire},
+		{name: "dead holder, top rank", ip: lease.IP{Addr: r0, Named: true, Lock: lock("x", "")}, action: lease.Acquire},
+		{name: "dead holder, rank 1, early", ip: lease.IP{Addr: r1, Named: true, Lock: lock("x", "")}, action: lease.None, at: now().Add(50 * ms)},
+		{name: "dead holder, rank 1, due", ip: lease.IP{Addr: r1, Named: true, Lock: lock("y", "")}, action: lease.Acquire},
+		{name: "dead holder, rank 2, planned for b", ip: lease.IP{Addr: r2, Named: true, Lock: lock("x", ""), Planned: "b"}, action: lease.None, at: now().Add(-50*ms + 3*step)},
+		// A holder this node never saw has no death time: every node tries at once.
+		{name: "never-seen holder, rank 2", ip: lease.IP{Addr: r2, Named: true, Lock: lock("ghost", "")}, action: lease.Acquire},
+		{name: "dead holder, moved here", ip: lease.IP{Addr: r2, Named: true, Lock: lock("x", "a")}, action: lease.Acquire},
+		{name: "dead holder, not writable", view: notWritable, ip: lease.IP{Addr: r0, Named: true, Lock: lock("y", "")}, action: lease.None},
+		{name: "dead holder, not eligible", view: notEligible, ip: lease.IP{Addr: r0, Named: true, Lock: lock("y", "")}, action: lease.None},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := decideView()
+			if tc.view != nil {
+				tc.view(&v)
+			}
+			d := lease.Decide(v, tc.ip)
+			assert.Equal(t, d.Action, tc.action, "reason: %s", d.Reason)
+			assert.Equal(t, d.Target, tc.target)
+			assert.Equal(t, d.At, tc.at)
+			assert.Assert(t, d.Reason != "")
+		})
+	}
+}
+
+// Whatever the view, Decide never binds an IP whose lock does not name this
+// node, and a node that is bound but not the holder always unbinds.
+func TestDecideNeverBindsWhatItDoesNotHold(t *testing.T) {
+	ip := ipRanked(t, 0)
+	for _, holder := range []string{"", "b", "x", "ghost"} {
+		for _, named := range []bool{true, false} {
+			for _, writable := range []bool{true, false} {
+				v := decideView()
+				v.Writable = writable
+				for _, bound := range []bool{true, false} {
+					d := lease.Decide(v, lease.IP{Addr: ip, Named: named, Bound: bound, Lock: lock(holder, "a"), Planned: "a"})
+					assert.Assert(t, d.Action != lease.Bind, "holder %q: %s", holder, d.Reason)
+					if bound {
+						assert.Equal(t, d.Action, lease.Unbind, "holder %q named %v writable %v: %s", holder, named, writable, d.Reason)
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestBestPeer(t *testing.T) {
+	v := decideView()
+	ip := ipRanked(t, 0)
+	assert.Equal(t, v.BestPeer(ip), lease.Order(ip, []string{"b", "c"})[0])
+	v.Live = []string{"a"}
+	assert.Equal(t, v.BestPeer(ip), "")
+}
+
+func TestActionString(t *testing.T) {
+	for a, want := range map[lease.Action]string{
+		lease.None: "none", lease.Bind: "bind", lease.Unbind: "unbind", lease.Create: "create",
+		lease.Acquire: "acquire", lease.Handoff: "handoff", lease.Release: "release",
+		lease.Delete: "delete", lease.ClearMove: "clear-move",
+	} {
+		assert.Equal(t, a.String(), want)
+	}
+}
+
+func TestFenced(t *testing.T) {
+	fenceAfter := 1500 * ms
+	assert.Assert(t, !lease.Fenced(time.Time{}, at(time.Hour), fenceAfter), "never renewed: nothing to fence yet")
+	assert.Assert(t, !lease.Fenced(at(0), at(fenceAfter-ms), fenceAfter))
+	assert.Assert(t, lease.Fenced(at(0), at(fenceAfter), fenceAfter))
+}
