@@ -29,15 +29,15 @@
 // while it is alive (the ancestor project's first-alive mode); listing
 // several keeps them on the first alive of those, in order.
 //
-// What moves when, with 3 nodes a, b, c and 12 IPs held 4/4/4:
+// What moves when, with 3 nodes a, b, c holding 12 IPs 4/4/4:
 //
-//	event               sticky                        spread
-//	c dies              c's 4 over a, b by rank       c's 4 over a, b: 6/6
-//	                    (about 2 and 2)               (no held IP moves)
-//	c returns           nothing (a, b keep theirs)    2 from a, 2 from b to c: 4/4/4
-//	d joins             nothing                       3 IPs move to d: 3/3/3/3
-//	IP prefers c,       it moves to c; back to c      it moves to c, c's load
-//	c live              whenever c is live again      counts it, others rebalance
-//	all of a,b,c        the policy's answer           the policy's answer
-//	preferred dead
+//	event                     sticky                          spread
+//	c dies                    c's 4 go to a and b by rank     c's 4 go 2 to a, 2 to b: 6/6
+//	                          (each to its best survivor)     (no held IP moves)
+//	c returns                 nothing moves: 6/6/0            2 from a, 2 from b to c: 4/4/4
+//	d joins                   nothing moves                   1 from each to d: 3/3/3/3
+//	an IP prefers c           it moves to c, and back to c    the same; the other IPs
+//	                          whenever c returns              balance around it
+//	all its preferred nodes   it stays on its live holder     it is balanced like any other
+//	are dead
 package policy
