@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 )
 
@@ -99,4 +100,4 @@ func (c *Cluster) Kubectl(ctx context.Context, args ...string) ([]byte, error) {
 }
 
 // KubectlPath is the kubectl built with the control plane.
-func (c *Cluster) KubectlPath() string { return c.opts.K8sBinDir + "/kubectl" }
+func (c *Cluster) KubectlPath() string { return filepath.Join(c.opts.K8sBinDir, "kubectl") }

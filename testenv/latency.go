@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"sync"
+	"syscall"
 	"sync/atomic"
 	"time"
 
@@ -174,7 +176,7 @@ func (dl *delayLine) relay(from, to *packet.Conn, delay func() time.Duration) {
 				continue
 			}
 			dst := net.HardwareAddr(f.b[vnetHdrLen : vnetHdrLen+6])
-			if _, err := to.WriteTo(f.b, &packet.Addr{HardwareAddr: dst}); errors.Is(err, net.ErrClosed) {
+			if _, err := to.WriteTo(f.b, &packet.Addr{HardwareAddr: dst}); isClosed(err) {
 				return
 			}
 		}
@@ -186,7 +188,7 @@ func (dl *delayLine) relay(from, to *packet.Conn, delay func() time.Duration) {
 	for {
 		buf := make([]byte, 65536+vnetHdrLen)
 		n, _, err := from.ReadFrom(buf)
-		if errors.Is(err, net.ErrClosed) {
+		if isClosed(err) {
 			return
 		}
 		if err != nil {
@@ -197,6 +199,11 @@ func (dl *delayLine) relay(from, to *packet.Conn, delay func() time.Duration) {
 		default: // a full queue drops, as a full qdisc would
 		}
 	}
+}
+
+// isClosed recognises the errors of a socket closed by stop.
+func isClosed(err error) bool {
+	return errors.Is(err, net.ErrClosed) || errors.Is(err, os.ErrClosed) || errors.Is(err, syscall.EBADF)
 }
 
 func (dl *delayLine) stop() {

@@ -109,7 +109,9 @@ func (c *Cluster) ndpWhoHas(ip netip.Addr, add func(net.HardwareAddr)) error {
 		TargetAddress: ip,
 		Options:       []ndp.Option{&ndp.LinkLayerAddress{Direction: ndp.Source, Addr: mac}},
 	}
-	if err := conn.WriteTo(ns, nil, group); err != nil {
+	// The destination's zone names eth0, which only means the client's eth0
+	// inside the client namespace.
+	if err := c.cl.ns.do(func() error { return conn.WriteTo(ns, nil, group) }); err != nil {
 		return err
 	}
 	for {
