@@ -7,8 +7,8 @@ import (
 	"net"
 	"os"
 	"sync"
-	"syscall"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/mdlayher/packet"
