@@ -13,6 +13,7 @@ K8S_MINOR=37
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 mod="$root/testenv/k8s"
 cache="${EIP_CACHE:-$HOME/.cache/eip}"
+# The same key as testenv.DefaultK8sBinDir computes.
 hash=$(cat "$mod/go.mod" "$mod/go.sum" "$mod/cmd/etcd/main.go" | sha256sum | cut -c1-12)
 bin="$cache/k8s-$K8S_VERSION-$hash/bin"
 
@@ -34,7 +35,7 @@ done
 start=$(date +%s)
 cd "$mod"
 echo "building kube-apiserver, kubectl, etcd ($K8S_VERSION) into $bin" >&2
-CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "-s -w $ldflags" -o "$tmp/" \
+CGO_ENABLED=0 GOFLAGS="-mod=mod -buildvcs=false" go build -trimpath -ldflags "-s -w $ldflags" -o "$tmp/" \
 	k8s.io/kubernetes/cmd/kube-apiserver \
 	k8s.io/kubernetes/cmd/kubectl \
 	./cmd/etcd
