@@ -394,7 +394,7 @@ func (s *state) lockOf(ip netip.Addr, l *coordinationv1.Lease) *lease.Lock {
 func (s *state) decide(v lease.View, ip netip.Addr, l *coordinationv1.Lease, named bool, planned string) {
 	name := lease.NameFor(ip)
 	lk := s.lockOf(ip, l)
-	if lk == nil || lk.Holder == "" {
+	if lk == nil || lk.Holder == "" || !s.live.Known(lk.Holder) {
 		if _, ok := s.freeSince[ip]; !ok {
 			s.freeSince[ip] = v.Now
 		}

@@ -60,8 +60,9 @@ type IP struct {
 	Lock  *Lock // nil when no lock exists
 	Named bool  // some Service names it and it lies in a range
 	Bound bool  // bound on this node
-	// FreeSince is when this node first saw the IP without a holder (no
-	// lock, or a lock with an empty holder); zero when it has one.
+	// FreeSince is when this node first saw the IP without a holder it
+	// knows (no lock, an empty holder, or a holder never seen alive); zero
+	// otherwise.
 	FreeSince time.Time
 	// Planned is where the policy wants the IP: for a held IP the node its
 	// holder hands it to, for an unheld IP the node that should take it
@@ -102,7 +103,13 @@ func Decide(v View, ip IP) Decision {
 	case v.Alive(lk.Holder):
 		return Decision{Reason: "held by live " + lk.Holder}
 	default:
-		since, _ := v.DeadSince(lk.Holder)
+		since, ok := v.DeadSince(lk.Holder)
+		if !ok {
+			// A holder never seen alive (a lock edited by hand, a node
+			// gone before we started): count from when we first saw the
+			// IP without a live holder, so ranks still apply.
+			since = ip.FreeSince
+		}
 		return v.race(ip, since, Acquire, "holder "+lk.Holder+" is dead")
 	}
 }
@@ -154,7 +161,11 @@ func (v View) decideHeld(ip IP) Decision {
 	}
 	if v.Writable {
 		if !v.Eligible {
-			if t := v.bestPeer(ip.Addr); t != "" {
+			t := ip.Planned
+			if t == v.Self || !v.isLive(t) {
+				t = v.bestPeer(ip.Addr)
+			}
+			if t != "" {
 				return Decision{Action: Handoff, Target: t, Reason: "this node is not eligible"}
 			}
 		} else if ip.Planned != "" && ip.Planned != v.Self && v.isLive(ip.Planned) {

@@ -81,6 +81,12 @@ func (l *Liveness) Observe(h Heartbeat, now time.Time) {
 	}
 }
 
+// Known reports whether a heartbeat of node has been observed.
+func (l *Liveness) Known(node string) bool {
+	_, ok := l.nodes[node]
+	return ok
+}
+
 // Forget drops a node whose heartbeat Lease was deleted.
 func (l *Liveness) Forget(node string) {
 	delete(l.nodes, node)

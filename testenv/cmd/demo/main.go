@@ -176,7 +176,7 @@ func (d *demo) plugin(args ...string) bool {
 		return false
 	}
 	step(d.out, "kubectl eip %s", strings.Join(args, " "))
-	cmd := append([]string{"env", "PATH=" + filepath.Dir(abs) + ":/usr/bin:/bin", d.c.KubectlPath(), "--kubeconfig=" + d.c.AdminKubeconfig(), "eip"}, args...)
+	cmd := append([]string{"env", "PATH=" + filepath.Dir(abs) + ":/usr/bin:/bin", "KUBECONFIG=" + d.c.AdminKubeconfig(), d.c.KubectlPath(), "eip"}, args...)
 	out, err := d.c.Exec(d.ctx, testenv.Client, cmd...)
 	d.out.Write(out)
 	if err != nil {
