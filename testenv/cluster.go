@@ -101,6 +101,7 @@ type Cluster struct {
 	delays    map[string]*delayLine
 	keep      bool
 	closed    bool
+	watchdog  *watchdog
 
 	closeOnce sync.Once
 	closeErr  error
@@ -151,6 +152,11 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 	if err := c.writeState(); err != nil {
 		return nil, err
+	}
+	if !opts.Detach {
+		if c.watchdog, err = startWatchdog(c.dir, c.StatePath(), c.plannedNamespaces()); err != nil {
+			return nil, errors.Join(err, os.Remove(c.StatePath()))
+		}
 	}
 	if err := c.start(ctx); err != nil {
 		err = fmt.Errorf("start cluster %s (run dir %s): %w", id, dir, err)
@@ -379,6 +385,9 @@ func (c *Cluster) Close() error {
 		c.mu.Unlock()
 
 		var errs error
+		if c.watchdog != nil {
+			errs = c.watchdog.stop()
+		}
 		for p := range probes {
 			p.Stop()
 		}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -43,6 +44,9 @@ func TestMain(m *testing.M) {
 }
 
 func runTests(m *testing.M) int {
+	if os.Getenv(ownerHelperEnv) == "1" {
+		return ownerHelper()
+	}
 	if testing.Short() {
 		shared.skip = "cluster tests skipped with -short"
 		return m.Run()
@@ -84,6 +88,20 @@ func runTests(m *testing.M) int {
 		code = 1
 	}
 	return code
+}
+
+// ownerHelperEnv makes the test binary start a cluster, print its id, run
+// dir and process ids, and wait to be killed (TestKilledOwnerLeavesNothing).
+const ownerHelperEnv = "EIP_TESTENV_OWNER_HELPER"
+
+func ownerHelper() int {
+	c, err := Start(context.Background(), Options{Nodes: 1})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Println(c.ID(), c.Dir(), c.etcd.pid(), c.apiserver.pid())
+	select {}
 }
 
 func cluster(t *testing.T) *Cluster {
@@ -395,4 +413,41 @@ func TestCloseRemovesEverything(t *testing.T) {
 		_, err = os.Stat(path)
 		assert.Assert(t, os.IsNotExist(err), "%s: %v", path, err)
 	}
+}
+
+// TestKilledOwnerLeavesNothing kills a process that owns a cluster the way a
+// test timeout does, and expects the watchdog to remove everything.
+func TestKilledOwnerLeavesNothing(t *testing.T) {
+	if shared.c == nil {
+		t.Skip(shared.skip)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), ownerHelperEnv+"=1")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	assert.NilError(t, err)
+	assert.NilError(t, cmd.Start())
+	var id, dir string
+	var etcdPID, apiPID int
+	_, err = fmt.Fscan(out, &id, &dir, &etcdPID, &apiPID)
+	assert.NilError(t, err)
+	assert.NilError(t, cmd.Process.Kill())
+	_ = cmd.Wait()
+
+	Eventually(t, 10*time.Second, func() (bool, string) {
+		var left []string
+		for _, pid := range []int{etcdPID, apiPID} {
+			if syscall.Kill(pid, 0) == nil {
+				left = append(left, fmt.Sprintf("pid %d", pid))
+			}
+		}
+		netns, _ := filepath.Glob("/run/netns/eip-" + id + "-*")
+		left = append(left, netns...)
+		for _, path := range []string{dir, statePath(id)} {
+			if _, err := os.Stat(path); err == nil {
+				left = append(left, path)
+			}
+		}
+		return len(left) == 0, fmt.Sprintf("left behind: %v", left)
+	})
 }

@@ -33,7 +33,7 @@ func (c *Cluster) startEtcd(ctx context.Context) error {
 		"--unsafe-no-fsync",
 		"--log-level=warn",
 	}
-	p, err := startProcess(c.cp.ns, "etcd", filepath.Join(c.dir, "etcd.log"), c.opts.Detach,
+	p, err := startProcess(c.cp.ns, "etcd", filepath.Join(c.dir, "etcd.log"),
 		filepath.Join(c.opts.K8sBinDir, "etcd"), args...)
 	if err != nil {
 		return err
@@ -81,7 +81,7 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 		"--cert-dir=" + filepath.Join(c.dir, "apiserver-certs"),
 		"--profiling=false",
 	}
-	p, err := startProcess(c.cp.ns, "kube-apiserver", filepath.Join(c.dir, "kube-apiserver.log"), c.opts.Detach,
+	p, err := startProcess(c.cp.ns, "kube-apiserver", filepath.Join(c.dir, "kube-apiserver.log"),
 		filepath.Join(c.opts.K8sBinDir, "kube-apiserver"), args...)
 	if err != nil {
 		return err

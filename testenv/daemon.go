@@ -67,7 +67,7 @@ func (c *Cluster) StartDaemon(node string, extraArgs ...string) error {
 	if p := c.daemons[node]; p != nil && p.running() {
 		return fmt.Errorf("start eipd on %s: already running (pid %d)", node, p.pid())
 	}
-	p, err := startProcess(n.ns, "eipd on "+node, c.DaemonLog(node), c.opts.Detach, c.opts.EipdBin, args...)
+	p, err := startProcess(n.ns, "eipd on "+node, c.DaemonLog(node), c.opts.EipdBin, args...)
 	if err != nil {
 		return err
 	}

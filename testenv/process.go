@@ -22,10 +22,10 @@ type process struct {
 }
 
 // startProcess runs bin inside the namespace with `ip netns exec`, which
-// execs the binary in place, so the pid is the binary's. Unless detach is
-// set the kernel kills the process if the test process dies, so that a
-// crashed test leaves no control plane behind.
-func startProcess(ns *namespace, name, logPath string, detach bool, bin string, args ...string) (*process, error) {
+// execs the binary in place, so the pid is the binary's. Its own process
+// group keeps a terminal's Ctrl-C away from it; if the test process dies,
+// the cluster's watchdog kills it.
+func startProcess(ns *namespace, name, logPath string, bin string, args ...string) (*process, error) {
 	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
@@ -37,9 +37,6 @@ func startProcess(ns *namespace, name, logPath string, detach bool, bin string, 
 	cmd.Stdout = log
 	cmd.Stderr = log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if !detach {
-		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
-	}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
