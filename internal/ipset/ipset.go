@@ -24,6 +24,14 @@ type Entry struct {
 	Binding config.Binding
 }
 
+// Reasons of a Rejection that tools recognise: kubectl eip status shows an
+// address rejected for either as out of range (its range was removed, or
+// never existed).
+const (
+	ReasonOutsideRanges = "outside every configured range"
+	ReasonNoRanges      = "no ranges are configured"
+)
+
 // Rejection is an IP that a Service names but eip will not bind.
 type Rejection struct {
 	// Service is "namespace/name".
@@ -65,7 +73,7 @@ func Compute(services []*corev1.Service, cfg config.Config, reserved map[netip.A
 			entries[i].Services = append(entries[i].Services, service)
 			return
 		}
-		b, reason := judge(ip, cfg, reserved)
+		b, reason := Judge(ip, cfg, reserved)
 		if reason != "" {
 			rejections = append(rejections, Rejection{Service: service, IP: text, Reason: reason})
 			return
@@ -103,8 +111,9 @@ func Compute(services []*corev1.Service, cfg config.Config, reserved map[netip.A
 	return entries, slices.Compact(rejections)
 }
 
-// judge returns how ip is bound, or why it is not.
-func judge(ip netip.Addr, cfg config.Config, reserved map[netip.Addr]string) (config.Binding, string) {
+// Judge returns how ip is bound, or why it is not (a Rejection.Reason):
+// the rules of Compute for one address, which the allocator applies too.
+func Judge(ip netip.Addr, cfg config.Config, reserved map[netip.Addr]string) (config.Binding, string) {
 	if reason := config.Unusable(ip); reason != "" {
 		return config.Binding{}, reason
 	}
@@ -112,11 +121,11 @@ func judge(ip netip.Addr, cfg config.Config, reserved map[netip.Addr]string) (co
 		return config.Binding{}, config.NodeAddress(node)
 	}
 	if len(cfg.Ranges) == 0 {
-		return config.Binding{}, "no ranges are configured"
+		return config.Binding{}, ReasonNoRanges
 	}
 	b, ok := cfg.Lookup(ip)
 	if !ok {
-		return config.Binding{}, "outside every configured range"
+		return config.Binding{}, ReasonOutsideRanges
 	}
 	if reason := b.Range.Unusable(ip); reason != "" {
 		return config.Binding{}, reason
