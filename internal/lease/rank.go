@@ -13,9 +13,13 @@ import (
 // a 64-bit mixer because FNV alone scores names that differ only in their
 // last character too similarly.
 func score(ip netip.Addr, node string) uint64 {
-	h := fnv.New64a()
 	b, _ := ip.MarshalBinary()
-	h.Write(b)
+	return scoreKey(b, node)
+}
+
+func scoreKey(key []byte, node string) uint64 {
+	h := fnv.New64a()
+	h.Write(key)
 	h.Write([]byte{0})
 	h.Write([]byte(node))
 	x := h.Sum64()
@@ -55,6 +59,23 @@ func Rank(ip netip.Addr, node string, nodes []string) int {
 	}
 	if !slices.Contains(nodes, node) {
 		return len(nodes)
+	}
+	return r
+}
+
+// RankFor is Rank for any key, such as a Service UID: the place of node
+// among nodes by rendezvous hash of (key, node), 0 for the best, len(nodes)
+// for a node not in nodes.
+func RankFor(key, node string, nodes []string) int {
+	if !slices.Contains(nodes, node) {
+		return len(nodes)
+	}
+	s := scoreKey([]byte(key), node)
+	r := 0
+	for _, n := range nodes {
+		if t := scoreKey([]byte(key), n); n != node && (t > s || t == s && n < node) {
+			r++
+		}
 	}
 	return r
 }

@@ -106,3 +106,24 @@ func TestOrderDependsOnIP(t *testing.T) {
 	}
 	assert.Assert(t, differs, "every IP ranks nodes the same way")
 }
+
+func TestRankForSpreadsKeys(t *testing.T) {
+	nodes := []string{"node-1", "node-2", "node-3"}
+	first := map[string]int{}
+	for i := range 300 {
+		key := fmt.Sprintf("5f1c0b2e-%04d", i)
+		ranks := map[int]bool{}
+		for _, n := range nodes {
+			r := lease.RankFor(key, n, nodes)
+			ranks[r] = true
+			if r == 0 {
+				first[n]++
+			}
+		}
+		assert.Equal(t, len(ranks), len(nodes), "every node has its own rank for %s", key)
+	}
+	for _, n := range nodes {
+		assert.Assert(t, first[n] > 60, "%s is first for %d of 300 keys", n, first[n])
+	}
+	assert.Equal(t, lease.RankFor("k", "node-9", nodes), len(nodes))
+}
