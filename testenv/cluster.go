@@ -151,11 +151,11 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		c.log.Info("swept stale clusters", "ids", swept)
 	}
 	if err := c.writeState(); err != nil {
-		return nil, err
+		return nil, errors.Join(err, os.RemoveAll(dir))
 	}
 	if !opts.Detach {
 		if c.watchdog, err = startWatchdog(c.dir, c.StatePath(), c.plannedNamespaces()); err != nil {
-			return nil, errors.Join(err, os.Remove(c.StatePath()))
+			return nil, errors.Join(err, os.Remove(c.StatePath()), os.RemoveAll(dir))
 		}
 	}
 	if err := c.start(ctx); err != nil {
