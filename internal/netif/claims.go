@@ -103,7 +103,7 @@ func WatchClaims(ctx context.Context, log *slog.Logger, iface string, out chan<-
 		if !ok {
 			continue
 		}
-		log.Debug("address claimed on the wire", "iface", iface, "ip", ip, "mac", mac)
+		log.Debug("address claimed on the wire", "iface", iface, "ip", ip, "mac", mac.String())
 		select {
 		case out <- Claim{Iface: iface, IP: ip, MAC: mac}:
 		case <-ctx.Done():

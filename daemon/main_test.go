@@ -1,0 +1,49 @@
+package main
+
+import (
+	"testing"
+
+	"gotest.tools/v3/assert"
+)
+
+func TestParseFlags(t *testing.T) {
+	t.Setenv("NODE_NAME", "")
+	t.Setenv("POD_NAMESPACE", "")
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string // substring of the error; empty for success
+	}{
+		{name: "minimal", args: []string{"--node-name=n1"}},
+		{name: "node name missing", args: nil, want: "flag --node-name: required"},
+		{name: "empty namespace", args: []string{"--node-name=n1", "--namespace="}, want: "flag --namespace: must not be empty"},
+		{name: "empty config map", args: []string{"--node-name=n1", "--config-map="}, want: "flag --config-map: must not be empty"},
+		{name: "negative verbosity", args: []string{"--node-name=n1", "-v=-1"}, want: "flag -v: -1 is negative"},
+		{name: "bad qps", args: []string{"--node-name=n1", "--kube-api-qps=0"}, want: "flag --kube-api-qps"},
+		{name: "bad burst", args: []string{"--node-name=n1", "--kube-api-burst=-3"}, want: "flag --kube-api-burst"},
+		{name: "unknown flag", args: []string{"--node-name=n1", "--nodename=x"}, want: "flag provided but not defined: -nodename"},
+		{name: "not a number", args: []string{"--node-name=n1", "-v=x"}, want: `invalid value "x" for flag -v`},
+		{name: "stray argument", args: []string{"--node-name=n1", "extra"}, want: `unexpected arguments ["extra"]`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, err := parseFlags(tc.args)
+			if tc.want == "" {
+				assert.NilError(t, err)
+				assert.Equal(t, o.node, "n1")
+				assert.Equal(t, o.namespace, "eip-system")
+				assert.Equal(t, o.configMap, "eip-config")
+				return
+			}
+			assert.ErrorContains(t, err, tc.want)
+		})
+	}
+}
+
+func TestNodeNameFromEnvironment(t *testing.T) {
+	t.Setenv("NODE_NAME", "from-env")
+	t.Setenv("POD_NAMESPACE", "eip-other")
+	o, err := parseFlags(nil)
+	assert.NilError(t, err)
+	assert.Equal(t, o.node, "from-env")
+	assert.Equal(t, o.namespace, "eip-other")
+}
