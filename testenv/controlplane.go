@@ -15,7 +15,10 @@ import (
 const (
 	etcdClientURL = "http://127.0.0.1:2379"
 	etcdPeerURL   = "http://127.0.0.1:2380"
-	serviceCIDR   = "10.96.0.0/16"
+	// serviceCIDR is dual-stack, so that tests can create IPv6 and
+	// dual-stack Services. Cluster IPs are never put on an interface (there
+	// is no kube-proxy); IPv4 comes first, so Services are IPv4 by default.
+	serviceCIDR = "10.96.0.0/16,2001:db8:ffff:96::/112"
 	// stopGrace bounds a graceful stop of a control-plane process.
 	stopGrace = 30 * time.Second
 )
