@@ -57,3 +57,8 @@ demo: build
 
 clean:
 	rm -rf $(BIN) results
+
+## image: multi-arch OCI image archive bin/eipd-image.tar, no container engine
+.PHONY: image
+image:
+	VERSION=$(VERSION) scripts/image.sh

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Builds eipd's container image without a container engine: static eipd
+# binaries for each platform, then an OCI image index (scratch + /eipd) in an
+# OCI layout tarball, verified after writing. Called by `make image`.
+#
+# Environment:
+#   VERSION    eipd version and image tag (default: git describe, else dev)
+#   IMAGE      image name without tag (default ghcr.io/eip-project/eipd)
+#   PLATFORMS  space-separated os/arch list (default "linux/amd64 linux/arm64")
+#   OUT        archive path (default bin/eipd-image.tar)
+#   SOURCE_DATE_EPOCH  image creation time (default: the last commit's time)
+#
+# Load or push the result with any OCI tool, for example:
+#   skopeo copy --all oci-archive:bin/eipd-image.tar docker://REGISTRY/eipd:TAG
+#   ctr -n k8s.io image import --all-platforms bin/eipd-image.tar
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+export GOFLAGS=${GOFLAGS:--mod=mod} CGO_ENABLED=0
+
+VERSION=${VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo dev)}
+IMAGE=${IMAGE:-ghcr.io/eip-project/eipd}
+PLATFORMS=${PLATFORMS:-linux/amd64 linux/arm64}
+OUT=${OUT:-bin/eipd-image.tar}
+SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 0)}
+revision=$(git rev-parse HEAD 2>/dev/null || true)
+export SOURCE_DATE_EPOCH
+
+mkdir -p bin/image "$(dirname "$OUT")"
+args=()
+for p in $PLATFORMS; do
+	os=${p%/*} arch=${p#*/}
+	bin="bin/image/eipd-$os-$arch"
+	echo "building eipd $VERSION for $p" >&2
+	GOOS=$os GOARCH=$arch go build -trimpath -ldflags "-s -w -X main.version=$VERSION" -o "$bin" ./daemon
+	args+=(--binary "$p=$bin")
+done
+go run ./scripts/image --out "$OUT" --name "$IMAGE" --version "$VERSION" --revision "$revision" "${args[@]}"
