@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# `make bench`: measures eip against the targets of DESIGN.md on a real test
+# cluster (testenv/cmd/bench) and prints the table. Raw samples, the table
+# and the plot go to results/<time>/ (or -out DIR). Arguments are passed to
+# the benchmark, e.g. scripts/bench.sh -quick, or -only failover -reps 50.
+# Needs root; run after `make build` (the Makefile target does that).
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+export GOFLAGS=${GOFLAGS:--mod=mod}
+
+echo "== test cluster binaries" >&2
+EIP_K8S_BIN=$(scripts/build-k8s.sh | tail -n1)
+export EIP_K8S_BIN EIPD_BIN="$root/bin/eipd" KUBECTL_EIP_BIN="$root/bin/kubectl-eip"
+for bin in "$EIPD_BIN" "$KUBECTL_EIP_BIN"; do
+	[[ -x "$bin" ]] || { echo "bench: $bin missing: run make build" >&2; exit 1; }
+done
+
+echo "== benchmark" >&2
+go build -o "$root/bin/bench" ./testenv/cmd/bench
+exec "$root/bin/bench" "$@"

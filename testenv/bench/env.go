@@ -1,0 +1,376 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/eip-project/eip/internal/lease"
+	"github.com/eip-project/eip/testenv"
+)
+
+const (
+	svcNamespace = "default"
+	benchLabel   = "eip-bench"
+	// benchRange holds every IP the benchmark uses: testenv.ServiceIP(1)
+	// to testenv.ServiceIP(7167).
+	benchRange = "198.18.96.0/19"
+	// firstPingIP is the testenv.ServiceIP index of the first IP that is
+	// pinged; the scale runs use the indexes below it, so no pinged IP was
+	// ever in the client's neighbour cache before.
+	firstPingIP = 5200
+	// deadline bounds every wait for a condition that normally holds within
+	// a second or two: a deadline, not a measurement.
+	deadline = 60 * time.Second
+	// poll is how often conditions are checked.
+	poll = 10 * time.Millisecond
+	// workers create and delete Services concurrently.
+	workers = 16
+)
+
+// Timing is a lease configuration the scenarios run with.
+type Timing struct {
+	Name  string        `json:"name"`
+	Lease time.Duration `json:"leaseDuration"`
+	Renew time.Duration `json:"renewInterval"`
+}
+
+var (
+	defaultTiming = Timing{Name: "lease 2s", Lease: 2 * time.Second, Renew: 500 * time.Millisecond}
+	tunedTiming   = Timing{Name: "lease 1s", Lease: time.Second, Renew: 250 * time.Millisecond}
+)
+
+// configMap is eip-config for t: every benchmark IP in range.
+func (t Timing) configMap() map[string]string {
+	return map[string]string{
+		"ranges":         benchRange,
+		"lease-duration": t.Lease.String(),
+		"renew-interval": t.Renew.String(),
+	}
+}
+
+// env drives one cluster through the scenarios.
+type env struct {
+	c       *testenv.Cluster
+	k       kubernetes.Interface
+	log     *slog.Logger
+	nodes   []testenv.Node
+	args    []string // extra eipd flags
+	plugin  string   // kubectl-eip binary, "" when there is none
+	pingSeq int
+	svcSeq  int
+}
+
+func newEnv(c *testenv.Cluster, log *slog.Logger, args []string, plugin string) *env {
+	return &env{c: c, k: c.Client(), log: log, nodes: c.Nodes(), args: args, plugin: plugin, pingSeq: firstPingIP}
+}
+
+// serviceIP is the n-th benchmark IP, skipping the .0 and .255 of each /24
+// so that no address looks like a network or broadcast address.
+func serviceIP(n int) netip.Addr {
+	return testenv.ServiceIP(n/254*256 + n%254 + 1)
+}
+
+// pingIP returns an IP that has never been used in this run.
+func (e *env) pingIP() netip.Addr {
+	e.pingSeq++
+	return serviceIP(e.pingSeq)
+}
+
+func (e *env) nodeNames() []string {
+	var out []string
+	for _, n := range e.nodes {
+		out = append(out, n.Name)
+	}
+	return out
+}
+
+func (e *env) nodeOfMAC(mac net.HardwareAddr) string {
+	for _, n := range e.nodes {
+		if bytes.Equal(n.MAC, mac) {
+			return n.Name
+		}
+	}
+	return ""
+}
+
+func (e *env) mac(node string) net.HardwareAddr {
+	for _, n := range e.nodes {
+		if n.Name == node {
+			return n.MAC
+		}
+	}
+	return nil
+}
+
+// waitFor checks cond every poll until it holds, fails, or timeout passes.
+func waitFor(ctx context.Context, timeout time.Duration, what string, cond func() (bool, error)) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tick := time.NewTicker(poll)
+	defer tick.Stop()
+	for {
+		ok, err := cond()
+		if err != nil {
+			return fmt.Errorf("wait for %s: %w", what, err)
+		}
+		if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for %s: not within %s", what, timeout)
+		case <-tick.C:
+		}
+	}
+}
+
+// pause waits d, or until ctx ends. The benchmark waits like this only to
+// watch what happens over a fixed span (a steady-state window, a settle
+// period after a fault); never as a way to wait for a condition.
+func pause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// reset brings the cluster to a known state: no eipd, no benchmark
+// Services, no eip Leases, no benchmark address on any node, every link
+// up, and the ConfigMap for timing. With start, eipd then runs on every
+// node and has renewed its heartbeat.
+func (e *env) reset(ctx context.Context, timing Timing, start bool) error {
+	for _, n := range e.nodes {
+		if err := e.c.StopDaemon(n.Name, syscall.SIGKILL); err != nil {
+			return err
+		}
+		if err := e.c.RestoreLink(ctx, n.Name); err != nil {
+			return err
+		}
+	}
+	if err := e.deleteServices(ctx); err != nil {
+		return err
+	}
+	if err := e.k.CoordinationV1().Leases(testenv.Namespace).DeleteCollection(ctx, metav1.DeleteOptions{},
+		metav1.ListOptions{LabelSelector: lease.ManagedByLabel}); err != nil {
+		return fmt.Errorf("reset: delete leases: %w", err)
+	}
+	if err := waitFor(ctx, deadline, "benchmark addresses to expire on every node", func() (bool, error) {
+		for _, n := range e.nodes {
+			c, err := e.boundCount(n.Name)
+			if err != nil || c > 0 {
+				return false, err
+			}
+		}
+		return true, nil
+	}); err != nil {
+		return err
+	}
+	if err := e.setConfig(ctx, timing.configMap()); err != nil {
+		return err
+	}
+	if !start {
+		return nil
+	}
+	for _, n := range e.nodes {
+		if err := e.startDaemon(ctx, n.Name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// startDaemon starts eipd on node and waits until it renewed its heartbeat.
+func (e *env) startDaemon(ctx context.Context, node string) error {
+	at := time.Now()
+	if err := e.c.StartDaemon(node, e.args...); err != nil {
+		return err
+	}
+	return e.waitRenewed(ctx, node, at)
+}
+
+// waitRenewed waits until node's heartbeat was renewed after t.
+func (e *env) waitRenewed(ctx context.Context, node string, t time.Time) error {
+	return waitFor(ctx, deadline, "heartbeat of "+node, func() (bool, error) {
+		l, err := e.k.CoordinationV1().Leases(testenv.Namespace).Get(ctx, lease.HeartbeatName(node), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		return l.Spec.RenewTime != nil && l.Spec.RenewTime.After(t), nil
+	})
+}
+
+func (e *env) setConfig(ctx context.Context, data map[string]string) error {
+	cms := e.k.CoreV1().ConfigMaps(testenv.Namespace)
+	cm, err := cms.Get(ctx, testenv.ConfigMap, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		_, err = cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: testenv.ConfigMap}, Data: data}, metav1.CreateOptions{})
+	} else if err == nil {
+		cm.Data = data
+		_, err = cms.Update(ctx, cm, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		return fmt.Errorf("set %s: %w", testenv.ConfigMap, err)
+	}
+	return nil
+}
+
+// createServices creates one Service per IP, several at once.
+func (e *env) createServices(ctx context.Context, ips []netip.Addr) error {
+	names := make([]string, len(ips))
+	for i := range ips {
+		e.svcSeq++
+		names[i] = "bench-" + strconv.Itoa(e.svcSeq)
+	}
+	return parallel(len(ips), func(i int) error {
+		svc := &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: names[i], Namespace: svcNamespace, Labels: map[string]string{benchLabel: "true"}},
+			Spec: corev1.ServiceSpec{
+				Ports:       []corev1.ServicePort{{Name: "http", Port: 80}},
+				ExternalIPs: []string{ips[i].String()},
+			},
+		}
+		_, err := e.k.CoreV1().Services(svcNamespace).Create(ctx, svc, metav1.CreateOptions{})
+		if err != nil {
+			return fmt.Errorf("create service for %s: %w", ips[i], err)
+		}
+		return nil
+	})
+}
+
+func (e *env) deleteServices(ctx context.Context) error {
+	svcs, err := e.k.CoreV1().Services(svcNamespace).List(ctx, metav1.ListOptions{LabelSelector: benchLabel})
+	if err != nil {
+		return fmt.Errorf("list services: %w", err)
+	}
+	return parallel(len(svcs.Items), func(i int) error {
+		err := e.k.CoreV1().Services(svcNamespace).Delete(ctx, svcs.Items[i].Name, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete service %s: %w", svcs.Items[i].Name, err)
+		}
+		return nil
+	})
+}
+
+// parallel runs fn(0) … fn(n-1) on a few goroutines and joins the errors.
+func parallel(n int, fn func(i int) error) error {
+	var (
+		mu   sync.Mutex
+		errs error
+		wg   sync.WaitGroup
+	)
+	next := make(chan int)
+	for range min(workers, n) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if err := fn(i); err != nil {
+					mu.Lock()
+					errs = errors.Join(errs, err)
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return errs
+}
+
+// holder is the holder of ip's lock, "" when it has none.
+func (e *env) holder(ctx context.Context, ip netip.Addr) (string, error) {
+	l, err := e.k.CoordinationV1().Leases(testenv.Namespace).Get(ctx, lease.NameFor(ip), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("read lock of %s: %w", ip, err)
+	}
+	if l.Spec.HolderIdentity == nil {
+		return "", nil
+	}
+	return *l.Spec.HolderIdentity, nil
+}
+
+// inRange reports whether ip is one the benchmark manages.
+func inRange(ip netip.Addr) bool {
+	return netip.MustParsePrefix(benchRange).Contains(ip)
+}
+
+// boundAddrs lists the benchmark IPs bound on node's eth0.
+func (e *env) boundAddrs(node string) ([]netip.Addr, error) {
+	all, err := e.c.NodeAddrs(node)
+	if err != nil {
+		return nil, err
+	}
+	var out []netip.Addr
+	for _, p := range all {
+		if inRange(p.Addr()) {
+			out = append(out, p.Addr())
+		}
+	}
+	return out, nil
+}
+
+func (e *env) boundCount(node string) (int, error) {
+	a, err := e.boundAddrs(node)
+	return len(a), err
+}
+
+// served waits until ip has a holder, and the client's pings of it are
+// answered by that holder's MAC. It returns the holder.
+func (e *env) served(ctx context.Context, p *testenv.Probe, ip netip.Addr) (string, error) {
+	var holder string
+	err := waitFor(ctx, deadline, ip.String()+" answering from its holder", func() (bool, error) {
+		h, err := e.holder(ctx, ip)
+		if err != nil || h == "" {
+			return false, err
+		}
+		holder = h
+		return answeringFrom(p.Result(), e.mac(h), time.Now()), nil
+	})
+	return holder, err
+}
+
+// answeringFrom: the latest reply, less than 100 ms old, came from mac.
+func answeringFrom(r testenv.ProbeResult, mac net.HardwareAddr, now time.Time) bool {
+	if len(r.Replies) == 0 {
+		return false
+	}
+	last := r.Replies[len(r.Replies)-1]
+	return bytes.Equal(last.MAC, mac) && now.Sub(last.At) < 100*time.Millisecond
+}
+
+// firstReplyAfter is the first reply after t whose MAC is not mac.
+func firstReplyAfter(r testenv.ProbeResult, t time.Time, not net.HardwareAddr) (testenv.Reply, bool) {
+	for _, rep := range r.Replies {
+		if rep.At.After(t) && !bytes.Equal(rep.MAC, not) {
+			return rep, true
+		}
+	}
+	return testenv.Reply{}, false
+}

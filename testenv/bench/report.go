@@ -1,0 +1,180 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"time"
+)
+
+// Figure names shared by the table and the plot.
+const (
+	nameTwoMACs     = "two MACs answering, any failover or move"
+	nameDoubleBound = "IP bound on two nodes, any failover or move"
+)
+
+// figures turns the samples into the rows of the table.
+func (r *Report) figures() []Figure {
+	var figs []Figure
+	var twoMACs, doubleBound []float64
+	for _, t := range r.Timings {
+		for _, fault := range []string{FaultKill, FaultCut} {
+			var secs []float64
+			var failed []string
+			for _, s := range r.Failover {
+				if s.Timing != t.Name || s.Fault != fault {
+					continue
+				}
+				if s.Error != "" {
+					failed = append(failed, s.Error)
+					continue
+				}
+				secs = append(secs, s.Failover.Seconds())
+				twoMACs = append(twoMACs, float64(s.TwoMACs+max(len(s.AnswerARP)-1, 0)))
+				doubleBound = append(doubleBound, millis(s.DoubleBound))
+			}
+			if len(secs) == 0 && len(failed) == 0 {
+				continue
+			}
+			f := NewFigure(fmt.Sprintf("failover, %s, %s", faultText(fault), t.Name), UnitSeconds, secs,
+				Target{Stat: "p99", Limit: (t.Lease + 500*time.Millisecond).Seconds()})
+			f.Note = failures(failed, len(secs))
+			figs = append(figs, f)
+		}
+	}
+	for _, kind := range []string{MoveRequest, MoveSIGTERM} {
+		var gaps []float64
+		var failed []string
+		for _, s := range r.Moves {
+			if s.Kind != kind {
+				continue
+			}
+			if s.Error != "" {
+				failed = append(failed, s.Error)
+				continue
+			}
+			gaps = append(gaps, millis(s.Gap))
+			twoMACs = append(twoMACs, float64(s.TwoMACs))
+			doubleBound = append(doubleBound, millis(s.DoubleBound))
+		}
+		if len(gaps) == 0 && len(failed) == 0 {
+			continue
+		}
+		name := "longest gap, holder SIGTERMed (lease 2s)"
+		if kind == MoveRequest {
+			name = "longest gap, planned move (lease 2s)"
+		}
+		f := NewFigure(name, UnitMillis, gaps, Target{Stat: "p99", Limit: 100})
+		f.Note = failures(failed, len(gaps))
+		if kind == MoveRequest && r.MoveMethod != "" {
+			f.Note = joinNotes("requested with "+r.MoveMethod, f.Note)
+		}
+		figs = append(figs, f)
+	}
+	if len(twoMACs) > 0 {
+		figs = append(figs,
+			NewFigure(nameTwoMACs, UnitCount, twoMACs, Target{Stat: "max", Limit: 0}),
+			NewFigure(nameDoubleBound, UnitMillis, doubleBound, Target{Stat: "max", Limit: 0}))
+	}
+	if len(r.Bind) > 0 {
+		var ms []float64
+		var failed []string
+		for _, s := range r.Bind {
+			if s.Error != "" {
+				failed = append(failed, s.Error)
+				continue
+			}
+			ms = append(ms, millis(s.Latency))
+		}
+		f := NewFigure("Service created → IP answering pings", UnitMillis, ms, Target{Stat: "median", Limit: 100})
+		f.Note = failures(failed, len(ms))
+		figs = append(figs, f)
+	}
+	writesTarget := Target{Stat: "max", Limit: float64(r.Nodes) / defaultTiming.Renew.Seconds()}
+	for _, res := range append(append([]ScaleResult(nil), r.Load...), r.Scale...) {
+		if res.Error != "" && res.Steady.Window == 0 {
+			figs = append(figs, Missing(fmt.Sprintf("Lease writes/s, %d IPs, steady", res.IPs), UnitPerSec, writesTarget, res.Error))
+			continue
+		}
+		figs = append(figs,
+			NewFigure(fmt.Sprintf("Lease writes/s, %d IPs, steady", res.IPs), UnitPerSec, []float64{res.Steady.Writes}, writesTarget),
+			NewFigure(fmt.Sprintf("Lease reads/s, %d IPs, steady", res.IPs), UnitPerSec, []float64{res.Steady.Reads}, Target{}))
+	}
+	for _, res := range r.Scale {
+		coldTarget, rssTarget := Target{}, Target{}
+		if res.IPs <= 1000 {
+			coldTarget = Target{Stat: "max", Limit: 10}
+			rssTarget = Target{Stat: "max", Limit: 64}
+		}
+		name := fmt.Sprintf("cold start → all %d IPs bound", res.IPs)
+		if res.ColdStart == 0 {
+			figs = append(figs, Missing(name, UnitSeconds, coldTarget, res.Error))
+			continue
+		}
+		figs = append(figs, NewFigure(name, UnitSeconds, []float64{res.ColdStart.Seconds()}, coldTarget))
+		if len(res.Daemons) == 0 {
+			continue
+		}
+		var rss, cpu []float64
+		for _, d := range res.Daemons {
+			rss = append(rss, float64(d.PeakRSS)/(1<<20))
+			cpu = append(cpu, d.CPU)
+		}
+		figs = append(figs,
+			NewFigure(fmt.Sprintf("eipd peak RSS per node, %d IPs", res.IPs), UnitMiB, rss, rssTarget),
+			NewFigure(fmt.Sprintf("eipd CPU per node, %d IPs, steady", res.IPs), UnitPercent, cpu, Target{}))
+		statusName := fmt.Sprintf("kubectl eip status, %d IPs", res.IPs)
+		if len(res.Status) == 0 {
+			figs = append(figs, Missing(statusName, UnitSeconds, Target{}, res.StatusNote))
+			continue
+		}
+		var secs []float64
+		for _, d := range res.Status {
+			secs = append(secs, d.Seconds())
+		}
+		figs = append(figs, NewFigure(statusName, UnitSeconds, secs, Target{}))
+	}
+	return figs
+}
+
+func faultText(fault string) string {
+	if fault == FaultKill {
+		return "eipd SIGKILLed"
+	}
+	return "holder's link cut"
+}
+
+func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// failures notes the failed repetitions of a figure, with the first error.
+func failures(errs []string, ok int) string {
+	if len(errs) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d of %d repetitions failed, first: %s", len(errs), len(errs)+ok, errs[0])
+}
+
+func joinNotes(a, b string) string {
+	if b == "" {
+		return a
+	}
+	return a + "; " + b
+}
+
+// WriteTable prints the figures, then the run's errors and context.
+func (r *Report) WriteTable(w io.Writer) error {
+	if err := WriteTable(w, r.Figures); err != nil {
+		return err
+	}
+	m := r.Machine
+	_, err := fmt.Fprintf(w, "\n%d nodes; %s, %d CPUs, %d MiB, %s, %s; load %s → %s; took %s\n",
+		r.Nodes, m.CPU, m.CPUs, m.MemoryMiB, m.Kernel, m.GoVersion, m.LoadStart, m.LoadEnd, r.Took.Round(time.Second))
+	if r.PluginNote != "" && err == nil {
+		_, err = fmt.Fprintf(w, "kubectl eip not used: %s\n", r.PluginNote)
+	}
+	for _, e := range r.Errors {
+		if err == nil {
+			_, err = fmt.Fprintf(w, "error: %s\n", e)
+		}
+	}
+	return err
+}

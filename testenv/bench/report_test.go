@@ -1,0 +1,107 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/xml"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+	"gotest.tools/v3/golden"
+)
+
+// sampleReport is a small report with every kind of sample.
+func sampleReport() *Report {
+	ms := time.Millisecond
+	r := &Report{
+		Started: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
+		Took:    14 * time.Minute,
+		Nodes:   3,
+		Timings: []Timing{defaultTiming, tunedTiming},
+		Machine: Machine{CPU: "Test CPU", CPUs: 2, MemoryMiB: 4096, Kernel: "Linux 6.1 x86_64", GoVersion: "go1.26", LoadStart: "1.00 1.00 1.00", LoadEnd: "2.00 2.00 2.00"},
+		Failover: []FailoverSample{
+			{Fault: FaultKill, Timing: "lease 2s", Failover: 1800 * ms, AnswerARP: []string{"node-2"}},
+			{Fault: FaultKill, Timing: "lease 2s", Failover: 2100 * ms, AnswerARP: []string{"node-3"}},
+			{Fault: FaultCut, Timing: "lease 2s", Failover: 2600 * ms, AnswerARP: []string{"node-1", "node-2"}},
+			{Fault: FaultCut, Timing: "lease 2s", Error: "wait for a reply from another node: not within 1m0s"},
+			{Fault: FaultKill, Timing: "lease 1s", Failover: 1100 * ms, DoubleBound: 20 * ms, AnswerARP: []string{"node-1"}},
+		},
+		Moves: []MoveSample{
+			{Kind: MoveRequest, Method: viaAnnotation, Gap: 30 * ms},
+			{Kind: MoveSIGTERM, Gap: 150 * ms, TwoMACs: 1},
+		},
+		MoveMethod: viaAnnotation,
+		Bind:       []BindSample{{Latency: 40 * ms}, {Latency: 60 * ms}, {Latency: 500 * ms}},
+		Load:       []ScaleResult{{IPs: 10, Steady: Rates{Window: 30 * time.Second, Writes: 6, Reads: 0.1}}},
+		Scale: []ScaleResult{{
+			IPs: 1000, ColdStart: 4 * time.Second, Steady: Rates{Window: 30 * time.Second, Writes: 6.2},
+			Progress:   []Point{{0, 0}, {2, 500}, {4, 1000}},
+			Daemons:    []DaemonStats{{Node: "node-1", PeakRSS: 40 << 20, CPU: 3}, {Node: "node-2", PeakRSS: 70 << 20, CPU: 5}},
+			StatusNote: "kubectl-eip has no status command yet",
+		}},
+		PluginNote: "no kubectl-eip binary (KUBECTL_EIP_BIN)",
+	}
+	r.Figures = r.figures()
+	return r
+}
+
+func TestTable(t *testing.T) {
+	var b bytes.Buffer
+	assert.NilError(t, sampleReport().WriteTable(&b))
+	golden.Assert(t, b.String(), "table.golden")
+}
+
+func TestVerdicts(t *testing.T) {
+	got := map[string]string{}
+	for _, f := range sampleReport().Figures {
+		got[f.Name] = f.verdict()
+	}
+	assert.Equal(t, got["failover, eipd SIGKILLed, lease 2s"], "yes")
+	assert.Equal(t, got["failover, holder's link cut, lease 2s"], "NO", "2.6 s > 2.5 s")
+	assert.Equal(t, got["Service created → IP answering pings"], "yes", "the median, not the outlier")
+	assert.Equal(t, got[nameTwoMACs], "NO", "an overlap in a SIGTERM and two ARP answers")
+	assert.Equal(t, got[nameDoubleBound], "NO")
+	assert.Equal(t, got["Lease writes/s, 1000 IPs, steady"], "NO", "6.2/s > 3 nodes / 0.5 s")
+	assert.Equal(t, got["eipd peak RSS per node, 1000 IPs"], "NO")
+	assert.Equal(t, got["kubectl eip status, 1000 IPs"], "")
+}
+
+// TestPlotIsWellFormedSVG decodes the plot and counts what it drew.
+func TestPlotIsWellFormedSVG(t *testing.T) {
+	svg := sampleReport().Plot()
+	dec := xml.NewDecoder(bytes.NewReader(svg))
+	circles, polylines := 0, 0
+	for {
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		assert.NilError(t, err)
+		if se, ok := tok.(xml.StartElement); ok {
+			switch se.Name.Local {
+			case "circle":
+				circles++
+			case "polyline":
+				polylines++
+			}
+		}
+	}
+	// 4 failovers + 2 moves + 3 binds as dots; 2 load points × 2 series.
+	assert.Equal(t, circles, 4+2+3+4)
+	assert.Equal(t, polylines, 3, "writes, reads and one cold start")
+	assert.Assert(t, strings.Contains(string(svg), "link cut, lease 2s"))
+}
+
+func TestPlotWithoutSamples(t *testing.T) {
+	r := &Report{Nodes: 3, Timings: []Timing{defaultTiming}}
+	assert.Equal(t, strings.Count(string(r.Plot()), "not measured"), 4)
+}
+
+func TestNiceTicks(t *testing.T) {
+	assert.DeepEqual(t, niceTicks(0, 2.6), []float64{0, 1, 2, 3})
+	assert.DeepEqual(t, niceTicks(0, 10), []float64{0, 2, 4, 6, 8, 10})
+	assert.DeepEqual(t, niceTicks(0, 0), []float64{0, 0.2, 0.4, 0.6, 0.8, 1})
+}

@@ -1,0 +1,195 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/eip-project/eip/testenv"
+)
+
+// Scenarios, for Options.Only.
+const (
+	ScenarioFailover = "failover"
+	ScenarioMove     = "move"
+	ScenarioBind     = "bind"
+	ScenarioLoad     = "load"
+	ScenarioScale    = "scale"
+)
+
+// Scenarios lists every scenario in the order Run runs them.
+func Scenarios() []string {
+	return []string{ScenarioFailover, ScenarioMove, ScenarioBind, ScenarioLoad, ScenarioScale}
+}
+
+// Options configure Run.
+type Options struct {
+	// Cluster is a started testenv cluster with its nodes idle; Run
+	// starts and stops eipd on them as it goes.
+	Cluster *testenv.Cluster
+	Log     *slog.Logger
+	// Only lists the scenarios to run (default: all of Scenarios).
+	Only []string
+	// Reps is the number of failovers per fault and lease (default 20),
+	// MoveReps of moves and of SIGTERMs (default 20), BindReps of Services
+	// created (default 20).
+	Reps, MoveReps, BindReps int
+	// LoadIPs are the IP counts whose steady-state Lease requests are
+	// measured (default 10, 100); ScaleIPs those that are also timed from a
+	// cold start and whose daemons' memory and CPU are measured (default
+	// 1000). Each counts toward requests per IP count.
+	LoadIPs, ScaleIPs []int
+	// Window is each steady-state window (default 30 s), Settle the wait
+	// before it once everything is bound (default 5 s).
+	Window, Settle time.Duration
+	// EipdArgs are extra eipd flags.
+	EipdArgs []string
+	// KubectlEip is the plugin binary, for kubectl eip status and move.
+	KubectlEip string
+	// ProfileDir, when set, receives CPU and heap profiles of one eipd at
+	// each scale (eipd must run with --pprof).
+	ProfileDir string
+}
+
+func (o *Options) setDefaults() {
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if len(o.Only) == 0 {
+		o.Only = Scenarios()
+	}
+	for _, v := range []*int{&o.Reps, &o.MoveReps, &o.BindReps} {
+		if *v <= 0 {
+			*v = 20
+		}
+	}
+	if o.LoadIPs == nil {
+		o.LoadIPs = []int{10, 100}
+	}
+	if o.ScaleIPs == nil {
+		o.ScaleIPs = []int{1000}
+	}
+	if o.Window <= 0 {
+		o.Window = 30 * time.Second
+	}
+	if o.Settle <= 0 {
+		o.Settle = 5 * time.Second
+	}
+}
+
+// Report is everything one run measured.
+type Report struct {
+	Machine  Machine          `json:"machine"`
+	Started  time.Time        `json:"started"`
+	Took     time.Duration    `json:"took"`
+	Nodes    int              `json:"nodes"`
+	Timings  []Timing         `json:"timings"`
+	Figures  []Figure         `json:"figures"`
+	Failover []FailoverSample `json:"failover,omitempty"`
+	Moves    []MoveSample     `json:"moves,omitempty"`
+	Bind     []BindSample     `json:"bind,omitempty"`
+	Load     []ScaleResult    `json:"load,omitempty"`
+	Scale    []ScaleResult    `json:"scale,omitempty"`
+	// MoveMethod says how moves were requested; PluginNote why the plugin
+	// was not used.
+	MoveMethod string   `json:"moveMethod,omitempty"`
+	PluginNote string   `json:"pluginNote,omitempty"`
+	Errors     []string `json:"errors,omitempty"`
+}
+
+// Run measures the scenarios on the cluster. A scenario that fails is
+// recorded in Report.Errors and the next one runs; the returned error is
+// only ctx's.
+func Run(ctx context.Context, o Options) (*Report, error) {
+	o.setDefaults()
+	r := &Report{Machine: DescribeMachine(), Started: time.Now(), Nodes: len(o.Cluster.Nodes()), Timings: []Timing{defaultTiming, tunedTiming}}
+	plugin := o.KubectlEip
+	if ok, why := pluginWorks(ctx, plugin); !ok {
+		plugin, r.PluginNote = "", why
+	}
+	e := newEnv(o.Cluster, o.Log, o.EipdArgs, plugin)
+	fail := func(what string, err error) {
+		if err != nil {
+			o.Log.Error(what, "err", err)
+			r.Errors = append(r.Errors, what+": "+err.Error())
+		}
+	}
+	for _, sc := range Scenarios() {
+		if !slices.Contains(o.Only, sc) {
+			continue
+		}
+		switch sc {
+		case ScenarioFailover:
+			for _, t := range []Timing{defaultTiming, tunedTiming} {
+				s, err := e.failovers(ctx, t, o.Reps)
+				r.Failover = append(r.Failover, s...)
+				fail("failover "+t.Name, err)
+			}
+		case ScenarioMove:
+			s, err := e.moves(ctx, o.MoveReps)
+			r.Moves = s
+			fail("moves", err)
+			for _, m := range s {
+				if m.Method != "" {
+					r.MoveMethod = m.Method
+				}
+			}
+		case ScenarioBind:
+			s, err := e.bindLatency(ctx, o.BindReps)
+			r.Bind = s
+			fail("bind latency", err)
+		case ScenarioLoad:
+			for _, n := range o.LoadIPs {
+				res, err := e.scale(ctx, scaleRun{ips: n, window: o.Window, settle: o.Settle})
+				if err != nil {
+					res.Error = err.Error()
+				}
+				r.Load = append(r.Load, res)
+				fail(fmt.Sprintf("load %d IPs", n), err)
+			}
+		case ScenarioScale:
+			for _, n := range o.ScaleIPs {
+				res, err := e.scale(ctx, scaleRun{ips: n, window: o.Window, settle: o.Settle, status: true, profileDir: o.ProfileDir})
+				if err != nil {
+					res.Error = err.Error()
+				}
+				r.Scale = append(r.Scale, res)
+				fail(fmt.Sprintf("scale %d IPs", n), err)
+			}
+		}
+		if ctx.Err() != nil {
+			return r, ctx.Err()
+		}
+	}
+	fail("clean up", e.reset(ctx, defaultTiming, false))
+	r.Took = time.Since(r.Started)
+	r.Machine.LoadEnd = loadAvg()
+	r.Figures = r.figures()
+	return r, nil
+}
+
+// WriteDir writes results.json (everything, raw samples included),
+// table.txt and bench.svg into dir.
+func (r *Report) WriteDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("write results: %w", err)
+	}
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return fmt.Errorf("write results: %w", err)
+	}
+	f, err := os.Create(filepath.Join(dir, "table.txt"))
+	if err != nil {
+		return fmt.Errorf("write results: %w", err)
+	}
+	err = errors.Join(r.WriteTable(f), f.Close())
+	return errors.Join(err,
+		os.WriteFile(filepath.Join(dir, "results.json"), append(b, '\n'), 0o644),
+		os.WriteFile(filepath.Join(dir, "bench.svg"), r.Plot(), 0o644))
+}

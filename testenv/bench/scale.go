@@ -1,0 +1,254 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/eip-project/eip/testenv"
+)
+
+// progressEvery is how often the cold start counts bound addresses.
+const progressEvery = 100 * time.Millisecond
+
+// statusRuns is how many times kubectl eip status is timed.
+const statusRuns = 3
+
+// ScaleResult is one cold start of many IPs and the steady state after it.
+type ScaleResult struct {
+	IPs int `json:"ips"`
+	// CreateServices is how long creating one Service per IP took (setup,
+	// not judged).
+	CreateServices time.Duration `json:"createServices"`
+	// ColdStart: every eipd started → every IP bound on exactly one node,
+	// counted on the nodes' interfaces.
+	ColdStart time.Duration `json:"coldStart"`
+	Progress  []Point       `json:"progress"`
+	// Steady are the API server's Lease request rates over the window.
+	Steady  Rates         `json:"steady"`
+	Daemons []DaemonStats `json:"daemons"`
+	// Status are wall times of kubectl eip status listing every IP.
+	Status     []time.Duration `json:"status,omitempty"`
+	StatusNote string          `json:"statusNote,omitempty"`
+	Error      string          `json:"error,omitempty"`
+}
+
+// Point is the number of IPs bound T seconds into a cold start.
+type Point struct {
+	T     float64 `json:"t"`
+	Bound int     `json:"bound"`
+}
+
+// DaemonStats is one eipd at the end of a steady-state window.
+type DaemonStats struct {
+	Node string `json:"node"`
+	PID  int    `json:"pid"`
+	// Bound is the number of benchmark IPs on the node's interface.
+	Bound int `json:"bound"`
+	// RSS and PeakRSS (VmRSS, VmHWM) in bytes.
+	RSS     int64 `json:"rss"`
+	PeakRSS int64 `json:"peakRSS"`
+	// CPU is the CPU used over the window, in percent of one core.
+	CPU float64 `json:"cpuPercent"`
+}
+
+// ScaleRun says what one scale run measures besides the cold start.
+type scaleRun struct {
+	ips        int
+	window     time.Duration
+	settle     time.Duration
+	status     bool
+	profileDir string
+}
+
+// scale creates run.ips Services while no eipd runs, starts eipd on every
+// node and counts the bound addresses until all are bound, then measures a
+// steady-state window.
+func (e *env) scale(ctx context.Context, run scaleRun) (ScaleResult, error) {
+	e.log.Info("scale", "ips", run.ips)
+	res := ScaleResult{IPs: run.ips}
+	if err := e.reset(ctx, defaultTiming, false); err != nil {
+		return res, err
+	}
+	ips := make([]netip.Addr, run.ips)
+	for i := range ips {
+		ips[i] = serviceIP(i)
+	}
+	began := time.Now()
+	if err := e.createServices(ctx, ips); err != nil {
+		return res, err
+	}
+	res.CreateServices = time.Since(began)
+	e.log.Info("services created", "ips", run.ips, "took", res.CreateServices)
+
+	t0 := time.Now()
+	for _, n := range e.nodes {
+		if err := e.c.StartDaemon(n.Name, e.args...); err != nil {
+			return res, err
+		}
+	}
+	if err := e.coldStart(ctx, t0, &res); err != nil {
+		return res, err
+	}
+	e.log.Info("all bound", "ips", run.ips, "coldStart", res.ColdStart)
+
+	if err := pause(ctx, run.settle); err != nil {
+		return res, err
+	}
+	var err error
+	if res.Steady, res.Daemons, err = e.steady(ctx, run.window); err != nil {
+		return res, err
+	}
+	e.log.Info("steady state", "ips", run.ips, "writesPerSec", res.Steady.Writes, "readsPerSec", res.Steady.Reads)
+	if run.status {
+		e.timeStatus(ctx, &res)
+	}
+	if run.profileDir != "" {
+		if err := e.profile(ctx, e.nodes[0].Name, run.profileDir, strconv.Itoa(run.ips)); err != nil {
+			e.log.Warn("profile", "err", err)
+		}
+	}
+	return res, nil
+}
+
+// coldStart counts the benchmark addresses on every node until each IP is
+// bound on exactly one.
+func (e *env) coldStart(ctx context.Context, t0 time.Time, res *ScaleResult) error {
+	limit := max(deadline, time.Duration(res.IPs)*50*time.Millisecond)
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	tick := time.NewTicker(progressEvery)
+	defer tick.Stop()
+	for {
+		on := map[netip.Addr]int{}
+		for _, n := range e.nodes {
+			addrs, err := e.boundAddrs(n.Name)
+			if err != nil {
+				return err
+			}
+			for _, a := range addrs {
+				on[a]++
+			}
+		}
+		now := time.Since(t0)
+		res.Progress = append(res.Progress, Point{T: now.Seconds(), Bound: len(on)})
+		twice := 0
+		for _, c := range on {
+			if c > 1 {
+				twice++
+			}
+		}
+		if len(on) == res.IPs && twice == 0 {
+			res.ColdStart = now
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cold start of %d IPs: %d bound (%d on two nodes) after %s", res.IPs, len(on), twice, limit)
+		case <-tick.C:
+		}
+	}
+}
+
+// steady measures the API server's Lease requests and each eipd's memory
+// and CPU over window. Nothing else talks to the API server meanwhile.
+func (e *env) steady(ctx context.Context, window time.Duration) (Rates, []DaemonStats, error) {
+	before, err := LeaseRequests(ctx, e.c.AdminConfig())
+	if err != nil {
+		return Rates{}, nil, err
+	}
+	start := time.Now()
+	procs := map[string]ProcSample{}
+	for _, n := range e.nodes {
+		if procs[n.Name], err = ReadProc(e.c.DaemonPID(n.Name)); err != nil {
+			return Rates{}, nil, err
+		}
+	}
+	if err := pause(ctx, window); err != nil {
+		return Rates{}, nil, err
+	}
+	after, err := LeaseRequests(ctx, e.c.AdminConfig())
+	if err != nil {
+		return Rates{}, nil, err
+	}
+	rates := RatesBetween(before, after, time.Since(start))
+	var stats []DaemonStats
+	for _, n := range e.nodes {
+		pid := e.c.DaemonPID(n.Name)
+		end, err := ReadProc(pid)
+		if err != nil {
+			return rates, nil, err
+		}
+		bound, err := e.boundCount(n.Name)
+		if err != nil {
+			return rates, nil, err
+		}
+		stats = append(stats, DaemonStats{Node: n.Name, PID: pid, Bound: bound, RSS: end.RSS, PeakRSS: end.PeakRSS,
+			CPU: CPUPercent(procs[n.Name], end)})
+	}
+	return rates, stats, nil
+}
+
+// timeStatus times kubectl eip status, run as a user would from the
+// client namespace.
+func (e *env) timeStatus(ctx context.Context, res *ScaleResult) {
+	if e.plugin == "" {
+		res.StatusNote = "kubectl-eip has no status command yet"
+		return
+	}
+	for range statusRuns {
+		cmd, err := e.c.Command(ctx, testenv.Client, e.plugin, "--kubeconfig="+e.c.AdminKubeconfig(), "status")
+		if err != nil {
+			res.StatusNote = err.Error()
+			return
+		}
+		cmd.Stdout = io.Discard
+		began := time.Now()
+		err = cmd.Run()
+		took := time.Since(began)
+		if err != nil {
+			res.StatusNote = fmt.Sprintf("kubectl eip status: %v", err)
+			return
+		}
+		res.Status = append(res.Status, took)
+	}
+}
+
+// profile saves a 10-second CPU profile and a heap profile of eipd on
+// node, served with --pprof on its metrics address.
+func (e *env) profile(ctx context.Context, node, dir, tag string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("profile: %w", err)
+	}
+	hc := e.c.ClientHTTP()
+	hc.Timeout = time.Minute
+	for _, p := range []struct{ path, file string }{
+		{"/debug/pprof/profile?seconds=10", "cpu"},
+		{"/debug/pprof/heap", "heap"},
+	} {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+e.c.DaemonMetricsAddr(node)+p.path, nil)
+		if err != nil {
+			return fmt.Errorf("profile %s: %w", node, err)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return fmt.Errorf("profile %s: %w", node, err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("profile %s: %s %v", node, resp.Status, err)
+		}
+		name := filepath.Join(dir, fmt.Sprintf("eipd-%s-%s-%s.pprof", node, tag, p.file))
+		if err := os.WriteFile(name, b, 0o644); err != nil {
+			return fmt.Errorf("profile %s: %w", node, err)
+		}
+	}
+	return nil
+}

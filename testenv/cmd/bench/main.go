@@ -1,0 +1,162 @@
+// Command bench measures eip against the targets of DESIGN.md on a real
+// test cluster (package testenv) and prints a table of the figures; the
+// raw samples (results.json), the table and a plot (bench.svg) go to a
+// results directory. It needs root and the binaries of make build and
+// scripts/build-k8s.sh (see scripts/bench.sh, which `make bench` runs).
+//
+//	bench [-out DIR] [-quick] [-only failover,move,bind,load,scale]
+//	      [-reps N] [-scale 1000,5000] [-load 10,100] [-window 30s] [-profile]
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/eip-project/eip/testenv"
+	"github.com/eip-project/eip/testenv/bench"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	out := fs.String("out", "", "results directory (default results/<time> in the repository)")
+	quick := fs.Bool("quick", false, "a short run: 5 repetitions, 10 s windows")
+	only := fs.String("only", strings.Join(bench.Scenarios(), ","), "scenarios to run")
+	reps := fs.Int("reps", 20, "failovers per fault and lease duration")
+	moveReps := fs.Int("move-reps", 20, "planned moves, and graceful shutdowns")
+	bindReps := fs.Int("bind-reps", 20, "Services created for the bind latency")
+	load := fs.String("load", "10,100", "IP counts whose steady-state Lease requests are measured")
+	scale := fs.String("scale", "1000", "IP counts timed from a cold start, with memory and CPU")
+	window := fs.Duration("window", 30*time.Second, "steady-state window")
+	settle := fs.Duration("settle", 5*time.Second, "wait after everything is bound, before a window")
+	profile := fs.Bool("profile", false, "run eipd with --pprof and save CPU and heap profiles at each scale")
+	verbose := fs.Bool("v", false, "log each sample")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if *quick {
+		*reps, *moveReps, *bindReps, *window, *settle = 5, 5, 5, 10*time.Second, 3*time.Second
+	}
+	loadIPs, err := ints(*load)
+	if err != nil {
+		return fmt.Errorf("flag -load: %w", err)
+	}
+	scaleIPs, err := ints(*scale)
+	if err != nil {
+		return fmt.Errorf("flag -scale: %w", err)
+	}
+	for _, sc := range strings.Split(*only, ",") {
+		if !slices.Contains(bench.Scenarios(), sc) {
+			return fmt.Errorf("flag -only: unknown scenario %q (have %s)", sc, strings.Join(bench.Scenarios(), ", "))
+		}
+	}
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		return err
+	}
+	started := time.Now()
+	if *out == "" {
+		*out = filepath.Join(root, "results", started.Format("20060102-150405"))
+	}
+	level := slog.LevelWarn
+	if *verbose {
+		level = slog.LevelInfo
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+
+	ctx := context.Background()
+	fmt.Fprintln(os.Stderr, "bench: starting a 3-node test cluster")
+	c, err := testenv.Start(ctx, testenv.Options{Nodes: 3, Logger: log})
+	if err != nil {
+		return err
+	}
+	stop := c.CloseOnInterrupt()
+	defer stop()
+	eipdArgs := []string{"-v=0"}
+	o := bench.Options{
+		Cluster: c, Log: log, Only: strings.Split(*only, ","),
+		Reps: *reps, MoveReps: *moveReps, BindReps: *bindReps,
+		LoadIPs: loadIPs, ScaleIPs: scaleIPs, Window: *window, Settle: *settle,
+		KubectlEip: os.Getenv("KUBECTL_EIP_BIN"),
+	}
+	if *profile {
+		eipdArgs = append(eipdArgs, "--pprof")
+		o.ProfileDir = filepath.Join(*out, "profiles")
+	}
+	o.EipdArgs = eipdArgs
+	fmt.Fprintf(os.Stderr, "bench: measuring %s (cluster %s, logs in %s)\n", *only, c.ID(), c.Dir())
+	r, err := bench.Run(ctx, o)
+	if err != nil || len(r.Errors) > 0 {
+		c.Keep()
+	}
+	closeErr := c.Close()
+	if r == nil {
+		return errors.Join(err, closeErr)
+	}
+	r.Machine.Commit = commandLine(root, "git", "describe", "--always", "--dirty")
+	r.Machine.Eipd = commandLine(root, eipdBin(root), "--version")
+	if werr := r.WriteTable(os.Stdout); werr != nil {
+		err = errors.Join(err, werr)
+	}
+	if werr := r.WriteDir(*out); werr != nil {
+		err = errors.Join(err, werr)
+	}
+	fmt.Printf("\nraw samples, table and plot: %s\n", *out)
+	if len(r.Errors) > 0 {
+		err = errors.Join(err, fmt.Errorf("%d scenario(s) failed; cluster logs kept in %s", len(r.Errors), c.Dir()))
+	}
+	return errors.Join(err, closeErr)
+}
+
+func ints(s string) ([]int, error) {
+	out := []int{}
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a positive number", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func eipdBin(root string) string {
+	if b := os.Getenv("EIPD_BIN"); b != "" {
+		return b
+	}
+	return filepath.Join(root, "bin", "eipd")
+}
+
+// commandLine is the first line a command prints, "" when it fails.
+func commandLine(dir, name string, args ...string) string {
+	cmd := exec.Command(name, args...)
+	cmd.Dir = dir
+	b, err := cmd.Output()
+	if err != nil {
+		return ""
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	return strings.TrimSpace(line)
+}
