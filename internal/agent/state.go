@@ -81,6 +81,7 @@ type state struct {
 	results  chan writeResult
 	claims   chan netif.Claim
 	hb       *heartbeater
+	alloc    *allocator
 }
 
 func newState(a *Agent) *state {
@@ -105,6 +106,7 @@ func newState(a *Agent) *state {
 		results:  make(chan writeResult, 64),
 		claims:   make(chan netif.Claim, 64),
 		hb:       &heartbeater{a: a},
+		alloc:    newAllocator(),
 	}
 }
 
@@ -113,6 +115,7 @@ func (s *state) run(ctx context.Context, stop chan struct{}) error {
 	for range s.a.opt.Writers {
 		go s.a.runWriter(s.jobs, s.results, stop)
 	}
+	s.startAllocator(stop)
 	s.loadConfig()
 	s.live = lease.NewLiveness(s.a.opt.Node, s.cfg.RenewInterval, 2*s.cfg.RenewInterval)
 	ticker := s.a.clk.NewTicker(s.cfg.RenewInterval)
@@ -141,6 +144,8 @@ func (s *state) run(ctx context.Context, stop chan struct{}) error {
 			s.renewed(r)
 		case w := <-s.results:
 			s.writeDone(w)
+		case r := <-s.alloc.results:
+			s.allocDone(r)
 		case ev := <-s.a.opt.AddrEvents:
 			s.addrEvent(ev)
 		case ev := <-s.a.opt.LinkEvents:
@@ -274,6 +279,7 @@ func (s *state) reconcile() {
 		s.fenced = false
 	}
 	plan := s.plan(v, locks)
+	s.allocate(v, locks)
 
 	for _, ip := range s.order {
 		name := lease.NameFor(ip)
@@ -287,6 +293,9 @@ func (s *state) reconcile() {
 		lk, err := lease.ParseLock(l)
 		if err != nil {
 			s.warnBadLock(l, err)
+			continue
+		}
+		if s.reservationSpared(l, lk.IP, now) {
 			continue
 		}
 		s.decide(v, lk.IP, l, false, "")

@@ -1,0 +1,400 @@
+package agent
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/eip-project/eip/internal/alloc"
+	"github.com/eip-project/eip/internal/lease"
+)
+
+// Allocation of LoadBalancer addresses, without an allocator process. Every
+// node computes the same answers (package alloc) from the same Services and
+// locks; for each Service the node ranked first by rendezvous hash of the
+// Service UID acts at once, the next one a step later, and so on, so that a
+// dead or slow node delays allocation without stopping it. Acting means:
+// create the lock Lease of each new address naming this node as holder and
+// carrying alloc.AnnotationReservedFor (the reservation: AlreadyExists means
+// taken, and the next pass chooses again), then write the Service status on
+// the resourceVersion it was read at. The holder binds the address as soon
+// as its cache shows the status. A reservation nobody wants any more (the
+// status write lost a race, the Service went away or asks for something
+// else) is an orphan lock and is deleted as such; reservationSpared keeps
+// the orphan rule off reservations still wanted.
+
+// reservationGrace is how long a reservation whose Service this node does
+// not know is kept after this node first saw the lock: the Service may not
+// have reached this node's cache yet. It counts from the lock's first
+// sighting, not from when it became an orphan, so that deleting a Service
+// releases its address at once.
+const reservationGrace = 10 * time.Second
+
+// allocator is the allocation state; only the owner loop touches it.
+type allocator struct {
+	since     map[string]time.Time     // Service -> when this node first saw it waiting for addresses
+	retry     map[string]time.Time     // Service -> no new attempt before, after a failed write
+	inflight  map[string][]netip.Addr  // Service -> the addresses its job in flight reserves
+	written   map[string]statusWrite   // Service -> our status write, until the cache shows it
+	lost      map[netip.Addr]time.Time // addresses whose reservation found a lock there
+	refused   map[string]string        // Service -> the refusal last reported
+	wanted    map[netip.Addr]string    // address -> the Service the last pass gave it to
+	firstSeen map[string]time.Time     // reservation lock name -> when this node first saw it
+	jobs      chan allocJob
+	results   chan allocResult
+}
+
+type statusWrite struct {
+	rv string
+	at time.Time
+}
+
+func newAllocator() *allocator {
+	return &allocator{
+		since: map[string]time.Time{}, retry: map[string]time.Time{}, inflight: map[string][]netip.Addr{},
+		written: map[string]statusWrite{}, lost: map[netip.Addr]time.Time{}, refused: map[string]string{},
+		wanted: map[netip.Addr]string{}, firstSeen: map[string]time.Time{},
+		jobs: make(chan allocJob, 256), results: make(chan allocResult, 64),
+	}
+}
+
+// allocJob reserves addresses for one Service, then writes its status.
+type allocJob struct {
+	key     string
+	svc     *corev1.Service // the new status, at the resourceVersion it was read at
+	reserve []*coordinationv1.Lease
+	timeout time.Duration
+}
+
+type allocResult struct {
+	allocJob
+	created []*coordinationv1.Lease
+	taken   netip.Addr // the address whose reservation already existed
+	out     *corev1.Service
+	err     error
+}
+
+// startAllocator starts the goroutines that perform allocation writes.
+func (s *state) startAllocator(stop <-chan struct{}) {
+	for range s.a.opt.Writers {
+		go s.a.runAllocWriter(s.alloc.jobs, s.alloc.results, stop)
+	}
+}
+
+func (a *Agent) runAllocWriter(jobs <-chan allocJob, results chan<- allocResult, stop <-chan struct{}) {
+	for {
+		select {
+		case <-stop:
+			return
+		case j := <-jobs:
+			res := a.allocateOne(j)
+			select {
+			case results <- res:
+			case <-stop:
+				return
+			}
+		}
+	}
+}
+
+func (a *Agent) allocateOne(j allocJob) allocResult {
+	ctx, cancel := context.WithTimeout(context.Background(), j.timeout)
+	defer cancel()
+	res := allocResult{allocJob: j}
+	for _, l := range j.reserve {
+		out, err := a.opt.Leases.Create(ctx, l)
+		if err != nil {
+			if apierrors.IsAlreadyExists(err) {
+				res.taken, _ = netip.ParseAddr(l.Annotations[lease.AnnotationIP])
+			}
+			res.err = err
+			return res
+		}
+		res.created = append(res.created, out)
+	}
+	out, err := a.opt.Client.CoreV1().Services(j.svc.Namespace).UpdateStatus(ctx, j.svc, metav1.UpdateOptions{})
+	if err != nil {
+		res.err = fmt.Errorf("update status of service %s: %w", j.key, err)
+		return res
+	}
+	res.out = out
+	return res
+}
+
+// allocStep is how long a node waits per rank before allocating for a
+// Service: a reservation and a status write, two round trips, with margin.
+func (s *state) allocStep() time.Duration { return 4 * s.cfg.RankStep() }
+
+// allocate is one allocation pass over the Services; locks are the cached
+// locks by name (before reconcile consumes them).
+func (s *state) allocate(v lease.View, locks map[string]*coordinationv1.Lease) {
+	al := s.alloc
+	for name := range al.firstSeen {
+		if _, ok := locks[name]; !ok {
+			delete(al.firstSeen, name)
+		}
+	}
+	for name, l := range locks {
+		if _, seen := al.firstSeen[name]; !seen && l.Annotations[alloc.AnnotationReservedFor] != "" {
+			al.firstSeen[name] = v.Now
+		}
+	}
+	if !s.cfgLoaded || !v.Writable {
+		return
+	}
+	svcs, err := s.a.services.List(labels.Everything())
+	if err != nil {
+		s.log.Error("list services from cache", "err", err)
+		return
+	}
+	type waiting struct {
+		svc *corev1.Service
+		req alloc.Request
+	}
+	var todo []waiting
+	refused := map[string]bool{}
+	for _, svc := range svcs {
+		if !alloc.Wants(svc) {
+			continue
+		}
+		req, err := alloc.RequestOf(svc)
+		if err != nil {
+			refused[key(svc)] = true
+			s.reportRefusal(v, svc, err.Error())
+			continue
+		}
+		if !req.Settled(alloc.Current(svc), s.cfg) {
+			todo = append(todo, waiting{svc, req})
+		}
+	}
+	clear(al.wanted)
+	if len(todo) > 0 {
+		// First come, first served: every node assigns in the same order,
+		// so their answers agree.
+		slices.SortFunc(todo, func(a, b waiting) int {
+			return cmp.Or(a.svc.CreationTimestamp.Compare(b.svc.CreationTimestamp.Time), cmp.Compare(a.req.Service, b.req.Service))
+		})
+		space := s.space(svcs, locks, v.Now)
+		for _, w := range todo {
+			current := alloc.Current(w.svc)
+			res := space.Assign(w.req, current)
+			for _, ip := range res.IPs {
+				al.wanted[ip] = w.req.Service
+			}
+			if len(res.Refused) > 0 {
+				refused[w.req.Service] = true
+				s.reportRefusal(v, w.svc, strings.Join(res.Refused, "; "))
+			}
+			if res.Changes(current) && s.mayAllocate(v, w.svc) {
+				s.dispatchAlloc(w.svc, res, v.Now)
+			}
+		}
+	}
+	waitingNow := map[string]bool{}
+	for _, w := range todo {
+		waitingNow[w.req.Service] = true
+	}
+	for k := range al.since {
+		if !waitingNow[k] {
+			delete(al.since, k)
+			delete(al.retry, k)
+		}
+	}
+	for k := range al.refused {
+		if !refused[k] {
+			delete(al.refused, k)
+		}
+	}
+}
+
+func key(svc *corev1.Service) string { return svc.Namespace + "/" + svc.Name }
+
+// space is the address space as this node sees it, its own writes in
+// flight included.
+func (s *state) space(svcs []*corev1.Service, locks map[string]*coordinationv1.Lease, now time.Time) *alloc.Space {
+	al := s.alloc
+	sp := alloc.NewSpace(s.cfg, s.reserved)
+	for _, svc := range svcs {
+		sp.AddService(svc)
+	}
+	addLock := func(l *coordinationv1.Lease) {
+		if lk, err := lease.ParseLock(l); err == nil {
+			sp.Lock(lk.IP, l.Annotations[alloc.AnnotationReservedFor])
+		}
+	}
+	for name, l := range locks {
+		if l = s.effective(name, l, now); l != nil {
+			addLock(l)
+		}
+	}
+	for name := range s.written {
+		if _, cached := locks[name]; !cached {
+			if l := s.effective(name, nil, now); l != nil {
+				addLock(l)
+			}
+		}
+	}
+	for k, ips := range al.inflight {
+		for _, ip := range ips {
+			sp.Lock(ip, k)
+		}
+	}
+	for ip, at := range al.lost {
+		if now.Sub(at) >= s.cfg.LeaseDuration {
+			delete(al.lost, ip)
+			continue
+		}
+		sp.Lock(ip, "")
+	}
+	return sp
+}
+
+// mayAllocate: this node may act for svc now, its turn by rank having come.
+func (s *state) mayAllocate(v lease.View, svc *corev1.Service) bool {
+	al, k, now := s.alloc, key(svc), v.Now
+	if !v.Eligible {
+		return false
+	}
+	if _, busy := al.inflight[k]; busy {
+		return false
+	}
+	if w, ok := al.written[k]; ok {
+		if lease.Newer(w.rv, svc.ResourceVersion) && now.Sub(w.at) < s.cfg.LeaseDuration {
+			return false // our status write has not reached the cache yet
+		}
+		delete(al.written, k)
+	}
+	if t, ok := al.retry[k]; ok && now.Before(t) {
+		s.wakeAt(t)
+		return false
+	}
+	since, ok := al.since[k]
+	if !ok {
+		since, al.since[k] = now, now
+	}
+	at := since.Add(time.Duration(lease.RankFor(string(svc.UID), v.Self, v.Live)) * s.allocStep())
+	if at.After(now) {
+		s.wakeAt(at)
+		return false
+	}
+	return true
+}
+
+func (s *state) dispatchAlloc(svc *corev1.Service, res alloc.Result, now time.Time) {
+	k := key(svc)
+	out := svc.DeepCopy()
+	out.Status.LoadBalancer.Ingress = ingress(svc.Status.LoadBalancer.Ingress, res.IPs)
+	job := allocJob{key: k, svc: out, timeout: max(s.cfg.LeaseDuration, 2*time.Second)}
+	for _, ip := range res.Reserve {
+		l := lease.NewLockLease(s.a.opt.Namespace, ip, s.a.opt.Node, []string{k}, now)
+		l.Annotations[alloc.AnnotationReservedFor] = k
+		job.reserve = append(job.reserve, l)
+	}
+	select {
+	case s.alloc.jobs <- job:
+		s.alloc.inflight[k] = slices.Clone(res.Reserve)
+		s.log.Debug("allocating", "service", k, "ip", res.IPs, "reserve", res.Reserve)
+	default:
+		s.wakeAt(now.Add(s.cfg.RankStep())) // the queue is full; the next pass tries again
+	}
+}
+
+// ingress is the status listing ips: entries of old for those addresses
+// are kept as they are, entries without an address (hostnames) too.
+func ingress(old []corev1.LoadBalancerIngress, ips []netip.Addr) []corev1.LoadBalancerIngress {
+	var out []corev1.LoadBalancerIngress
+	for _, ing := range old {
+		if ing.IP == "" {
+			out = append(out, ing)
+		}
+	}
+	vip := corev1.LoadBalancerIPModeVIP
+	for _, ip := range ips {
+		i := slices.IndexFunc(old, func(ing corev1.LoadBalancerIngress) bool { return ing.IP == ip.String() })
+		if i >= 0 {
+			out = append(out, old[i])
+			continue
+		}
+		out = append(out, corev1.LoadBalancerIngress{IP: ip.String(), IPMode: &vip})
+	}
+	return out
+}
+
+func (s *state) allocDone(r allocResult) {
+	al := s.alloc
+	delete(al.inflight, r.key)
+	now := s.a.clk.Now()
+	log := s.log.With("service", r.key)
+	for _, l := range r.created {
+		s.written[l.Name] = overlay{lease: l, at: now}
+		log.Debug("reserved", "ip", l.Annotations[lease.AnnotationIP], "lease", l.Name)
+	}
+	switch {
+	case r.err == nil:
+		al.written[r.key] = statusWrite{rv: r.out.ResourceVersion, at: now}
+		ips := make([]string, 0, len(r.out.Status.LoadBalancer.Ingress))
+		for _, ing := range r.out.Status.LoadBalancer.Ingress {
+			ips = append(ips, ing.IP)
+		}
+		log.Info("allocated", "ip", ips)
+		s.a.recorder.Event(r.out, corev1.EventTypeNormal, "IPAllocated", fmt.Sprintf("assigned %s (by %s)", strings.Join(ips, ", "), s.a.opt.Node))
+	case r.taken.IsValid():
+		al.lost[r.taken] = now
+		log.Debug("address already locked; choosing again", "ip", r.taken)
+	case apierrors.IsConflict(r.err) || apierrors.IsNotFound(r.err):
+		log.Debug("service changed while allocating; choosing again", "err", r.err)
+	default:
+		s.a.opt.Metrics.APIError("allocate")
+		log.Warn("allocation failed; trying again later", "err", r.err)
+		al.retry[r.key] = now.Add(s.cfg.LeaseDuration)
+	}
+}
+
+// reportRefusal logs what a Service cannot have, and records it as a
+// Warning event when it changed. Only the node ranked first for the Service
+// records the event, so that a cluster does not repeat it once per node.
+func (s *state) reportRefusal(v lease.View, svc *corev1.Service, msg string) {
+	k := key(svc)
+	if s.alloc.refused[k] == msg {
+		return
+	}
+	s.alloc.refused[k] = msg
+	s.log.Warn("cannot allocate", "service", k, "reason", msg)
+	if lease.RankFor(string(svc.UID), v.Self, v.Live) == 0 {
+		s.a.recorder.Event(svc, corev1.EventTypeWarning, "AllocationFailed", truncate(msg, 1000))
+	}
+}
+
+// reservationSpared: l is a reservation that the orphan rule must leave
+// alone: the last allocation pass gives its address to the Service it was
+// made for, or that Service is not in this node's cache and the
+// reservation is young.
+func (s *state) reservationSpared(l *coordinationv1.Lease, ip netip.Addr, now time.Time) bool {
+	k := l.Annotations[alloc.AnnotationReservedFor]
+	if k == "" {
+		return false
+	}
+	if s.alloc.wanted[ip] == k {
+		return true
+	}
+	ns, name, _ := strings.Cut(k, "/")
+	if _, err := s.a.services.Services(ns).Get(name); !apierrors.IsNotFound(err) {
+		return false
+	}
+	first, ok := s.alloc.firstSeen[l.Name]
+	if ok && now.Sub(first) < reservationGrace {
+		s.wakeAt(first.Add(reservationGrace))
+		return true
+	}
+	return false
+}
