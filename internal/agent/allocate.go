@@ -46,12 +46,19 @@ type allocator struct {
 	retry     map[string]time.Time     // Service -> no new attempt before, after a failed write
 	inflight  map[string][]netip.Addr  // Service -> the addresses its job in flight reserves
 	written   map[string]statusWrite   // Service -> our status write, until the cache shows it
-	lost      map[netip.Addr]time.Time // addresses whose reservation found a lock there
+	lost      map[netip.Addr]lostRace  // addresses whose reservation found a lock there
 	refused   map[string]string        // Service -> the refusal last reported
 	wanted    map[netip.Addr]string    // address -> the Service the last pass gave it to
 	firstSeen map[string]time.Time     // reservation lock name -> when this node first saw it
 	jobs      chan allocJob
 	results   chan allocResult
+}
+
+// lostRace is a lock this node tried to create and found, until the cache
+// shows it.
+type lostRace struct {
+	reservedFor string // the Service the lock was reserved for, if it was
+	at          time.Time
 }
 
 type statusWrite struct {
@@ -62,7 +69,7 @@ type statusWrite struct {
 func newAllocator() *allocator {
 	return &allocator{
 		since: map[string]time.Time{}, retry: map[string]time.Time{}, inflight: map[string][]netip.Addr{},
-		written: map[string]statusWrite{}, lost: map[netip.Addr]time.Time{}, refused: map[string]string{},
+		written: map[string]statusWrite{}, lost: map[netip.Addr]lostRace{}, refused: map[string]string{},
 		wanted: map[netip.Addr]string{}, firstSeen: map[string]time.Time{},
 		jobs: make(chan allocJob, 256), results: make(chan allocResult, 64),
 	}
@@ -80,6 +87,7 @@ type allocResult struct {
 	allocJob
 	created []*coordinationv1.Lease
 	taken   netip.Addr // the address whose reservation already existed
+	takenBy string     // the Service that lock is reserved for, if known
 	out     *corev1.Service
 	err     error
 }
@@ -115,7 +123,13 @@ func (a *Agent) allocateOne(j allocJob) allocResult {
 		out, err := a.opt.Leases.Create(ctx, l)
 		if err != nil {
 			if apierrors.IsAlreadyExists(err) {
+				// Often another node reserving the same address for the
+				// same Service: knowing it lets the next pass use that
+				// reservation instead of making a second one.
 				res.taken, _ = netip.ParseAddr(l.Annotations[lease.AnnotationIP])
+				if other, gerr := a.opt.Leases.Get(ctx, l.Name); gerr == nil {
+					res.takenBy = other.Annotations[alloc.AnnotationReservedFor]
+				}
 			}
 			res.err = err
 			return res
@@ -249,12 +263,12 @@ func (s *state) space(svcs []*corev1.Service, locks map[string]*coordinationv1.L
 			sp.Lock(ip, k)
 		}
 	}
-	for ip, at := range al.lost {
-		if now.Sub(at) >= s.cfg.LeaseDuration {
+	for ip, l := range al.lost {
+		if now.Sub(l.at) >= s.cfg.LeaseDuration {
 			delete(al.lost, ip)
 			continue
 		}
-		sp.Lock(ip, "")
+		sp.Lock(ip, l.reservedFor)
 	}
 	return sp
 }
@@ -349,8 +363,8 @@ func (s *state) allocDone(r allocResult) {
 		log.Info("allocated", "ip", ips)
 		s.a.recorder.Event(r.out, corev1.EventTypeNormal, "IPAllocated", fmt.Sprintf("assigned %s (by %s)", strings.Join(ips, ", "), s.a.opt.Node))
 	case r.taken.IsValid():
-		al.lost[r.taken] = now
-		log.Debug("address already locked; choosing again", "ip", r.taken)
+		al.lost[r.taken] = lostRace{reservedFor: r.takenBy, at: now}
+		log.Debug("address already locked; choosing again", "ip", r.taken, "reservedFor", r.takenBy)
 	case apierrors.IsConflict(r.err) || apierrors.IsNotFound(r.err):
 		log.Debug("service changed while allocating; choosing again", "err", r.err)
 	default:

@@ -165,14 +165,13 @@ func (e *env) logLines(s string) int {
 	return n
 }
 
-// 50 Services created at once on 3 nodes get 50 distinct addresses, each
-// locked once and served by its holder, and no reservation is left over.
-func TestAllocationRace(t *testing.T) {
-	e := newEnv(t, allocConfig())
-	const n = 50
-	lostBefore := e.logLines("address already locked")
-	conflictsBefore := e.logLines("service changed while allocating")
-	start := time.Now()
+// raceSize is the number of Services the allocation race tests create at
+// once.
+const raceSize = 50
+
+// createAtOnce creates the Services race-00 … from n goroutines.
+func (e *env) createAtOnce(n int) {
+	e.t.Helper()
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
 	for i := range n {
@@ -184,8 +183,17 @@ func TestAllocationRace(t *testing.T) {
 	wg.Wait()
 	close(errs)
 	for err := range errs {
-		assert.NilError(t, err)
+		e.must(err)
 	}
+}
+
+// distinctAllocations waits until each of the n test Services has one
+// address of pool, no address given twice, one held lock per address and
+// no reservation left over, each address served by its holder alone. It
+// returns the addresses, sorted, and when the last Service was seen to have
+// its address.
+func (e *env) distinctAllocations(n int) ([]netip.Addr, time.Time) {
+	e.t.Helper()
 	owner := map[netip.Addr]string{}
 	e.eventually("every Service has an address", func() (bool, string) {
 		list, err := e.k.CoreV1().Services(svcNamespace).List(e.ctx, metav1.ListOptions{LabelSelector: e2eLabel})
@@ -200,17 +208,17 @@ func TestAllocationRace(t *testing.T) {
 				missing++
 				continue
 			}
-			assert.Equal(t, len(ips), 1, "%s: %v", svc.Name, ips)
-			assert.Assert(t, pool.Contains(ips[0]), "%s got %s, outside %s", svc.Name, ips[0], pool)
+			assert.Equal(e.t, len(ips), 1, "%s: %v", svc.Name, ips)
+			assert.Assert(e.t, pool.Contains(ips[0]), "%s got %s, outside %s", svc.Name, ips[0], pool)
 			if other, dup := owner[ips[0]]; dup {
-				t.Fatalf("%s given to both %s and %s", ips[0], other, svc.Name)
+				e.t.Fatalf("%s given to both %s and %s", ips[0], other, svc.Name)
 			}
 			owner[ips[0]] = svc.Name
 		}
 		return missing == 0, fmt.Sprintf("%d of %d without an address", missing, n)
 	})
-	took := time.Since(start)
-	assert.Equal(t, len(owner), n)
+	allocated := time.Now()
+	assert.Equal(e.t, len(owner), n)
 	e.eventually("one lock per address, no reservation left over", func() (bool, string) {
 		locks := e.locks()
 		for ip := range owner {
@@ -220,20 +228,54 @@ func TestAllocationRace(t *testing.T) {
 		}
 		return len(locks) == n, fmt.Sprintf("%d locks", len(locks))
 	})
-	for ip := range owner {
-		e.served(ip)
-	}
 	var ips []netip.Addr
 	for ip := range owner {
+		e.served(ip)
 		ips = append(ips, ip)
 	}
 	slices.SortFunc(ips, netip.Addr.Compare)
-	t.Logf("%d Services got %d distinct addresses (%s … %s) in %s; %d reservations found their address taken, %d status writes lost a race",
-		n, len(owner), ips[0], ips[len(ips)-1], took.Round(time.Millisecond),
-		e.logLines("address already locked")-lostBefore, e.logLines("service changed while allocating")-conflictsBefore)
 	// The pool's first addresses, none skipped but the network address.
-	assert.Equal(t, ips[0], netip.MustParseAddr("198.18.101.1"))
-	assert.Equal(t, ips[n-1], netip.MustParseAddr("198.18.101.50"))
+	assert.Equal(e.t, ips[0], netip.MustParseAddr("198.18.101.1"))
+	assert.Equal(e.t, ips[n-1], netip.MustParseAddr(fmt.Sprintf("198.18.101.%d", n)))
+	return ips, allocated
+}
+
+// raceStats describes, from the daemons' logs since the marks, how often
+// nodes collided.
+func (e *env) raceStats(lostMark, conflictMark int) string {
+	return fmt.Sprintf("%d reservations found their address already locked, %d status writes lost a race",
+		e.logLines("address already locked")-lostMark, e.logLines("service changed while allocating")-conflictMark)
+}
+
+// 50 Services created at once on 3 running nodes get 50 distinct
+// addresses, each locked once and served by its holder, and no reservation
+// is left over.
+func TestAllocationRace(t *testing.T) {
+	e := newEnv(t, allocConfig())
+	lost, conflicts := e.logLines("address already locked"), e.logLines("service changed while allocating")
+	start := time.Now()
+	e.createAtOnce(raceSize)
+	ips, allocated := e.distinctAllocations(raceSize)
+	t.Logf("%d Services got %d distinct addresses (%s … %s) within %s, all served; %s",
+		raceSize, len(ips), ips[0], ips[len(ips)-1], allocated.Sub(start).Round(time.Millisecond), e.raceStats(lost, conflicts))
+}
+
+// The same race at its worst: 50 Services wait while no daemon runs, and
+// all three start at once, each seeing all 50 before it sees its peers.
+func TestAllocationRaceAtStart(t *testing.T) {
+	e := newEnv(t, allocConfig())
+	for _, n := range e.nodes {
+		e.must(cluster.StopDaemon(n, syscall.SIGKILL))
+	}
+	e.createAtOnce(raceSize)
+	lost, conflicts := e.logLines("address already locked"), e.logLines("service changed while allocating")
+	start := time.Now()
+	for _, n := range e.nodes {
+		e.must(cluster.StartDaemon(n))
+	}
+	ips, allocated := e.distinctAllocations(raceSize)
+	t.Logf("%d waiting Services got %d distinct addresses (%s … %s) within %s of 3 daemons starting at once, all served; %s",
+		raceSize, len(ips), ips[0], ips[len(ips)-1], allocated.Sub(start).Round(time.Millisecond), e.raceStats(lost, conflicts))
 }
 
 // A requested address is honoured; the same address requested by another
