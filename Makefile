@@ -25,7 +25,7 @@ install: build
 
 ## lint: gofmt and go vet must be clean
 lint:
-	@out=$$(gofmt -l daemon kubectl-eip internal testenv/*.go testenv/cmd 2>/dev/null); \
+	@out=$$(gofmt -l daemon kubectl-eip internal manifests scripts testenv/*.go testenv/cmd testenv/e2e 2>/dev/null); \
 		if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
@@ -38,7 +38,7 @@ test: lint build
 	scripts/test.sh
 
 test-unit:
-	$(GO) test -count=1 ./internal/... ./daemon/... ./kubectl-eip/...
+	$(GO) test -count=1 ./internal/... ./daemon/... ./kubectl-eip/... ./manifests/... ./scripts/...
 
 test-e2e: build
 	scripts/test.sh e2e

@@ -210,9 +210,12 @@ func (a *Addresses) delMatching(link netlink.Link, ip netip.Addr, keepBits int) 
 			continue
 		}
 		if takesSecondaries(all, ia) {
+			// Where /proc/sys is read-only (an unprivileged container),
+			// unbind anyway: an address left behind would answer for an IP
+			// we gave away. The kernel then drops the subnet's secondaries
+			// too; the agent restores those it holds from the address events.
 			if err := a.promoteSecondaries(link.Attrs().Name); err != nil {
-				errs = errors.Join(errs, err)
-				continue
+				a.log.Warn("cannot keep secondary addresses while removing a primary; they will be restored", "iface", link.Attrs().Name, "ip", ip, "err", err)
 			}
 		}
 		ad := addrs[i]
