@@ -40,12 +40,21 @@ const heartbeatPrefix = "eip-node-"
 // and ':' replaced by '-', e.g. eip-10-0-0-5 and eip-2001-db8--5. An IPv6
 // address ending in "::" is written with a final 0 (2001:db8:1::0, the same
 // address), because a Lease name must end with a letter or digit.
+//
+// The agent names every IP several times per pass, so this allocates once.
 func NameFor(ip netip.Addr) string {
-	name := "eip-" + strings.NewReplacer(".", "-", ":", "-").Replace(ip.Unmap().String())
-	if strings.HasSuffix(name, "-") {
-		name += "0"
+	b := make([]byte, 0, len("eip-")+len("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff")+1)
+	b = append(b, "eip-"...)
+	b = ip.Unmap().AppendTo(b)
+	for i := len("eip-"); i < len(b); i++ {
+		if b[i] == '.' || b[i] == ':' {
+			b[i] = '-'
+		}
 	}
-	return name
+	if b[len(b)-1] == '-' {
+		b = append(b, '0')
+	}
+	return string(b)
 }
 
 // HeartbeatName is the name of the heartbeat Lease of node.

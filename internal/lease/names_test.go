@@ -71,3 +71,11 @@ func TestHeartbeatNameRoundTrip(t *testing.T) {
 		assert.Assert(t, !ok, name)
 	}
 }
+
+// The agent names every IP several times per reconcile pass.
+func BenchmarkNameFor(b *testing.B) {
+	ips := []netip.Addr{netip.MustParseAddr("198.18.100.7"), netip.MustParseAddr("2001:db8::100:7")}
+	for i := 0; b.Loop(); i++ {
+		_ = lease.NameFor(ips[i%2])
+	}
+}
