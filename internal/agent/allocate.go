@@ -42,14 +42,14 @@ const reservationGrace = 10 * time.Second
 
 // allocator is the allocation state; only the owner loop touches it.
 type allocator struct {
-	since     map[string]time.Time     // Service -> when this node first saw it waiting for addresses
-	retry     map[string]time.Time     // Service -> no new attempt before, after a failed write
-	inflight  map[string][]netip.Addr  // Service -> the addresses its job in flight reserves
-	written   map[string]statusWrite   // Service -> our status write, until the cache shows it
-	lost      map[netip.Addr]lostRace  // addresses whose reservation found a lock there
-	refused   map[string]string        // Service -> the refusal last reported
-	wanted    map[netip.Addr]string    // address -> the Service the last pass gave it to
-	firstSeen map[string]time.Time     // reservation lock name -> when this node first saw it
+	since     map[string]time.Time    // Service -> when this node first saw it waiting for addresses
+	retry     map[string]time.Time    // Service -> no new attempt before, after a failed write
+	inflight  map[string][]netip.Addr // Service -> the addresses its job in flight reserves
+	written   map[string]statusWrite  // Service -> our status write, until the cache shows it
+	lost      map[netip.Addr]lostRace // addresses whose reservation found a lock there
+	refused   map[string]string       // Service -> the refusal last reported
+	wanted    map[netip.Addr]string   // address -> the Service the last pass gave it to
+	firstSeen map[string]time.Time    // reservation lock name -> when this node first saw it
 	jobs      chan allocJob
 	results   chan allocResult
 }
@@ -171,12 +171,12 @@ func (s *state) allocate(v lease.View, locks map[string]*coordinationv1.Lease) {
 		s.log.Error("list services from cache", "err", err)
 		return
 	}
-	type waiting struct {
+	type unsettled struct {
 		svc *corev1.Service
 		req alloc.Request
 	}
-	var todo []waiting
-	refused := map[string]bool{}
+	var todo []unsettled
+	refused, waiting := map[string]bool{}, map[string]bool{}
 	for _, svc := range svcs {
 		if !alloc.Wants(svc) {
 			continue
@@ -188,14 +188,14 @@ func (s *state) allocate(v lease.View, locks map[string]*coordinationv1.Lease) {
 			continue
 		}
 		if !req.Settled(alloc.Current(svc), s.cfg) {
-			todo = append(todo, waiting{svc, req})
+			todo = append(todo, unsettled{svc, req})
 		}
 	}
 	clear(al.wanted)
 	if len(todo) > 0 {
 		// First come, first served: every node assigns in the same order,
 		// so their answers agree.
-		slices.SortFunc(todo, func(a, b waiting) int {
+		slices.SortFunc(todo, func(a, b unsettled) int {
 			return cmp.Or(a.svc.CreationTimestamp.Compare(b.svc.CreationTimestamp.Time), cmp.Compare(a.req.Service, b.req.Service))
 		})
 		space := s.space(svcs, locks, v.Now)
@@ -209,17 +209,19 @@ func (s *state) allocate(v lease.View, locks map[string]*coordinationv1.Lease) {
 				refused[w.req.Service] = true
 				s.reportRefusal(v, w.svc, strings.Join(res.Refused, "; "))
 			}
-			if res.Changes(current) && s.mayAllocate(v, w.svc) {
+			if !res.Changes(current) {
+				continue // refused: nothing to do until something changes
+			}
+			waiting[w.req.Service] = true
+			if s.mayAllocate(v, w.svc) {
 				s.dispatchAlloc(w.svc, res, v.Now)
 			}
 		}
 	}
-	waitingNow := map[string]bool{}
-	for _, w := range todo {
-		waitingNow[w.req.Service] = true
-	}
+	// The ranks count from when a Service became servable, so that nodes
+	// do not all act at once for one that waited for its address.
 	for k := range al.since {
-		if !waitingNow[k] {
+		if !waiting[k] {
 			delete(al.since, k)
 			delete(al.retry, k)
 		}
