@@ -1,0 +1,94 @@
+package cli
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
+)
+
+// Defaults of the flags naming where eip lives.
+const (
+	// DefaultNamespace is eip's namespace in the manifests; -n overrides it.
+	DefaultNamespace = "eip-system"
+	// DefaultConfigMap is the name of eip's ConfigMap.
+	DefaultConfigMap = "eip-config"
+)
+
+// env is what every command needs: where to connect, where to print, and
+// the clock.
+type env struct {
+	genericiooptions.IOStreams
+	flags     *genericclioptions.ConfigFlags
+	configMap string
+	clock     clock.WithTicker
+	// newClient builds the API client; tests return a fake clientset.
+	newClient func() (kubernetes.Interface, error)
+}
+
+func newEnv(streams genericiooptions.IOStreams) *env {
+	e := &env{
+		IOStreams: streams,
+		flags:     genericclioptions.NewConfigFlags(true),
+		configMap: DefaultConfigMap,
+		clock:     clock.RealClock{},
+	}
+	e.newClient = func() (kubernetes.Interface, error) {
+		cfg, err := e.flags.ToRESTConfig()
+		if err != nil {
+			return nil, fmt.Errorf("load kubeconfig: %w", err)
+		}
+		c, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("create client: %w", err)
+		}
+		return c, nil
+	}
+	return e
+}
+
+// namespace is eip's namespace: -n when given, else DefaultNamespace. The
+// kubeconfig context's namespace is deliberately not used: it says where the
+// user works, not where eip is installed.
+func (e *env) namespace() string {
+	if ns := e.flags.Namespace; ns != nil && *ns != "" {
+		return *ns
+	}
+	return DefaultNamespace
+}
+
+// NewCommand returns the kubectl-eip command tree, printing to streams.
+// version is printed by --version.
+func NewCommand(streams genericiooptions.IOStreams, version string) *cobra.Command {
+	return newRootCommand(newEnv(streams), version)
+}
+
+func newRootCommand(e *env, version string) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "kubectl-eip",
+		Short: "Show and move eip's external IPs",
+		Long: `Show and move the external IPs that eip binds on the cluster's nodes.
+
+eip's Leases and ConfigMap live in the namespace given by -n/--namespace,
+default ` + DefaultNamespace + ` (not the kubeconfig context's namespace).`,
+		Version:       version,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl eip"},
+	}
+	root.SetVersionTemplate("kubectl-eip {{.Version}}\n")
+	// Declared here so that cobra does not claim -v, which kubectl users
+	// know as verbosity.
+	root.Flags().Bool("version", false, "print the version and exit")
+	root.SetIn(e.In)
+	root.SetOut(e.Out)
+	root.SetErr(e.ErrOut)
+	e.flags.AddFlags(root.PersistentFlags())
+	root.PersistentFlags().Lookup("namespace").Usage = "namespace of eip's Leases and ConfigMap (default " + DefaultNamespace + ")"
+	root.PersistentFlags().StringVar(&e.configMap, "config-map", e.configMap, "name of eip's ConfigMap")
+	root.AddCommand(newStatusCommand(e), newMoveCommand(e))
+	return root
+}

@@ -1,0 +1,221 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/olekukonko/tablewriter"
+	"github.com/olekukonko/tablewriter/renderer"
+	"github.com/olekukonko/tablewriter/tw"
+	"k8s.io/apimachinery/pkg/util/duration"
+	"sigs.k8s.io/yaml"
+)
+
+// Output formats of `status -o`.
+const (
+	outputTable = ""
+	outputWide  = "wide"
+	outputJSON  = "json"
+	outputYAML  = "yaml"
+)
+
+// none marks an empty name or list in a table, as kubectl does.
+const none = "<none>"
+
+// printStatus writes st in format. Tables show ages relative to
+// st.ObservedAt; json and yaml show times, never ages.
+func printStatus(w io.Writer, st Status, format string) error {
+	switch format {
+	case outputJSON:
+		b, err := json.MarshalIndent(st, "", "  ")
+		if err != nil {
+			return fmt.Errorf("encode json: %w", err)
+		}
+		_, err = fmt.Fprintf(w, "%s\n", b)
+		return err
+	case outputYAML:
+		b, err := yaml.Marshal(st)
+		if err != nil {
+			return fmt.Errorf("encode yaml: %w", err)
+		}
+		_, err = w.Write(b)
+		return err
+	}
+	var buf bytes.Buffer
+	if err := printTables(&buf, st, format == outputWide); err != nil {
+		return err
+	}
+	_, err := w.Write(buf.Bytes())
+	return err
+}
+
+func printTables(w *bytes.Buffer, st Status, wide bool) error {
+	now := st.ObservedAt
+	if len(st.IPs) == 0 {
+		w.WriteString("No external IPs.\n")
+	} else {
+		header := []string{"IP", "SERVICES", "HOLDER", "INTERFACE", "STATE", "ALIVE", "AGE", "MOVES"}
+		if wide {
+			header = append(header, "LOCK", "HEARTBEAT", "POLICY", "REASON")
+		}
+		heartbeat := map[string]*time.Time{}
+		for _, n := range st.Nodes {
+			heartbeat[n.Name] = n.LastRenewTime
+		}
+		rows := make([][]string, 0, len(st.IPs))
+		for _, r := range st.IPs {
+			row := []string{r.IP, orNone(strings.Join(r.Services, ",")), orNone(r.Holder), iface(r), string(r.State),
+				yesNo(r.HolderAlive, r.Holder != ""), age(now, r.LastMoveTime), moves(r)}
+			if wide {
+				row = append(row, orDash(r.Lock), age(now, heartbeat[r.Holder]), orDash(st.Config.Policy), orDash(r.Reason))
+			}
+			rows = append(rows, row)
+		}
+		if err := writeTable(w, header, rows); err != nil {
+			return err
+		}
+	}
+	if len(st.Nodes) > 0 {
+		w.WriteString("\n")
+		rows := make([][]string, 0, len(st.Nodes))
+		for _, n := range st.Nodes {
+			rows = append(rows, []string{n.Name, yesNo(n.Alive, true), age(now, n.LastRenewTime), yesNo(n.Eligible, n.heartbeat),
+				strconv.Itoa(n.Holds), bound(n), orDash(n.message())})
+		}
+		if err := writeTable(w, []string{"NODE", "ALIVE", "RENEWED", "ELIGIBLE", "HOLDS", "BOUND", "MESSAGE"}, rows); err != nil {
+			return err
+		}
+	}
+	notes := configNotes(st)
+	if len(notes) > 0 {
+		w.WriteString("\n")
+		for _, n := range notes {
+			w.WriteString(n + "\n")
+		}
+	}
+	return nil
+}
+
+// configNotes are the lines below the tables: the ConfigMap's problems and
+// eip Leases the plugin could not read.
+func configNotes(st Status) []string {
+	cm := st.Namespace + "/" + st.Config.Name
+	var notes []string
+	switch {
+	case !st.Config.Found:
+		notes = append(notes, "ConfigMap "+cm+" not found: no ranges are configured, so nothing is bound.")
+	case st.Config.Error != "":
+		notes = append(notes, "ConfigMap "+cm+" is invalid; the daemons keep their last good configuration:")
+		for _, line := range strings.Split(st.Config.Error, "\n") {
+			notes = append(notes, "  "+line)
+		}
+	case len(st.Config.Ranges) == 0:
+		notes = append(notes, "ConfigMap "+cm+" configures no ranges, so nothing is bound.")
+	}
+	for _, w := range st.Config.Warnings {
+		notes = append(notes, "Warning: ConfigMap "+cm+": "+w)
+	}
+	for _, w := range st.Warnings {
+		notes = append(notes, "Warning: "+w)
+	}
+	return notes
+}
+
+// writeTable writes a kubectl-style table: no borders, left-aligned, three
+// spaces between columns, no trailing blanks.
+func writeTable(w io.Writer, header []string, rows [][]string) error {
+	pad := tw.CellPadding{Global: tw.Padding{Left: tw.Empty, Right: "   ", Overwrite: true}}
+	cell := tw.CellConfig{
+		Formatting: tw.CellFormatting{AutoFormat: tw.Off, AutoWrap: tw.WrapNone},
+		Alignment:  tw.CellAlignment{Global: tw.AlignLeft},
+		Padding:    pad,
+	}
+	var buf bytes.Buffer
+	t := tablewriter.NewTable(&buf,
+		tablewriter.WithRenderer(renderer.NewBlueprint(tw.Rendition{
+			Borders:  tw.BorderNone,
+			Symbols:  tw.NewSymbols(tw.StyleNone),
+			Settings: tw.Settings{Lines: tw.LinesNone, Separators: tw.SeparatorsNone},
+		})),
+		tablewriter.WithConfig(tablewriter.Config{Header: cell, Row: cell}),
+	)
+	h := make([]any, len(header))
+	for i, s := range header {
+		h[i] = s
+	}
+	t.Header(h...)
+	if err := t.Bulk(rows); err != nil {
+		return fmt.Errorf("render table: %w", err)
+	}
+	if err := t.Render(); err != nil {
+		return fmt.Errorf("render table: %w", err)
+	}
+	for _, line := range strings.SplitAfter(buf.String(), "\n") {
+		if line == "" {
+			continue
+		}
+		if _, err := io.WriteString(w, strings.TrimRight(line, " \n")+"\n"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func iface(r IP) string {
+	if r.Interface == "" {
+		return "-"
+	}
+	return r.Interface + "/" + strconv.Itoa(r.PrefixLength)
+}
+
+func moves(r IP) string {
+	if r.Lock == "" {
+		return "-"
+	}
+	return strconv.Itoa(int(r.Moves))
+}
+
+func bound(n Node) string {
+	if !n.heartbeat {
+		return "-"
+	}
+	return strconv.Itoa(n.Bound)
+}
+
+// age is how long before now t was, as kubectl prints ages; "-" without t.
+// A t after now (clocks apart) counts as now.
+func age(now time.Time, t *time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return duration.HumanDuration(max(now.Sub(*t), 0))
+}
+
+func yesNo(b, applies bool) string {
+	switch {
+	case !applies:
+		return "-"
+	case b:
+		return "yes"
+	}
+	return "no"
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return none
+	}
+	return s
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,504 @@
+package cli
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/eip-project/eip/internal/config"
+	"github.com/eip-project/eip/internal/ipset"
+	"github.com/eip-project/eip/internal/lease"
+)
+
+// SchemaVersion is the version of the Status schema printed by
+// `status -o json|yaml` (docs/status-schema.md). Adding a field keeps it;
+// renaming, removing or changing the meaning of one increments it.
+const SchemaVersion = 1
+
+// State is what is happening to one IP.
+type State string
+
+// The states of an IP, in the order an operator would look for trouble.
+const (
+	// StateBound: the lock's holder is alive; its daemon binds the IP as
+	// soon as it holds the lock, so the IP is on that node.
+	StateBound State = "bound"
+	// StateMoving: a move to Moving.To is requested and not yet done.
+	StateMoving State = "moving"
+	// StateUnbound: a Service names the IP inside a range, but no live node
+	// holds it: no lock yet, a lock without holder, or a dead holder (the
+	// live nodes are racing for it).
+	StateUnbound State = "unbound"
+	// StateOutOfRange: a Service names the IP but it lies outside every
+	// configured range (or none are configured); eip never binds it.
+	StateOutOfRange State = "out-of-range"
+	// StateRefused: a Service names the IP inside a range, but eip never
+	// binds it: a node's own address, a special-purpose address, the
+	// network or broadcast address of a range, or not an IP at all.
+	StateRefused State = "refused"
+	// StateOrphan: a lock exists but no Service names the IP; its holder
+	// (or the top-ranked live node) deletes the lock.
+	StateOrphan State = "orphan"
+)
+
+// Status is everything `kubectl eip status` reports. Its JSON form is the
+// schema documented in docs/status-schema.md; every field is always present.
+type Status struct {
+	SchemaVersion int       `json:"schemaVersion"`
+	Namespace     string    `json:"namespace"`
+	ObservedAt    time.Time `json:"observedAt"`
+	Config        Config    `json:"config"`
+	IPs           []IP      `json:"ips"`
+	Nodes         []Node    `json:"nodes"`
+	Warnings      []string  `json:"warnings"`
+}
+
+// Config describes the ConfigMap as the plugin read it.
+type Config struct {
+	Name  string `json:"name"`
+	Found bool   `json:"found"`
+	// Error says why the ConfigMap is not in force; the daemons keep their
+	// last good configuration meanwhile. Empty when it is valid.
+	Error    string   `json:"error"`
+	Warnings []string `json:"warnings"`
+	Policy   string   `json:"policy"`
+	Ranges   []string `json:"ranges"`
+}
+
+// IP is one row of the status table.
+type IP struct {
+	IP       string   `json:"ip"`
+	Services []string `json:"services"`
+	State    State    `json:"state"`
+	// Reason explains the state in a sentence fragment; empty when bound
+	// without remark.
+	Reason      string `json:"reason"`
+	Holder      string `json:"holder"`
+	HolderAlive bool   `json:"holderAlive"`
+	MoveTo      string `json:"moveTo"`
+	// Interface and PrefixLength are how the IP is bound ("auto" picks the
+	// interface whose subnet holds the IP); empty and 0 when eip does not
+	// bind it or the configuration is invalid.
+	Interface    string     `json:"interface"`
+	PrefixLength int        `json:"prefixLength"`
+	Range        string     `json:"range"`
+	Lock         string     `json:"lock"`
+	Moves        int32      `json:"moves"`
+	LastMoveTime *time.Time `json:"lastMoveTime"`
+
+	addr netip.Addr // for sorting and filtering; invalid for unparsable text
+}
+
+// Node is one node that runs, or ran, eip's daemon.
+type Node struct {
+	Name string `json:"name"`
+	// Alive: the heartbeat was renewed within its lease duration as of
+	// Status.ObservedAt, on the plugin's clock.
+	Alive                bool       `json:"alive"`
+	LastRenewTime        *time.Time `json:"lastRenewTime"`
+	LeaseDurationSeconds int        `json:"leaseDurationSeconds"`
+	// Eligible: the daemon says it can serve IPs and the Node is not
+	// cordoned, excluded or outside the node-selector.
+	Eligible bool `json:"eligible"`
+	// Reason says why not eligible, or why there is no heartbeat.
+	Reason string `json:"reason"`
+	// Error is the problem the daemon itself reports (eip.io/error), such as
+	// an invalid configuration it refuses.
+	Error string `json:"error"`
+	// Holds counts the locks naming the node; Bound is the number of IPs
+	// its daemon reports bound (eip.io/held).
+	Holds int `json:"holds"`
+	Bound int `json:"bound"`
+
+	heartbeat bool
+}
+
+// message is the node's problems in one line: why it is not eligible,
+// then the error its daemon reports.
+func (n Node) message() string {
+	switch {
+	case n.Reason == "":
+		return n.Error
+	case n.Error == "":
+		return n.Reason
+	}
+	return n.Reason + ": " + n.Error
+}
+
+// snapshot is what the plugin read from the API server.
+type snapshot struct {
+	namespace string
+	configMap string
+	leases    []*coordinationv1.Lease
+	services  []*corev1.Service
+	cm        *corev1.ConfigMap // nil when it does not exist
+	nodes     []*corev1.Node
+}
+
+// buildStatus computes the status from what was read, as of now.
+func buildStatus(s snapshot, now time.Time) Status {
+	st := Status{
+		SchemaVersion: SchemaVersion,
+		Namespace:     s.namespace,
+		ObservedAt:    now.UTC(),
+		IPs:           []IP{},
+		Nodes:         []Node{},
+		Warnings:      []string{},
+	}
+	nodeObjs := make(map[string]*corev1.Node, len(s.nodes))
+	for _, n := range s.nodes {
+		nodeObjs[n.Name] = n
+	}
+	cfg, known := readConfig(&st, s, reservedAddresses(s.nodes))
+	heartbeats, locks, byName := readLeases(&st, s.leases)
+
+	nodes := buildNodes(heartbeats, locks, byName, nodeObjs, cfg, known, now)
+	for _, n := range nodes {
+		st.Nodes = append(st.Nodes, *n)
+	}
+	slices.SortFunc(st.Nodes, func(a, b Node) int { return cmp.Compare(a.Name, b.Name) })
+
+	entries, rejections := ipset.Compute(s.services, cfg, reservedAddresses(s.nodes))
+	rows := map[string]*IP{}
+	row := func(addr netip.Addr, text string) *IP {
+		key := text
+		if addr.IsValid() {
+			key = addr.String()
+		}
+		r, ok := rows[key]
+		if !ok {
+			r = &IP{IP: key, addr: addr, Services: []string{}}
+			rows[key] = r
+		}
+		return r
+	}
+	for _, e := range entries {
+		r := row(e.IP, "")
+		r.Services = e.Services
+		if known {
+			r.Interface, r.PrefixLength, r.Range = e.Binding.Iface, e.Binding.Bits, e.Binding.Range.Text
+		}
+	}
+	rejected := map[string]string{}
+	for _, rj := range rejections {
+		addr, _ := netip.ParseAddr(rj.IP)
+		r := row(addr.Unmap(), rj.IP)
+		r.Services = append(r.Services, rj.Service)
+		rejected[r.IP] = rj.Reason
+	}
+	for _, lk := range locks {
+		r := row(lk.IP, "")
+		r.Lock = lk.Name
+	}
+	named := make(map[netip.Addr]bool, len(entries))
+	for _, e := range entries {
+		named[e.IP] = true
+	}
+	for _, r := range rows {
+		var lk *lease.Lock
+		if r.addr.IsValid() {
+			lk = lockFor(r.addr, locks, byName)
+		}
+		fillLock(r, lk, nodes)
+		reason, isRejected := rejected[r.IP]
+		r.State, r.Reason = ipState(named[r.addr], isRejected, reason, lk, r.nodeOf(nodes), known)
+		st.IPs = append(st.IPs, *r)
+	}
+	slices.SortFunc(st.IPs, compareIPs)
+	slices.Sort(st.Warnings)
+	return st
+}
+
+func (r *IP) nodeOf(nodes map[string]*Node) *Node {
+	if r.Holder == "" {
+		return nil
+	}
+	return nodes[r.Holder]
+}
+
+// compareIPs orders rows numerically, IPv4 before IPv6, and text that is
+// not an IP last.
+func compareIPs(a, b IP) int {
+	switch {
+	case a.addr.IsValid() && b.addr.IsValid():
+		return a.addr.Compare(b.addr)
+	case a.addr.IsValid():
+		return -1
+	case b.addr.IsValid():
+		return 1
+	}
+	return cmp.Compare(a.IP, b.IP)
+}
+
+// readConfig parses the ConfigMap as the daemons do. When it is invalid the
+// daemons keep a configuration the plugin cannot see: every address is then
+// treated as inside a range, so that named IPs are still shown with their
+// locks, but without interface and prefix.
+func readConfig(st *Status, s snapshot, reserved map[netip.Addr]string) (config.Config, bool) {
+	st.Config = Config{Name: s.configMap, Warnings: []string{}, Ranges: []string{}}
+	if s.cm == nil {
+		cfg := config.Default()
+		st.Config.Policy = string(cfg.Policy)
+		return cfg, true
+	}
+	st.Config.Found = true
+	cfg, err := config.Parse(s.cm.Data)
+	if err == nil {
+		err = cfg.CheckReserved(reserved)
+	}
+	st.Config.Warnings = append(st.Config.Warnings, cfg.Warnings...)
+	if err != nil {
+		st.Config.Error = err.Error()
+		return everything(), false
+	}
+	st.Config.Policy = string(cfg.Policy)
+	for _, r := range cfg.Ranges {
+		st.Config.Ranges = append(st.Config.Ranges, r.Text)
+	}
+	return cfg, true
+}
+
+// everything is a configuration whose ranges hold every address.
+func everything() config.Config {
+	cfg := config.Default()
+	cfg.NodeSelector = nil
+	cfg.Ranges = []config.Range{
+		{First: netip.IPv4Unspecified(), Last: netip.AddrFrom4([4]byte{255, 255, 255, 255})},
+		{First: netip.IPv6Unspecified(), Last: netip.AddrFrom16([16]byte{0: 255, 1: 255, 2: 255, 3: 255, 4: 255, 5: 255, 6: 255, 7: 255, 8: 255, 9: 255, 10: 255, 11: 255, 12: 255, 13: 255, 14: 255, 15: 255})},
+	}
+	return cfg
+}
+
+// reservedAddresses are the Nodes' own addresses, which eip never binds.
+func reservedAddresses(nodes []*corev1.Node) map[netip.Addr]string {
+	out := map[netip.Addr]string{}
+	for _, n := range nodes {
+		for _, a := range n.Status.Addresses {
+			if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
+				continue
+			}
+			if ip, err := netip.ParseAddr(a.Address); err == nil {
+				out[ip.Unmap()] = n.Name
+			}
+		}
+	}
+	return out
+}
+
+// readLeases sorts eip's Leases into heartbeats and locks. A damaged lock
+// (garbage annotations) is kept by name: the daemons still honour its
+// holder for the IP its name belongs to.
+func readLeases(st *Status, leases []*coordinationv1.Lease) (map[string]lease.Heartbeat, map[string]lease.Lock, map[string]*coordinationv1.Lease) {
+	heartbeats := map[string]lease.Heartbeat{}
+	locks := map[string]lease.Lock{}
+	damaged := map[string]*coordinationv1.Lease{}
+	for _, l := range leases {
+		if l.Labels[lease.ManagedByLabel] != lease.ManagedBy {
+			continue
+		}
+		switch l.Labels[lease.RoleLabel] {
+		case lease.RoleHeartbeat:
+			hb, err := lease.ParseHeartbeat(l)
+			if err != nil {
+				st.Warnings = append(st.Warnings, err.Error())
+				if hb.Node == "" {
+					continue
+				}
+			}
+			heartbeats[hb.Node] = hb
+		case lease.RoleLock:
+			lk, err := lease.ParseLock(l)
+			if err != nil {
+				st.Warnings = append(st.Warnings, err.Error())
+				damaged[l.Name] = l
+				continue
+			}
+			locks[l.Name] = lk
+		}
+	}
+	return heartbeats, locks, damaged
+}
+
+// lockFor returns the lock of ip, or a damaged Lease by the lock's name read
+// as the daemons read it (holder and move target only), or nil.
+func lockFor(ip netip.Addr, locks map[string]lease.Lock, damaged map[string]*coordinationv1.Lease) *lease.Lock {
+	name := lease.NameFor(ip)
+	if lk, ok := locks[name]; ok {
+		return &lk
+	}
+	l, ok := damaged[name]
+	if !ok {
+		return nil
+	}
+	lk := lease.Lock{Name: name, IP: ip, MoveTo: l.Annotations[lease.AnnotationMoveTo], ResourceVersion: l.ResourceVersion}
+	if h := l.Spec.HolderIdentity; h != nil {
+		lk.Holder = *h
+	}
+	return &lk
+}
+
+func fillLock(r *IP, lk *lease.Lock, nodes map[string]*Node) {
+	if lk == nil {
+		return
+	}
+	r.Lock, r.Holder, r.MoveTo, r.Moves = lk.Name, lk.Holder, lk.MoveTo, lk.Moves
+	if !lk.MovedAt.IsZero() {
+		t := lk.MovedAt.UTC()
+		r.LastMoveTime = &t
+	}
+	if n := nodes[lk.Holder]; n != nil {
+		r.HolderAlive = n.Alive
+	}
+}
+
+// buildNodes describes every node with a heartbeat, and every holder
+// without one.
+func buildNodes(heartbeats map[string]lease.Heartbeat, locks map[string]lease.Lock, damaged map[string]*coordinationv1.Lease,
+	objs map[string]*corev1.Node, cfg config.Config, known bool, now time.Time) map[string]*Node {
+	nodes := map[string]*Node{}
+	for name, hb := range heartbeats {
+		n := &Node{Name: name, heartbeat: true, Error: hb.Error, Bound: hb.Held, LeaseDurationSeconds: int(hb.Duration / time.Second)}
+		if !hb.RenewTime.IsZero() {
+			t := hb.RenewTime.UTC()
+			n.LastRenewTime = &t
+		}
+		n.Alive = alive(hb, now)
+		n.Eligible, n.Reason = nodeEligible(hb, objs[name], cfg, known)
+		nodes[name] = n
+	}
+	holder := func(h string) {
+		if h == "" {
+			return
+		}
+		n, ok := nodes[h]
+		if !ok {
+			n = &Node{Name: h, Reason: "no heartbeat: its daemon is not running"}
+			nodes[h] = n
+		}
+		n.Holds++
+	}
+	for _, lk := range locks {
+		holder(lk.Holder)
+	}
+	for _, l := range damaged {
+		if h := l.Spec.HolderIdentity; h != nil {
+			holder(*h)
+		}
+	}
+	return nodes
+}
+
+// alive: the heartbeat was renewed within its lease duration as of now.
+func alive(hb lease.Heartbeat, now time.Time) bool {
+	return hb.Duration > 0 && !hb.RenewTime.IsZero() && now.Sub(hb.RenewTime) <= hb.Duration
+}
+
+// nodeEligible says whether a node with a heartbeat may hold IPs: its
+// daemon says so and the Node passes the daemons' own checks.
+func nodeEligible(hb lease.Heartbeat, n *corev1.Node, cfg config.Config, known bool) (bool, string) {
+	if !hb.Eligible {
+		return false, "its daemon cannot serve IPs"
+	}
+	selector := cfg.NodeSelector
+	if !known {
+		selector = nil
+	}
+	return eligibleNode(n, selector)
+}
+
+// eligibleNode mirrors agent.NodeEligible, the daemons' check of a Node.
+// The plugin does not import package agent, which carries the daemon's
+// netlink code into a binary that must also run on a laptop.
+func eligibleNode(n *corev1.Node, selector labels.Selector) (bool, string) {
+	const excludeLabel = "node.kubernetes.io/exclude-from-external-load-balancers"
+	switch {
+	case n == nil:
+		return false, "no Node object"
+	case n.DeletionTimestamp != nil:
+		return false, "Node is being deleted"
+	case n.Spec.Unschedulable:
+		return false, "Node is cordoned"
+	}
+	if _, ok := n.Labels[excludeLabel]; ok {
+		return false, "Node is labelled " + excludeLabel
+	}
+	if selector != nil && !selector.Matches(labels.Set(n.Labels)) {
+		return false, "Node does not match node-selector " + selector.String()
+	}
+	return true, ""
+}
+
+// ipState decides the state of one IP and explains it.
+func ipState(named, rejected bool, rejection string, lk *lease.Lock, holder *Node, known bool) (State, string) {
+	switch {
+	case rejected:
+		why := rejection
+		if lk != nil && lk.Holder != "" {
+			why += "; " + lk.Holder + " unbinds it and deletes the lock"
+		}
+		if rejection == "outside every configured range" || rejection == "no ranges are configured" {
+			return StateOutOfRange, why
+		}
+		return StateRefused, why
+	case !named && lk != nil:
+		return StateOrphan, "no Service names it; the lock is being deleted"
+	case lk == nil:
+		if !known {
+			return StateUnbound, "no lock yet (the configuration is invalid, so whether it lies in a range is unknown)"
+		}
+		return StateUnbound, "no lock yet"
+	case lk.MoveTo != "":
+		return StateMoving, "move to " + lk.MoveTo + " requested"
+	case lk.Holder == "":
+		return StateUnbound, "the lock has no holder"
+	case holder == nil || !holder.heartbeat:
+		return StateUnbound, "holder " + lk.Holder + " has no heartbeat; live nodes take it over"
+	case !holder.Alive:
+		return StateUnbound, "holder " + lk.Holder + " is not alive; live nodes take it over"
+	case !holder.Eligible:
+		return StateBound, "holder is not eligible (" + holder.Reason + "); it hands the IP to a live eligible node"
+	}
+	return StateBound, ""
+}
+
+// filterIPs keeps the rows of want, in want's order, and reports the IPs
+// that have no row.
+func filterIPs(st Status, want []netip.Addr) (Status, error) {
+	if len(want) == 0 {
+		return st, nil
+	}
+	index := make(map[netip.Addr]IP, len(st.IPs))
+	for _, r := range st.IPs {
+		if r.addr.IsValid() {
+			index[r.addr] = r
+		}
+	}
+	out := st
+	out.IPs = []IP{}
+	var errs error
+	seen := map[netip.Addr]bool{}
+	for _, ip := range want {
+		if seen[ip] {
+			continue
+		}
+		seen[ip] = true
+		r, ok := index[ip]
+		if !ok {
+			errs = errors.Join(errs, notManaged(ip))
+			continue
+		}
+		out.IPs = append(out.IPs, r)
+	}
+	return out, errs
+}
+
+func notManaged(ip netip.Addr) error {
+	return fmt.Errorf("%s is not managed by eip: no Service names it and it has no lock", ip)
+}

@@ -1,0 +1,258 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/spf13/cobra"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+)
+
+// watchRecheck is how often --watch re-judges liveness when nothing was
+// written: a heartbeat that stops changing produces no event.
+const watchRecheck = time.Second
+
+// StatusOptions are the flags and arguments of `kubectl eip status`.
+type StatusOptions struct {
+	*env
+	Output string
+	Watch  bool
+
+	args      []string
+	ips       []netip.Addr
+	client    kubernetes.Interface
+	namespace string
+}
+
+func newStatusCommand(e *env) *cobra.Command {
+	o := &StatusOptions{env: e}
+	cmd := &cobra.Command{
+		Use:   "status [IP...]",
+		Short: "Show which node holds each external IP",
+		Long: `Show one row per external IP: the Services naming it, the node holding its
+lock, how it is bound, its state, whether the holder is alive, the time since
+it last moved and how often it moved. Below: every node's heartbeat, and any
+problem with the ConfigMap.
+
+States: bound (a live node holds it), moving (a move is pending), unbound (no
+live holder: no lock yet, or its holder died and the live nodes take it
+over), out-of-range (named by a Service outside every range: never bound),
+refused (a node's own address or a special address: never bound), orphan (a
+lock no Service names any more: being deleted).
+
+ALIVE means the holder's heartbeat was renewed within its lease duration,
+judged on this machine's clock.`,
+		Example: `  kubectl eip status
+  kubectl eip status 198.18.100.1 -o wide
+  kubectl eip status -o json | jq '.ips[] | select(.state != "bound")'
+  kubectl eip status --watch`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := o.Complete(args); err != nil {
+				return err
+			}
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			return o.Run(cmd.Context())
+		},
+	}
+	cmd.Flags().StringVarP(&o.Output, "output", "o", "", "output format: wide, json or yaml (schema in docs/status-schema.md)")
+	cmd.Flags().BoolVarP(&o.Watch, "watch", "w", false, "print the status again whenever it changes")
+	return cmd
+}
+
+// Complete takes the arguments and connects to the cluster.
+func (o *StatusOptions) Complete(args []string) error {
+	o.args = args
+	o.namespace = o.env.namespace()
+	c, err := o.newClient()
+	if err != nil {
+		return err
+	}
+	o.client = c
+	return nil
+}
+
+// Validate checks the arguments and flags before any request.
+func (o *StatusOptions) Validate() error {
+	switch o.Output {
+	case outputTable, outputWide, outputJSON, outputYAML:
+	default:
+		return fmt.Errorf("unknown output format %q: use wide, json or yaml", o.Output)
+	}
+	o.ips = o.ips[:0]
+	for _, a := range o.args {
+		ip, err := parseIP(a)
+		if err != nil {
+			return err
+		}
+		o.ips = append(o.ips, ip)
+	}
+	return nil
+}
+
+// parseIP reads an IP argument; IPv4-mapped IPv6 addresses are their IPv4.
+func parseIP(s string) (netip.Addr, error) {
+	ip, err := netip.ParseAddr(s)
+	if err != nil || ip.Zone() != "" {
+		return netip.Addr{}, fmt.Errorf("%q is not an IP address", s)
+	}
+	return ip.Unmap(), nil
+}
+
+// Run prints the status once, or on every change with --watch.
+func (o *StatusOptions) Run(ctx context.Context) error {
+	if o.Watch {
+		return o.watch(ctx)
+	}
+	s, err := readSnapshot(ctx, o.client, o.namespace, o.configMap)
+	if err != nil {
+		return err
+	}
+	st, missing := filterIPs(buildStatus(s, o.clock.Now()), o.ips)
+	if err := printStatus(o.Out, st, o.Output); err != nil {
+		return err
+	}
+	return missing
+}
+
+// watch keeps informers on what status reads and prints the status again
+// when it changed. Ages and renew times alone are no change, or a table
+// would be printed every renew interval.
+func (o *StatusOptions) watch(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	changed := make(chan struct{}, 1)
+	notify := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { poke(changed) },
+		UpdateFunc: func(any, any) { poke(changed) },
+		DeleteFunc: func(any) { poke(changed) },
+	}
+	c, ns := o.client, o.namespace
+	leases := informer(ctx, c, &coordinationv1.Lease{}, notify,
+		func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			opts.LabelSelector = leaseSelector
+			return c.CoordinationV1().Leases(ns).List(ctx, opts)
+		},
+		func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			opts.LabelSelector = leaseSelector
+			return c.CoordinationV1().Leases(ns).Watch(ctx, opts)
+		})
+	services := informer(ctx, c, &corev1.Service{}, notify,
+		func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			return c.CoreV1().Services(metav1.NamespaceAll).List(ctx, opts)
+		},
+		func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			return c.CoreV1().Services(metav1.NamespaceAll).Watch(ctx, opts)
+		})
+	byName := fields.OneTermEqualSelector("metadata.name", o.configMap).String()
+	configMaps := informer(ctx, c, &corev1.ConfigMap{}, notify,
+		func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			opts.FieldSelector = byName
+			return c.CoreV1().ConfigMaps(ns).List(ctx, opts)
+		},
+		func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			opts.FieldSelector = byName
+			return c.CoreV1().ConfigMaps(ns).Watch(ctx, opts)
+		})
+	nodes := informer(ctx, c, &corev1.Node{}, notify,
+		func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			return c.CoreV1().Nodes().List(ctx, opts)
+		},
+		func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			return c.CoreV1().Nodes().Watch(ctx, opts)
+		})
+	if !cache.WaitForCacheSync(ctx.Done(), leases.HasSynced, services.HasSynced, configMaps.HasSynced, nodes.HasSynced) {
+		if err := ctx.Err(); err != nil {
+			return nil // interrupted
+		}
+		return fmt.Errorf("watch: caches did not sync")
+	}
+	ticker := o.clock.NewTicker(watchRecheck)
+	defer ticker.Stop()
+	var last string
+	for {
+		s := snapshot{
+			namespace: ns,
+			configMap: o.configMap,
+			leases:    items[*coordinationv1.Lease](leases.GetStore()),
+			services:  items[*corev1.Service](services.GetStore()),
+			nodes:     items[*corev1.Node](nodes.GetStore()),
+		}
+		for _, cm := range items[*corev1.ConfigMap](configMaps.GetStore()) {
+			if cm.Name == o.configMap && cm.Namespace == ns {
+				s.cm = cm
+			}
+		}
+		st, _ := filterIPs(buildStatus(s, o.clock.Now()), o.ips)
+		if key := changeKey(st); key != last {
+			if last != "" && o.Output != outputJSON && o.Output != outputYAML {
+				fmt.Fprintln(o.Out)
+			}
+			if o.Output == outputYAML && last != "" {
+				fmt.Fprintln(o.Out, "---")
+			}
+			if err := printStatus(o.Out, st, o.Output); err != nil {
+				return err
+			}
+			last = key
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+		case <-ticker.C():
+		}
+	}
+}
+
+// changeKey is st without what changes by itself (the time, renew times),
+// so that --watch prints only when something an operator cares about did.
+func changeKey(st Status) string {
+	st.ObservedAt = time.Time{}
+	st.Nodes = append([]Node(nil), st.Nodes...)
+	for i := range st.Nodes {
+		st.Nodes[i].LastRenewTime = nil
+	}
+	b, _ := json.Marshal(st) // a Status always encodes
+	return string(b)
+}
+
+func poke(c chan<- struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// informer runs an informer over list and watchFn of client c. Passing c
+// lets the reflector know whether c can stream lists (a fake cannot).
+func informer(ctx context.Context, c kubernetes.Interface, example runtime.Object, h cache.ResourceEventHandler,
+	list cache.ListWithContextFunc, watchFn cache.WatchFuncWithContext) cache.SharedIndexInformer {
+	lw := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{ListWithContextFunc: list, WatchFuncWithContext: watchFn}, c)
+	inf := cache.NewSharedIndexInformer(lw, example, 0, cache.Indexers{})
+	_, _ = inf.AddEventHandler(h) // fails only after the informer stopped
+	go inf.RunWithContext(ctx)
+	return inf
+}
+
+func items[T any](s cache.Store) []T {
+	all := s.List()
+	out := make([]T, 0, len(all))
+	for _, o := range all {
+		if t, ok := o.(T); ok {
+			out = append(out, t)
+		}
+	}
+	return out
+}

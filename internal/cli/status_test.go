@@ -1,0 +1,194 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"maps"
+	"slices"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+	"gotest.tools/v3/golden"
+	"gotest.tools/v3/poll"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/eip-project/eip/internal/lease"
+)
+
+func TestStatusGolden(t *testing.T) {
+	for _, tc := range []struct {
+		golden string
+		args   []string
+	}{
+		{"status.golden", []string{"status"}},
+		{"status-wide.golden", []string{"status", "-o", "wide"}},
+		{"status-json.golden", []string{"status", "-o", "json"}},
+		{"status-yaml.golden", []string{"status", "-o", "yaml"}},
+		{"status-filtered.golden", []string{"status", "2001:db8::100:1", "198.18.100.1"}},
+	} {
+		t.Run(tc.golden, func(t *testing.T) {
+			h := newHarness(t, fixture()...)
+			out, err := h.run(context.Background(), tc.args...)
+			assert.NilError(t, err)
+			golden.Assert(t, out, tc.golden)
+		})
+	}
+}
+
+func TestStatusConfigProblems(t *testing.T) {
+	objs := fixture()
+	h := newHarness(t, objs[1:]...) // no ConfigMap
+	out, err := h.run(context.Background(), "status")
+	assert.NilError(t, err)
+	golden.Assert(t, out, "status-no-configmap.golden")
+
+	cm := fixture()[0]
+	h = newHarness(t, append(objs[1:], cm)...)
+	_, err = h.client.CoreV1().ConfigMaps(ns).Update(context.Background(), withData(cm, map[string]string{
+		"ranges": "198.18.100.0/24\n198.18.0.0/24", "policy": "random", "iface": "eth0", "colour": "blue",
+	}), metav1.UpdateOptions{})
+	assert.NilError(t, err)
+	out, err = h.run(context.Background(), "status")
+	assert.NilError(t, err)
+	golden.Assert(t, out, "status-invalid-configmap.golden")
+}
+
+// Every field of the schema is present, so that scripts need no defaults.
+func TestStatusJSONSchema(t *testing.T) {
+	h := newHarness(t, fixture()...)
+	out, err := h.run(context.Background(), "status", "-o", "json")
+	assert.NilError(t, err)
+	var doc map[string]any
+	assert.NilError(t, json.Unmarshal([]byte(out), &doc))
+	assert.Equal(t, doc["schemaVersion"], float64(SchemaVersion))
+	keys := func(m any) []string {
+		return slices.Sorted(maps.Keys(m.(map[string]any)))
+	}
+	assert.DeepEqual(t, keys(doc), []string{"config", "ips", "namespace", "nodes", "observedAt", "schemaVersion", "warnings"})
+	assert.DeepEqual(t, keys(doc["config"]), []string{"error", "found", "name", "policy", "ranges", "warnings"})
+	for _, ip := range doc["ips"].([]any) {
+		assert.DeepEqual(t, keys(ip), []string{"holder", "holderAlive", "interface", "ip", "lastMoveTime", "lock",
+			"moveTo", "moves", "prefixLength", "range", "reason", "services", "state"})
+	}
+	for _, n := range doc["nodes"].([]any) {
+		assert.DeepEqual(t, keys(n), []string{"alive", "bound", "eligible", "error", "holds", "lastRenewTime",
+			"leaseDurationSeconds", "name", "reason"})
+	}
+}
+
+func TestStatusArguments(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"status", "-o", "xml"}, `unknown output format "xml": use wide, json or yaml`},
+		{[]string{"status", "198.18.100"}, `"198.18.100" is not an IP address`},
+		{[]string{"status", "fe80::1%eth0"}, `"fe80::1%eth0" is not an IP address`},
+		{[]string{"status", "198.18.100.77"}, "198.18.100.77 is not managed by eip: no Service names it and it has no lock"},
+		{[]string{"status", "--no-such-flag"}, "unknown flag: --no-such-flag"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			h := newHarness(t, fixture()...)
+			_, err := h.run(context.Background(), tc.args...)
+			assert.Error(t, err, tc.want)
+		})
+	}
+}
+
+// An unmanaged IP among managed ones: the managed rows print, the command
+// fails.
+func TestStatusSomeUnmanaged(t *testing.T) {
+	h := newHarness(t, fixture()...)
+	out, err := h.run(context.Background(), "status", "198.18.100.1", "198.18.100.77")
+	assert.Error(t, err, "198.18.100.77 is not managed by eip: no Service names it and it has no lock")
+	assert.Assert(t, strings.HasPrefix(out, "IP ") && strings.Contains(out, "198.18.100.1 "), out)
+}
+
+func TestVersion(t *testing.T) {
+	h := newHarness(t)
+	out, err := h.run(context.Background(), "--version")
+	assert.NilError(t, err)
+	assert.Equal(t, out, "kubectl-eip v1.2.3\n")
+}
+
+// The namespace is eip's, not the kubeconfig context's, unless -n says.
+func TestNamespace(t *testing.T) {
+	h := newHarness(t)
+	assert.Equal(t, h.env.namespace(), DefaultNamespace)
+	_, _ = h.run(context.Background(), "status", "-n", "other")
+	assert.Equal(t, h.env.namespace(), "other")
+	for _, a := range h.client.Actions() {
+		if a.GetResource().Resource == "leases" {
+			assert.Equal(t, a.GetNamespace(), "other")
+		}
+	}
+}
+
+// status reads with one request per kind, however many IPs there are.
+func TestStatusRequests(t *testing.T) {
+	h := newHarness(t, fixture()...)
+	_, err := h.run(context.Background(), "status")
+	assert.NilError(t, err)
+	var got []string
+	for _, a := range h.client.Actions() {
+		got = append(got, a.GetVerb()+" "+a.GetResource().Resource)
+	}
+	assert.DeepEqual(t, got, []string{"list leases", "list services", "get configmaps", "list nodes"})
+}
+
+func TestStatusWatch(t *testing.T) {
+	h := newHarness(t, fixture()...)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := h.run(ctx, "status", "--watch", "198.18.100.1")
+		done <- err
+	}()
+	waitFor(t, func() bool { return tables(h.out.String()) == 1 })
+
+	// A renewal alone prints nothing; a move prints again.
+	leases := h.client.CoordinationV1().Leases(ns)
+	hb, err := leases.Get(ctx, lease.HeartbeatName("node-1"), metav1.GetOptions{})
+	assert.NilError(t, err)
+	hb.Spec.RenewTime = &metav1.MicroTime{Time: now}
+	_, err = leases.Update(ctx, hb, metav1.UpdateOptions{})
+	assert.NilError(t, err)
+	l, err := leases.Get(ctx, "eip-198-18-100-1", metav1.GetOptions{})
+	assert.NilError(t, err)
+	_, err = leases.Update(ctx, lease.WithHolder(l, mustAddr("198.18.100.1"), "node-2", []string{"default/web"}, now), metav1.UpdateOptions{})
+	assert.NilError(t, err)
+	waitFor(t, func() bool { return tables(h.out.String()) == 2 })
+
+	// Nothing is written when a holder dies: time passing tells.
+	h.clock.Step(3 * time.Second)
+	waitFor(t, func() bool { return tables(h.out.String()) == 3 })
+	cancel()
+	assert.NilError(t, <-done)
+	golden.Assert(t, h.out.String(), "status-watch.golden")
+}
+
+func withData(obj runtime.Object, data map[string]string) *corev1.ConfigMap {
+	cm := obj.(*corev1.ConfigMap).DeepCopy()
+	cm.Data = data
+	return cm
+}
+
+func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+// tables counts the IP tables in out.
+func tables(out string) int { return strings.Count("\n"+out, "\nIP ") }
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		if cond() {
+			return poll.Success()
+		}
+		return poll.Continue("waiting")
+	}, poll.WithTimeout(10*time.Second), poll.WithDelay(time.Millisecond))
+}
