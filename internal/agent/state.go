@@ -55,6 +55,7 @@ type state struct {
 	bound     map[netip.Addr]binding
 	freeSince map[netip.Addr]time.Time
 	inflight  map[string]bool
+	pending   map[string]string // lock name -> the holder an ownership write in flight names
 	written   map[string]overlay
 	deleted   map[string]string // lock name -> resourceVersion we deleted
 	badLocks  map[string]string // lock name -> resourceVersion already warned about
@@ -93,6 +94,7 @@ func newState(a *Agent) *state {
 		bound:       map[netip.Addr]binding{},
 		freeSince:   map[netip.Addr]time.Time{},
 		inflight:    map[string]bool{},
+		pending:     map[string]string{},
 		written:     map[string]overlay{},
 		deleted:     map[string]string{},
 		badLocks:    map[string]string{},
@@ -469,6 +471,10 @@ func (s *state) dispatch(w write) {
 	select {
 	case s.jobs <- w:
 		s.inflight[w.name] = true
+		switch w.action {
+		case lease.Create, lease.Acquire, lease.Handoff, lease.Release:
+			s.pending[w.name] = w.target
+		}
 	default:
 		// The queue is full; the next pass tries again.
 		s.wakeAt(s.a.clk.Now().Add(s.cfg.RankStep()))
@@ -477,6 +483,7 @@ func (s *state) dispatch(w write) {
 
 func (s *state) writeDone(r writeResult) {
 	delete(s.inflight, r.name)
+	delete(s.pending, r.name)
 	log := s.log.With("ip", r.ip, "lease", r.name)
 	if r.err != nil {
 		if apierrors.IsConflict(r.err) || apierrors.IsAlreadyExists(r.err) || apierrors.IsNotFound(r.err) {
@@ -523,8 +530,12 @@ func (s *state) plan(v lease.View, locks map[string]*coordinationv1.Lease) map[n
 	}
 	holders := make(map[netip.Addr]string, len(s.order))
 	for _, ip := range s.order {
-		h := ""
-		if l := s.effective(lease.NameFor(ip), locks[lease.NameFor(ip)], v.Now); l != nil && l.Spec.HolderIdentity != nil {
+		name := lease.NameFor(ip)
+		h, moving := s.pending[name]
+		// An ownership write in flight counts at the holder it names:
+		// planning again from the old holder would hand off other IPs
+		// for a move that is already under way.
+		if l := s.effective(name, locks[name], v.Now); !moving && l != nil && l.Spec.HolderIdentity != nil {
 			h = *l.Spec.HolderIdentity
 		}
 		if !live[h] {
