@@ -445,3 +445,34 @@ func TestRangeRemovedKeepsStatus(t *testing.T) {
 	e.served(ip)
 	e.stays("a", []netip.Addr{ip}, 200*time.Millisecond)
 }
+
+// A node that dies between reserving and writing the status leaves a
+// reservation behind: the Service it was made for gets that address, and
+// a live node takes the lock over from the dead one. A reservation for a
+// Service that never appears is deleted after the grace period.
+func TestReservationOfDeadNode(t *testing.T) {
+	e := newEnv(t, allocConfig())
+	reserve := func(ip netip.Addr, service string) {
+		l := lease.NewLockLease(testenv.Namespace, ip, "node-gone", []string{service}, time.Now())
+		l.Annotations[alloc.AnnotationReservedFor] = service
+		_, err := e.k.CoordinationV1().Leases(testenv.Namespace).Create(e.ctx, l, metav1.CreateOptions{})
+		e.must(err)
+	}
+	kept, stale := netip.MustParseAddr("198.18.101.5"), netip.MustParseAddr("198.18.101.6")
+	reserve(kept, "default/late")
+	reserve(stale, "default/never")
+	made := time.Now()
+
+	e.lbService("late")
+	assert.DeepEqual(t, e.lbIPs("late", 1), []netip.Addr{kept}, cmpAddrs)
+	holder := e.served(kept)
+	assert.Assert(t, holder != "node-gone")
+
+	e.eventually("the stale reservation is deleted", func() (bool, string) {
+		return e.lock(stale) == nil, "still there"
+	})
+	t.Logf("stale reservation deleted %s after it was made", time.Since(made).Round(100*time.Millisecond))
+	assert.Assert(t, time.Since(made) >= 10*time.Second, "not before the grace period")
+	e.lbService("next")
+	assert.DeepEqual(t, e.lbIPs("next", 1), []netip.Addr{netip.MustParseAddr("198.18.101.1")}, cmpAddrs)
+}
