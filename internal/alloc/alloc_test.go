@@ -509,3 +509,22 @@ func TestResultChanges(t *testing.T) {
 	assert.Assert(t, r.Changes(ips("198.18.10.1")))
 	assert.Assert(t, alloc.Result{}.Changes(ips("198.18.10.1")))
 }
+
+func TestWants(t *testing.T) {
+	other := "other.io/lb"
+	ours := "eip.io/eip"
+	now := metav1.Now()
+	for _, tc := range []struct {
+		name string
+		svc  *corev1.Service
+		want bool
+	}{
+		{"LoadBalancer without class", svc("ns/a"), true},
+		{"LoadBalancer of eip's class", svc("ns/a", func(s *corev1.Service) { s.Spec.LoadBalancerClass = &ours }), true},
+		{"LoadBalancer of another class", svc("ns/a", func(s *corev1.Service) { s.Spec.LoadBalancerClass = &other }), false},
+		{"ClusterIP", svc("ns/a", func(s *corev1.Service) { s.Spec.Type = corev1.ServiceTypeClusterIP }), false},
+		{"being deleted", svc("ns/a", func(s *corev1.Service) { s.DeletionTimestamp = &now }), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) { assert.Equal(t, alloc.Wants(tc.svc), tc.want) })
+	}
+}

@@ -57,8 +57,9 @@ type Request struct {
 }
 
 // Wants reports whether eip allocates for svc: a type LoadBalancer Service
-// whose class is unset or eip's (ipset.IsOurs).
-func Wants(svc *corev1.Service) bool { return ipset.IsOurs(svc) }
+// whose class is unset or eip's (ipset.IsOurs), and that is not being
+// deleted.
+func Wants(svc *corev1.Service) bool { return ipset.IsOurs(svc) && svc.DeletionTimestamp == nil }
 
 // RequestOf reads what svc asks for. The error says, as a sentence for an
 // event, what is wrong with the request; nothing is allocated then.
