@@ -549,7 +549,10 @@ func (s *state) plan(v lease.View, locks map[string]*coordinationv1.Lease) map[n
 func (s *state) view(now time.Time) lease.View {
 	var live []string
 	for _, n := range s.live.Nodes() {
-		if s.live.Alive(n, now) && s.eligible(n) {
+		// Live takes only nodes seen renewing: it is whom IPs are given
+		// to. A node merely not judged dead (a quiet stream, a break)
+		// keeps its IPs through View.Alive.
+		if s.live.Renewing(n, now) && s.eligible(n) {
 			live = append(live, n)
 		}
 	}

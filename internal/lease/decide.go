@@ -44,7 +44,8 @@ type View struct {
 	// Eligible: this node may hold IPs (eligible Node, good configuration,
 	// interface present, not shutting down).
 	Eligible bool
-	// Live lists the live, eligible nodes (this one too, when eligible).
+	// Live lists the eligible nodes seen renewing (Liveness.Renewing), this
+	// one too when eligible: the nodes IPs may be given to.
 	Live []string
 	// Alive judges any node; DeadSince says since when a dead node is dead.
 	Alive     func(node string) bool

@@ -38,6 +38,8 @@ type observed struct {
 	duration time.Duration
 	at       time.Time // monotonic: when we saw version appear
 	status   Heartbeat
+	// presumed: at was granted by a break of the stream, not by a change.
+	presumed bool
 }
 
 // NewLiveness returns a tracker for the node named self. Nobody is judged
@@ -67,12 +69,12 @@ func (l *Liveness) Observe(h Heartbeat, now time.Time) {
 		o = &observed{}
 		l.nodes[h.Node] = o
 	}
-	o.version, o.duration, o.at, o.status = h.Version, h.Duration, now, h
+	o.version, o.duration, o.at, o.status, o.presumed = h.Version, h.Duration, now, h, false
 	if !l.fresh.IsZero() && now.Sub(l.fresh) > l.gap {
 		// The stream was silent for longer than a break: whatever we saw
 		// before says nothing about who stopped renewing meanwhile.
 		for _, p := range l.nodes {
-			p.at = now
+			p.at, p.presumed = now, p != o
 		}
 	}
 	l.fresh = now
@@ -104,6 +106,20 @@ func (l *Liveness) Alive(node string, now time.Time) bool {
 		return true
 	}
 	return now.Sub(l.fresh) > l.tail
+}
+
+// Renewing reports whether node is seen renewing: a change of its heartbeat
+// was observed within its lease duration, and not merely granted by a break
+// of the stream. Alive is weaker: it also holds while the stream is too
+// quiet to judge anyone dead, and for a fresh duration after a break. A
+// node that is alive keeps its IPs; only a renewing one is given new ones,
+// so that nothing is handed to a node that may have died unseen.
+func (l *Liveness) Renewing(node string, now time.Time) bool {
+	o, ok := l.nodes[node]
+	if !ok {
+		return false
+	}
+	return node == l.self || !o.presumed && now.Sub(o.at) < o.duration
 }
 
 // NextExpiry returns the earliest time after now at which an observed node
