@@ -33,13 +33,6 @@ import (
 // else) is an orphan lock and is deleted as such; reservationSpared keeps
 // the orphan rule off reservations still wanted.
 
-// reservationGrace is how long a reservation whose Service this node does
-// not know is kept after this node first saw the lock: the Service may not
-// have reached this node's cache yet. It counts from the lock's first
-// sighting, not from when it became an orphan, so that deleting a Service
-// releases its address at once.
-const reservationGrace = 10 * time.Second
-
 // allocator is the allocation state; only the owner loop touches it.
 type allocator struct {
 	since     map[string]time.Time    // Service -> when this node first saw it waiting for addresses
@@ -50,8 +43,14 @@ type allocator struct {
 	refused   map[string]string       // Service -> the refusal last reported
 	wanted    map[netip.Addr]string   // address -> the Service the last pass gave it to
 	firstSeen map[string]time.Time    // reservation lock name -> when this node first saw it
-	jobs      chan allocJob
-	results   chan allocResult
+	// settled maps each Service found settled to its resourceVersion, under
+	// the ConfigMap version settledCfg: settledness depends on nothing else,
+	// so an unchanged Service is not read again. next is the map being
+	// filled by the current pass.
+	settled, next map[string]string
+	settledCfg    string
+	jobs          chan allocJob
+	results       chan allocResult
 }
 
 // lostRace is a lock this node tried to create and found, until the cache
@@ -71,6 +70,7 @@ func newAllocator() *allocator {
 		since: map[string]time.Time{}, retry: map[string]time.Time{}, inflight: map[string][]netip.Addr{},
 		written: map[string]statusWrite{}, lost: map[netip.Addr]lostRace{}, refused: map[string]string{},
 		wanted: map[netip.Addr]string{}, firstSeen: map[string]time.Time{},
+		settled: map[string]string{}, next: map[string]string{},
 		jobs: make(chan allocJob, 256), results: make(chan allocResult, 64),
 	}
 }
@@ -145,6 +145,14 @@ func (a *Agent) allocateOne(j allocJob) allocResult {
 	return res
 }
 
+// reservationGrace is how long a reservation whose Service this node does
+// not know is kept after this node first saw the lock: the Service may not
+// have reached this node's Service cache yet, though its reservation reached
+// the Lease cache. A lease duration is ample for that. It counts from the
+// lock's first sighting, not from when it became an orphan, so that
+// deleting a Service releases its address at once.
+func (s *state) reservationGrace() time.Duration { return s.cfg.LeaseDuration }
+
 // allocStep is how long a node waits per rank before allocating for a
 // Service: a reservation and a status write, two round trips, with margin.
 func (s *state) allocStep() time.Duration { return 4 * s.cfg.RankStep() }
@@ -177,20 +185,32 @@ func (s *state) allocate(v lease.View, locks map[string]*coordinationv1.Lease) {
 	}
 	var todo []unsettled
 	refused, waiting := map[string]bool{}, map[string]bool{}
+	if al.settledCfg != s.cfgRV {
+		clear(al.settled)
+		al.settledCfg = s.cfgRV
+	}
+	clear(al.next)
 	for _, svc := range svcs {
 		if !alloc.Wants(svc) {
 			continue
 		}
-		req, err := alloc.RequestOf(svc)
-		if err != nil {
-			refused[key(svc)] = true
-			s.reportRefusal(v, svc, err.Error())
+		k := key(svc)
+		if rv, ok := al.settled[k]; ok && rv == svc.ResourceVersion {
+			al.next[k] = rv
 			continue
 		}
-		if !req.Settled(alloc.Current(svc), s.cfg) {
+		req, err := alloc.RequestOf(svc)
+		switch {
+		case err != nil:
+			refused[k] = true
+			s.reportRefusal(v, svc, err.Error())
+		case req.Settled(alloc.Current(svc), s.cfg):
+			al.next[k] = svc.ResourceVersion
+		default:
 			todo = append(todo, unsettled{svc, req})
 		}
 	}
+	al.settled, al.next = al.next, al.settled
 	clear(al.wanted)
 	if len(todo) > 0 {
 		// First come, first served: every node assigns in the same order,
@@ -408,8 +428,8 @@ func (s *state) reservationSpared(l *coordinationv1.Lease, ip netip.Addr, now ti
 		return false
 	}
 	first, ok := s.alloc.firstSeen[l.Name]
-	if ok && now.Sub(first) < reservationGrace {
-		s.wakeAt(first.Add(reservationGrace))
+	if ok && now.Sub(first) < s.reservationGrace() {
+		s.wakeAt(first.Add(s.reservationGrace()))
 		return true
 	}
 	return false

@@ -472,7 +472,7 @@ func TestReservationOfDeadNode(t *testing.T) {
 		return e.lock(stale) == nil, "still there"
 	})
 	t.Logf("stale reservation deleted %s after it was made", time.Since(made).Round(100*time.Millisecond))
-	assert.Assert(t, time.Since(made) >= 10*time.Second, "not before the grace period")
+	assert.Assert(t, time.Since(made) >= 2*time.Second, "not before the grace period, a lease duration")
 	e.lbService("next")
 	assert.DeepEqual(t, e.lbIPs("next", 1), []netip.Addr{netip.MustParseAddr("198.18.101.1")}, cmpAddrs)
 }
