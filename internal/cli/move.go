@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/utils/clock"
 
@@ -35,7 +34,6 @@ type MoveOptions struct {
 	args      []string
 	ip        netip.Addr
 	node      string
-	client    kubernetes.Interface
 	namespace string
 }
 
@@ -51,6 +49,9 @@ daemon. The plugin asks the IP's holder through the IP's lock; the holder
 unbinds the IP and names the node as holder in one write, and the node binds
 it at once. When the holder is dead, the node takes the IP directly. With the
 sticky policy the IP then stays on that node while it lives.
+
+The time printed runs from writing the request to seeing the lock name the
+node, which binds the IP within milliseconds of that write.
 
 On timeout the request is withdrawn, so it cannot take effect later.`,
 		Example: `  kubectl eip move 198.18.100.1 node-2
@@ -71,15 +72,10 @@ On timeout the request is withdrawn, so it cannot take effect later.`,
 	return cmd
 }
 
-// Complete takes the arguments and connects to the cluster.
+// Complete takes the arguments and the namespace from the flags.
 func (o *MoveOptions) Complete(args []string) error {
 	o.args = args
 	o.namespace = o.env.namespace()
-	c, err := o.newClient()
-	if err != nil {
-		return err
-	}
-	o.client = c
 	return nil
 }
 
@@ -105,7 +101,11 @@ func (o *MoveOptions) Validate() error {
 // Run checks the IP and the node against the cluster, requests the move and
 // waits for it.
 func (o *MoveOptions) Run(ctx context.Context) error {
-	s, err := readSnapshot(ctx, o.client, o.namespace, o.configMap)
+	c, err := o.newClient()
+	if err != nil {
+		return err
+	}
+	s, err := readSnapshot(ctx, c, o.namespace, o.configMap)
 	if err != nil {
 		return err
 	}
@@ -113,7 +113,7 @@ func (o *MoveOptions) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	leases := o.client.CoordinationV1().Leases(o.namespace)
+	leases := c.CoordinationV1().Leases(o.namespace)
 	start := o.clock.Now()
 	written, from, err := o.request(ctx, leases, l, from)
 	if err != nil {

@@ -156,7 +156,8 @@ func buildStatus(s snapshot, now time.Time) Status {
 	for _, n := range s.nodes {
 		nodeObjs[n.Name] = n
 	}
-	cfg, known := readConfig(&st, s, reservedAddresses(s.nodes))
+	reserved := reservedAddresses(s.nodes)
+	cfg, known := readConfig(&st, s, reserved)
 	heartbeats, locks, byName := readLeases(&st, s.leases)
 
 	nodes := buildNodes(heartbeats, locks, byName, nodeObjs, cfg, known, now)
@@ -165,7 +166,7 @@ func buildStatus(s snapshot, now time.Time) Status {
 	}
 	slices.SortFunc(st.Nodes, func(a, b Node) int { return cmp.Compare(a.Name, b.Name) })
 
-	entries, rejections := ipset.Compute(s.services, cfg, reservedAddresses(s.nodes))
+	entries, rejections := ipset.Compute(s.services, cfg, reserved)
 	rows := map[string]*IP{}
 	row := func(addr netip.Addr, text string) *IP {
 		key := text
@@ -194,8 +195,7 @@ func buildStatus(s snapshot, now time.Time) Status {
 		rejected[r.IP] = rj.Reason
 	}
 	for _, lk := range locks {
-		r := row(lk.IP, "")
-		r.Lock = lk.Name
+		row(lk.IP, "")
 	}
 	named := make(map[netip.Addr]bool, len(entries))
 	for _, e := range entries {

@@ -30,7 +30,6 @@ type StatusOptions struct {
 
 	args      []string
 	ips       []netip.Addr
-	client    kubernetes.Interface
 	namespace string
 }
 
@@ -71,15 +70,10 @@ judged on this machine's clock.`,
 	return cmd
 }
 
-// Complete takes the arguments and connects to the cluster.
+// Complete takes the arguments and the namespace from the flags.
 func (o *StatusOptions) Complete(args []string) error {
 	o.args = args
 	o.namespace = o.env.namespace()
-	c, err := o.newClient()
-	if err != nil {
-		return err
-	}
-	o.client = c
 	return nil
 }
 
@@ -110,12 +104,17 @@ func parseIP(s string) (netip.Addr, error) {
 	return ip.Unmap(), nil
 }
 
-// Run prints the status once, or on every change with --watch.
+// Run connects to the cluster and prints the status once, or on every
+// change with --watch.
 func (o *StatusOptions) Run(ctx context.Context) error {
-	if o.Watch {
-		return o.watch(ctx)
+	c, err := o.newClient()
+	if err != nil {
+		return err
 	}
-	s, err := readSnapshot(ctx, o.client, o.namespace, o.configMap)
+	if o.Watch {
+		return o.watch(ctx, c)
+	}
+	s, err := readSnapshot(ctx, c, o.namespace, o.configMap)
 	if err != nil {
 		return err
 	}
@@ -129,7 +128,7 @@ func (o *StatusOptions) Run(ctx context.Context) error {
 // watch keeps informers on what status reads and prints the status again
 // when it changed. Ages and renew times alone are no change, or a table
 // would be printed every renew interval.
-func (o *StatusOptions) watch(ctx context.Context) error {
+func (o *StatusOptions) watch(ctx context.Context, c kubernetes.Interface) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	changed := make(chan struct{}, 1)
@@ -138,7 +137,7 @@ func (o *StatusOptions) watch(ctx context.Context) error {
 		UpdateFunc: func(any, any) { poke(changed) },
 		DeleteFunc: func(any) { poke(changed) },
 	}
-	c, ns := o.client, o.namespace
+	ns := o.namespace
 	leases := informer(ctx, c, &coordinationv1.Lease{}, notify,
 		func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			opts.LabelSelector = leaseSelector

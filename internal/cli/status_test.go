@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"maps"
@@ -16,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
 
 	"github.com/eip-project/eip/internal/lease"
 )
@@ -107,6 +109,15 @@ func TestStatusSomeUnmanaged(t *testing.T) {
 	out, err := h.run(context.Background(), "status", "198.18.100.1", "198.18.100.77")
 	assert.Error(t, err, "198.18.100.77 is not managed by eip: no Service names it and it has no lock")
 	assert.Assert(t, strings.HasPrefix(out, "IP ") && strings.Contains(out, "198.18.100.1 "), out)
+}
+
+// The real client comes from the kubeconfig flags.
+func TestKubeconfigError(t *testing.T) {
+	var out, errOut bytes.Buffer
+	cmd := NewCommand(genericiooptions.IOStreams{In: &bytes.Buffer{}, Out: &out, ErrOut: &errOut}, "v1")
+	cmd.SetArgs([]string{"status", "--kubeconfig", "/nonexistent/kubeconfig"})
+	assert.Error(t, cmd.Execute(), "load kubeconfig: stat /nonexistent/kubeconfig: no such file or directory")
+	assert.Equal(t, out.String()+errOut.String(), "")
 }
 
 func TestVersion(t *testing.T) {

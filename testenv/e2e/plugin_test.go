@@ -166,6 +166,31 @@ func TestPluginMoveClientFollows(t *testing.T) {
 	assert.Equal(t, e.served(ip), old)
 }
 
+// A dead holder cannot hand off: the target takes the IP itself once it
+// judges the holder dead, ahead of the other survivors. A longer lease
+// duration leaves the plugin time to ask before anyone takes over unasked.
+func TestPluginMoveFromDeadHolder(t *testing.T) {
+	cfg := defaultConfig()
+	cfg["lease-duration"] = "5s"
+	e := newEnv(t, cfg)
+	ip := testenv.ServiceIP(115)
+	e.service("web", ip)
+	old := e.served(ip)
+	target := e.other(old)
+	p := e.probe(ip)
+	e.answersFrom(p, old)
+
+	e.must(cluster.StopDaemon(old, syscall.SIGKILL))
+	out, err := e.kubectlEip("move", ip.String(), target, "--timeout", "30s")
+	e.must(err)
+	assert.Assert(t, strings.HasPrefix(out, fmt.Sprintf("moved %s from %s to %s in ", ip, old, target)), "output %q", out)
+	assert.Equal(t, e.served(ip), target)
+	e.answersFrom(p, target)
+	r := p.Stop()
+	e.noTwoMACs(r)
+	t.Logf("kubectl eip move from a killed holder: %q", strings.TrimSpace(out))
+}
+
 // handoverGap is the time between the last reply from one MAC and the
 // first reply from the next: the gap the move caused, whatever else the
 // probe saw before or after.

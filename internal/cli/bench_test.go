@@ -1,0 +1,42 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"net/netip"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// BenchmarkStatus1000 computes and prints the status of 1,000 IPs on three
+// nodes from what the four list calls return: the plugin's own share of
+// `kubectl eip status` (testenv's benchmark times the whole command).
+func BenchmarkStatus1000(b *testing.B) {
+	s := snapshot{
+		namespace: ns,
+		configMap: DefaultConfigMap,
+		cm:        fixture()[0].(*corev1.ConfigMap),
+	}
+	nodes := []string{"node-1", "node-2", "node-3"}
+	for i, n := range nodes {
+		s.nodes = append(s.nodes, node(n, fmt.Sprintf("198.18.0.%d", 11+i)))
+		s.leases = append(s.leases, heartbeat(n, now.Add(-100*time.Millisecond), true, "", 333))
+	}
+	for i := range 1000 {
+		ip := netip.AddrFrom4([4]byte{198, 18, 100 + byte((i+1)/256), byte((i + 1) % 256)})
+		svc := externalIPs("default", fmt.Sprintf("svc-%d", i), ip.String())
+		s.services = append(s.services, svc)
+		s.leases = append(s.leases, lock(ip.String(), nodes[i%3], 1, now.Add(-time.Hour), "default/"+svc.Name))
+	}
+	s.cm = s.cm.DeepCopy()
+	s.cm.Data["ranges"] = "198.18.100.0/22"
+	b.ReportAllocs()
+	for b.Loop() {
+		st := buildStatus(s, now)
+		if err := printStatus(io.Discard, st, outputWide); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
