@@ -344,7 +344,7 @@ func (s *state) observe(all []*coordinationv1.Lease, now time.Time) map[string]*
 	}
 	for _, n := range s.live.Nodes() {
 		if !seen[n] {
-			s.live.Forget(n)
+			s.live.Gone(n, now)
 		}
 	}
 	return locks

@@ -89,9 +89,23 @@ func (l *Liveness) Known(node string) bool {
 	return ok
 }
 
-// Forget drops a node whose heartbeat Lease was deleted.
-func (l *Liveness) Forget(node string) {
-	delete(l.nodes, node)
+// Gone records at now that node's heartbeat Lease has disappeared: deleted
+// at a graceful shutdown, by hand, or by garbage collection. A deleted
+// heartbeat is not a stopped one (its node writes it again at its next
+// renewal), so a peer keeps the rest of its lease duration, as judging it
+// dead sooner would let others take IPs it still serves. It counts as not
+// eligible meanwhile, so nothing new is handed to it, and is forgotten once
+// dead. This node itself is forgotten at once.
+func (l *Liveness) Gone(node string, now time.Time) {
+	o, ok := l.nodes[node]
+	if !ok {
+		return
+	}
+	if node == l.self || !l.Alive(node, now) {
+		delete(l.nodes, node)
+		return
+	}
+	o.status.Eligible = false
 }
 
 // Alive reports whether node is alive at now. A node never observed is not

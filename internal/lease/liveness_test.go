@@ -155,16 +155,40 @@ func TestSelfAlwaysAliveNeverObservedNot(t *testing.T) {
 	assert.Assert(t, !ok, "a never-observed node has no death time")
 }
 
-func TestForget(t *testing.T) {
+// A deleted heartbeat (by hand, or at a graceful shutdown) does not make a
+// peer dead: it keeps its lease duration from its last change, not
+// eligible, and is forgotten once dead; writing the heartbeat again is a
+// change like any other.
+func TestGone(t *testing.T) {
 	c := newCluster(t)
-	c.renew("peer", 0)
+	c.l.Observe(lease.Heartbeat{Node: "peer", Duration: duration, Eligible: true, Version: "1"}, at(0))
 	c.renew("self", 0)
-	assert.Assert(t, c.l.Alive("peer", at(ms)))
-	c.l.Forget("peer")
-	assert.Assert(t, !c.l.Alive("peer", at(ms)))
-	_, ok := c.l.Heartbeat("peer")
-	assert.Assert(t, !ok)
+	c.l.Gone("peer", at(100*ms))
+	c.selfRenews(500*ms, 3*time.Second)
+	assert.Assert(t, c.l.Alive("peer", at(duration-ms)), "alive for the rest of its duration")
+	hb, ok := c.l.Heartbeat("peer")
+	assert.Assert(t, ok && !hb.Eligible, "but not eligible")
+	assert.Assert(t, !c.l.Alive("peer", at(duration)))
+	c.l.Gone("peer", at(duration))
+	_, ok = c.l.Heartbeat("peer")
+	assert.Assert(t, !ok, "forgotten once dead")
 	assert.DeepEqual(t, c.l.Nodes(), []string{"self"})
+
+	c.l.Gone("self", at(3*time.Second))
+	_, ok = c.l.Heartbeat("self")
+	assert.Assert(t, !ok, "this node is forgotten at once")
+}
+
+func TestGoneThenWrittenAgain(t *testing.T) {
+	c := newCluster(t)
+	c.l.Observe(lease.Heartbeat{Node: "peer", Duration: duration, Eligible: true, Version: "1"}, at(0))
+	c.l.Gone("peer", at(100*ms))
+	c.l.Observe(lease.Heartbeat{Node: "peer", Duration: duration, Eligible: true, Version: "2"}, at(400*ms))
+	c.selfRenews(500*ms, 3*time.Second)
+	hb, _ := c.l.Heartbeat("peer")
+	assert.Assert(t, hb.Eligible, "eligible again")
+	assert.Assert(t, c.l.Alive("peer", at(400*ms+duration-ms)), "alive for a duration from the new change")
+	assert.Assert(t, !c.l.Alive("peer", at(400*ms+duration)))
 }
 
 func TestNodes(t *testing.T) {
