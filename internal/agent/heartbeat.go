@@ -62,9 +62,26 @@ func (h *heartbeater) run(requests <-chan renewal, results chan<- renewResult, s
 func (h *heartbeater) renew(r renewal) error {
 	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
 	defer cancel()
-	name := lease.HeartbeatName(h.a.opt.Node)
+	err := h.write(ctx, r)
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) || apierrors.IsAlreadyExists(err) {
+		// Someone deleted or rewrote our heartbeat (by hand, or a peer's
+		// garbage collection): read it again and write it now, rather than
+		// fail this renewal.
+		h.a.log.Warn("heartbeat Lease was deleted or changed by someone else; writing it again", "lease", lease.HeartbeatName(h.a.opt.Node), "err", err)
+		h.current = nil
+		err = h.write(ctx, r)
+	}
+	if err != nil && (apierrors.IsConflict(err) || apierrors.IsNotFound(err) || apierrors.IsAlreadyExists(err)) {
+		h.current = nil
+	}
+	return err
+}
+
+// write renews the heartbeat once: updates the version last written or
+// read, or creates it when there is none.
+func (h *heartbeater) write(ctx context.Context, r renewal) error {
 	if h.current == nil {
-		cur, err := h.a.opt.Leases.Get(ctx, name)
+		cur, err := h.a.opt.Leases.Get(ctx, lease.HeartbeatName(h.a.opt.Node))
 		switch {
 		case apierrors.IsNotFound(err):
 		case err != nil:
@@ -82,11 +99,6 @@ func (h *heartbeater) renew(r renewal) error {
 		out, err = h.a.opt.Leases.Update(ctx, next)
 	}
 	if err != nil {
-		// Someone deleted or rewrote our heartbeat (by hand, or a peer's
-		// garbage collection): read it again next time.
-		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) || apierrors.IsAlreadyExists(err) {
-			h.current = nil
-		}
 		return err
 	}
 	h.current = out
