@@ -275,7 +275,7 @@ func (s *state) reconcile() {
 		s.dirtySvc = false
 	}
 	s.dirtyNodes = false
-	s.selfEligible, s.selfReason = s.eligibleSelf()
+	s.updateEligibility()
 	v := s.view(now)
 	if s.writable(now) {
 		s.fenced = false
@@ -583,20 +583,47 @@ func (s *state) eligible(node string) bool {
 	return ok
 }
 
-func (s *state) eligibleSelf() (bool, string) {
+// updateEligibility judges again whether this node may hold IPs and says so
+// whenever the answer or its reason changes: in the log, and, when the
+// configuration names an interface this node lacks (which only an operator
+// can fix), in a Warning event on the ConfigMap.
+func (s *state) updateEligibility() {
+	ok, why, missingIface := s.eligibleSelf()
+	if ok == s.selfEligible && why == s.selfReason {
+		return
+	}
+	s.selfEligible, s.selfReason = ok, why
+	if ok {
+		s.log.Info("this node is eligible to hold IPs")
+		return
+	}
+	s.log.Warn("this node is not eligible to hold IPs", "reason", why)
+	if cm, err := s.a.configMap.Get(s.a.opt.ConfigMap); err == nil && missingIface {
+		s.a.recorder.Event(cm, corev1.EventTypeWarning, "InterfaceMissing",
+			fmt.Sprintf("node %s holds no IPs: %s", s.a.opt.Node, why))
+	}
+}
+
+// eligibleSelf says whether this node may hold IPs, why not, and whether
+// the reason is an interface of the configuration missing here.
+func (s *state) eligibleSelf() (ok bool, why string, missingIface bool) {
 	n, _ := s.a.nodes.Get(s.a.opt.Node)
 	if ok, why := NodeEligible(n, s.cfg.NodeSelector); !ok {
-		return false, why
+		return false, why, false
 	}
 	if !s.cfgLoaded {
-		return false, "no valid configuration"
+		return false, "no valid configuration", false
+	}
+	if len(s.cfg.Ranges) == 0 {
+		// Without ranges this node manages no IP: peers must not hand it any.
+		return false, "no ranges are configured", false
 	}
 	for _, iface := range s.configuredIfaces() {
 		if _, err := s.a.opt.Links.Up(iface); err != nil {
-			return false, fmt.Sprintf("interface %q from the configuration: %v", iface, err)
+			return false, fmt.Sprintf("interface %q from the configuration: %v", iface, err), true
 		}
 	}
-	return true, ""
+	return true, "", false
 }
 
 // configuredIfaces are the interface names the configuration names
