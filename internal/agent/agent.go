@@ -184,6 +184,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), a.synced...) {
 		return fmt.Errorf("caches did not sync: %w", ctx.Err())
 	}
+	if err := a.checkIdentity(); err != nil {
+		return err
+	}
 	s := newState(a)
 	return s.run(ctx, stop)
 }

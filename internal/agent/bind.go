@@ -15,12 +15,23 @@ import (
 	"github.com/eip-project/eip/internal/netif"
 )
 
-// ifaceFor resolves the interface an address is bound on.
+// ifaceFor resolves the interface an address is bound on. Resolving
+// "auto" lists every address of the node, and every pass asks for every
+// bound IP, so the answers are kept until a link or an address other than
+// a managed IP changes (netif.Watch reports both, re-listing after a
+// dropped notification).
 func (s *state) ifaceFor(ip netip.Addr, b config.Binding) (string, error) {
 	if b.Iface != "" && b.Iface != "auto" {
 		return b.Iface, nil
 	}
-	return s.a.opt.Links.IfaceFor(ip)
+	if iface, ok := s.autoIface[ip]; ok {
+		return iface, nil
+	}
+	iface, err := s.a.opt.Links.IfaceFor(ip)
+	if err == nil {
+		s.autoIface[ip] = iface
+	}
+	return iface, err
 }
 
 // canBind: binding anything new needs a working API connection (so the
@@ -85,6 +96,9 @@ func (s *state) rebindIfMoved(ip netip.Addr) {
 // addrEvent restores an address we hold that someone (or an expired
 // lifetime) removed.
 func (s *state) addrEvent(ev netif.AddrEvent) {
+	if _, managed := s.entries[ev.Prefix.Addr()]; !managed {
+		clear(s.autoIface) // the node's own addresses define the subnets
+	}
 	if ev.Added {
 		return
 	}
@@ -105,6 +119,7 @@ func (s *state) addrEvent(ev netif.AddrEvent) {
 // linkEvent: a link that loses carrier loses its addresses at once, and
 // binds nothing again until this node re-read the locks after it returned.
 func (s *state) linkEvent(ev netif.LinkEvent) {
+	clear(s.autoIface)
 	if !ev.Up {
 		if s.linkDown[ev.Iface] {
 			return
@@ -157,8 +172,18 @@ func (s *state) resync(startup bool) {
 	for _, b := range s.bound {
 		ifaces[b.iface] = true
 	}
+	// Resolving "auto" for an IP not resolved before lists every address
+	// of the node; one IP per range finds that range's interface.
+	resolved := map[*config.Range]bool{}
 	for _, ip := range s.order {
-		if iface, err := s.ifaceFor(ip, s.entries[ip].Binding); err == nil {
+		b := s.entries[ip].Binding
+		if _, cached := s.autoIface[ip]; !cached && (b.Iface == "" || b.Iface == "auto") {
+			if resolved[b.Range] {
+				continue
+			}
+			resolved[b.Range] = true
+		}
+		if iface, err := s.ifaceFor(ip, b); err == nil {
 			ifaces[iface] = true
 		}
 	}

@@ -66,6 +66,7 @@ type state struct {
 	barrier      time.Time // wall time of that renewal
 	linkDown     map[string]bool
 	claimWatch   map[string]context.CancelFunc
+	autoIface    map[netip.Addr]string // "auto" resolved, see ifaceFor
 	fenced       bool
 	shutting     bool
 
@@ -100,6 +101,7 @@ func newState(a *Agent) *state {
 		badLocks:    map[string]string{},
 		linkDown:    map[string]bool{},
 		claimWatch:  map[string]context.CancelFunc{},
+		autoIface:   map[netip.Addr]string{},
 		needBarrier: true,
 		dirtySvc:    true, dirtyNodes: true, dirtyCM: true,
 		renewReq: make(chan renewal, 1),
@@ -156,6 +158,7 @@ func (s *state) run(ctx context.Context, stop chan struct{}) error {
 			s.claim(c)
 		case <-timer.C():
 		}
+		s.drain(ticker.C())
 		s.reconcile()
 		if s.cfg.RenewInterval != interval {
 			ticker.Stop()
@@ -165,6 +168,44 @@ func (s *state) run(ctx context.Context, stop chan struct{}) error {
 		timer.Stop()
 		if !s.wake.IsZero() {
 			timer.Reset(max(s.wake.Sub(s.a.clk.Now()), time.Millisecond))
+		}
+	}
+}
+
+// drainLimit bounds the inputs one reconcile pass answers, so that a flood
+// cannot hold the pass (and the heartbeat it requests) back for long.
+const drainLimit = 1024
+
+// drain handles the inputs that are already waiting, without blocking, so
+// that one reconcile pass answers a burst of them: a thousand lock writes
+// coming back at a cold start, a lease event per write, an address event
+// per binding. A pass costs the same for one input as for a thousand.
+func (s *state) drain(tick <-chan time.Time) {
+	for range drainLimit {
+		select {
+		case <-s.a.svcKick:
+			s.dirtySvc = true
+		case <-s.a.nodeKick:
+			s.dirtyNodes = true
+		case <-s.a.leaseKick:
+		case <-s.a.cmKick:
+			s.dirtyCM = true
+		case <-tick:
+			s.tick()
+		case r := <-s.renewRes:
+			s.renewed(r)
+		case w := <-s.results:
+			s.writeDone(w)
+		case r := <-s.alloc.results:
+			s.allocDone(r)
+		case ev := <-s.a.opt.AddrEvents:
+			s.addrEvent(ev)
+		case ev := <-s.a.opt.LinkEvents:
+			s.linkEvent(ev)
+		case c := <-s.claims:
+			s.claim(c)
+		default:
+			return
 		}
 	}
 }
