@@ -9,8 +9,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -21,7 +19,6 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
-	"github.com/eip-project/eip/internal/lease"
 	"github.com/eip-project/eip/internal/netif"
 )
 
@@ -124,21 +121,13 @@ func kicker(ch chan struct{}) cache.ResourceEventHandlerFuncs {
 // cluster-wide, and in its namespace the Leases eip manages and its one
 // ConfigMap. They run until stop is closed.
 func (a *Agent) startInformers(stop <-chan struct{}) error {
-	c := a.opt.Client
-	all := informers.NewSharedInformerFactory(c, 0)
-	own := informers.NewSharedInformerFactoryWithOptions(c, 0, informers.WithNamespace(a.opt.Namespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.LabelSelector = lease.ManagedByLabel + "=" + lease.ManagedBy
-		}))
-	cm := informers.NewSharedInformerFactoryWithOptions(c, 0, informers.WithNamespace(a.opt.Namespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", a.opt.ConfigMap).String()
-		}))
+	all := informers.NewSharedInformerFactory(a.opt.Client, 0)
+	a.usePatientInformers(all)
 
 	svc := all.Core().V1().Services()
 	node := all.Core().V1().Nodes()
-	ls := own.Coordination().V1().Leases()
-	cms := cm.Core().V1().ConfigMaps()
+	ls := all.Coordination().V1().Leases()
+	cms := all.Core().V1().ConfigMaps()
 	for _, h := range []struct {
 		inf cache.SharedIndexInformer
 		ch  chan struct{}
@@ -153,8 +142,6 @@ func (a *Agent) startInformers(stop <-chan struct{}) error {
 	a.leases = ls.Lister().Leases(a.opt.Namespace)
 	a.configMap = cms.Lister().ConfigMaps(a.opt.Namespace)
 	all.Start(stop)
-	own.Start(stop)
-	cm.Start(stop)
 	return nil
 }
 

@@ -1,0 +1,81 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"net"
+	"syscall"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+// refused is what a list or watch returns while nothing listens on the API
+// server's port.
+var refused = &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+
+// failing lists and watches fail with errs in turn, then succeed.
+func failing(errs ...error) (*cache.ListWatch, *int) {
+	calls := 0
+	next := func() error {
+		calls++
+		if calls <= len(errs) {
+			return errs[calls-1]
+		}
+		return nil
+	}
+	return &cache.ListWatch{
+		ListWithContextFunc: func(context.Context, metav1.ListOptions) (runtime.Object, error) {
+			if err := next(); err != nil {
+				return nil, err
+			}
+			return &corev1.ServiceList{}, nil
+		},
+		WatchFuncWithContext: func(context.Context, metav1.ListOptions) (watch.Interface, error) {
+			if err := next(); err != nil {
+				return nil, err
+			}
+			return watch.NewFake(), nil
+		},
+	}, &calls
+}
+
+func TestPatientRetriesAnUnreachableAPIServer(t *testing.T) {
+	lw, calls := failing(refused, errors.New("http2: client connection lost"), refused)
+	p := patient{lw: lw, every: time.Millisecond, clk: clock.RealClock{}}
+	w, err := p.WatchWithContext(context.Background(), metav1.ListOptions{})
+	assert.NilError(t, err)
+	w.Stop()
+	assert.Equal(t, *calls, 4)
+}
+
+func TestPatientPassesAPIErrorsOn(t *testing.T) {
+	gone := apierrors.NewResourceExpired("too old resource version")
+	forbidden := apierrors.NewForbidden(schema.GroupResource{Resource: "leases"}, "", errors.New("no"))
+	for _, want := range []error{gone, forbidden} {
+		lw, calls := failing(want)
+		p := patient{lw: lw, every: apiRetry, clk: clocktesting.NewFakeClock(time.Unix(0, 0))}
+		_, err := p.ListWithContext(context.Background(), metav1.ListOptions{})
+		assert.Equal(t, err, want)
+		assert.Equal(t, *calls, 1)
+	}
+}
+
+func TestPatientStopsWithItsContext(t *testing.T) {
+	lw, _ := failing(refused, refused, refused)
+	p := patient{lw: lw, every: apiRetry, clk: clocktesting.NewFakeClock(time.Unix(0, 0))}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := p.ListWithContext(ctx, metav1.ListOptions{})
+	assert.ErrorIs(t, err, syscall.ECONNREFUSED)
+}
