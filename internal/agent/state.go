@@ -272,15 +272,6 @@ func (s *state) renewed(r renewResult) {
 // of bound addresses, renew the heartbeat, and now and then resync.
 func (s *state) tick() {
 	now := s.a.clk.Now()
-	if s.cfg.APILoss == config.APILossFence && len(s.bound) > 0 && !s.apiOK(now) && lease.Fenced(s.lastRenewOK, now, s.cfg.FenceAfter) {
-		s.log.Warn("fencing: no successful renewal within fence-after; unbinding everything", "fenceAfter", s.cfg.FenceAfter)
-		s.a.opt.Metrics.Fenced()
-		for ip := range s.bound {
-			s.event(ip, corev1.EventTypeWarning, "Fenced", fmt.Sprintf("unbound %s from %s: API server unreachable (api-loss=fence)", ip, s.a.opt.Node))
-			s.unbind(ip, "fenced")
-		}
-		s.fenced = true
-	}
 	life := s.cfg.AddressLifetime()
 	for ip, b := range s.bound {
 		if err := s.a.opt.Addresser.Add(b.iface, b.prefix, life); err != nil {
@@ -293,10 +284,36 @@ func (s *state) tick() {
 	}
 }
 
+// fence, with api-loss=fence, unbinds everything once fence-after has
+// passed since the last successful renewal was sent, and until then wakes
+// the loop exactly when it will have: waiting for the next tick could fence
+// up to a renew interval late, which is the whole default margin between
+// fence-after and the moment a peer may judge this node dead.
+func (s *state) fence(now time.Time) {
+	if s.cfg.APILoss != config.APILossFence || len(s.bound) == 0 || s.lastRenewOK.IsZero() {
+		return
+	}
+	if !lease.Fenced(s.lastRenewOK, now, s.cfg.FenceAfter) {
+		s.wakeAt(s.lastRenewOK.Add(s.cfg.FenceAfter))
+		return
+	}
+	if s.apiOK(now) {
+		return
+	}
+	s.log.Warn("fencing: no successful renewal within fence-after; unbinding everything", "fenceAfter", s.cfg.FenceAfter)
+	s.a.opt.Metrics.Fenced()
+	for ip := range s.bound {
+		s.event(ip, corev1.EventTypeWarning, "Fenced", fmt.Sprintf("unbound %s from %s: API server unreachable (api-loss=fence)", ip, s.a.opt.Node))
+		s.unbind(ip, "fenced")
+	}
+	s.fenced = true
+}
+
 // reconcile is one pass over everything; it is idempotent.
 func (s *state) reconcile() {
 	now := s.a.clk.Now()
 	s.wake = time.Time{}
+	s.fence(now)
 	changed := false
 	if s.dirtyCM {
 		s.dirtyCM = false
