@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -83,6 +84,11 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 		"--authorization-mode=RBAC",
 		"--cert-dir=" + filepath.Join(c.dir, "apiserver-certs"),
 		"--profiling=false",
+		"--audit-policy-file=" + filepath.Join(c.dir, "audit-policy.yaml"),
+		"--audit-log-path=" + c.AuditLog(),
+	}
+	if err := os.WriteFile(filepath.Join(c.dir, "audit-policy.yaml"), []byte(auditPolicy), 0o644); err != nil {
+		return fmt.Errorf("write audit policy: %w", err)
 	}
 	p, err := startProcess(c.cp.ns, "kube-apiserver", filepath.Join(c.dir, "kube-apiserver.log"),
 		filepath.Join(c.opts.K8sBinDir, "kube-apiserver"), args...)
@@ -99,6 +105,21 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 		return err
 	})
 }
+
+// auditPolicy records the metadata of every request the ServiceAccount
+// eip makes, and nothing else: what eipd actually does with its RBAC.
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+  users: ["system:serviceaccount:` + Namespace + `:` + ServiceAccount + `"]
+- level: None
+`
+
+// AuditLog is the API server's audit log: one JSON audit.k8s.io/v1 Event
+// a line for each request of the ServiceAccount eip (see auditPolicy).
+func (c *Cluster) AuditLog() string { return filepath.Join(c.dir, "audit.log") }
 
 // StopAPIServer signals kube-apiserver (SIGTERM: graceful, SIGKILL: a
 // crash) and waits for it to exit; after SIGTERM it is killed if it has not
