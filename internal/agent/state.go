@@ -352,7 +352,7 @@ func (s *state) reconcile() {
 		}
 		lk, err := lease.ParseLock(l)
 		if err != nil {
-			s.warnBadLock(l, err)
+			s.warnBadLock(l, err, "no Service names its IP, so it is ignored")
 			continue
 		}
 		if s.reservationSpared(l, lk.IP, now) {
@@ -434,12 +434,14 @@ func (s *state) effective(name string, cached *coordinationv1.Lease, now time.Ti
 	return cached
 }
 
-func (s *state) warnBadLock(l *coordinationv1.Lease, err error) {
+// warnBadLock logs, once per version, a lock damaged by hand and what this
+// node does about it.
+func (s *state) warnBadLock(l *coordinationv1.Lease, err error, effect string) {
 	if s.badLocks[l.Name] == l.ResourceVersion {
 		return
 	}
 	s.badLocks[l.Name] = l.ResourceVersion
-	s.log.Warn("ignoring a damaged lock; its next owner repairs it", "lease", l.Name, "err", err)
+	s.log.Warn("damaged lock: "+effect, "lease", l.Name, "err", err)
 }
 
 // lockOf reads l for ip. A lock damaged by hand (garbage annotations) is
@@ -450,7 +452,7 @@ func (s *state) lockOf(ip netip.Addr, l *coordinationv1.Lease) *lease.Lock {
 	}
 	lk, err := lease.ParseLock(l)
 	if err != nil {
-		s.warnBadLock(l, err)
+		s.warnBadLock(l, err, "its holder is honoured until its next owner writes it whole")
 		lk = lease.Lock{Name: l.Name, IP: ip, ResourceVersion: l.ResourceVersion}
 		if h := l.Spec.HolderIdentity; h != nil {
 			lk.Holder = *h
