@@ -19,13 +19,13 @@ type renewal struct {
 	remove bool
 }
 
-// renewResult reports one renewal: when it was sent (monotonic) and
-// whether it succeeded.
+// renewResult reports one renewal: what was asked, when it was sent
+// (monotonic) and whether it succeeded.
 type renewResult struct {
-	sent   time.Time
-	took   time.Duration
-	err    error
-	remove bool
+	renewal
+	sent time.Time
+	took time.Duration
+	err  error
 }
 
 // heartbeater owns this node's heartbeat Lease. It renews only when the
@@ -49,7 +49,7 @@ func (h *heartbeater) run(requests <-chan renewal, results chan<- renewResult, s
 			} else {
 				err = h.renew(r)
 			}
-			res := renewResult{sent: sent, took: h.a.clk.Since(sent), err: err, remove: r.remove}
+			res := renewResult{renewal: r, sent: sent, took: h.a.clk.Since(sent), err: err}
 			select {
 			case results <- res:
 			case <-stop:

@@ -222,17 +222,21 @@ func (s *state) apiOK(now time.Time) bool {
 }
 
 func (s *state) requestRenew() {
-	r := renewal{
+	select {
+	case s.renewReq <- s.renewal():
+	default: // the previous renewal is still in flight
+	}
+}
+
+// renewal is the heartbeat renewal this node's state asks for now.
+func (s *state) renewal() renewal {
+	return renewal{
 		status: lease.HeartbeatStatus{Eligible: s.selfEligible && !s.shutting, Error: s.statusError(), Held: len(s.bound)},
 		// Neither the duration nor the timeout may be shorter than what
 		// peers need to see the renewal; a renewal slower than half a
 		// lease is a failure as far as holding addresses goes.
 		duration: s.cfg.LeaseDuration,
 		timeout:  max(s.cfg.LeaseDuration/2, s.cfg.RenewInterval),
-	}
-	select {
-	case s.renewReq <- r:
-	default: // the previous renewal is still in flight
 	}
 }
 
@@ -243,6 +247,9 @@ func (s *state) statusError() string {
 	}
 	if !s.selfEligible && s.selfReason != "" {
 		parts = append(parts, s.selfReason)
+	}
+	if s.shutting {
+		parts = append(parts, "shutting down")
 	}
 	return strings.Join(parts, "; ")
 }
@@ -737,6 +744,17 @@ func (s *state) shutdown() error {
 	s.log.Info("shutting down: handing off what this node holds")
 	all, _ := s.a.leases.List(labels.Everything())
 	locks := s.observe(all, now)
+	if v.Writable {
+		// Peers must see this node leave before they see its handoffs
+		// (the watch delivers Leases in the order they were written), or
+		// a policy that still counts it live hands IPs back to it.
+		if err := s.heartbeatNow(s.renewal()); err != nil {
+			s.log.Warn("announce shutdown in the heartbeat", "err", err)
+		}
+	}
+	// This node is out of v.Live now: the policy places its IPs as if
+	// they were free (spread: in balance), and rank decides the rest.
+	plan := s.plan(v, locks)
 	for _, ip := range s.order {
 		name := lease.NameFor(ip)
 		l := s.effective(name, locks[name], now)
@@ -744,8 +762,12 @@ func (s *state) shutdown() error {
 		if lk == nil || lk.Holder != v.Self || s.inflight[name] || !v.Writable {
 			continue
 		}
+		t := plan[ip]
+		if t == "" {
+			t = v.BestPeer(ip)
+		}
 		d := lease.Decision{Action: lease.Release, Reason: "shutting down; no live eligible peer"}
-		if t := v.BestPeer(ip); t != "" {
+		if t != "" {
 			d = lease.Decision{Action: lease.Handoff, Target: t, Reason: "shutting down"}
 		}
 		s.apply(v, ip, l, lk, d)
@@ -766,18 +788,18 @@ func (s *state) shutdown() error {
 	for _, cancel := range s.claimWatch {
 		cancel()
 	}
-	if err := s.removeHeartbeat(); err != nil {
+	if err := s.heartbeatNow(renewal{remove: true, timeout: s.cfg.LeaseDuration}); err != nil {
 		s.log.Warn("delete heartbeat", "err", err)
 	}
 	s.log.Info("stopped")
 	return nil
 }
 
-// removeHeartbeat asks the heartbeat writer to delete the heartbeat, after
-// any renewal it has in flight, and waits for the answer.
-func (s *state) removeHeartbeat() error {
+// heartbeatNow asks the heartbeat writer for req (a renewal, or the
+// deletion at shutdown), after any renewal it has in flight, and waits for
+// the answer.
+func (s *state) heartbeatNow(req renewal) error {
 	deadline := s.a.clk.After(2 * s.cfg.LeaseDuration)
-	req := renewal{remove: true, timeout: s.cfg.LeaseDuration}
 	for sent := false; ; {
 		var reqs chan renewal
 		if !sent {
@@ -787,11 +809,11 @@ func (s *state) removeHeartbeat() error {
 		case reqs <- req:
 			sent = true
 		case r := <-s.renewRes:
-			if r.remove {
+			if r.renewal == req {
 				return r.err
 			}
 		case <-deadline:
-			return fmt.Errorf("delete heartbeat: no answer within %s", 2*s.cfg.LeaseDuration)
+			return fmt.Errorf("heartbeat: no answer within %s", 2*s.cfg.LeaseDuration)
 		}
 	}
 }

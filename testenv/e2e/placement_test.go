@@ -310,13 +310,16 @@ func (e *env) meterConflicts() *conflictMeter {
 	return m
 }
 
-// kill reads node's count, then SIGKILLs its daemon.
-func (m *conflictMeter) kill(node string) {
+// stop reads node's count, then stops its daemon with sig.
+func (m *conflictMeter) stop(node string, sig syscall.Signal) {
 	m.e.t.Helper()
 	m.sum += m.e.conflicts(node) - m.base[node]
 	delete(m.base, node)
-	m.e.must(cluster.StopDaemon(node, syscall.SIGKILL))
+	m.e.must(cluster.StopDaemon(node, sig))
 }
+
+// kill stops node's daemon with SIGKILL.
+func (m *conflictMeter) kill(node string) { m.stop(node, syscall.SIGKILL) }
 
 // start starts node's daemon and counts it from zero.
 func (m *conflictMeter) start(node string) {

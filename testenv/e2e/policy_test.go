@@ -60,7 +60,8 @@ func assertMovedFrom(t *testing.T, s step, before map[netip.Addr]hold, node stri
 
 // Spread: 12 IPs on 3 nodes are 4/4/4; killing one moves only its 4 IPs,
 // 2 to each survivor; when it returns, each survivor hands it 2, and the
-// client never hears two MACs for one IP.
+// client never hears two MACs for one IP. A node stopped gracefully then
+// hands its 4 off, 2 to each of the others.
 func TestPolicySpreadNodeDiesAndReturns(t *testing.T) {
 	e := newEnv(t, spreadConfig())
 	ips := policyIPs(160, 12)
@@ -82,6 +83,14 @@ func TestPolicySpreadNodeDiesAndReturns(t *testing.T) {
 	for _, ip := range s.moved {
 		assert.Check(t, back[ip].node == victim, "%s moved to %s, not to the returning node", ip, back[ip].node)
 	}
+
+	// A graceful stop hands the node's IPs to where spread wants them:
+	// its 4 and nothing else move, each once.
+	stopped := e.nodes[0]
+	_, s = e.policyStep("SIGTERM "+stopped, ips, back, handoffGapLimit,
+		func(m *conflictMeter) { m.stop(stopped, syscall.SIGTERM) },
+		counts(map[string]int{e.nodes[1]: 6, e.nodes[2]: 6}))
+	assertMovedFrom(t, s, back, stopped)
 }
 
 // Sticky: a killed node's IPs go to the survivors, each to the survivor
