@@ -71,6 +71,11 @@ type state struct {
 	shutting     bool
 
 	selfEligible bool
+	// peersKnownAt: until then this node has not watched heartbeats for a
+	// renew interval since it (re)connected, so it may not know every live
+	// peer, nor its rank among them, and races for no IP.
+	peersKnownAt time.Time
+	acquiring    int // Create and Acquire writes in flight, see dispatch
 	selfReason   string
 
 	dirtySvc, dirtyNodes, dirtyCM bool
@@ -270,6 +275,7 @@ func (s *state) renewed(r renewResult) {
 	if s.needBarrier {
 		s.barrier = r.sent.Round(0).Truncate(time.Microsecond)
 		s.needBarrier = false
+		s.peersKnownAt = r.sent.Add(s.cfg.RenewInterval)
 	}
 	s.renewFailing = false
 	s.lastRenewOK = r.sent
@@ -348,10 +354,19 @@ func (s *state) reconcile() {
 	plan := s.plan(v, locks)
 	s.allocate(v, locks)
 
-	for _, ip := range s.order {
-		name := lease.NameFor(ip)
-		s.decide(v, ip, s.effective(name, locks[name], now), true, plan[ip])
-		delete(locks, name)
+	// Acquisitions in flight are bounded (see dispatch), so the IPs the
+	// policy gives this node, or that it ranks first for, go first: it
+	// races for the others' only once its own are under way.
+	mine := func(ip netip.Addr) bool { return plan[ip] == v.Self || lease.Rank(ip, v.Self, v.Live) == 0 }
+	for _, first := range []bool{true, false} {
+		for _, ip := range s.order {
+			if mine(ip) != first {
+				continue
+			}
+			name := lease.NameFor(ip)
+			s.decide(v, ip, s.effective(name, locks[name], now), true, plan[ip])
+			delete(locks, name)
+		}
 	}
 	for name, l := range locks {
 		if l = s.effective(name, l, now); l == nil {
@@ -483,7 +498,19 @@ func (s *state) decide(v lease.View, ip netip.Addr, l *coordinationv1.Lease, nam
 		return
 	}
 	_, bound := s.bound[ip]
-	d := lease.Decide(v, lease.IP{Addr: ip, Lock: lk, Named: named, Bound: bound, FreeSince: s.freeSince[ip], Planned: planned})
+	// Ranks count from when this node knew its peers, not from when it
+	// first saw the IP free, which may be before.
+	since := s.freeSince[ip]
+	if !since.IsZero() && since.Before(s.peersKnownAt) {
+		since = s.peersKnownAt
+	}
+	d := lease.Decide(v, lease.IP{Addr: ip, Lock: lk, Named: named, Bound: bound, FreeSince: since, Planned: planned})
+	if (d.Action == lease.Create || d.Action == lease.Acquire) && v.Now.Before(s.peersKnownAt) {
+		// Peers started at the same moment show their first heartbeats
+		// within a renew interval; racing before that, every node of a
+		// cluster starting cold ranks itself first for every IP.
+		d = lease.Decision{At: s.peersKnownAt, Reason: "learning the live nodes before racing"}
+	}
 	if named && bound && lk != nil && lk.Holder == v.Self {
 		s.rebindIfMoved(ip)
 	}
@@ -534,10 +561,22 @@ func (s *state) apply(v lease.View, ip netip.Addr, l *coordinationv1.Lease, lk *
 	s.dispatch(w)
 }
 
+// dispatch hands a write to the writers. At most as many acquisitions as
+// there are writers are in flight: the rest are decided again, on fresher
+// information, when one completes, rather than queued on a view that may
+// be seconds old by the time a writer gets to them (a thousand free IPs
+// at a cold start, each also raced by the next-ranked node).
 func (s *state) dispatch(w write) {
+	acquisition := w.action == lease.Create || w.action == lease.Acquire
+	if acquisition && s.acquiring >= s.a.opt.Writers {
+		return
+	}
 	select {
 	case s.jobs <- w:
 		s.inflight[w.name] = true
+		if acquisition {
+			s.acquiring++
+		}
 		switch w.action {
 		case lease.Create, lease.Acquire, lease.Handoff, lease.Release:
 			s.pending[w.name] = w.target
@@ -550,6 +589,9 @@ func (s *state) dispatch(w write) {
 
 func (s *state) writeDone(r writeResult) {
 	delete(s.inflight, r.name)
+	if r.action == lease.Create || r.action == lease.Acquire {
+		s.acquiring--
+	}
 	delete(s.pending, r.name)
 	log := s.log.With("ip", r.ip, "lease", r.name)
 	if r.err != nil {
