@@ -13,8 +13,12 @@ import (
 	"k8s.io/client-go/rest"
 )
 
-// requestsMetric is the API server's own count of the requests it served.
-const requestsMetric = "apiserver_request_total"
+// The API server's own count of the requests it served, and their
+// latency histogram.
+const (
+	requestsMetric = "apiserver_request_total"
+	durationMetric = "apiserver_request_duration_seconds"
+)
 
 // The verbs of apiserver_request_total (HTTP methods, with GET split into
 // GET, LIST and WATCH) that change a Lease, and those that read one. A
@@ -31,12 +35,18 @@ type RequestCounts map[string]float64
 // ParseRequestCounts reads the Prometheus text exposition of an API server
 // and sums apiserver_request_total{resource=resource} by verb.
 func ParseRequestCounts(text []byte, resource string) (RequestCounts, error) {
-	out := RequestCounts{}
+	return sumByVerb(text, requestsMetric, resource, "")
+}
+
+// sumByVerb sums the samples of metric whose resource label is resource
+// (and whose code label is code, unless code is empty), by their verb.
+func sumByVerb(text []byte, metric, resource, code string) (map[string]float64, error) {
+	out := map[string]float64{}
 	sc := bufio.NewScanner(bytes.NewReader(text))
 	sc.Buffer(make([]byte, 64*1024), 4*1024*1024)
 	for sc.Scan() {
 		line := sc.Text()
-		rest, ok := strings.CutPrefix(line, requestsMetric+"{")
+		rest, ok := strings.CutPrefix(line, metric+"{")
 		if !ok {
 			continue
 		}
@@ -44,7 +54,7 @@ func ParseRequestCounts(text []byte, resource string) (RequestCounts, error) {
 		if err != nil {
 			return nil, fmt.Errorf("parse %q: %w", line, err)
 		}
-		if labels["resource"] == resource {
+		if labels["resource"] == resource && (code == "" || labels["code"] == code) {
 			out[labels["verb"]] += value
 		}
 	}
@@ -100,20 +110,56 @@ func parseSample(s string) (map[string]string, float64, error) {
 	return labels, v, nil
 }
 
-// LeaseRequests scrapes the API server's /metrics and returns its Lease
-// request counts.
-func LeaseRequests(ctx context.Context, cfg *rest.Config) (RequestCounts, error) {
+// LeaseMetrics is what the API server says of the Lease requests it
+// served so far.
+type LeaseMetrics struct {
+	// Requests counts them by verb; Seconds sums their durations by verb;
+	// Conflicts counts those refused with 409 Conflict (a lost race).
+	Requests  RequestCounts      `json:"requests"`
+	Seconds   map[string]float64 `json:"seconds"`
+	Conflicts RequestCounts      `json:"conflicts"`
+}
+
+// MeanLatency is the mean duration of the requests of verb between two
+// scrapes, 0 when there were none.
+func MeanLatency(before, after LeaseMetrics, verb string) time.Duration {
+	n := after.Requests[verb] - before.Requests[verb]
+	if n <= 0 {
+		return 0
+	}
+	return time.Duration((after.Seconds[verb] - before.Seconds[verb]) / n * float64(time.Second))
+}
+
+// ScrapeLeases reads the API server's /metrics and returns its Lease
+// request counts and durations.
+func ScrapeLeases(ctx context.Context, cfg *rest.Config) (LeaseMetrics, error) {
 	k, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("scrape apiserver metrics: %w", err)
+		return LeaseMetrics{}, fmt.Errorf("scrape apiserver metrics: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	b, err := k.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("scrape apiserver metrics: %w", err)
+		return LeaseMetrics{}, fmt.Errorf("scrape apiserver metrics: %w", err)
 	}
-	return ParseRequestCounts(b, "leases")
+	var m LeaseMetrics
+	if m.Requests, err = ParseRequestCounts(b, "leases"); err != nil {
+		return m, err
+	}
+	if m.Seconds, err = sumByVerb(b, durationMetric+"_sum", "leases", ""); err != nil {
+		return m, err
+	}
+	if m.Conflicts, err = sumByVerb(b, requestsMetric, "leases", "409"); err != nil {
+		return m, err
+	}
+	return m, nil
+}
+
+// LeaseRequests scrapes the API server's Lease request counts.
+func LeaseRequests(ctx context.Context, cfg *rest.Config) (RequestCounts, error) {
+	m, err := ScrapeLeases(ctx, cfg)
+	return m.Requests, err
 }
 
 // Rates are request rates over a window.

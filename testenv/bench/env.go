@@ -18,6 +18,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/vishvananda/netlink"
+
 	"github.com/eip-project/eip/internal/lease"
 	"github.com/eip-project/eip/testenv"
 )
@@ -323,7 +325,15 @@ func inRange(ip netip.Addr) bool {
 
 // boundAddrs lists the benchmark IPs bound on node's eth0.
 func (e *env) boundAddrs(node string) ([]netip.Addr, error) {
-	all, err := e.c.NodeAddrs(node)
+	var all []netip.Prefix
+	var err error
+	// A listing that races a change (daemons binding a thousand addresses)
+	// is marked interrupted by the kernel: list again.
+	for range 20 {
+		if all, err = e.c.NodeAddrs(node); !errors.Is(err, netlink.ErrDumpInterrupted) {
+			break
+		}
+	}
 	if err != nil {
 		return nil, err
 	}

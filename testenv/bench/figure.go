@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -117,7 +118,7 @@ func formatValue(v float64, unit string) string {
 
 // WriteTable prints the figures as an aligned table: figure, samples,
 // median, p99, target, and whether the target is met; notes follow the
-// table, numbered.
+// table, numbered, each once.
 func WriteTable(w io.Writer, figs []Figure) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "FIGURE\tN\tMEDIAN\tP99\tTARGET\tMEETS\t")
@@ -129,8 +130,12 @@ func WriteTable(w io.Writer, figs []Figure) error {
 		}
 		name := f.Name
 		if f.Note != "" {
-			notes = append(notes, f.Note)
-			name += fmt.Sprintf(" [%d]", len(notes))
+			i := slices.Index(notes, f.Note)
+			if i < 0 {
+				notes = append(notes, f.Note)
+				i = len(notes) - 1
+			}
+			name += fmt.Sprintf(" [%d]", i+1)
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t\n", name, f.Summary.N, med, p99, f.targetText(), f.verdict())
 	}

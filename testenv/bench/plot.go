@@ -71,12 +71,13 @@ func (r *Report) Plot() []byte {
 	writes.label, reads.label = "writes/s", "reads/s"
 	for _, res := range append(append([]ScaleResult(nil), r.Load...), r.Scale...) {
 		if res.Steady.Window > 0 {
-			writes.points = append(writes.points, [2]float64{float64(res.IPs), res.Steady.Writes})
-			reads.points = append(reads.points, [2]float64{float64(res.IPs), res.Steady.Reads})
+			eipd := r.eipdRates(res.Steady)
+			writes.points = append(writes.points, [2]float64{float64(res.IPs), eipd.Writes})
+			reads.points = append(reads.points, [2]float64{float64(res.IPs), eipd.Reads})
 		}
 	}
 	s.xy(0, panelH+30, xyPanel{
-		title: "steady-state Lease requests/s (API server's count) vs IPs", xLabel: "IPs (log)", yLabel: "requests/s", logX: true,
+		title: "steady-state Lease requests/s by eipd (API server's count) vs IPs", xLabel: "IPs (log)", yLabel: "requests/s", logX: true,
 		series: []xySeries{writes, reads}, hTarget: float64(r.Nodes) / defaultTiming.Renew.Seconds(), hTargetLabel: "target writes/s",
 	})
 

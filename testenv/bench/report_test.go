@@ -35,14 +35,18 @@ func sampleReport() *Report {
 		},
 		MoveMethod: viaAnnotation,
 		Bind:       []BindSample{{Latency: 40 * ms}, {Latency: 60 * ms}, {Latency: 500 * ms}},
-		Load:       []ScaleResult{{IPs: 10, Steady: Rates{Window: 30 * time.Second, Writes: 6, Reads: 0.1}}},
+		Load: []ScaleResult{
+			{IPs: 10, Steady: Rates{Window: 30 * time.Second, Writes: 6.1, Reads: 0.1}},
+			{IPs: 2000, Steady: Rates{Window: 30 * time.Second, Writes: 6.4}},
+		},
 		Scale: []ScaleResult{{
-			IPs: 1000, ColdStart: 4 * time.Second, Steady: Rates{Window: 30 * time.Second, Writes: 6.2},
+			IPs: 1000, ColdStart: 4 * time.Second, Steady: Rates{Window: 30 * time.Second, Writes: 6.15},
 			Progress:   []Point{{0, 0}, {2, 500}, {4, 1000}},
 			Daemons:    []DaemonStats{{Node: "node-1", PeakRSS: 40 << 20, CPU: 3}, {Node: "node-2", PeakRSS: 70 << 20, CPU: 5}},
 			StatusNote: "kubectl-eip has no status command yet",
 		}},
 		PluginNote: "no kubectl-eip binary (KUBECTL_EIP_BIN)",
+		Background: &Rates{Window: 30 * time.Second, Writes: 0.1},
 	}
 	r.Figures = r.figures()
 	return r
@@ -64,7 +68,9 @@ func TestVerdicts(t *testing.T) {
 	assert.Equal(t, got["Service created → IP answering pings"], "yes", "the median, not the outlier")
 	assert.Equal(t, got[nameTwoMACs], "NO", "an overlap in a SIGTERM and two ARP answers")
 	assert.Equal(t, got[nameDoubleBound], "NO")
-	assert.Equal(t, got["Lease writes/s, 1000 IPs, steady"], "NO", "6.2/s > 3 nodes / 0.5 s")
+	assert.Equal(t, got["Lease writes/s by eipd, 10 IPs"], "yes", "6.1 - 0.1 background")
+	assert.Equal(t, got["Lease writes/s by eipd, 1000 IPs"], "yes", "6.15 - 0.1 ≤ 3 / 0.5 s + 3 / 30 s")
+	assert.Equal(t, got["Lease writes/s by eipd, 2000 IPs"], "NO", "6.4 - 0.1 > 6.1")
 	assert.Equal(t, got["eipd peak RSS per node, 1000 IPs"], "NO")
 	assert.Equal(t, got["kubectl eip status, 1000 IPs"], "")
 }
@@ -89,8 +95,8 @@ func TestPlotIsWellFormedSVG(t *testing.T) {
 			}
 		}
 	}
-	// 4 failovers + 2 moves + 3 binds as dots; 2 load points × 2 series.
-	assert.Equal(t, circles, 4+2+3+4)
+	// 4 failovers + 2 moves + 3 binds as dots; 3 load points × 2 series.
+	assert.Equal(t, circles, 4+2+3+6)
 	assert.Equal(t, polylines, 3, "writes, reads and one cold start")
 	assert.Assert(t, strings.Contains(string(svg), "link cut, lease 2s"))
 }

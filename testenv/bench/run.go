@@ -95,6 +95,9 @@ type Report struct {
 	Moves    []MoveSample     `json:"moves,omitempty"`
 	Bind     []BindSample     `json:"bind,omitempty"`
 	Load     []ScaleResult    `json:"load,omitempty"`
+	// Background is the API server's Lease traffic with no eipd running:
+	// its own identity Lease. The figures for eipd subtract it.
+	Background *Rates `json:"background,omitempty"`
 	Scale    []ScaleResult    `json:"scale,omitempty"`
 	// MoveMethod says how moves were requested; PluginNote why the plugin
 	// was not used.
@@ -145,6 +148,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			r.Bind = s
 			fail("bind latency", err)
 		case ScenarioLoad:
+			bg, err := e.background(ctx, o.Window)
+			if err == nil {
+				r.Background = &bg
+			}
+			fail("background Lease traffic", err)
 			for _, n := range o.LoadIPs {
 				res, err := e.scale(ctx, scaleRun{ips: n, window: o.Window, settle: o.Settle})
 				if err != nil {

@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"strconv"
 	"time"
 
 	"github.com/eip-project/eip/testenv"
@@ -30,6 +29,16 @@ type ScaleResult struct {
 	// counted on the nodes' interfaces.
 	ColdStart time.Duration `json:"coldStart"`
 	Progress  []Point       `json:"progress"`
+	// ColdStartCPU is the CPU each eipd used for the cold start: on a
+	// loaded machine a steadier measure of the work than the wall time.
+	ColdStartCPU map[string]time.Duration `json:"coldStartCPU"`
+	// CreateLatency is the API server's mean time to serve a Lease POST
+	// during the cold start.
+	CreateLatency time.Duration `json:"createLatency"`
+	// Creates and Conflicts are the Lease POSTs the API server served
+	// during the cold start, and the POSTs and PUTs it refused with 409.
+	Creates   int `json:"creates"`
+	Conflicts int `json:"conflicts"`
 	// Steady are the API server's Lease request rates over the window.
 	Steady  Rates         `json:"steady"`
 	Daemons []DaemonStats `json:"daemons"`
@@ -87,21 +96,51 @@ func (e *env) scale(ctx context.Context, run scaleRun) (ScaleResult, error) {
 	res.CreateServices = time.Since(began)
 	e.log.Info("services created", "ips", run.ips, "took", res.CreateServices)
 
+	before, err := ScrapeLeases(ctx, e.c.AdminConfig())
+	if err != nil {
+		return res, err
+	}
 	t0 := time.Now()
 	for _, n := range e.nodes {
 		if err := e.c.StartDaemon(n.Name, e.args...); err != nil {
 			return res, err
 		}
 	}
-	if err := e.coldStart(ctx, t0, &res); err != nil {
+	profiled := make(chan error, 1)
+	if run.profileDir != "" {
+		go func() {
+			profiled <- e.profile(ctx, e.nodes[0].Name, run.profileDir, fmt.Sprintf("%d-coldstart", run.ips), "cpu")
+		}()
+	} else {
+		profiled <- nil
+	}
+	err = e.coldStart(ctx, t0, &res)
+	if perr := <-profiled; perr != nil {
+		e.log.Warn("profile", "err", perr)
+	}
+	if err != nil {
 		return res, err
 	}
-	e.log.Info("all bound", "ips", run.ips, "coldStart", res.ColdStart)
+	after, err := ScrapeLeases(ctx, e.c.AdminConfig())
+	if err != nil {
+		return res, err
+	}
+	res.CreateLatency = MeanLatency(before, after, "POST")
+	res.Creates = int(after.Requests["POST"] - before.Requests["POST"])
+	res.Conflicts = int(after.Conflicts["POST"] + after.Conflicts["PUT"] - before.Conflicts["POST"] - before.Conflicts["PUT"])
+	res.ColdStartCPU = map[string]time.Duration{}
+	for _, n := range e.nodes {
+		p, err := ReadProc(e.c.DaemonPID(n.Name))
+		if err != nil {
+			return res, err
+		}
+		res.ColdStartCPU[n.Name] = p.CPU
+	}
+	e.log.Info("all bound", "ips", run.ips, "coldStart", res.ColdStart, "cpu", res.ColdStartCPU, "createLatency", res.CreateLatency, "creates", res.Creates, "conflicts", res.Conflicts)
 
 	if err := pause(ctx, run.settle); err != nil {
 		return res, err
 	}
-	var err error
 	if res.Steady, res.Daemons, err = e.steady(ctx, run.window); err != nil {
 		return res, err
 	}
@@ -110,7 +149,7 @@ func (e *env) scale(ctx context.Context, run scaleRun) (ScaleResult, error) {
 		e.timeStatus(ctx, &res)
 	}
 	if run.profileDir != "" {
-		if err := e.profile(ctx, e.nodes[0].Name, run.profileDir, strconv.Itoa(run.ips)); err != nil {
+		if err := e.profile(ctx, e.nodes[0].Name, run.profileDir, fmt.Sprintf("%d-steady", run.ips), "cpu", "heap"); err != nil {
 			e.log.Warn("profile", "err", err)
 		}
 	}
@@ -120,7 +159,7 @@ func (e *env) scale(ctx context.Context, run scaleRun) (ScaleResult, error) {
 // coldStart counts the benchmark addresses on every node until each IP is
 // bound on exactly one.
 func (e *env) coldStart(ctx context.Context, t0 time.Time, res *ScaleResult) error {
-	limit := max(deadline, time.Duration(res.IPs)*50*time.Millisecond)
+	limit := max(deadline, time.Duration(res.IPs)*120*time.Millisecond)
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	tick := time.NewTicker(progressEvery)
@@ -154,6 +193,28 @@ func (e *env) coldStart(ctx context.Context, t0 time.Time, res *ScaleResult) err
 		case <-tick.C:
 		}
 	}
+}
+
+// background measures the API server's Lease requests over window while
+// no eipd runs: what the API server does on its own.
+func (e *env) background(ctx context.Context, window time.Duration) (Rates, error) {
+	e.log.Info("background Lease traffic", "window", window)
+	if err := e.reset(ctx, defaultTiming, false); err != nil {
+		return Rates{}, err
+	}
+	before, err := LeaseRequests(ctx, e.c.AdminConfig())
+	if err != nil {
+		return Rates{}, err
+	}
+	start := time.Now()
+	if err := pause(ctx, window); err != nil {
+		return Rates{}, err
+	}
+	after, err := LeaseRequests(ctx, e.c.AdminConfig())
+	if err != nil {
+		return Rates{}, err
+	}
+	return RatesBetween(before, after, time.Since(start)), nil
 }
 
 // steady measures the API server's Lease requests and each eipd's memory
@@ -220,19 +281,29 @@ func (e *env) timeStatus(ctx context.Context, res *ScaleResult) {
 	}
 }
 
-// profile saves a 10-second CPU profile and a heap profile of eipd on
-// node, served with --pprof on its metrics address.
-func (e *env) profile(ctx context.Context, node, dir, tag string) error {
+// profile saves profiles of eipd on node, served with --pprof on its
+// metrics address: "cpu" (10 seconds from now) or "heap". A daemon that
+// is just starting is waited for.
+func (e *env) profile(ctx context.Context, node, dir, tag string, kinds ...string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("profile: %w", err)
 	}
 	hc := e.c.ClientHTTP()
 	hc.Timeout = time.Minute
-	for _, p := range []struct{ path, file string }{
-		{"/debug/pprof/profile?seconds=10", "cpu"},
-		{"/debug/pprof/heap", "heap"},
-	} {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+e.c.DaemonMetricsAddr(node)+p.path, nil)
+	base := "http://" + e.c.DaemonMetricsAddr(node)
+	if err := waitFor(ctx, deadline, "metrics of "+node, func() (bool, error) {
+		resp, err := hc.Get(base + "/healthz")
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	}); err != nil {
+		return err
+	}
+	paths := map[string]string{"cpu": "/debug/pprof/profile?seconds=10", "heap": "/debug/pprof/heap"}
+	for _, kind := range kinds {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+paths[kind], nil)
 		if err != nil {
 			return fmt.Errorf("profile %s: %w", node, err)
 		}
@@ -245,7 +316,7 @@ func (e *env) profile(ctx context.Context, node, dir, tag string) error {
 		if err != nil || resp.StatusCode != http.StatusOK {
 			return fmt.Errorf("profile %s: %s %v", node, resp.Status, err)
 		}
-		name := filepath.Join(dir, fmt.Sprintf("eipd-%s-%s-%s.pprof", node, tag, p.file))
+		name := filepath.Join(dir, fmt.Sprintf("eipd-%s-%s-%s.pprof", node, tag, kind))
 		if err := os.WriteFile(name, b, 0o644); err != nil {
 			return fmt.Errorf("profile %s: %w", node, err)
 		}

@@ -47,6 +47,7 @@ func run(args []string) error {
 	settle := fs.Duration("settle", 5*time.Second, "wait after everything is bound, before a window")
 	profile := fs.Bool("profile", false, "run eipd with --pprof and save CPU and heap profiles at each scale")
 	verbose := fs.Bool("v", false, "log each sample")
+	keep := fs.Bool("keep", false, "keep the cluster's run directory (logs) even when everything worked")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -105,7 +106,7 @@ func run(args []string) error {
 	o.EipdArgs = eipdArgs
 	fmt.Fprintf(os.Stderr, "bench: measuring %s (cluster %s, logs in %s)\n", *only, c.ID(), c.Dir())
 	r, err := bench.Run(ctx, o)
-	if err != nil || len(r.Errors) > 0 {
+	if *keep || err != nil || len(r.Errors) > 0 {
 		c.Keep()
 	}
 	closeErr := c.Close()
