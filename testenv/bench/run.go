@@ -97,8 +97,8 @@ type Report struct {
 	Load     []ScaleResult    `json:"load,omitempty"`
 	// Background is the API server's Lease traffic with no eipd running:
 	// its own identity Lease. The figures for eipd subtract it.
-	Background *Rates `json:"background,omitempty"`
-	Scale    []ScaleResult    `json:"scale,omitempty"`
+	Background *Rates        `json:"background,omitempty"`
+	Scale      []ScaleResult `json:"scale,omitempty"`
 	// MoveMethod says how moves were requested; PluginNote why the plugin
 	// was not used.
 	MoveMethod string   `json:"moveMethod,omitempty"`
