@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -32,6 +33,20 @@ func (s *state) ifaceFor(ip netip.Addr, b config.Binding) (string, error) {
 		s.autoIface[ip] = iface
 	}
 	return iface, err
+}
+
+// addressExpirySlack is how late this kernel may remove an IPv4 address
+// whose lifetime ended: check_lifetime rounds its timer up to a whole
+// second when that delays it by at most ADDRCONF_TIMER_FUZZ (HZ/4).
+// make bench measured up to 232 ms after a SIGKILL.
+const addressExpirySlack = 250 * time.Millisecond
+
+// takeoverGrace is how much longer than its lease duration a silent peer
+// counts as alive: lifetimes are whole seconds, so with a 1 s lease a
+// killed node's addresses may outlive its lease by the slack, and a peer
+// binding the IP at the end of the lease would answer next to it.
+func takeoverGrace(c config.Config) time.Duration {
+	return max(0, c.AddressLifetime()+addressExpirySlack-c.LeaseDuration)
 }
 
 // canBind: binding anything new needs a working API connection (so the

@@ -127,6 +127,7 @@ func (s *state) run(ctx context.Context, stop chan struct{}) error {
 	s.startAllocator(stop)
 	s.loadConfig()
 	s.live = lease.NewLiveness(s.a.opt.Node, s.cfg.RenewInterval, 2*s.cfg.RenewInterval)
+	s.live.SetExpiryGrace(takeoverGrace(s.cfg))
 	ticker := s.a.clk.NewTicker(s.cfg.RenewInterval)
 	interval := s.cfg.RenewInterval
 	timer := s.a.clk.NewTimer(time.Hour)

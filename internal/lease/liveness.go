@@ -25,6 +25,7 @@ import (
 type Liveness struct {
 	self  string
 	tail  time.Duration // the stream must have delivered within this to judge anyone dead
+	grace time.Duration // a silent node is alive this much beyond its lease duration
 	gap   time.Duration // a stream silence longer than this is a break
 	nodes map[string]*observed
 	fresh time.Time // when the latest heartbeat change of any node was observed
@@ -54,6 +55,15 @@ func NewLiveness(self string, tail, breakAfter time.Duration) *Liveness {
 // SetTimings changes tail and break threshold after a configuration edit.
 func (l *Liveness) SetTimings(tail, breakAfter time.Duration) {
 	l.tail, l.gap = tail, breakAfter
+}
+
+// SetExpiryGrace makes a node that stopped renewing count as alive for
+// grace beyond its lease duration: as long as its kernel may still hold
+// addresses whose lifetime ended, so that nobody takes its IPs over while
+// it still answers for them. Renewing is not affected: nothing new is
+// given to such a node.
+func (l *Liveness) SetExpiryGrace(grace time.Duration) {
+	l.grace = grace
 }
 
 // Observe records the current heartbeat of a node as seen at now. Calling it
@@ -116,7 +126,7 @@ func (l *Liveness) Alive(node string, now time.Time) bool {
 	if !ok {
 		return false
 	}
-	if node == l.self || now.Sub(o.at) < o.duration {
+	if node == l.self || now.Sub(o.at) < o.duration+l.grace {
 		return true
 	}
 	return now.Sub(l.fresh) > l.tail
@@ -141,7 +151,7 @@ func (l *Liveness) Renewing(node string, now time.Time) bool {
 func (l *Liveness) NextExpiry(now time.Time) (time.Time, bool) {
 	var next time.Time
 	for n, o := range l.nodes {
-		at := o.at.Add(o.duration)
+		at := o.at.Add(o.duration + l.grace)
 		if n == l.self || !at.After(now) {
 			continue
 		}
@@ -153,13 +163,14 @@ func (l *Liveness) NextExpiry(now time.Time) (time.Time, bool) {
 }
 
 // DeadSince returns when node was judged dead: the end of its last observed
-// lease duration. ok is false while it is alive or was never observed.
+// lease duration and the grace. ok is false while it is alive or was never
+// observed.
 func (l *Liveness) DeadSince(node string, now time.Time) (time.Time, bool) {
 	o, ok := l.nodes[node]
 	if !ok || l.Alive(node, now) {
 		return time.Time{}, false
 	}
-	return o.at.Add(o.duration), true
+	return o.at.Add(o.duration + l.grace), true
 }
 
 // Connected reports whether the heartbeat stream delivered a change within
