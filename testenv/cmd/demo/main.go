@@ -156,8 +156,11 @@ func (d *demo) show() error {
 		return err
 	}
 
-	target := d.other(next, holder)
-	if d.plugin("move", ips[1].String(), target) {
+	second, err := d.waitHolder(ips[1], "")
+	if err != nil {
+		return err
+	}
+	if d.plugin("move", ips[1].String(), d.other(second)) {
 		d.plugin("status")
 	}
 	return nil
