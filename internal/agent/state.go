@@ -356,18 +356,23 @@ func (s *state) reconcile() {
 	s.allocate(v, locks)
 
 	// Acquisitions in flight are bounded (see dispatch), so the IPs the
-	// policy gives this node, or that it ranks first for, go first: it
-	// races for the others' only once its own are under way.
-	mine := func(ip netip.Addr) bool { return plan[ip] == v.Self || lease.Rank(ip, v.Self, v.Live) == 0 }
-	for _, first := range []bool{true, false} {
-		for _, ip := range s.order {
-			if mine(ip) != first {
-				continue
-			}
-			name := lease.NameFor(ip)
-			s.decide(v, ip, s.effective(name, locks[name], now), true, plan[ip])
-			delete(locks, name)
+	// policy gives this node, or free ones it ranks first for, go first:
+	// it races for the others' only once its own are under way.
+	first := make([]netip.Addr, 0, len(s.order))
+	var later []netip.Addr
+	for _, ip := range s.order {
+		l := locks[lease.NameFor(ip)]
+		free := l == nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == ""
+		if plan[ip] == v.Self || free && lease.Rank(ip, v.Self, v.Live) == 0 {
+			first = append(first, ip)
+		} else {
+			later = append(later, ip)
 		}
+	}
+	for _, ip := range append(first, later...) {
+		name := lease.NameFor(ip)
+		s.decide(v, ip, s.effective(name, locks[name], now), true, plan[ip])
+		delete(locks, name)
 	}
 	for name, l := range locks {
 		if l = s.effective(name, l, now); l == nil {
@@ -525,6 +530,9 @@ func (s *state) apply(v lease.View, ip netip.Addr, l *coordinationv1.Lease, lk *
 	if !d.At.IsZero() {
 		s.wakeAt(d.At)
 	}
+	if (d.Action == lease.Create || d.Action == lease.Acquire) && s.acquisitionsFull() {
+		return // decided again when one in flight completes
+	}
 	e := s.entries[ip]
 	w := write{ip: ip, name: lease.NameFor(ip), action: d.Action, timeout: max(s.cfg.LeaseDuration, 2*time.Second)}
 	now := s.a.clk.Now()
@@ -569,7 +577,7 @@ func (s *state) apply(v lease.View, ip netip.Addr, l *coordinationv1.Lease, lk *
 // at a cold start, each also raced by the next-ranked node).
 func (s *state) dispatch(w write) {
 	acquisition := w.action == lease.Create || w.action == lease.Acquire
-	if acquisition && s.acquiring >= s.a.opt.Writers {
+	if acquisition && s.acquisitionsFull() {
 		return
 	}
 	select {
@@ -587,6 +595,8 @@ func (s *state) dispatch(w write) {
 		s.wakeAt(s.a.clk.Now().Add(s.cfg.RankStep()))
 	}
 }
+
+func (s *state) acquisitionsFull() bool { return s.acquiring >= s.a.opt.Writers }
 
 func (s *state) writeDone(r writeResult) {
 	delete(s.inflight, r.name)
