@@ -36,6 +36,13 @@ type Addresses struct {
 	// with, as last listed and then updated by Add and Del, so that Add
 	// lists an interface once rather than on every binding.
 	known map[string]*knownAddrs
+	// links holds the interfaces Add looked up, by name: the agent
+	// refreshes every bound address each renew interval, and looking the
+	// interface up was half the cost of a refresh. Add looks an interface
+	// up again when the kernel says it is gone (recreated under the same
+	// name); List always does, so a renamed interface is noticed at the
+	// agent's next resync.
+	links map[string]netlink.Link
 }
 
 type knownAddrs struct {
@@ -46,7 +53,7 @@ type knownAddrs struct {
 // NewAddresses returns an adapter bound to the calling thread's network
 // namespace. A failure to open netlink is reported by every method.
 func NewAddresses(log *slog.Logger) *Addresses {
-	a := &Addresses{log: log, known: map[string]*knownAddrs{}}
+	a := &Addresses{log: log, known: map[string]*knownAddrs{}, links: map[string]netlink.Link{}}
 	a.ns, a.err = currentNetNamespace()
 	if a.err != nil {
 		return a
@@ -96,17 +103,32 @@ func (a *Addresses) Add(iface string, p netip.Prefix, lifetime time.Duration) er
 	if err != nil {
 		return fmt.Errorf("bind %s on %s: %w", p, iface, err)
 	}
-	link, err := a.link(iface)
+	link, err := a.cachedLink(iface)
 	if err != nil {
 		return fmt.Errorf("bind %s on %s: %w", p, iface, err)
 	}
-	bits, err := a.lengths(link, p.Addr())
+	err = a.add(link, iface, p, secs, lifetime)
+	if errors.Is(err, unix.ENODEV) {
+		// The interface looked up before is gone: perhaps recreated.
+		if link, err = a.lookupLink(iface); err == nil {
+			err = a.add(link, iface, p, secs, lifetime)
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("bind %s on %s: %w", p, iface, err)
+	}
+	return nil
+}
+
+// add binds p on link with a lifetime of secs seconds.
+func (a *Addresses) add(link netlink.Link, iface string, p netip.Prefix, secs int, lifetime time.Duration) error {
+	bits, err := a.lengths(link, p.Addr())
+	if err != nil {
+		return err
 	}
 	if slices.ContainsFunc(bits, func(b int) bool { return b != p.Bits() }) {
 		if err := a.delMatching(link, p.Addr(), p.Bits()); err != nil {
-			return fmt.Errorf("bind %s on %s: %w", p, iface, err)
+			return err
 		}
 	}
 	addr := &netlink.Addr{IPNet: ipNet(p), ValidLft: secs, PreferedLft: secs}
@@ -114,7 +136,7 @@ func (a *Addresses) Add(iface string, p netip.Prefix, lifetime time.Duration) er
 		addr.Flags = unix.IFA_F_NODAD
 	}
 	if err := a.nl.AddrReplace(link, addr); err != nil {
-		return fmt.Errorf("bind %s on %s: %w", p, iface, err)
+		return err
 	}
 	if !slices.Equal(bits, []int{p.Bits()}) {
 		a.log.Debug("bound address", "ip", p.Addr(), "iface", iface, "prefix", p, "lifetime", lifetime)
@@ -254,7 +276,7 @@ func (a *Addresses) List(iface string) ([]netip.Prefix, error) {
 	if a.err != nil {
 		return nil, fmt.Errorf("list addresses on %s: %w", iface, a.err)
 	}
-	link, err := a.link(iface)
+	link, err := a.lookupLink(iface)
 	if err != nil {
 		return nil, fmt.Errorf("list addresses on %s: %w", iface, err)
 	}
@@ -327,6 +349,30 @@ func (a *Addresses) check(p netip.Prefix) error {
 		return fmt.Errorf("invalid prefix %q", p)
 	}
 	return nil
+}
+
+// cachedLink returns the interface named iface as last looked up.
+func (a *Addresses) cachedLink(iface string) (netlink.Link, error) {
+	a.mu.Lock()
+	link, ok := a.links[iface]
+	a.mu.Unlock()
+	if ok {
+		return link, nil
+	}
+	return a.lookupLink(iface)
+}
+
+// lookupLink looks iface up and keeps the answer for cachedLink.
+func (a *Addresses) lookupLink(iface string) (netlink.Link, error) {
+	link, err := a.link(iface)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err != nil {
+		delete(a.links, iface)
+		return nil, err
+	}
+	a.links[iface] = link
+	return link, nil
 }
 
 func (a *Addresses) link(iface string) (netlink.Link, error) {

@@ -192,6 +192,17 @@ func TestAddressesOnVeth(t *testing.T) {
 		_, err = addrs.Up("nosuch0")
 		assert.ErrorContains(t, err, "nosuch0")
 	})
+
+	t.Run("interface recreated under the same name", func(t *testing.T) {
+		p := netip.MustParsePrefix("198.18.0.40/32")
+		n.ip(t, n.a, "link", "add", "eipre0", "type", "veth", "peer", "name", "eipre1")
+		assert.NilError(t, addrs.Add("eipre0", p, 30*time.Second))
+		n.ip(t, n.a, "link", "del", "eipre0")
+		n.ip(t, n.a, "link", "add", "eipre0", "type", "veth", "peer", "name", "eipre1")
+		t.Cleanup(func() { n.ip(t, n.a, "link", "del", "eipre0") })
+		assert.NilError(t, addrs.Add("eipre0", p, 30*time.Second), "the interface looked up before is gone")
+		assert.Equal(t, len(n.addr(t, n.a, "eipre0", p.Addr().String())), 1)
+	})
 }
 
 func TestWatchOnVeth(t *testing.T) {
