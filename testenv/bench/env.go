@@ -196,7 +196,9 @@ func (e *env) reset(ctx context.Context, timing Timing, start bool) error {
 			return err
 		}
 	}
-	return nil
+	// A daemon that has just started takes nothing for a renew interval
+	// while it learns its live peers: measure the settled cluster.
+	return pause(ctx, timing.Lease)
 }
 
 // startDaemon starts eipd on node and waits until it renewed its heartbeat.
