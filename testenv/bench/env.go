@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/vishvananda/netlink"
 
@@ -76,8 +77,16 @@ type env struct {
 	svcSeq  int
 }
 
-func newEnv(c *testenv.Cluster, log *slog.Logger, args []string, plugin string) *env {
-	return &env{c: c, k: c.Client(), log: log, nodes: c.Nodes(), args: args, plugin: plugin, pingSeq: firstPingIP}
+func newEnv(c *testenv.Cluster, log *slog.Logger, args []string, plugin string) (*env, error) {
+	// The API server warns that spec.externalIPs is deprecated on each of
+	// the thousands of Services created here.
+	cfg := c.AdminConfig()
+	cfg.WarningHandler = rest.NoWarnings{}
+	k, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("admin client: %w", err)
+	}
+	return &env{c: c, k: k, log: log, nodes: c.Nodes(), args: args, plugin: plugin, pingSeq: firstPingIP}, nil
 }
 
 // serviceIP is the n-th benchmark IP, skipping the .0 and .255 of each /24

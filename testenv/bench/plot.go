@@ -93,7 +93,7 @@ func (r *Report) Plot() []byte {
 	}
 	s.xy(panelW, panelH+30, xyPanel{
 		title: "cold start: % of IPs bound on node interfaces", xLabel: "seconds since eipd started", yLabel: "% bound",
-		series: cold, vTarget: 10, vTargetLabel: "target (1,000 IPs)", noMarkers: true,
+		series: cold, vTarget: 10, vTargetLabel: "target (1,000 IPs)", noMarkers: true, yMax: 100,
 	})
 	s.printf("</svg>\n")
 	return []byte(s.b.String())
@@ -191,6 +191,7 @@ type xyPanel struct {
 	vTarget       float64 // a vertical target line; 0: none
 	vTargetLabel  string
 	noMarkers     bool
+	yMax          float64 // the top of the y axis; 0: fit the data
 }
 
 func (s *svgWriter) xy(x, y float64, p xyPanel) {
@@ -224,7 +225,11 @@ func (s *svgWriter) xy(x, y float64, p xyPanel) {
 		top := xticks[len(xticks)-1]
 		xpos = func(v float64) float64 { return x0 + w*v/top }
 	}
-	yticks := niceTicks(0, max(yhi*1.1, 1))
+	top := max(yhi*1.1, 1)
+	if p.yMax > 0 {
+		top = p.yMax
+	}
+	yticks := niceTicks(0, top)
 	ytop := yticks[len(yticks)-1]
 	ypos := func(v float64) float64 { return y0 + h - h*v/ytop }
 	s.xTicks(x0, y0, w, h, xticks, xpos)
@@ -239,7 +244,7 @@ func (s *svgWriter) xy(x, y float64, p xyPanel) {
 	}
 	if p.vTarget > 0 {
 		s.printf(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="red" stroke-dasharray="4,3"/>`+"\n", xpos(p.vTarget), y0, xpos(p.vTarget), y0+h)
-		s.text(xpos(p.vTarget)-4, y0+12, "end", "normal", p.vTargetLabel)
+		s.text(xpos(p.vTarget)+4, y0+h-6, "start", "normal", p.vTargetLabel)
 	}
 	for i, sr := range p.series {
 		color := palette[i%len(palette)]

@@ -116,7 +116,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if ok, why := pluginWorks(ctx, plugin); !ok {
 		plugin, r.PluginNote = "", why
 	}
-	e := newEnv(o.Cluster, o.Log, o.EipdArgs, plugin)
+	e, err := newEnv(o.Cluster, o.Log, o.EipdArgs, plugin)
+	if err != nil {
+		return nil, err
+	}
 	fail := func(what string, err error) {
 		if err != nil {
 			o.Log.Error(what, "err", err)
