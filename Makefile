@@ -25,7 +25,7 @@ install: build
 
 ## lint: gofmt and go vet must be clean
 lint:
-	@out=$$(gofmt -l daemon kubectl-eip internal manifests scripts testenv/*.go testenv/cmd testenv/e2e 2>/dev/null); \
+	@out=$$(gofmt -l daemon kubectl-eip internal manifests scripts testenv); \
 		if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
