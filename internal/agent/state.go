@@ -552,6 +552,7 @@ func (s *state) apply(v lease.View, ip netip.Addr, l *coordinationv1.Lease, lk *
 		w.target = v.Self
 		if lk.Holder != "" {
 			w.dead, _ = v.DeadSince(lk.Holder)
+			w.from = lk.Holder
 		}
 		w.lease = lease.WithHolder(l, ip, v.Self, e.Services, now)
 	case lease.Handoff, lease.Release:
@@ -630,6 +631,7 @@ func (s *state) writeDone(r writeResult) {
 		if takeover {
 			s.a.opt.Metrics.Failover(now.Sub(r.dead))
 			log.Info("took over from a dead holder", "after", now.Sub(r.dead))
+			s.event(r.ip, corev1.EventTypeNormal, "TakenOver", fmt.Sprintf("%s taken over by %s from %s, judged dead", r.ip, s.a.opt.Node, r.from))
 		} else {
 			log.Info("acquired")
 		}

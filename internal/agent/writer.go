@@ -19,6 +19,7 @@ type write struct {
 	lease   *coordinationv1.Lease // what to create or update
 	rv      string                // precondition of a delete
 	dead    time.Time             // for a takeover: when the old holder was judged dead
+	from    string                // for a takeover: the old holder
 	timeout time.Duration
 }
 
