@@ -160,11 +160,11 @@ func TestEveryObjectIsEips(t *testing.T) {
 
 func TestRBACIsMinimal(t *testing.T) {
 	objs := decodeAll(t)
-	read := []string{"get", "list", "watch"}
+	read := []string{"list", "watch"}
 	cr := one[*rbacv1.ClusterRole](t, objs)
 	assert.DeepEqual(t, cr.Rules, []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: read},
-		{APIGroups: []string{""}, Resources: []string{"services/status"}, Verbs: []string{"update", "patch"}},
+		{APIGroups: []string{""}, Resources: []string{"services/status"}, Verbs: []string{"update"}},
 		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: read},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 	})

@@ -122,18 +122,12 @@ func (p permission) String() string {
 var unusedOnPurpose = func() map[permission]string {
 	const listFallback = "informers stream their initial list through a watch (WatchList, on in client-go since 1.35); " +
 		"against an API server that cannot, they fall back to LIST"
-	const excess = "not used by eipd (its informers list and watch, it writes status with update): " +
-		"to be removed from manifests/rbac.yaml, docs/operating.md and TestRBACIsMinimal"
 	ns := testenv.Namespace
 	return map[permission]string{
 		{"", "", "services", "list"}:                  listFallback,
 		{"", "", "nodes", "list"}:                     listFallback,
 		{ns, "coordination.k8s.io", "leases", "list"}: listFallback,
 		{ns, "", "configmaps", "list"}:                listFallback,
-		{"", "", "services", "get"}:                   excess,
-		{"", "", "nodes", "get"}:                      excess,
-		{ns, "", "configmaps", "get"}:                 excess,
-		{"", "", "services/status", "patch"}:          excess,
 	}
 }()
 
