@@ -13,32 +13,9 @@ import (
 	"github.com/eip-project/eip/internal/ipset"
 )
 
-// ExcludeLabel marks nodes that never serve external load balancer IPs.
-const ExcludeLabel = "node.kubernetes.io/exclude-from-external-load-balancers"
-
 // AnnotationPreferredNodes on a Service lists the nodes its IPs should live
 // on, in order of preference, comma separated.
 const AnnotationPreferredNodes = "eip.io/preferred-nodes"
-
-// NodeEligible says whether a Node may hold IPs under selector, and if not,
-// why. A missing, deleting, cordoned or excluded Node may not.
-func NodeEligible(n *corev1.Node, selector labels.Selector) (bool, string) {
-	switch {
-	case n == nil:
-		return false, "no Node object"
-	case n.DeletionTimestamp != nil:
-		return false, "Node is being deleted"
-	case n.Spec.Unschedulable:
-		return false, "Node is cordoned"
-	}
-	if _, ok := n.Labels[ExcludeLabel]; ok {
-		return false, "Node is labelled " + ExcludeLabel
-	}
-	if selector != nil && !selector.Matches(labels.Set(n.Labels)) {
-		return false, "Node does not match node-selector " + selector.String()
-	}
-	return true, ""
-}
 
 // loadConfig parses the ConfigMap when it changed. An invalid one keeps the
 // last good configuration in force, is logged, recorded as a Warning event

@@ -701,7 +701,7 @@ func (s *state) eligible(node string) bool {
 		return false
 	}
 	n, _ := s.a.nodes.Get(node)
-	ok, _ = NodeEligible(n, s.cfg.NodeSelector)
+	ok, _ = policy.NodeEligible(n, s.cfg.NodeSelector)
 	return ok
 }
 
@@ -730,7 +730,7 @@ func (s *state) updateEligibility() {
 // the reason is an interface of the configuration missing here.
 func (s *state) eligibleSelf() (ok bool, why string, missingIface bool) {
 	n, _ := s.a.nodes.Get(s.a.opt.Node)
-	if ok, why := NodeEligible(n, s.cfg.NodeSelector); !ok {
+	if ok, why := policy.NodeEligible(n, s.cfg.NodeSelector); !ok {
 		return false, why, false
 	}
 	if !s.cfgLoaded {

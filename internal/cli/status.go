@@ -10,11 +10,11 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/eip-project/eip/internal/config"
 	"github.com/eip-project/eip/internal/ipset"
 	"github.com/eip-project/eip/internal/lease"
+	"github.com/eip-project/eip/internal/policy"
 )
 
 // SchemaVersion is the version of the Status schema printed by
@@ -410,29 +410,7 @@ func nodeEligible(hb lease.Heartbeat, n *corev1.Node, cfg config.Config, known b
 	if !known {
 		selector = nil
 	}
-	return eligibleNode(n, selector)
-}
-
-// eligibleNode mirrors agent.NodeEligible, the daemons' check of a Node.
-// The plugin does not import package agent, which carries the daemon's
-// netlink code into a binary that must also run on a laptop.
-func eligibleNode(n *corev1.Node, selector labels.Selector) (bool, string) {
-	const excludeLabel = "node.kubernetes.io/exclude-from-external-load-balancers"
-	switch {
-	case n == nil:
-		return false, "no Node object"
-	case n.DeletionTimestamp != nil:
-		return false, "Node is being deleted"
-	case n.Spec.Unschedulable:
-		return false, "Node is cordoned"
-	}
-	if _, ok := n.Labels[excludeLabel]; ok {
-		return false, "Node is labelled " + excludeLabel
-	}
-	if selector != nil && !selector.Matches(labels.Set(n.Labels)) {
-		return false, "Node does not match node-selector " + selector.String()
-	}
-	return true, ""
+	return policy.NodeEligible(n, selector)
 }
 
 // ipState decides the state of one IP and explains it.

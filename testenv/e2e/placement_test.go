@@ -19,6 +19,7 @@ import (
 
 	"github.com/eip-project/eip/internal/agent"
 	"github.com/eip-project/eip/internal/lease"
+	"github.com/eip-project/eip/internal/policy"
 	"github.com/eip-project/eip/testenv"
 )
 
@@ -392,7 +393,7 @@ func (e *env) restoreNodesOnCleanup() {
 	e.t.Cleanup(func() {
 		for _, n := range e.nodes {
 			e.editNode(n, func(n *corev1.Node) {
-				delete(n.Labels, agent.ExcludeLabel)
+				delete(n.Labels, policy.ExcludeLabel)
 				delete(n.Labels, zoneLabel)
 				n.Spec.Unschedulable = false
 			})

@@ -10,8 +10,8 @@ import (
 	"gotest.tools/v3/assert"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/eip-project/eip/internal/agent"
 	"github.com/eip-project/eip/internal/lease"
+	"github.com/eip-project/eip/internal/policy"
 )
 
 // Policy tests (issue 5): where the IPs live under sticky and spread, as
@@ -170,14 +170,14 @@ func TestPolicyExcludeLabelHandsOff(t *testing.T) {
 	excluded := e.nodes[1]
 	out, s := e.policyStep("exclude "+excluded, ips, start, handoffGapLimit,
 		func(*conflictMeter) {
-			e.editNode(excluded, func(n *corev1.Node) { n.Labels[agent.ExcludeLabel] = "true" })
+			e.editNode(excluded, func(n *corev1.Node) { n.Labels[policy.ExcludeLabel] = "true" })
 		},
 		counts(map[string]int{e.nodes[0]: 6, e.nodes[2]: 6}))
 	assertMovedFrom(t, s, start, excluded)
 
 	_, s = e.policyStep("include "+excluded+" again", ips, out, handoffGapLimit,
 		func(*conflictMeter) {
-			e.editNode(excluded, func(n *corev1.Node) { delete(n.Labels, agent.ExcludeLabel) })
+			e.editNode(excluded, func(n *corev1.Node) { delete(n.Labels, policy.ExcludeLabel) })
 		},
 		counts(even))
 	assert.Equal(t, len(s.moved), 4)
