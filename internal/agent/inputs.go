@@ -85,19 +85,8 @@ func truncate(s string, n int) string {
 
 // nodeAddresses are the addresses of every Node: never bound for a Service.
 func (s *state) nodeAddresses() map[netip.Addr]string {
-	out := map[netip.Addr]string{}
 	nodes, _ := s.a.nodes.List(labels.Everything())
-	for _, n := range nodes {
-		for _, a := range n.Status.Addresses {
-			if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
-				continue
-			}
-			if ip, err := netip.ParseAddr(a.Address); err == nil {
-				out[ip.Unmap()] = n.Name
-			}
-		}
-	}
-	return out
+	return ipset.NodeAddresses(nodes)
 }
 
 // computeEntries recomputes the managed IPs from the Services.

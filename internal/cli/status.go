@@ -156,7 +156,7 @@ func buildStatus(s snapshot, now time.Time) Status {
 	for _, n := range s.nodes {
 		nodeObjs[n.Name] = n
 	}
-	reserved := reservedAddresses(s.nodes)
+	reserved := ipset.NodeAddresses(s.nodes)
 	cfg, known := readConfig(&st, s, reserved)
 	heartbeats, locks, byName := readLeases(&st, s.leases)
 
@@ -274,22 +274,6 @@ func everything() config.Config {
 		{First: netip.IPv6Unspecified(), Last: netip.AddrFrom16([16]byte{0: 255, 1: 255, 2: 255, 3: 255, 4: 255, 5: 255, 6: 255, 7: 255, 8: 255, 9: 255, 10: 255, 11: 255, 12: 255, 13: 255, 14: 255, 15: 255})},
 	}
 	return cfg
-}
-
-// reservedAddresses are the Nodes' own addresses, which eip never binds.
-func reservedAddresses(nodes []*corev1.Node) map[netip.Addr]string {
-	out := map[netip.Addr]string{}
-	for _, n := range nodes {
-		for _, a := range n.Status.Addresses {
-			if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
-				continue
-			}
-			if ip, err := netip.ParseAddr(a.Address); err == nil {
-				out[ip.Unmap()] = n.Name
-			}
-		}
-	}
-	return out
 }
 
 // readLeases sorts eip's Leases into heartbeats and locks. A damaged lock

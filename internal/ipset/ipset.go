@@ -132,3 +132,20 @@ func Judge(ip netip.Addr, cfg config.Config, reserved map[netip.Addr]string) (co
 	}
 	return b, ""
 }
+
+// NodeAddresses are the Nodes' own addresses (internal and external), each
+// with its Node's name: eip never binds them for a Service.
+func NodeAddresses(nodes []*corev1.Node) map[netip.Addr]string {
+	out := map[netip.Addr]string{}
+	for _, n := range nodes {
+		for _, a := range n.Status.Addresses {
+			if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
+				continue
+			}
+			if ip, err := netip.ParseAddr(a.Address); err == nil {
+				out[ip.Unmap()] = n.Name
+			}
+		}
+	}
+	return out
+}

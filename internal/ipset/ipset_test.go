@@ -356,3 +356,26 @@ func BenchmarkCompute(b *testing.B) {
 		})
 	}
 }
+
+func TestNodeAddresses(t *testing.T) {
+	node := func(name string, addrs ...corev1.NodeAddress) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.NodeStatus{Addresses: addrs}}
+	}
+	got := ipset.NodeAddresses([]*corev1.Node{
+		node("n1",
+			corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "198.18.0.11"},
+			corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: "2001:db8::11"},
+			corev1.NodeAddress{Type: corev1.NodeHostName, Address: "n1"},
+		),
+		node("n2",
+			corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "::ffff:198.18.0.12"},
+			corev1.NodeAddress{Type: corev1.NodeInternalDNS, Address: "198.18.0.99"},
+			corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "not-an-ip"},
+		),
+	})
+	assert.DeepEqual(t, got, map[netip.Addr]string{
+		netip.MustParseAddr("198.18.0.11"):  "n1",
+		netip.MustParseAddr("2001:db8::11"): "n1",
+		netip.MustParseAddr("198.18.0.12"):  "n2",
+	})
+}
