@@ -101,6 +101,43 @@ func (e *env) pingIP() netip.Addr {
 	return serviceIP(e.pingSeq)
 }
 
+// oneIPSamples takes n samples of one Service IP on a cluster reset under
+// timing, watching the nodes' addresses throughout. A sample that fails is
+// kept (it carries its error) and the next one starts on a reset cluster
+// with a fresh IP.
+func oneIPSamples[S any](ctx context.Context, e *env, timing Timing, n int, sample func(w *addrWatch, ip netip.Addr, i int) (S, error)) ([]S, error) {
+	w, err := watchAddrs(e.nodes, inRange)
+	if err != nil {
+		return nil, err
+	}
+	defer w.Close()
+	fresh := func() (netip.Addr, error) {
+		if err := e.reset(ctx, timing, true); err != nil {
+			return netip.Addr{}, err
+		}
+		ip := e.pingIP()
+		return ip, e.createServices(ctx, []netip.Addr{ip})
+	}
+	ip, err := fresh()
+	if err != nil {
+		return nil, err
+	}
+	var out []S
+	for i := range n {
+		s, err := sample(w, ip, i)
+		if ctx.Err() != nil {
+			return out, ctx.Err()
+		}
+		out = append(out, s)
+		if err != nil {
+			if ip, err = fresh(); err != nil {
+				return out, err
+			}
+		}
+	}
+	return out, w.Err()
+}
+
 func (e *env) nodeNames() []string {
 	var out []string
 	for _, n := range e.nodes {

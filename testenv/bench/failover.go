@@ -50,46 +50,21 @@ type FailoverSample struct {
 // faults, each time taking away whichever node holds the IP.
 func (e *env) failovers(ctx context.Context, timing Timing, reps int) ([]FailoverSample, error) {
 	e.log.Info("failover", "timing", timing.Name, "reps", reps)
-	if err := e.reset(ctx, timing, true); err != nil {
-		return nil, err
-	}
-	w, err := watchAddrs(e.nodes, inRange)
-	if err != nil {
-		return nil, err
-	}
-	defer w.Close()
-	ip := e.pingIP()
-	if err := e.createServices(ctx, []netip.Addr{ip}); err != nil {
-		return nil, err
-	}
-	var out []FailoverSample
-	for i := range 2 * reps {
+	return oneIPSamples(ctx, e, timing, 2*reps, func(w *addrWatch, ip netip.Addr, i int) (FailoverSample, error) {
 		fault := FaultKill
 		if i%2 == 1 {
 			fault = FaultCut
 		}
 		s, err := e.failover(ctx, w, ip, timing, fault)
-		if ctx.Err() != nil {
-			return out, ctx.Err()
-		}
 		if err != nil {
 			s.Error = err.Error()
 			e.log.Warn("failover failed; resetting", "fault", fault, "err", err)
-			out = append(out, s)
-			if err := e.reset(ctx, timing, true); err != nil {
-				return out, err
-			}
-			ip = e.pingIP()
-			if err := e.createServices(ctx, []netip.Addr{ip}); err != nil {
-				return out, err
-			}
-			continue
+			return s, err
 		}
 		e.log.Info("failover", "fault", fault, "timing", timing.Name, "from", s.From, "to", s.To,
 			"failover", s.Failover, "gap", s.Gap, "doubleBound", s.DoubleBound)
-		out = append(out, s)
-	}
-	return out, w.Err()
+		return s, nil
+	})
 }
 
 func (e *env) failover(ctx context.Context, w *addrWatch, ip netip.Addr, timing Timing, fault string) (FailoverSample, error) {

@@ -52,45 +52,20 @@ type MoveSample struct {
 // alternating, under the default timing.
 func (e *env) moves(ctx context.Context, reps int) ([]MoveSample, error) {
 	e.log.Info("planned moves", "reps", reps)
-	if err := e.reset(ctx, defaultTiming, true); err != nil {
-		return nil, err
-	}
-	w, err := watchAddrs(e.nodes, inRange)
-	if err != nil {
-		return nil, err
-	}
-	defer w.Close()
-	ip := e.pingIP()
-	if err := e.createServices(ctx, []netip.Addr{ip}); err != nil {
-		return nil, err
-	}
-	var out []MoveSample
-	for i := range 2 * reps {
+	return oneIPSamples(ctx, e, defaultTiming, 2*reps, func(w *addrWatch, ip netip.Addr, i int) (MoveSample, error) {
 		kind := MoveRequest
 		if i%2 == 1 {
 			kind = MoveSIGTERM
 		}
 		s, err := e.move(ctx, w, ip, kind)
-		if ctx.Err() != nil {
-			return out, ctx.Err()
-		}
 		if err != nil {
 			s.Error = err.Error()
 			e.log.Warn("move failed; resetting", "kind", kind, "err", err)
-			out = append(out, s)
-			if err := e.reset(ctx, defaultTiming, true); err != nil {
-				return out, err
-			}
-			ip = e.pingIP()
-			if err := e.createServices(ctx, []netip.Addr{ip}); err != nil {
-				return out, err
-			}
-			continue
+			return s, err
 		}
 		e.log.Info("move", "kind", kind, "from", s.From, "to", s.To, "gap", s.Gap, "switch", s.Switch)
-		out = append(out, s)
-	}
-	return out, w.Err()
+		return s, nil
+	})
 }
 
 func (e *env) move(ctx context.Context, w *addrWatch, ip netip.Addr, kind string) (MoveSample, error) {
