@@ -1,0 +1,339 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/eip-project/eip/testenv"
+)
+
+// readmeCoverage says, for every command of README.md's sh blocks, how it
+// is run: by this test (check runs the README's line, with the
+// substitutions how names), or by a test or script elsewhere (check reads
+// that file and fails when it no longer does so). A README command missing here fails
+// TestREADMECommands, so every new one needs a line.
+type readmeCoverage struct {
+	how   string
+	check func(r *readme, t *testing.T, line string)
+}
+
+// readme is the state the checks share: they run in the README's order, so
+// the manifests are applied before the ConfigMap is patched and kubectl-eip
+// is installed before `kubectl eip status` runs.
+type readme struct {
+	e    *env
+	root string
+	tmp  string
+}
+
+func readmeCommands() map[string]readmeCoverage {
+	return map[string]readmeCoverage{
+		"make demo": {
+			how:   "run here as written: its own cluster, a Service, pings, a failover and a move",
+			check: (*readme).demo,
+		},
+		"make test": {
+			how:   "what CI runs: .ci/run ends with `make test`",
+			check: ranBy(".ci/run", "\nmake test\n"),
+		},
+		"make lint": {
+			how:   "the first prerequisite of `make test`, which CI runs",
+			check: ranBy("Makefile", "\ntest: lint build\n"),
+		},
+		"make image": {
+			how:   "run here with OUT=<temp dir>/eipd-image.tar, so bin/eipd-image.tar is left alone",
+			check: (*readme).image,
+		},
+		"kubectl kustomize manifests/ | sed 's#ghcr.io/eip-project/eipd:dev#REGISTRY/eipd:TAG#' | kubectl apply -f -": {
+			how:   "run here as written, from the client namespace against the test cluster (KUBECONFIG: its admin kubeconfig; kubectl: $EIP_K8S_BIN/kubectl)",
+			check: (*readme).install,
+		},
+		`kubectl -n eip-system patch configmap eip-config --type merge -p '{"data":{"ranges":"192.0.2.0/28"}}'`: {
+			how:   "run here with the test LAN's 198.18.100.0/24 for 192.0.2.0/28; then a Service's IP in it must be served",
+			check: (*readme).configure,
+		},
+		"make install": {
+			how:   "run here with PREFIX=<temp dir>; then `kubectl eip status` runs from that PATH against the test cluster",
+			check: (*readme).makeInstall,
+		},
+		"make build": {
+			how:   "run here as written",
+			check: (*readme).build,
+		},
+		"bin/eipd --kubeconfig ~/.kube/config --node-name $(hostname)": {
+			how:   "how testenv starts every eipd (Cluster.StartDaemon with DaemonArgs: $EIPD_BIN, default bin/eipd, --kubeconfig=<node kubeconfig> --node-name=<node>); newEnv starts it on every node, here too",
+			check: (*readme).daemonArgs,
+		},
+		"make bench": {
+			how:   "the Makefile's `bench: build` then scripts/bench.sh; run here as `scripts/bench.sh -only bind -bind-reps 3 -out <temp dir>`: the same script, benchmark and cluster, one scenario, three samples",
+			check: (*readme).bench,
+		},
+	}
+}
+
+// TestREADMECommands runs, or finds what runs, every command README.md
+// shows in its sh blocks.
+func TestREADMECommands(t *testing.T) {
+	root, err := testenv.RepoRoot()
+	assert.NilError(t, err)
+	b, err := os.ReadFile(filepath.Join(root, "README.md"))
+	assert.NilError(t, err)
+	cmds := shCommands(string(b))
+	assert.Assert(t, len(cmds) > 0, "no commands in README.md's sh blocks")
+	table := readmeCommands()
+	for _, c := range cmds {
+		if _, ok := table[c]; !ok {
+			t.Errorf("README.md command %q is in no row of readmeCommands: run it in this test or name what runs it", c)
+		}
+	}
+	for c := range table {
+		assert.Check(t, is.Contains(cmds, c), "readmeCommands has a row for %q, which README.md no longer shows", c)
+	}
+	if t.Failed() {
+		return
+	}
+
+	r := &readme{e: newEnv(t, defaultConfig()), root: root, tmp: t.TempDir()}
+	for _, c := range cmds {
+		cov := table[c]
+		t.Run(c, func(t *testing.T) {
+			t.Logf("%s: %s", c, cov.how)
+			cov.check(r, t, c)
+		})
+	}
+}
+
+// shCommands returns each command line of the ```sh blocks of a Markdown
+// text, in order and once each, without shell comments; lines ending in a
+// backslash are joined.
+func shCommands(md string) []string {
+	var cmds []string
+	seen := map[string]bool{}
+	in := false
+	var cont string
+	sc := bufio.NewScanner(strings.NewReader(md))
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "```") {
+			in = !in && strings.TrimSpace(strings.TrimPrefix(line, "```")) == "sh"
+			continue
+		}
+		if !in {
+			continue
+		}
+		line = cont + line
+		cont = ""
+		if strings.HasSuffix(line, `\`) {
+			cont = strings.TrimSuffix(line, `\`)
+			continue
+		}
+		c := strings.TrimSpace(stripComment(line))
+		if c != "" && !seen[c] {
+			seen[c] = true
+			cmds = append(cmds, c)
+		}
+	}
+	return cmds
+}
+
+// stripComment cuts a shell comment: a # outside quotes that starts a word.
+func stripComment(line string) string {
+	var quote rune
+	for i, r := range line {
+		switch {
+		case quote != 0:
+			if r == quote {
+				quote = 0
+			}
+		case r == '\'' || r == '"':
+			quote = r
+		case r == '#' && (i == 0 || line[i-1] == ' ' || line[i-1] == '\t'):
+			return line[:i]
+		}
+	}
+	return line
+}
+
+func TestShCommands(t *testing.T) {
+	md := "text\n```sh\nmake a   # a comment\n# only a comment\n\nsed 's#x#y#' f | wc -l\nlong \\\n  line\nmake a\n```\n" +
+		"```\nnot sh\n```\n```sh\necho \"# kept\" # cut\n```\n"
+	assert.DeepEqual(t, shCommands(md), []string{"make a", "sed 's#x#y#' f | wc -l", "long   line", `echo "# kept"`})
+}
+
+// ranBy checks that path (relative to the repository root) contains want:
+// that the test or script named there still runs the command.
+func ranBy(path, want string) func(*readme, *testing.T, string) {
+	return func(r *readme, t *testing.T, _ string) {
+		b, err := os.ReadFile(filepath.Join(r.root, path))
+		assert.NilError(t, err)
+		assert.Check(t, is.Contains(string(b), want), "%s no longer runs it", path)
+	}
+}
+
+// host runs a README command line with bash in the repository root on the
+// host, with extra environment, and returns its combined output.
+func (r *readme) host(t *testing.T, timeout time.Duration, line string, env ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-o", "pipefail", "-c", line)
+	cmd.Dir = r.root
+	cmd.Env = append(os.Environ(), env...)
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	assert.NilError(t, err, "%s %s:\n%s", strings.Join(env, " "), line, out)
+	t.Logf("%s took %s", line, time.Since(start).Round(100*time.Millisecond))
+	return string(out)
+}
+
+// client runs a README command line with bash from the client namespace,
+// as an operator on the LAN would: kubectl (and whatever pathPrefix holds)
+// on PATH, KUBECONFIG naming the test cluster's admin kubeconfig.
+func (r *readme) client(t *testing.T, line, pathPrefix string) string {
+	t.Helper()
+	path := filepath.Dir(cluster.KubectlPath()) + ":/usr/local/bin:/usr/bin:/bin"
+	if pathPrefix != "" {
+		path = pathPrefix + ":" + path
+	}
+	out, err := cluster.Exec(r.e.ctx, testenv.Client, "env", "PATH="+path, "KUBECONFIG="+cluster.AdminKubeconfig(),
+		"bash", "-o", "pipefail", "-c", "cd "+r.root+" && "+line+" 2>&1")
+	assert.NilError(t, err, "%s:\n%s", line, out)
+	return string(out)
+}
+
+func (r *readme) demo(t *testing.T, line string) {
+	out := r.host(t, 10*time.Minute, line)
+	for _, want := range []string{"failover: ", "\nmoved 198.18.100.2 from ", "==> tearing everything down"} {
+		assert.Check(t, is.Contains(out, want))
+	}
+}
+
+func (r *readme) image(t *testing.T, line string) {
+	tar := filepath.Join(r.tmp, "eipd-image.tar")
+	out := r.host(t, 15*time.Minute, line, "OUT="+tar)
+	st, err := os.Stat(tar)
+	assert.NilError(t, err)
+	assert.Check(t, st.Size() > 1<<20, "%s is %d bytes", tar, st.Size())
+	for _, want := range []string{"verified", "linux/amd64", "linux/arm64"} {
+		assert.Check(t, is.Contains(out, want))
+	}
+}
+
+// install applies the manifests as the README does. The ConfigMap it
+// overwrites and the DaemonSet it creates (no pods: the test cluster has no
+// controller manager) are put back as they were when the test ends; the
+// namespace, ServiceAccount and RBAC are the ones testenv applied at start,
+// from the same files.
+func (r *readme) install(t *testing.T, line string) {
+	k := r.e.k
+	cms := k.CoreV1().ConfigMaps(testenv.Namespace)
+	before, err := cms.Get(r.e.ctx, testenv.ConfigMap, metav1.GetOptions{})
+	assert.NilError(t, err)
+	r.e.t.Cleanup(func() {
+		ctx := context.Background()
+		err := k.AppsV1().DaemonSets(testenv.Namespace).Delete(ctx, "eipd", metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			r.e.t.Errorf("delete the README's DaemonSet: %v", err)
+		}
+		cm, err := cms.Get(ctx, testenv.ConfigMap, metav1.GetOptions{})
+		if err != nil {
+			r.e.t.Errorf("restore the ConfigMap: %v", err)
+			return
+		}
+		cm.Data, cm.Labels, cm.Annotations = before.Data, before.Labels, before.Annotations
+		if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+			r.e.t.Errorf("restore the ConfigMap: %v", err)
+		}
+	})
+
+	out := r.client(t, line, "")
+	t.Logf("kubectl apply:\n%s", out)
+	for _, want := range []string{"configmap/eip-config configured", "daemonset.apps/eipd created"} {
+		assert.Check(t, is.Contains(out, want))
+	}
+	ds, err := k.AppsV1().DaemonSets(testenv.Namespace).Get(r.e.ctx, "eipd", metav1.GetOptions{})
+	assert.NilError(t, err)
+	assert.Equal(t, ds.Spec.Template.Spec.Containers[0].Image, "REGISTRY/eipd:TAG", "the sed must name the pushed image")
+	cm, err := cms.Get(r.e.ctx, testenv.ConfigMap, metav1.GetOptions{})
+	assert.NilError(t, err)
+	assert.Check(t, is.Equal(cm.Data["lease-duration"], "2s"), "the manifests' ConfigMap was applied: %v", cm.Data)
+}
+
+// configure patches the ranges as the README does, with the test LAN's
+// range for the documentation one, and checks that eipd then serves an IP
+// in it.
+func (r *readme) configure(t *testing.T, line string) {
+	const doc, lan = "192.0.2.0/28", "198.18.100.0/24"
+	assert.Assert(t, is.Contains(line, doc))
+	out := r.client(t, strings.ReplaceAll(line, doc, lan), "")
+	assert.Check(t, is.Contains(out, "configmap/eip-config patched"))
+	cm, err := r.e.k.CoreV1().ConfigMaps(testenv.Namespace).Get(r.e.ctx, testenv.ConfigMap, metav1.GetOptions{})
+	assert.NilError(t, err)
+	assert.Equal(t, cm.Data["ranges"], lan)
+
+	ip := testenv.ServiceIP(120)
+	r.e.service("readme", ip)
+	holder := r.e.served(ip)
+	t.Logf("%s served by %s", ip, holder)
+	assert.Check(t, is.Len(r.e.events("ConfigMap", testenv.ConfigMap, "InvalidConfig"), 0))
+}
+
+func (r *readme) makeInstall(t *testing.T, line string) {
+	prefix := filepath.Join(r.tmp, "prefix")
+	assert.NilError(t, os.MkdirAll(filepath.Join(prefix, "bin"), 0o755))
+	r.host(t, 10*time.Minute, line+" PREFIX="+prefix)
+	for _, bin := range []string{"kubectl-eip", "eipd"} {
+		st, err := os.Stat(filepath.Join(prefix, "bin", bin))
+		assert.NilError(t, err)
+		assert.Check(t, st.Mode()&0o111 != 0, "%s is not executable", bin)
+	}
+	out := r.client(t, "kubectl eip status", filepath.Join(prefix, "bin"))
+	t.Logf("kubectl eip status:\n%s", out)
+	for _, want := range append([]string{"NODE", testenv.ServiceIP(120).String()}, r.e.nodes...) {
+		assert.Check(t, is.Contains(out, want))
+	}
+}
+
+func (r *readme) build(t *testing.T, line string) {
+	r.host(t, 10*time.Minute, line)
+	for _, bin := range []string{"eipd", "kubectl-eip"} {
+		_, err := os.Stat(filepath.Join(r.root, "bin", bin))
+		assert.Check(t, err)
+	}
+}
+
+// daemonArgs checks that testenv starts eipd with the flags the README
+// shows, so the daemons of every e2e test (and this one's, which served
+// the IP above) run that command.
+func (r *readme) daemonArgs(t *testing.T, _ string) {
+	node := r.e.nodes[0]
+	args := cluster.DaemonArgs(node)
+	assert.Check(t, is.Contains(args, "--kubeconfig="+cluster.NodeKubeconfig(node)))
+	assert.Check(t, is.Contains(args, "--node-name="+node))
+	assert.Check(t, cluster.DaemonRunning(node), "newEnv started eipd on %s", node)
+}
+
+func (r *readme) bench(t *testing.T, line string) {
+	ranBy("Makefile", "\nbench: build\n\tscripts/bench.sh\n")(r, t, line)
+	dir := filepath.Join(r.tmp, "bench")
+	r.host(t, 10*time.Minute, "scripts/bench.sh -only bind -bind-reps 3 -out "+dir)
+	b, err := os.ReadFile(filepath.Join(dir, "table.txt"))
+	assert.NilError(t, err)
+	assert.Check(t, regexp.MustCompile(`(?m)^Service created → IP answering pings +3 `).Match(b), "table.txt:\n%s", b)
+	for _, f := range []string{"results.json", "bench.svg"} {
+		_, err := os.Stat(filepath.Join(dir, f))
+		assert.Check(t, err)
+	}
+}
