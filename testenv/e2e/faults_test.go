@@ -72,20 +72,11 @@ func TestFaultEtcdStoppedHold(t *testing.T) {
 // holdThrough runs one outage of the control plane under api-loss=hold.
 func (e *env) holdThrough(what string, ips []netip.Addr, outage time.Duration, stop, start func() error) {
 	e.t.Helper()
-	e.service("web", ips...)
-	holders := e.servedAll(ips...)
-	e.heartbeatsFresh(e.nodes...)
-	before := e.lockStates(ips...)
-	probes := e.probeAll(ips...)
-	for ip, p := range probes {
-		e.answersFrom(p, holders[ip])
-	}
-	w := e.watchBindings(ips...)
-	mark := e.markLogs()
+	st := e.steadyWeb(ips...)
 
 	stopped := make(chan error, 1)
 	go func() { stopped <- stop() }()
-	e.throughout(what+" down: every IP answers from its holder", outage, e.stillAnswering(probes, holders, time.Second))
+	e.throughout(what+" down: every IP answers from its holder", outage, e.stillAnswering(st.probes, st.holders, time.Second))
 	if err := <-stopped; err != nil {
 		// A graceful stop that had to be finished with SIGKILL still stopped.
 		e.t.Logf("stop %s: %v", what, err)
@@ -97,23 +88,23 @@ func (e *env) holdThrough(what string, ips []netip.Addr, outage time.Duration, s
 	e.t.Logf("every heartbeat renewed %s after the start", time.Since(began).Round(time.Millisecond))
 	// Three lease durations: any peer wrongly judged dead would be taken
 	// over within that.
-	e.throughout(what+" back: nothing moves", 3*leaseDuration, e.stillAnswering(probes, holders, time.Second))
+	e.throughout(what+" back: nothing moves", 3*leaseDuration, e.stillAnswering(st.probes, st.holders, time.Second))
 
-	e.assertNothingMoved(before, e.lockStates(ips...))
-	for ip, p := range probes {
+	e.assertNothingMoved(st.before, e.lockStates(ips...))
+	for ip, p := range st.probes {
 		r := p.Stop()
 		e.clientView(what+" stopped "+outage.String()+" (hold)", r)
 		e.noTwoMACs(r)
 		assert.Check(e.t, len(r.MACs()) == 1, "%s answered by %v", ip, r.MACs())
 		assert.Check(e.t, r.Lost() <= r.Sent/100, "%s: %d of %d requests lost", ip, r.Lost(), r.Sent)
 	}
-	for ip, r := range w.report() {
+	for ip, r := range st.w.report() {
 		e.t.Log(r)
 		assert.Check(e.t, len(r.double) == 0 && len(r.unbound) == 0, "%s", r)
-		assert.Check(e.t, slices.Equal(r.holders, []string{holders[ip]}), "%s", r)
+		assert.Check(e.t, slices.Equal(r.holders, []string{st.holders[ip]}), "%s", r)
 	}
 	for _, n := range e.nodes {
-		assert.Check(e.t, strings.Contains(e.logSince(mark, n), "heartbeat renewal failed; holding what is bound"), "%s did not log the outage", n)
+		assert.Check(e.t, strings.Contains(e.logSince(st.mark, n), "heartbeat renewal failed; holding what is bound"), "%s did not log the outage", n)
 	}
 }
 
@@ -126,16 +117,7 @@ func TestFaultAPIServerStoppedFence(t *testing.T) {
 	e := newEnv(t, cfg)
 	e.guardAPIServer()
 	ips := serviceIPs(105, 3)
-	e.service("web", ips...)
-	holders := e.servedAll(ips...)
-	e.heartbeatsFresh(e.nodes...)
-	before := e.lockStates(ips...)
-	probes := e.probeAll(ips...)
-	for ip, p := range probes {
-		e.answersFrom(p, holders[ip])
-	}
-	w := e.watchBindings(ips...)
-	mark := e.markLogs()
+	st := e.steadyWeb(ips...)
 
 	stopping := time.Now()
 	e.must(cluster.StopAPIServer(syscall.SIGKILL))
@@ -162,18 +144,18 @@ func TestFaultAPIServerStoppedFence(t *testing.T) {
 	ready := time.Now()
 	e.t.Logf("kube-apiserver ready %s after its start", ready.Sub(starting).Round(time.Millisecond))
 	for _, ip := range ips {
-		assert.Equal(e.t, e.served(ip), holders[ip], "%s bound again on its holder", ip)
-		e.answersFrom(probes[ip], holders[ip])
+		assert.Equal(e.t, e.served(ip), st.holders[ip], "%s bound again on its holder", ip)
+		e.answersFrom(st.probes[ip], st.holders[ip])
 	}
 	// The informers try the API server again every 250 ms and relist; the
 	// barrier waits for one renewal to come back through the watch.
 	back := time.Since(ready)
 	e.t.Logf("every IP answering again %s after the API server was ready", back.Round(time.Millisecond))
 	assert.Check(e.t, back < 5*time.Second, "bound again only %s after the API server was ready", back)
-	e.assertNothingMoved(before, e.lockStates(ips...))
+	e.assertNothingMoved(st.before, e.lockStates(ips...))
 
-	reports := w.report()
-	for ip, p := range probes {
+	reports := st.w.report()
+	for ip, p := range st.probes {
 		r := p.Stop()
 		e.clientView("kube-apiserver stopped "+outage.String()+" (fence)", r)
 		e.noTwoMACs(r)
@@ -184,11 +166,11 @@ func TestFaultAPIServerStoppedFence(t *testing.T) {
 		assert.Assert(e.t, len(rep.unbound) > 0, "%s", rep)
 		// The last successful renewal was sent before the stop began.
 		fenced := rep.unbound[0].from.Sub(stopping)
-		e.t.Logf("%s unbound by %s %s after the API server began to stop (fence-after %s)", ip, holders[ip], fenced.Round(time.Millisecond), fenceAfter)
+		e.t.Logf("%s unbound by %s %s after the API server began to stop (fence-after %s)", ip, st.holders[ip], fenced.Round(time.Millisecond), fenceAfter)
 		assert.Check(e.t, fenced <= fenceAfter+2*bindWatchEvery, "%s fenced after %s", ip, fenced)
 	}
-	for _, n := range slices.Compact(slices.Sorted(maps.Values(holders))) {
-		assert.Check(e.t, strings.Contains(e.logSince(mark, n), "fencing"), "%s did not log fencing", n)
+	for _, n := range slices.Compact(slices.Sorted(maps.Values(st.holders))) {
+		assert.Check(e.t, strings.Contains(e.logSince(st.mark, n), "fencing"), "%s did not log fencing", n)
 	}
 }
 
@@ -355,38 +337,29 @@ func TestFaultHolderLinkLosesCarrier(t *testing.T) {
 func TestFaultSlowAPIServer(t *testing.T) {
 	e := newEnv(t, defaultConfig())
 	ips := serviceIPs(134, 3)
-	e.service("web", ips...)
-	holders := e.servedAll(ips...)
-	e.heartbeatsFresh(e.nodes...)
-	before := e.lockStates(ips...)
-	probes := e.probeAll(ips...)
-	for ip, p := range probes {
-		e.answersFrom(p, holders[ip])
-	}
-	w := e.watchBindings(ips...)
-	mark := e.markLogs()
+	st := e.steadyWeb(ips...)
 
 	const delay = 200 * time.Millisecond
 	e.must(cluster.AddLatency(e.ctx, testenv.ControlPlane, delay))
 	e.t.Cleanup(func() { _ = cluster.AddLatency(e.ctx, testenv.ControlPlane, 0) })
-	e.throughout("API server 200 ms away: every IP answers from its holder", 20*time.Second, e.stillAnswering(probes, holders, time.Second))
+	e.throughout("API server 200 ms away: every IP answers from its holder", 20*time.Second, e.stillAnswering(st.probes, st.holders, time.Second))
 	e.must(cluster.AddLatency(e.ctx, testenv.ControlPlane, 0))
 	e.heartbeatsFresh(e.nodes...)
-	e.assertNothingMoved(before, e.lockStates(ips...))
+	e.assertNothingMoved(st.before, e.lockStates(ips...))
 
-	for ip, p := range probes {
+	for ip, p := range st.probes {
 		r := p.Stop()
 		e.clientView("API server 200 ms slower for 20 s", r)
 		e.noTwoMACs(r)
 		assert.Check(t, len(r.MACs()) == 1, "%s answered by %v", ip, r.MACs())
 		assert.Check(t, r.Lost() <= r.Sent/100, "%s: %d of %d requests lost", ip, r.Lost(), r.Sent)
 	}
-	for _, r := range w.report() {
+	for _, r := range st.w.report() {
 		t.Log(r)
 		assert.Check(t, len(r.double) == 0 && len(r.unbound) == 0, "%s", r)
 	}
 	for _, n := range e.nodes {
-		log := e.logSince(mark, n)
+		log := e.logSince(st.mark, n)
 		t.Logf("%s: %d failed renewals logged", n, strings.Count(log, "heartbeat renewal failed"))
 		assert.Check(t, !strings.Contains(log, "took over from a dead holder"), "%s took over", n)
 	}

@@ -478,3 +478,29 @@ func (e *env) assertNothingMoved(before, after map[netip.Addr]lockState) {
 	e.t.Helper()
 	assert.DeepEqual(e.t, after, before)
 }
+
+// steady is Service "web" served and watched before a fault.
+type steady struct {
+	holders map[netip.Addr]string         // who holds each IP
+	before  map[netip.Addr]lockState      // each IP's lock
+	probes  map[netip.Addr]*testenv.Probe // each answering from its holder
+	w       *bindWatch                    // the IPs' bindings from here on
+	mark    logMark                       // the daemons' logs from here on
+}
+
+// steadyWeb creates Service "web" for ips and waits until each is served,
+// every heartbeat is fresh and each IP answers the client from its holder.
+func (e *env) steadyWeb(ips ...netip.Addr) steady {
+	e.t.Helper()
+	e.service("web", ips...)
+	st := steady{holders: e.servedAll(ips...)}
+	e.heartbeatsFresh(e.nodes...)
+	st.before = e.lockStates(ips...)
+	st.probes = e.probeAll(ips...)
+	for ip, p := range st.probes {
+		e.answersFrom(p, st.holders[ip])
+	}
+	st.w = e.watchBindings(ips...)
+	st.mark = e.markLogs()
+	return st
+}
