@@ -172,6 +172,11 @@ func TestFaultAPIServerStoppedFence(t *testing.T) {
 	for _, n := range slices.Compact(slices.Sorted(maps.Values(st.holders))) {
 		assert.Check(e.t, strings.Contains(e.logSince(st.mark, n), "fencing"), "%s did not log fencing", n)
 	}
+	// The Events were recorded while the API server was away; client-go's
+	// recorder delivers them once it is back.
+	for _, ip := range ips {
+		e.warningSince("Service", "web", "Fenced", stopping, "unbound "+ip.String()+" from "+st.holders[ip])
+	}
 }
 
 // 2. The holder loses only its path to the API server; its LAN link stays
@@ -270,6 +275,7 @@ func TestFaultHolderLosesAPIServerOnlyFence(t *testing.T) {
 	// lease-duration − fence-after; how long is a figure, not asserted).
 	e.logged(mark, old, "fencing")
 	assert.Check(t, margin > 0, "unbound only %s before %s bound it", margin, next)
+	e.warningSince("Service", "web", "Fenced", blocked, "unbound "+ip.String()+" from "+old)
 }
 
 // 3. The holder's link loses carrier: it unbinds at once, a survivor takes
