@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
+	"github.com/eip-project/eip/internal/lease"
 	"github.com/eip-project/eip/internal/netif"
 )
 
@@ -61,9 +63,10 @@ type Agent struct {
 	configMap corelisters.ConfigMapNamespaceLister
 	synced    []cache.InformerSynced
 
-	// kicks: informers only signal which kind of object changed.
-	svcKick, nodeKick, leaseKick, cmKick chan struct{}
-	readyCh                              chan struct{}
+	// kicks: informers only signal which kind of object changed;
+	// hbKick is a renewal of a heartbeat, leaseKick any other Lease change.
+	svcKick, nodeKick, leaseKick, hbKick, cmKick chan struct{}
+	readyCh                                      chan struct{}
 }
 
 // New checks opt and returns an Agent; nothing runs until Run.
@@ -94,7 +97,7 @@ func New(opt Options) (*Agent, error) {
 	return &Agent{
 		opt: opt, log: opt.Log.With("node", opt.Node), clk: opt.Clock,
 		svcKick: make(chan struct{}, 1), nodeKick: make(chan struct{}, 1),
-		leaseKick: make(chan struct{}, 1), cmKick: make(chan struct{}, 1),
+		leaseKick: make(chan struct{}, 1), hbKick: make(chan struct{}, 1), cmKick: make(chan struct{}, 1),
 		readyCh: make(chan struct{}),
 	}, nil
 }
@@ -117,6 +120,28 @@ func kicker(ch chan struct{}) cache.ResourceEventHandlerFuncs {
 	}
 }
 
+// leaseKicker tells a renewal of a heartbeat (hbKick), which seldom needs a
+// reconcile pass (see state.heartbeatsRenewed), from any other Lease change
+// (leaseKick).
+func (a *Agent) leaseKicker() cache.ResourceEventHandlerFuncs {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { kick(a.leaseKick) },
+		UpdateFunc: func(old, obj any) {
+			if isHeartbeat(old) && isHeartbeat(obj) {
+				kick(a.hbKick)
+				return
+			}
+			kick(a.leaseKick)
+		},
+		DeleteFunc: func(any) { kick(a.leaseKick) },
+	}
+}
+
+func isHeartbeat(obj any) bool {
+	l, ok := obj.(*coordinationv1.Lease)
+	return ok && l.Labels[lease.RoleLabel] == lease.RoleHeartbeat
+}
+
 // startInformers starts the watches the agent needs: Services and Nodes
 // cluster-wide, and in its namespace the Leases eip manages and its one
 // ConfigMap. They run until stop is closed.
@@ -129,10 +154,10 @@ func (a *Agent) startInformers(stop <-chan struct{}) error {
 	ls := all.Coordination().V1().Leases()
 	cms := all.Core().V1().ConfigMaps()
 	for _, h := range []struct {
-		inf cache.SharedIndexInformer
-		ch  chan struct{}
-	}{{svc.Informer(), a.svcKick}, {node.Informer(), a.nodeKick}, {ls.Informer(), a.leaseKick}, {cms.Informer(), a.cmKick}} {
-		if _, err := h.inf.AddEventHandler(kicker(h.ch)); err != nil {
+		inf     cache.SharedIndexInformer
+		handler cache.ResourceEventHandlerFuncs
+	}{{svc.Informer(), kicker(a.svcKick)}, {node.Informer(), kicker(a.nodeKick)}, {ls.Informer(), a.leaseKicker()}, {cms.Informer(), kicker(a.cmKick)}} {
+		if _, err := h.inf.AddEventHandler(h.handler); err != nil {
 			return fmt.Errorf("watch: %w", err)
 		}
 		a.synced = append(a.synced, h.inf.HasSynced)
