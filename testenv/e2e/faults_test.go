@@ -172,11 +172,11 @@ func TestFaultAPIServerStoppedFence(t *testing.T) {
 	for _, n := range slices.Compact(slices.Sorted(maps.Values(st.holders))) {
 		assert.Check(e.t, strings.Contains(e.logSince(st.mark, n), "fencing"), "%s did not log fencing", n)
 	}
-	// The Events were recorded while the API server was away; client-go's
-	// recorder delivers them once it is back.
-	for _, ip := range ips {
-		e.warningSince("Service", "web", "Fenced", stopping, "unbound "+ip.String()+" from "+st.holders[ip])
-	}
+	// No Fenced Event is asserted here: client-go's recorder retries while
+	// the API server is away, but a restarted API server refuses requests
+	// as forbidden until its RBAC caches fill, and the recorder drops an
+	// Event refused so. The partition test below, whose API server stays
+	// up, asserts the Event.
 }
 
 // 2. The holder loses only its path to the API server; its LAN link stays
