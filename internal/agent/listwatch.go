@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/informers"
@@ -17,7 +16,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 
-	"github.com/eip-project/eip/internal/lease"
+	"github.com/eip-project/eip/internal/listwatch"
 )
 
 // apiRetry is how often an informer tries the API server again while it is
@@ -76,75 +75,18 @@ func unreachable(err error) bool {
 	return !errors.As(err, &st)
 }
 
-// informerFunc lists and watches one resource with the factory's client.
-type informerFunc struct {
-	list  func(context.Context, kubernetes.Interface, metav1.ListOptions) (runtime.Object, error)
-	watch func(context.Context, kubernetes.Interface, metav1.ListOptions) (watch.Interface, error)
-	tweak func(*metav1.ListOptions)
-}
-
-// usePatientInformer makes f's informer for obj's type a patient one; the
-// factory's typed accessors (f.Core().V1()…) then return it.
-func (a *Agent) usePatientInformer(f informers.SharedInformerFactory, obj runtime.Object, fn informerFunc) {
-	f.InformerFor(obj, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-		tweak := func(o metav1.ListOptions) metav1.ListOptions {
-			if fn.tweak != nil {
-				fn.tweak(&o)
-			}
-			return o
-		}
-		lw := &cache.ListWatch{
-			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				return fn.list(ctx, c, tweak(o))
-			},
-			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				return fn.watch(ctx, c, tweak(o))
-			},
-		}
-		return cache.NewSharedIndexInformer(patient{lw: lw, every: apiRetry, clk: a.clk}, obj, resync,
-			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
-	})
-}
-
 // usePatientInformers registers with f patient informers for what the agent
-// watches: Services and Nodes cluster-wide, and in its namespace the Leases
-// eip manages and its one ConfigMap.
+// watches (package listwatch); the factory's typed accessors
+// (f.Core().V1()…) then return them.
 func (a *Agent) usePatientInformers(f informers.SharedInformerFactory) {
-	ns := a.opt.Namespace
-	a.usePatientInformer(f, &corev1.Service{}, informerFunc{
-		list: func(ctx context.Context, c kubernetes.Interface, o metav1.ListOptions) (runtime.Object, error) {
-			return c.CoreV1().Services(metav1.NamespaceAll).List(ctx, o)
-		},
-		watch: func(ctx context.Context, c kubernetes.Interface, o metav1.ListOptions) (watch.Interface, error) {
-			return c.CoreV1().Services(metav1.NamespaceAll).Watch(ctx, o)
-		},
-	})
-	a.usePatientInformer(f, &corev1.Node{}, informerFunc{
-		list: func(ctx context.Context, c kubernetes.Interface, o metav1.ListOptions) (runtime.Object, error) {
-			return c.CoreV1().Nodes().List(ctx, o)
-		},
-		watch: func(ctx context.Context, c kubernetes.Interface, o metav1.ListOptions) (watch.Interface, error) {
-			return c.CoreV1().Nodes().Watch(ctx, o)
-		},
-	})
-	a.usePatientInformer(f, &coordinationv1.Lease{}, informerFunc{
-		list: func(ctx context.Context, c kubernetes.Interface, o metav1.ListOptions) (runtime.Object, error) {
-			return c.CoordinationV1().Leases(ns).List(ctx, o)
-		},
-		watch: func(ctx context.Context, c kubernetes.Interface, o metav1.ListOptions) (watch.Interface, error) {
-			return c.CoordinationV1().Leases(ns).Watch(ctx, o)
-		},
-		tweak: func(o *metav1.ListOptions) { o.LabelSelector = lease.ManagedByLabel + "=" + lease.ManagedBy },
-	})
-	a.usePatientInformer(f, &corev1.ConfigMap{}, informerFunc{
-		list: func(ctx context.Context, c kubernetes.Interface, o metav1.ListOptions) (runtime.Object, error) {
-			return c.CoreV1().ConfigMaps(ns).List(ctx, o)
-		},
-		watch: func(ctx context.Context, c kubernetes.Interface, o metav1.ListOptions) (watch.Interface, error) {
-			return c.CoreV1().ConfigMaps(ns).Watch(ctx, o)
-		},
-		tweak: func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", a.opt.ConfigMap).String()
-		},
-	})
+	set := listwatch.For(a.opt.Client, a.opt.Namespace, a.opt.ConfigMap)
+	for obj, lw := range map[runtime.Object]*cache.ListWatch{
+		&corev1.Service{}: set.Services, &corev1.Node{}: set.Nodes,
+		&coordinationv1.Lease{}: set.Leases, &corev1.ConfigMap{}: set.ConfigMap,
+	} {
+		f.InformerFor(obj, func(_ kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+			return cache.NewSharedIndexInformer(patient{lw: lw, every: apiRetry, clk: a.clk}, obj, resync,
+				cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+		})
+	}
 }

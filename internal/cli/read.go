@@ -10,11 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/eip-project/eip/internal/lease"
+	"github.com/eip-project/eip/internal/listwatch"
 )
-
-// leaseSelector selects eip's Leases, heartbeats and locks alike.
-const leaseSelector = lease.ManagedByLabel + "=" + lease.ManagedBy
 
 // readSnapshot reads everything status needs with four requests: a list of
 // eip's Leases, a list of Services in every namespace, a get of the
@@ -22,7 +19,7 @@ const leaseSelector = lease.ManagedByLabel + "=" + lease.ManagedBy
 // does not grow with the number of IPs beyond the size of the lists.
 func readSnapshot(ctx context.Context, c kubernetes.Interface, namespace, configMap string) (snapshot, error) {
 	s := snapshot{namespace: namespace, configMap: configMap}
-	leases, err := c.CoordinationV1().Leases(namespace).List(ctx, metav1.ListOptions{LabelSelector: leaseSelector})
+	leases, err := c.CoordinationV1().Leases(namespace).List(ctx, metav1.ListOptions{LabelSelector: listwatch.LeaseSelector})
 	if err != nil {
 		return s, fmt.Errorf("list leases in %s: %w", namespace, err)
 	}

@@ -10,12 +10,11 @@ import (
 	"github.com/spf13/cobra"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/eip-project/eip/internal/listwatch"
 )
 
 // watchRecheck is how often --watch re-judges liveness when nothing was
@@ -138,39 +137,11 @@ func (o *StatusOptions) watch(ctx context.Context, c kubernetes.Interface) error
 		DeleteFunc: func(any) { poke(changed) },
 	}
 	ns := o.namespace
-	leases := informer(ctx, c, &coordinationv1.Lease{}, notify,
-		func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			opts.LabelSelector = leaseSelector
-			return c.CoordinationV1().Leases(ns).List(ctx, opts)
-		},
-		func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			opts.LabelSelector = leaseSelector
-			return c.CoordinationV1().Leases(ns).Watch(ctx, opts)
-		})
-	services := informer(ctx, c, &corev1.Service{}, notify,
-		func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			return c.CoreV1().Services(metav1.NamespaceAll).List(ctx, opts)
-		},
-		func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			return c.CoreV1().Services(metav1.NamespaceAll).Watch(ctx, opts)
-		})
-	byName := fields.OneTermEqualSelector("metadata.name", o.configMap).String()
-	configMaps := informer(ctx, c, &corev1.ConfigMap{}, notify,
-		func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			opts.FieldSelector = byName
-			return c.CoreV1().ConfigMaps(ns).List(ctx, opts)
-		},
-		func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			opts.FieldSelector = byName
-			return c.CoreV1().ConfigMaps(ns).Watch(ctx, opts)
-		})
-	nodes := informer(ctx, c, &corev1.Node{}, notify,
-		func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			return c.CoreV1().Nodes().List(ctx, opts)
-		},
-		func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			return c.CoreV1().Nodes().Watch(ctx, opts)
-		})
+	set := listwatch.For(c, ns, o.configMap)
+	leases := informer(ctx, c, &coordinationv1.Lease{}, notify, set.Leases)
+	services := informer(ctx, c, &corev1.Service{}, notify, set.Services)
+	configMaps := informer(ctx, c, &corev1.ConfigMap{}, notify, set.ConfigMap)
+	nodes := informer(ctx, c, &corev1.Node{}, notify, set.Nodes)
 	if !cache.WaitForCacheSync(ctx.Done(), leases.HasSynced, services.HasSynced, configMaps.HasSynced, nodes.HasSynced) {
 		if err := ctx.Err(); err != nil {
 			return nil // interrupted
@@ -234,12 +205,10 @@ func poke(c chan<- struct{}) {
 	}
 }
 
-// informer runs an informer over list and watchFn of client c. Passing c
-// lets the reflector know whether c can stream lists (a fake cannot).
-func informer(ctx context.Context, c kubernetes.Interface, example runtime.Object, h cache.ResourceEventHandler,
-	list cache.ListWithContextFunc, watchFn cache.WatchFuncWithContext) cache.SharedIndexInformer {
-	lw := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{ListWithContextFunc: list, WatchFuncWithContext: watchFn}, c)
-	inf := cache.NewSharedIndexInformer(lw, example, 0, cache.Indexers{})
+// informer runs an informer over lw with client c. Passing c lets the
+// reflector know whether c can stream lists (a fake cannot).
+func informer(ctx context.Context, c kubernetes.Interface, example runtime.Object, h cache.ResourceEventHandler, lw *cache.ListWatch) cache.SharedIndexInformer {
+	inf := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, c), example, 0, cache.Indexers{})
 	_, _ = inf.AddEventHandler(h) // fails only after the informer stopped
 	go inf.RunWithContext(ctx)
 	return inf

@@ -1,0 +1,76 @@
+package listwatch
+
+import (
+	"context"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/eip-project/eip/internal/lease"
+)
+
+// LeaseSelector selects eip's Leases, heartbeats and locks alike.
+const LeaseSelector = lease.ManagedByLabel + "=" + lease.ManagedBy
+
+// Set is one ListWatch for each kind of object eip reads.
+type Set struct {
+	Services, Nodes, Leases, ConfigMap *cache.ListWatch
+}
+
+// For returns the ListWatches of client c: Services and Nodes everywhere,
+// eip's Leases in namespace and the ConfigMap named configMap there.
+func For(c kubernetes.Interface, namespace, configMap string) Set {
+	byName := fields.OneTermEqualSelector("metadata.name", configMap).String()
+	return Set{
+		Services: of(nil,
+			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				return c.CoreV1().Services(metav1.NamespaceAll).List(ctx, o)
+			},
+			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				return c.CoreV1().Services(metav1.NamespaceAll).Watch(ctx, o)
+			}),
+		Nodes: of(nil,
+			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				return c.CoreV1().Nodes().List(ctx, o)
+			},
+			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				return c.CoreV1().Nodes().Watch(ctx, o)
+			}),
+		Leases: of(func(o *metav1.ListOptions) { o.LabelSelector = LeaseSelector },
+			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				return c.CoordinationV1().Leases(namespace).List(ctx, o)
+			},
+			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				return c.CoordinationV1().Leases(namespace).Watch(ctx, o)
+			}),
+		ConfigMap: of(func(o *metav1.ListOptions) { o.FieldSelector = byName },
+			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				return c.CoreV1().ConfigMaps(namespace).List(ctx, o)
+			},
+			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				return c.CoreV1().ConfigMaps(namespace).Watch(ctx, o)
+			}),
+	}
+}
+
+// of is a ListWatch whose list and watch options pass through narrow
+// first, when it is not nil.
+func of(narrow func(*metav1.ListOptions), list cache.ListWithContextFunc, watchFn cache.WatchFuncWithContext) *cache.ListWatch {
+	if narrow == nil {
+		narrow = func(*metav1.ListOptions) {}
+	}
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			narrow(&o)
+			return list(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			narrow(&o)
+			return watchFn(ctx, o)
+		},
+	}
+}
