@@ -47,12 +47,7 @@ func TestKilledHolderFailsOver(t *testing.T) {
 
 	e.must(cluster.StopDaemon(old, syscall.SIGKILL))
 	killed := time.Now()
-	var next string
-	e.eventually("a survivor holds "+ip.String(), func() (bool, string) {
-		next = e.holder(ip)
-		return next != "" && next != old, "holder " + next
-	})
-	e.answersFrom(p, next)
+	next := e.takenOver(ip, old, p)
 	r := p.Stop()
 	e.noTwoMACs(r)
 	t.Logf("failover after SIGKILL: answered by %s %s after the kill", next, firstReplyFrom(r, e.mac(next), killed))
@@ -74,12 +69,7 @@ func TestPartitionedHolderFailsOverAndStaysSingle(t *testing.T) {
 	e.eventually(old+" unbinds on losing carrier", func() (bool, string) {
 		return !slices.Contains(e.boundOn(ip), old), fmt.Sprint(e.boundOn(ip))
 	})
-	var next string
-	e.eventually("a survivor holds "+ip.String(), func() (bool, string) {
-		next = e.holder(ip)
-		return next != "" && next != old, "holder " + next
-	})
-	e.answersFrom(p, next)
+	next := e.takenOver(ip, old, p)
 	t.Logf("failover after link cut: %s", firstReplyFrom(p.Result(), e.mac(next), cut))
 
 	e.must(cluster.RestoreLink(e.ctx, old))

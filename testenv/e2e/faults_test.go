@@ -187,22 +187,12 @@ func TestFaultAPIServerStoppedFence(t *testing.T) {
 func TestFaultHolderLosesAPIServerOnly(t *testing.T) {
 	e := newEnv(t, defaultConfig())
 	ip := testenv.ServiceIP(113)
-	e.service("web", ip)
-	old := e.served(ip)
-	e.heartbeatsFresh(e.nodes...)
-	p := e.probe(ip)
-	e.answersFrom(p, old)
-	w := e.watchBindings(ip)
-	mark := e.markLogs()
+	st := e.startPoint(ip)
+	old, p, w, mark := st.holders[ip], st.probes[ip], st.w, st.mark
 
 	unblock := e.blockAPI(old)
 	blocked := time.Now()
-	var next string
-	e.eventually("a survivor holds "+ip.String(), func() (bool, string) {
-		next = e.holder(ip)
-		return next != "" && next != old, "holder " + next
-	})
-	e.answersFrom(p, next)
+	next := e.takenOver(ip, old, p)
 	e.logged(mark, old, "another node announced an address we hold", "ip="+ip.String())
 	e.eventually(old+" unbound "+ip.String(), func() (bool, string) {
 		has, err := cluster.NodeHasAddr(old, ip)
@@ -239,22 +229,12 @@ func TestFaultHolderLosesAPIServerOnlyFence(t *testing.T) {
 	cfg["api-loss"] = "fence"
 	e := newEnv(t, cfg)
 	ip := testenv.ServiceIP(114)
-	e.service("web", ip)
-	old := e.served(ip)
-	e.heartbeatsFresh(e.nodes...)
-	p := e.probe(ip)
-	e.answersFrom(p, old)
-	w := e.watchBindings(ip)
-	mark := e.markLogs()
+	st := e.startPoint(ip)
+	old, p, w, mark := st.holders[ip], st.probes[ip], st.w, st.mark
 
 	unblock := e.blockAPI(old)
 	blocked := time.Now()
-	var next string
-	e.eventually("a survivor holds "+ip.String(), func() (bool, string) {
-		next = e.holder(ip)
-		return next != "" && next != old, "holder " + next
-	})
-	e.answersFrom(p, next)
+	next := e.takenOver(ip, old, p)
 	unblock()
 	e.heartbeatsFresh(e.nodes...)
 	e.throughout(old+" back on the API: takes nothing back", 2*leaseDuration,
@@ -284,12 +264,8 @@ func TestFaultHolderLosesAPIServerOnlyFence(t *testing.T) {
 func TestFaultHolderLinkLosesCarrier(t *testing.T) {
 	e := newEnv(t, defaultConfig())
 	ip := testenv.ServiceIP(115)
-	e.service("web", ip)
-	old := e.served(ip)
-	e.heartbeatsFresh(e.nodes...)
-	p := e.probe(ip)
-	e.answersFrom(p, old)
-	w := e.watchBindings(ip)
+	st := e.startPoint(ip)
+	old, p, w := st.holders[ip], st.probes[ip], st.w
 
 	e.cutLink(old)
 	cut := time.Now()
@@ -297,12 +273,7 @@ func TestFaultHolderLinkLosesCarrier(t *testing.T) {
 		has, err := cluster.NodeHasAddr(old, ip)
 		return err == nil && !has, fmt.Sprint(has, err)
 	})
-	var next string
-	e.eventually("a survivor holds "+ip.String(), func() (bool, string) {
-		next = e.holder(ip)
-		return next != "" && next != old, "holder " + next
-	})
-	e.answersFrom(p, next)
+	next := e.takenOver(ip, old, p)
 	t.Logf("failover after carrier loss: %s answered %s after the cut", next, firstReplyFrom(p.Result(), e.mac(next), cut))
 
 	e.must(cluster.RestoreLink(e.ctx, old))

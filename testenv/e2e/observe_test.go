@@ -504,3 +504,16 @@ func (e *env) startPoint(ips ...netip.Addr) startPoint {
 	st.mark = e.markLogs()
 	return st
 }
+
+// takenOver waits until a node other than old holds ip and the client's
+// probe p hears it from that node, and returns the node.
+func (e *env) takenOver(ip netip.Addr, old string, p *testenv.Probe) string {
+	e.t.Helper()
+	var next string
+	e.eventually("a survivor holds "+ip.String(), func() (bool, string) {
+		next = e.holder(ip)
+		return next != "" && next != old, "holder " + next
+	})
+	e.answersFrom(p, next)
+	return next
+}
