@@ -560,19 +560,7 @@ func (s *state) decide(v lease.View, ip netip.Addr, l *coordinationv1.Lease, nam
 		return
 	}
 	_, bound := s.bound[ip]
-	// Ranks count from when this node knew its peers, not from when it
-	// first saw the IP free, which may be before.
-	since := s.freeSince[ip]
-	if !since.IsZero() && since.Before(s.peersKnownAt) {
-		since = s.peersKnownAt
-	}
-	d := lease.Decide(v, lease.IP{Addr: ip, Lock: lk, Named: named, Bound: bound, FreeSince: since, Planned: planned})
-	if (d.Action == lease.Create || d.Action == lease.Acquire) && v.Now.Before(s.peersKnownAt) {
-		// Peers started at the same moment show their first heartbeats
-		// within a renew interval; racing before that, every node of a
-		// cluster starting cold ranks itself first for every IP.
-		d = lease.Decision{At: s.peersKnownAt, Reason: "learning the live nodes before racing"}
-	}
+	d := lease.Decide(v, lease.IP{Addr: ip, Lock: lk, Named: named, Bound: bound, FreeSince: s.freeSince[ip], Planned: planned})
 	if named && bound && lk != nil && lk.Holder == v.Self {
 		s.rebindIfMoved(ip)
 	}
@@ -736,14 +724,15 @@ func (s *state) view(now time.Time) lease.View {
 	}
 	slices.Sort(live)
 	return lease.View{
-		Self:      s.a.opt.Node,
-		Now:       now,
-		Writable:  s.writable(now),
-		Eligible:  s.selfEligible && !s.shutting,
-		Live:      live,
-		Alive:     func(n string) bool { return s.live.Alive(n, now) },
-		DeadSince: func(n string) (time.Time, bool) { return s.live.DeadSince(n, now) },
-		Step:      s.cfg.RankStep(),
+		Self:       s.a.opt.Node,
+		Now:        now,
+		Writable:   s.writable(now),
+		Eligible:   s.selfEligible && !s.shutting,
+		Live:       live,
+		Alive:      func(n string) bool { return s.live.Alive(n, now) },
+		DeadSince:  func(n string) (time.Time, bool) { return s.live.DeadSince(n, now) },
+		Step:       s.cfg.RankStep(),
+		PeersKnown: s.peersKnownAt,
 	}
 }
 

@@ -53,6 +53,11 @@ type View struct {
 	// Step is the wait per rank before acquiring, which lets the best-ranked
 	// node win without a conflict and spreads a dead node's IPs.
 	Step time.Duration
+	// PeersKnown is when this node will have watched heartbeats for a
+	// renew interval since it (re)connected. Before then it may not know
+	// every live peer, nor its rank among them: it races for no IP, and
+	// ranks count from then at the earliest.
+	PeersKnown time.Time
 }
 
 // IP is what this node knows of one address.
@@ -84,6 +89,22 @@ type Decision struct {
 // binds what the lock does not give this node, and every action that gives
 // the IP away (Handoff, Release, Delete) is carried out by unbinding first.
 func Decide(v View, ip IP) Decision {
+	d := v.decide(ip)
+	if (d.Action == Create || d.Action == Acquire) && v.Now.Before(v.PeersKnown) {
+		// Peers started at the same moment show their first heartbeats
+		// within a renew interval; racing before that, every node of a
+		// cluster starting cold ranks itself first for every IP.
+		return Decision{At: v.PeersKnown, Reason: "learning the live nodes before racing"}
+	}
+	return d
+}
+
+func (v View) decide(ip IP) Decision {
+	if ip.FreeSince.Before(v.PeersKnown) && !ip.FreeSince.IsZero() {
+		// Ranks count from when this node knew its peers, not from when
+		// it first saw the IP free, which may be before.
+		ip.FreeSince = v.PeersKnown
+	}
 	if !ip.Named {
 		return decideOrphan(v, ip)
 	}

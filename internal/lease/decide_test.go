@@ -182,3 +182,27 @@ func TestFenced(t *testing.T) {
 	assert.Assert(t, !lease.Fenced(at(0), at(fenceAfter-ms), fenceAfter))
 	assert.Assert(t, lease.Fenced(at(0), at(fenceAfter), fenceAfter))
 }
+
+// Until this node knows its live peers it races for nothing, and ranks
+// count from then, not from when it first saw an IP free.
+func TestDecideWaitsToKnowItsPeers(t *testing.T) {
+	r0, r1 := ipRanked(t, 0), ipRanked(t, 1)
+	v := decideView()
+	v.PeersKnown = now().Add(200 * ms)
+
+	d := lease.Decide(v, lease.IP{Addr: r0, Named: true, FreeSince: now().Add(-time.Second)})
+	assert.Equal(t, d.Action, lease.None)
+	assert.Equal(t, d.At, v.PeersKnown)
+	d = lease.Decide(v, lease.IP{Addr: r0, Named: true, Lock: lock("x", "")})
+	assert.Equal(t, d.Action, lease.None, "a dead holder's IP waits too")
+	assert.Equal(t, d.At, v.PeersKnown)
+	d = lease.Decide(v, lease.IP{Addr: r1, Named: true, Lock: lock("a", ""), Bound: true})
+	assert.Equal(t, d.Action, lease.None, "what this node holds is not raced for")
+
+	v.Now = v.PeersKnown
+	d = lease.Decide(v, lease.IP{Addr: r0, Named: true, FreeSince: now().Add(-time.Second)})
+	assert.Equal(t, d.Action, lease.Create)
+	d = lease.Decide(v, lease.IP{Addr: r1, Named: true, FreeSince: now().Add(-time.Second)})
+	assert.Equal(t, d.Action, lease.None)
+	assert.Equal(t, d.At, v.PeersKnown.Add(step), "rank 1 waits one step from when the peers were known")
+}
