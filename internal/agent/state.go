@@ -365,21 +365,25 @@ func (s *state) reconcile() {
 	// Acquisitions in flight are bounded (see dispatch), so the IPs the
 	// policy gives this node, or free ones it ranks first for, go first:
 	// it races for the others' only once its own are under way.
-	first := make([]netip.Addr, 0, len(s.order))
-	var later []netip.Addr
+	type todo struct {
+		ip   netip.Addr
+		name string
+	}
+	first := make([]todo, 0, len(s.order))
+	var later []todo
 	for _, ip := range s.order {
-		l := locks[lease.NameFor(ip)]
+		t := todo{ip: ip, name: lease.NameFor(ip)}
+		l := locks[t.name]
 		free := l == nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == ""
 		if plan[ip] == v.Self || free && lease.Rank(ip, v.Self, v.Live) == 0 {
-			first = append(first, ip)
+			first = append(first, t)
 		} else {
-			later = append(later, ip)
+			later = append(later, t)
 		}
 	}
-	for _, ip := range append(first, later...) {
-		name := lease.NameFor(ip)
-		s.decide(v, ip, s.effective(name, locks[name], now), true, plan[ip])
-		delete(locks, name)
+	for _, t := range append(first, later...) {
+		s.decide(v, t.ip, s.effective(t.name, locks[t.name], now), true, plan[t.ip])
+		delete(locks, t.name)
 	}
 	for name, l := range locks {
 		if l = s.effective(name, l, now); l == nil {
