@@ -63,18 +63,23 @@ func (h *heartbeater) renew(r renewal) error {
 	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
 	defer cancel()
 	err := h.write(ctx, r)
-	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) || apierrors.IsAlreadyExists(err) {
+	if rewritten(err) {
 		// Someone deleted or rewrote our heartbeat (by hand, or a peer's
 		// garbage collection): read it again and write it now, rather than
 		// fail this renewal.
 		h.a.log.Warn("heartbeat Lease was deleted or changed by someone else; writing it again", "lease", lease.HeartbeatName(h.a.opt.Node), "err", err)
 		h.current = nil
-		err = h.write(ctx, r)
-	}
-	if err != nil && (apierrors.IsConflict(err) || apierrors.IsNotFound(err) || apierrors.IsAlreadyExists(err)) {
-		h.current = nil
+		if err = h.write(ctx, r); rewritten(err) {
+			h.current = nil
+		}
 	}
 	return err
+}
+
+// rewritten: a write failed because the heartbeat is not the version this
+// node last wrote or read.
+func rewritten(err error) bool {
+	return apierrors.IsConflict(err) || apierrors.IsNotFound(err) || apierrors.IsAlreadyExists(err)
 }
 
 // write renews the heartbeat once: updates the version last written or
