@@ -537,14 +537,8 @@ func TestFaultDaemonRestartedUnderAnotherNodesName(t *testing.T) {
 func TestFaultHeartbeatDeletedByHand(t *testing.T) {
 	e := newEnv(t, defaultConfig())
 	ip := testenv.ServiceIP(126)
-	e.service("web", ip)
-	holder := e.served(ip)
-	e.heartbeatsFresh(e.nodes...)
-	before := e.lockStates(ip)
-	p := e.probe(ip)
-	e.answersFrom(p, holder)
-	w := e.watchBindings(ip)
-	mark := e.markLogs()
+	st := e.startPoint(ip)
+	holder, before, p, w, mark := st.holders[ip], st.before, st.probes[ip], st.w, st.mark
 
 	e.must(e.k.CoordinationV1().Leases(testenv.Namespace).Delete(e.ctx, lease.HeartbeatName(holder), metav1.DeleteOptions{}))
 	e.eventually("the heartbeat is written again", func() (bool, string) {
@@ -568,12 +562,8 @@ func TestFaultHeartbeatDeletedByHand(t *testing.T) {
 func TestFaultLockNamesUnknownNode(t *testing.T) {
 	e := newEnv(t, defaultConfig())
 	ip := testenv.ServiceIP(128)
-	e.service("web", ip)
-	old := e.served(ip)
-	p := e.probe(ip)
-	e.answersFrom(p, old)
-	w := e.watchBindings(ip)
-	mark := e.markLogs()
+	st := e.startPoint(ip)
+	p, w, mark := st.probes[ip], st.w, st.mark
 
 	e.editLock(ip, func(l *coordinationv1.Lease) {
 		ghost := "node-ghost"
@@ -610,13 +600,8 @@ func TestFaultLockNamesUnknownNode(t *testing.T) {
 func TestFaultLockWithGarbageAnnotation(t *testing.T) {
 	e := newEnv(t, defaultConfig())
 	ip := testenv.ServiceIP(130)
-	e.service("web", ip)
-	holder := e.served(ip)
-	e.heartbeatsFresh(e.nodes...)
-	before := e.lockStates(ip)
-	p := e.probe(ip)
-	e.answersFrom(p, holder)
-	w := e.watchBindings(ip)
+	st := e.startPoint(ip)
+	holder, before, p, w := st.holders[ip], st.before, st.probes[ip], st.w
 	still := e.stillAnswering(map[netip.Addr]*testenv.Probe{ip: p}, map[netip.Addr]string{ip: holder}, time.Second)
 
 	for _, bad := range []string{"not-an-ip", testenv.ServiceIP(131).String()} {
