@@ -57,13 +57,9 @@ func isMainModule(goMod string) bool {
 // and etcd: $EIP_CACHE (default $HOME/.cache/eip), keyed by the version and a
 // hash of the build module, exactly as the script computes it.
 func DefaultK8sBinDir(repoRoot string) (string, error) {
-	cache := os.Getenv("EIP_CACHE")
-	if cache == "" {
-		home := os.Getenv("HOME")
-		if home == "" {
-			return "", errors.New("k8s bin dir: neither EIP_CACHE nor HOME is set")
-		}
-		cache = filepath.Join(home, ".cache", "eip")
+	cache, err := cacheDir()
+	if err != nil {
+		return "", fmt.Errorf("k8s bin dir: %w", err)
 	}
 	h := sha256.New()
 	for _, f := range []string{"go.mod", "go.sum", "cmd/etcd/main.go"} {
@@ -143,4 +139,46 @@ func tail(path string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return string(bytes.Join(lines, []byte("\n")))
+}
+
+// ToolBinDir is where `scripts/build-tool.sh name` puts the binaries pinned by
+// testenv/tools/<name>: $EIP_CACHE (default $HOME/.cache/eip)/<name>-<hash>/bin,
+// <hash> covering each top-level file's name and content in byte order of the
+// names, exactly as the script computes it.
+func ToolBinDir(repoRoot, name string) (string, error) {
+	cache, err := cacheDir()
+	if err != nil {
+		return "", fmt.Errorf("%s bin dir: %w", name, err)
+	}
+	dir := filepath.Join(repoRoot, "testenv", "tools", name)
+	entries, err := os.ReadDir(dir) // sorted by name
+	if err != nil {
+		return "", fmt.Errorf("%s bin dir: %w", name, err)
+	}
+	h := sha256.New()
+	for _, e := range entries {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return "", fmt.Errorf("%s bin dir: %w", name, err)
+		}
+		h.Write([]byte(e.Name() + "\n"))
+		h.Write(b)
+	}
+	sum := hex.EncodeToString(h.Sum(nil))[:12]
+	return filepath.Join(cache, name+"-"+sum, "bin"), nil
+}
+
+// cacheDir is $EIP_CACHE, or $HOME/.cache/eip.
+func cacheDir() (string, error) {
+	if cache := os.Getenv("EIP_CACHE"); cache != "" {
+		return cache, nil
+	}
+	home := os.Getenv("HOME")
+	if home == "" {
+		return "", errors.New("neither EIP_CACHE nor HOME is set")
+	}
+	return filepath.Join(home, ".cache", "eip"), nil
 }
