@@ -1,5 +1,7 @@
 # eip: external IPs for bare-metal Kubernetes.
-# Every target runs on a fresh machine as root after `.ci/run`'s installs.
+# Every target runs on a fresh Debian or Ubuntu machine as root: the targets
+# that start a test cluster run `prereqs` first, which installs what is
+# missing (scripts/prereqs.sh).
 
 GO       ?= go
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
@@ -8,10 +10,17 @@ BIN      := $(CURDIR)/bin
 PREFIX   ?= /usr/local
 export GOFLAGS ?= -mod=mod
 export CGO_ENABLED = 0
+# Go's own install location, for a fresh machine whose PATH lacks it.
+export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: all build install test test-unit test-e2e lint fuzz bench demo k8s clean
+.PHONY: all prereqs build install test test-unit test-e2e lint fuzz bench demo k8s clean
 
 all: build
+
+## prereqs: root, the commands and kernel features the test cluster needs;
+## installs missing commands with apt-get as root on Debian/Ubuntu
+prereqs:
+	@scripts/prereqs.sh
 
 ## build: static eipd and kubectl-eip in bin/
 build:
@@ -34,13 +43,13 @@ k8s:
 	@scripts/build-k8s.sh
 
 ## test: every tier: lint, unit and privileged tests, fuzz smoke, e2e on a real cluster
-test: lint build
+test: prereqs lint build
 	scripts/test.sh
 
 test-unit:
 	$(GO) test -count=1 ./internal/... ./daemon/... ./kubectl-eip/... ./manifests/... ./scripts/...
 
-test-e2e: build
+test-e2e: prereqs build
 	scripts/test.sh e2e
 
 ## fuzz: run each fuzz target briefly
@@ -48,11 +57,11 @@ fuzz:
 	scripts/fuzz.sh 10s
 
 ## bench: measure the targets of DESIGN.md on the test cluster
-bench: build
+bench: prereqs build
 	scripts/bench.sh
 
 ## demo: a real local cluster, a Service, its IPs answering, a failover
-demo: build
+demo: prereqs build
 	scripts/demo.sh
 
 clean:

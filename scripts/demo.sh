@@ -5,10 +5,6 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
-if [[ $(id -u) != 0 ]]; then
-	echo "make demo needs root (network namespaces)" >&2
-	exit 2
-fi
 echo "==> building kube-apiserver, etcd and kubectl from Go modules (cached after the first run, ~8 min)"
 EIP_K8S_BIN=$(scripts/build-k8s.sh | tail -n1)
 export EIP_K8S_BIN EIPD_BIN="$root/bin/eipd" KUBECTL_EIP_BIN="$root/bin/kubectl-eip"

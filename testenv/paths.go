@@ -114,7 +114,7 @@ func Prerequisites(opts Options) error {
 	var errs error
 	for _, tool := range []string{"ip", "nft"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			errs = errors.Join(errs, fmt.Errorf("%s not found (apt-get install iproute2 nftables)", tool))
+			errs = errors.Join(errs, fmt.Errorf("%s not found (scripts/prereqs.sh installs it)", tool))
 		}
 	}
 	if err := opts.resolveBins(); err != nil {
