@@ -50,6 +50,14 @@ type Range struct {
 	Iface string
 	// AutoAssign lets LoadBalancer Services be given addresses from this range.
 	AutoAssign bool
+	// Announce says whether the range's IPs are announced by ARP/NA, by
+	// BGP or both; empty means arp.
+	Announce Announce
+	// Communities are standard BGP communities attached to its routes.
+	Communities []uint32
+	// LocalPref is the LOCAL_PREF of its routes (iBGP peers only); 0 means
+	// none is sent.
+	LocalPref uint32
 }
 
 // Contains reports whether ip lies within r. Zoned and IPv4-mapped IPv6
@@ -82,7 +90,8 @@ func (r Range) String() string { return r.Text }
 // sameEffect reports whether r and o bind the same addresses the same way.
 func (r Range) sameEffect(o Range) bool {
 	return r.Name == o.Name && r.First == o.First && r.Last == o.Last && r.Prefix == o.Prefix &&
-		r.Bits == o.Bits && r.Iface == o.Iface && r.AutoAssign == o.AutoAssign
+		r.Bits == o.Bits && r.Iface == o.Iface && r.AutoAssign == o.AutoAssign &&
+		r.Announce == o.Announce && slices.Equal(r.Communities, o.Communities) && r.LocalPref == o.LocalPref
 }
 
 // Config is the validated content of the eip-config ConfigMap.
@@ -114,6 +123,8 @@ type Config struct {
 	// Ranges are the address ranges eip may bind, sorted by First (IPv4
 	// before IPv6), never overlapping.
 	Ranges []Range
+	// BGP configures the speaker of route mode.
+	BGP BGP
 	// Warnings are non-fatal findings, such as unknown keys.
 	Warnings []string
 }
@@ -145,6 +156,8 @@ type Binding struct {
 	Iface string
 	// Bits is the prefix length given to the kernel.
 	Bits int
+	// Announce is the range's announce mode.
+	Announce Announce
 }
 
 // Prefix returns ip with the binding's prefix length, as given to the kernel.
@@ -152,8 +165,11 @@ func (b Binding) Prefix(ip netip.Addr) netip.Prefix { return netip.PrefixFrom(ip
 
 // Equal reports whether b and o put an address on the same interface with the
 // same prefix length: what the kernel sees. The ranges themselves are not
-// compared, so that Bindings from two Configs can be compared.
-func (b Binding) Equal(o Binding) bool { return b.Iface == o.Iface && b.Bits == o.Bits }
+// compared, so that Bindings from two Configs can be compared; the announce
+// mode is, since it decides whether the LAN or the routers are told.
+func (b Binding) Equal(o Binding) bool {
+	return b.Iface == o.Iface && b.Bits == o.Bits && b.Announce == o.Announce
+}
 
 // Lookup finds the range containing ip and how ip is bound; ok is false when
 // ip lies outside every range.
@@ -163,7 +179,7 @@ func (c Config) Lookup(ip netip.Addr) (b Binding, ok bool) {
 		return Binding{}, false
 	}
 	r := &c.Ranges[i]
-	return Binding{Range: r, Iface: r.Iface, Bits: r.Bits}, true
+	return Binding{Range: r, Iface: r.Iface, Bits: r.Bits, Announce: r.Announce}, true
 }
 
 // AddressLifetime is the kernel valid and preferred lifetime of a bound
@@ -193,7 +209,7 @@ func (c Config) Equal(o Config) bool {
 		c.LeaseDuration == o.LeaseDuration && c.RenewInterval == o.RenewInterval &&
 		c.APILoss == o.APILoss && c.FenceAfter == o.FenceAfter &&
 		slices.Equal(c.PreferredNodes, o.PreferredNodes) &&
-		slices.EqualFunc(c.Ranges, o.Ranges, Range.sameEffect)
+		slices.EqualFunc(c.Ranges, o.Ranges, Range.sameEffect) && c.BGP.Equal(o.BGP)
 }
 
 func selectorString(s labels.Selector) string {

@@ -36,6 +36,13 @@
 //	preferred-nodes node names separated by commas or whitespace, in order of
 //	                preference. Default none.
 //	ranges          the address ranges eip may bind, one a line (below).
+//	bgp-asn         this cluster's AS number for route mode, plain (64512)
+//	                or asdot (1.10). Needed by bgp-peers.
+//	bgp-router-id   IPv4 BGP identifier. Default: each node's own IPv4
+//	                address, which keeps identifiers unique per node.
+//	bgp-peers       the routers each node peers with, one a line:
+//	                ADDRESS asn=N [port=179] [hold-time=90s]
+//	                [password=KEY] [source=ADDRESS].
 //
 // # Ranges
 //
@@ -56,6 +63,13 @@
 //	iface=NAME         interface for this range, or "auto". Default: iface.
 //	auto-assign[=BOOL] LoadBalancer Services without an address may be given one
 //	                   from this range. Default false.
+//	announce=MODE      arp (default): bound on the LAN interface, announced by
+//	                   gratuitous ARP/NA; bgp: a host route announced to
+//	                   bgp-peers, the address on lo (no iface or netmask
+//	                   then); both.
+//	communities=LIST   standard communities ASN:VALUE, comma separated, on
+//	                   the range's routes (bgp and both only).
+//	local-pref=N       LOCAL_PREF of the range's routes, for iBGP peers.
 //
 // Ranges must not overlap, must not use IPv4-mapped IPv6 forms (write
 // 198.18.0.1, not ::ffff:198.18.0.1) or zones, and must not include

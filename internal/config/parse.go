@@ -37,7 +37,8 @@ const (
 // Keys returns the ConfigMap keys Parse understands, in the order it reads them.
 func Keys() []string {
 	return []string{keyIface, keyNetmask, keyNetmask6, keyPolicy, keyNodeSelector,
-		keyLeaseDuration, keyRenewInterval, keyAPILoss, keyFenceAfter, keyPreferredNodes, keyRanges}
+		keyLeaseDuration, keyRenewInterval, keyAPILoss, keyFenceAfter, keyPreferredNodes, keyRanges,
+		keyBGPASN, keyBGPRouterID, keyBGPPeers}
 }
 
 // Parse validates data, the ConfigMap's .data, and returns the Config it
@@ -109,6 +110,11 @@ func Parse(data map[string]string) (Config, error) {
 		rs, err := parseRanges(data[keyRanges], c)
 		errs = errors.Join(errs, err)
 		c.Ranges = rs
+	}
+	if err := c.parseBGP(value, data[keyBGPPeers]); err != nil {
+		errs = errors.Join(errs, err)
+	} else {
+		errs = errors.Join(errs, c.checkRouteRanges())
 	}
 
 	known := Keys()

@@ -19,6 +19,11 @@ const (
 	optAutoAssign = "auto-assign"
 )
 
+// rangeOptions are the options a range line accepts, for messages.
+func rangeOptions() []string {
+	return []string{optName, optNetmask, optIface, optAutoAssign, optAnnounce, optCommunities, optLocalPref}
+}
+
 // parseRanges reads the ranges value, one range a line, resolving defaults
 // from c. It returns the ranges sorted by First, and an error for every bad
 // line, repeated name and overlapping pair.
@@ -132,13 +137,57 @@ func parseRange(line string, c Config) (Range, error) {
 				}
 			}
 			r.AutoAssign = b
+		case optAnnounce:
+			switch a := Announce(val); a {
+			case AnnounceARP:
+				r.Announce = "" // the default, so that writing it changes nothing
+			case AnnounceBGP, AnnounceBoth:
+				r.Announce = a
+			default:
+				return Range{}, fmt.Errorf("announce %q is not a mode: use %q, %q or %q", val, AnnounceARP, AnnounceBGP, AnnounceBoth)
+			}
+		case optCommunities:
+			cs, err := parseCommunities(val)
+			if err != nil {
+				return Range{}, err
+			}
+			r.Communities = cs
+		case optLocalPref:
+			n, err := strconv.ParseUint(val, 10, 32)
+			if err != nil || n == 0 {
+				return Range{}, fmt.Errorf("local-pref %q is not a preference: use 1 to 4294967295", val)
+			}
+			r.LocalPref = uint32(n)
 		default:
-			options := []string{optName, optNetmask, optIface, optAutoAssign}
-			return Range{}, fmt.Errorf("unknown option %q%s: use %s", key, didYouMean(key, options),
-				strings.Join(options, ", "))
+			return Range{}, fmt.Errorf("unknown option %q%s: use %s", key, didYouMean(key, rangeOptions()),
+				strings.Join(rangeOptions(), ", "))
 		}
 	}
-	return r, nil
+	return r, r.routeMode(seen)
+}
+
+// routeMode settles the options that depend on the announce mode. A bgp-only
+// range lives on RouteIface as host addresses, so iface and netmask make no
+// sense there; route attributes make none without BGP.
+func (r *Range) routeMode(seen map[string]bool) error {
+	if !r.Announce.BGP() {
+		for _, o := range []string{optCommunities, optLocalPref} {
+			if seen[o] {
+				return fmt.Errorf("option %q needs announce=%s or announce=%s", o, AnnounceBGP, AnnounceBoth)
+			}
+		}
+		return nil
+	}
+	if r.Announce == AnnounceBGP {
+		for _, o := range []string{optIface, optNetmask} {
+			if seen[o] {
+				return fmt.Errorf("option %q has no effect with announce=%s: its addresses live on %s as host addresses; use announce=%s to bind them on a LAN interface too",
+					o, AnnounceBGP, RouteIface, AnnounceBoth)
+			}
+		}
+		r.Iface, r.Bits = RouteIface, r.First.BitLen()
+	}
+	return nil
 }
 
 // parseAddrs reads a CIDR, a first-last span or a single address into r.

@@ -3,6 +3,7 @@ package config_test
 import (
 	"net/netip"
 	"os"
+	"reflect"
 	"testing"
 	"time"
 
@@ -183,7 +184,7 @@ func TestParseRanges(t *testing.T) {
 			assert.NilError(t, err)
 			assert.Equal(t, len(got.Ranges), len(tc.want), "%+v", got.Ranges)
 			for i := range tc.want {
-				assert.Equal(t, got.Ranges[i], tc.want[i]) // Range is comparable
+				assert.Assert(t, reflect.DeepEqual(got.Ranges[i], tc.want[i]), "got  %+v\nwant %+v", got.Ranges[i], tc.want[i])
 			}
 		})
 	}

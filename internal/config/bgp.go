@@ -1,0 +1,275 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Announce says how the holder of an IP tells the network where it lives.
+type Announce string
+
+const (
+	// AnnounceARP binds the IP on the LAN interface and announces it with
+	// gratuitous ARP or unsolicited neighbour advertisements.
+	AnnounceARP Announce = "arp"
+	// AnnounceBGP announces a host route for the IP to the BGP peers. The
+	// address lives on RouteIface, and the node never answers ARP for it.
+	AnnounceBGP Announce = "bgp"
+	// AnnounceBoth does both: the IP is on the LAN interface and routed.
+	AnnounceBoth Announce = "both"
+)
+
+// String names the mode; the zero value is arp.
+func (a Announce) String() string {
+	if a == "" {
+		return string(AnnounceARP)
+	}
+	return string(a)
+}
+
+// ARP reports whether the IP is bound on the LAN and announced there.
+func (a Announce) ARP() bool { return a != AnnounceBGP }
+
+// BGP reports whether a host route is announced to the BGP peers.
+func (a Announce) BGP() bool { return a == AnnounceBGP || a == AnnounceBoth }
+
+// RouteIface is where an address of a bgp-only range lives: on loopback,
+// so that traffic routed to the node is accepted, while no LAN interface
+// carries it. (IPv6 neighbour discovery only answers for addresses of the
+// interface asked on; for IPv4 the daemon drops ARP requests for these
+// ranges, see netif.ARPFilter.)
+const RouteIface = "lo"
+
+// Range options of route mode.
+const (
+	optAnnounce    = "announce"
+	optCommunities = "communities"
+	optLocalPref   = "local-pref"
+)
+
+// BGP is the speaker's configuration: the bgp-* keys.
+type BGP struct {
+	// ASN is this cluster's autonomous system number; 0 when BGP is off.
+	ASN uint32
+	// RouterID is the BGP identifier; invalid means each node uses its own
+	// IPv4 address.
+	RouterID netip.Addr
+	// Peers are the routers every node opens a session to.
+	Peers []Peer
+}
+
+// Peer is one line of bgp-peers.
+type Peer struct {
+	Addr netip.Addr
+	ASN  uint32
+	// Port is the peer's TCP port (default 179).
+	Port uint16
+	// HoldTime is proposed in the OPEN message (default 90s); the
+	// session uses the smaller of both sides' values.
+	HoldTime time.Duration
+	// Password enables TCP MD5 signatures (RFC 2385) when set.
+	Password string
+	// Source is the local address of the session; invalid means the
+	// kernel's choice for the route to Addr.
+	Source netip.Addr
+	// Line is the 1-based line within bgp-peers, for messages.
+	Line int
+}
+
+// Enabled reports whether a BGP speaker should run.
+func (b BGP) Enabled() bool { return b.ASN != 0 && len(b.Peers) > 0 }
+
+// Equal reports whether b and o configure the speaker the same way.
+func (b BGP) Equal(o BGP) bool {
+	return b.ASN == o.ASN && b.RouterID == o.RouterID &&
+		slices.EqualFunc(b.Peers, o.Peers, func(p, q Peer) bool {
+			p.Line, q.Line = 0, 0
+			return p == q
+		})
+}
+
+const (
+	keyBGPASN      = "bgp-asn"
+	keyBGPRouterID = "bgp-router-id"
+	keyBGPPeers    = "bgp-peers"
+)
+
+const (
+	defaultBGPPort  = 179
+	defaultHoldTime = 90 * time.Second
+	// RFC 4271 4.2: a hold time is zero or at least three seconds; zero
+	// (no keepalives) would keep a dead node's routes forever.
+	minHoldTime = 3 * time.Second
+	maxHoldTime = 65535 * time.Second
+)
+
+// parseBGP reads bgp-asn, bgp-router-id and bgp-peers into c.BGP.
+func (c *Config) parseBGP(value func(string) (string, bool), raw string) error {
+	var errs error
+	if v, ok := value(keyBGPASN); ok {
+		n, err := parseASN(v)
+		if err != nil {
+			errs = errors.Join(errs, fmt.Errorf("%s %q %w", keyBGPASN, v, err))
+		}
+		c.BGP.ASN = n
+	}
+	if v, ok := value(keyBGPRouterID); ok {
+		a, err := netip.ParseAddr(v)
+		if err != nil || !a.Is4() || a.IsUnspecified() {
+			errs = errors.Join(errs, fmt.Errorf("%s %q is not an IPv4 address: a router ID is written as one, such as 198.18.0.11; leave it empty to use each node's own IPv4 address", keyBGPRouterID, v))
+		} else {
+			c.BGP.RouterID = a
+		}
+	}
+	if _, ok := value(keyBGPPeers); ok {
+		for i, line := range strings.Split(raw, "\n") {
+			line, _, _ = strings.Cut(line, "#")
+			if line = strings.TrimSpace(line); line == "" {
+				continue
+			}
+			p, err := parsePeer(line)
+			if err != nil {
+				errs = errors.Join(errs, fmt.Errorf("%s line %d %q: %w", keyBGPPeers, i+1, line, err))
+				continue
+			}
+			p.Line = i + 1
+			if j := slices.IndexFunc(c.BGP.Peers, func(q Peer) bool { return q.Addr == p.Addr }); j >= 0 {
+				errs = errors.Join(errs, fmt.Errorf("%s line %d %q: peer %s is already on line %d", keyBGPPeers, p.Line, line, p.Addr, c.BGP.Peers[j].Line))
+				continue
+			}
+			c.BGP.Peers = append(c.BGP.Peers, p)
+		}
+	}
+	if len(c.BGP.Peers) > 0 && c.BGP.ASN == 0 && errs == nil {
+		errs = fmt.Errorf("%s is set but %s is not: set this cluster's AS number", keyBGPPeers, keyBGPASN)
+	}
+	return errs
+}
+
+// checkRouteRanges: a range announced over BGP needs a speaker with peers.
+func (c *Config) checkRouteRanges() error {
+	var errs error
+	for _, r := range c.Ranges {
+		if r.Announce.BGP() && !c.BGP.Enabled() {
+			errs = errors.Join(errs, fmt.Errorf("%s line %d %q: announce=%s needs %s and at least one line in %s",
+				keyRanges, r.Line, r.Text, r.Announce, keyBGPASN, keyBGPPeers))
+		}
+	}
+	return errs
+}
+
+// parseASN reads an AS number, plain ("64512") or asdot ("1.10").
+func parseASN(s string) (uint32, error) {
+	const help = "use an AS number from 1 to 4294967294, such as 64512"
+	if hi, lo, dot := strings.Cut(s, "."); dot {
+		h, err1 := strconv.ParseUint(hi, 10, 16)
+		l, err2 := strconv.ParseUint(lo, 10, 16)
+		if err1 != nil || err2 != nil || h == 0 && l == 0 {
+			return 0, fmt.Errorf("is not an AS number: %s", help)
+		}
+		return uint32(h<<16 | l), nil
+	}
+	n, err := strconv.ParseUint(s, 10, 32)
+	if err != nil {
+		return 0, fmt.Errorf("is not an AS number: %s", help)
+	}
+	// 0 and 4294967295 are reserved (RFC 7607, RFC 7300); 23456 is AS_TRANS.
+	if n == 0 || n == 4294967295 || n == 23456 {
+		return 0, fmt.Errorf("is a reserved AS number: %s", help)
+	}
+	return uint32(n), nil
+}
+
+// Peer options.
+const (
+	peerASN      = "asn"
+	peerPort     = "port"
+	peerHoldTime = "hold-time"
+	peerPassword = "password"
+	peerSource   = "source"
+)
+
+// parsePeer reads "ADDRESS asn=N [port=N] [hold-time=D] [password=S] [source=ADDRESS]".
+func parsePeer(line string) (Peer, error) {
+	fields := strings.Fields(line)
+	a, err := netip.ParseAddr(fields[0])
+	if err != nil || a.Zone() != "" || a.Is4In6() || a.IsUnspecified() || a.IsMulticast() {
+		return Peer{}, fmt.Errorf("%q is not a peer address: start the line with the router's IPv4 or IPv6 address", fields[0])
+	}
+	p := Peer{Addr: a, Port: defaultBGPPort, HoldTime: defaultHoldTime}
+	seen := map[string]bool{}
+	options := []string{peerASN, peerPort, peerHoldTime, peerPassword, peerSource}
+	for _, f := range fields[1:] {
+		key, val, ok := strings.Cut(f, "=")
+		if !ok || val == "" {
+			return Peer{}, fmt.Errorf("option %q has no value: write %s=VALUE", f, key)
+		}
+		if seen[key] {
+			return Peer{}, fmt.Errorf("option %q is given twice", key)
+		}
+		seen[key] = true
+		switch key {
+		case peerASN:
+			if p.ASN, err = parseASN(val); err != nil {
+				return Peer{}, fmt.Errorf("asn %q %w", val, err)
+			}
+		case peerPort:
+			n, err := strconv.ParseUint(val, 10, 16)
+			if err != nil || n == 0 {
+				return Peer{}, fmt.Errorf("port %q is not a TCP port: use 1 to 65535", val)
+			}
+			p.Port = uint16(n)
+		case peerHoldTime:
+			d, err := parseDuration(val)
+			if err != nil {
+				return Peer{}, fmt.Errorf("hold-time %q %w", val, err)
+			}
+			if d < minHoldTime || d > maxHoldTime || d%time.Second != 0 {
+				return Peer{}, fmt.Errorf("hold-time %q must be whole seconds from %v to %v (RFC 4271)", val, minHoldTime, maxHoldTime)
+			}
+			p.HoldTime = d
+		case peerPassword:
+			if len(val) > 80 {
+				return Peer{}, errors.New("password is longer than the kernel's 80 bytes for TCP MD5 keys")
+			}
+			p.Password = val
+		case peerSource:
+			s, err := netip.ParseAddr(val)
+			if err != nil || s.Zone() != "" || s.Is4() != a.Is4() || s.IsUnspecified() {
+				return Peer{}, fmt.Errorf("source %q is not an address of the peer's family", val)
+			}
+			p.Source = s
+		default:
+			return Peer{}, fmt.Errorf("unknown option %q%s: use %s", key, didYouMean(key, options), strings.Join(options, ", "))
+		}
+	}
+	if p.ASN == 0 {
+		return Peer{}, errors.New("asn is missing: write asn=N with the router's AS number")
+	}
+	return p, nil
+}
+
+// parseCommunities reads standard communities "65000:100,65000:200".
+func parseCommunities(s string) ([]uint32, error) {
+	var out []uint32
+	for _, f := range strings.Split(s, ",") {
+		hi, lo, ok := strings.Cut(f, ":")
+		h, err1 := strconv.ParseUint(hi, 10, 16)
+		l, err2 := strconv.ParseUint(lo, 10, 16)
+		if !ok || err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("communities %q: %q is not a community: write ASN:VALUE with both parts from 0 to 65535, separated by commas", s, f)
+		}
+		if c := uint32(h<<16 | l); !slices.Contains(out, c) {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+// FormatCommunity writes a standard community as ASN:VALUE.
+func FormatCommunity(c uint32) string { return fmt.Sprintf("%d:%d", c>>16, c&0xffff) }
