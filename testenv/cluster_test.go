@@ -31,9 +31,12 @@ var shared struct {
 }
 
 // fakeDaemon stands in for eipd to test starting and stopping daemons: it
-// prints its arguments and says goodbye on SIGTERM.
+// prints its arguments, its privileges and whether it may write /proc/sys,
+// and says goodbye on SIGTERM.
 const fakeDaemon = `#!/bin/sh
 echo "fake eipd $*"
+grep -E '^(CapEff|CapBnd|NoNewPrivs):' /proc/$$/status
+if (echo 0 >/proc/sys/net/ipv4/conf/lo/forwarding) 2>/dev/null; then echo "fake eipd: wrote /proc/sys"; else echo "fake eipd: cannot write /proc/sys"; fi
 trap 'echo "fake eipd: terminated"; exit 0' TERM
 while :; do sleep 0.05; done
 `
@@ -349,6 +352,25 @@ func TestDaemonLifecycle(t *testing.T) {
 	assert.NilError(t, c.StopDaemon("node-1", syscall.SIGKILL))
 	assert.Assert(t, !c.DaemonRunning("node-1"))
 	assert.NilError(t, c.StopDaemon("node-1", syscall.SIGTERM), "stopping a stopped daemon")
+}
+
+// TestDaemonPrivileges checks, from inside the started process, that it
+// holds only the DaemonSet's NET_ADMIN and NET_RAW, cannot gain more and
+// cannot write /proc/sys, as in a pod.
+func TestDaemonPrivileges(t *testing.T) {
+	c := cluster(t)
+	assert.NilError(t, c.StartDaemon("node-2"))
+	t.Cleanup(func() { _ = c.StopDaemon("node-2", syscall.SIGKILL) })
+	Eventually(t, 5*time.Second, func() (bool, string) {
+		b, _ := os.ReadFile(c.DaemonLog("node-2"))
+		return strings.Contains(string(b), "fake eipd: "), string(b)
+	})
+	b, err := os.ReadFile(c.DaemonLog("node-2"))
+	assert.NilError(t, err)
+	log := string(b)
+	for _, want := range []string{"CapEff:\t0000000000003000\n", "CapBnd:\t0000000000003000\n", "NoNewPrivs:\t1\n", "fake eipd: cannot write /proc/sys\n"} {
+		assert.Check(t, is.Contains(log, want))
+	}
 }
 
 func TestControlPlaneRestart(t *testing.T) {

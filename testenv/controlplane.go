@@ -37,7 +37,7 @@ func (c *Cluster) startEtcd(ctx context.Context) error {
 		"--unsafe-no-fsync",
 		"--log-level=warn",
 	}
-	p, err := startProcess(c.cp.ns, "etcd", filepath.Join(c.dir, "etcd.log"),
+	p, err := startProcess(c.cp.ns, "etcd", filepath.Join(c.dir, "etcd.log"), nil,
 		filepath.Join(c.opts.K8sBinDir, "etcd"), args...)
 	if err != nil {
 		return err
@@ -90,7 +90,7 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 	if err := os.WriteFile(filepath.Join(c.dir, "audit-policy.yaml"), []byte(auditPolicy), 0o644); err != nil {
 		return fmt.Errorf("write audit policy: %w", err)
 	}
-	p, err := startProcess(c.cp.ns, "kube-apiserver", filepath.Join(c.dir, "kube-apiserver.log"),
+	p, err := startProcess(c.cp.ns, "kube-apiserver", filepath.Join(c.dir, "kube-apiserver.log"), nil,
 		filepath.Join(c.opts.K8sBinDir, "kube-apiserver"), args...)
 	if err != nil {
 		return err

@@ -13,6 +13,8 @@ const (
 	metricsPort = "9402"
 	// daemonGrace bounds a graceful daemon stop before it is killed.
 	daemonGrace = 30 * time.Second
+	// confineTimeout bounds the launcher's few execs before eipd runs.
+	confineTimeout = 10 * time.Second
 )
 
 // DaemonArgs are the flags StartDaemon passes to eipd on a node, before
@@ -49,7 +51,9 @@ func (c *Cluster) DaemonLog(node string) string {
 }
 
 // StartDaemon starts eipd in the node's namespace with DaemonArgs and
-// extraArgs. It does not wait for the daemon to do anything.
+// extraArgs, with exactly the privileges the DaemonSet in manifests/ grants
+// (see podPrivileges), and fails if the process holds any other. It does
+// not wait for the daemon to do anything.
 func (c *Cluster) StartDaemon(node string, extraArgs ...string) error {
 	n, err := c.nodeEndpoint(node)
 	if err != nil {
@@ -67,11 +71,20 @@ func (c *Cluster) StartDaemon(node string, extraArgs ...string) error {
 	if p := c.daemons[node]; p != nil && p.running() {
 		return fmt.Errorf("start eipd on %s: already running (pid %d)", node, p.pid())
 	}
-	p, err := startProcess(n.ns, "eipd on "+node, c.DaemonLog(node), c.opts.EipdBin, args...)
+	priv, err := daemonSetPrivileges(c.opts.ManifestsDir)
+	if err != nil {
+		return fmt.Errorf("start eipd on %s: %w", node, err)
+	}
+	prog, argv, env := priv.command(c.opts.EipdBin, args)
+	p, err := startProcess(n.ns, "eipd on "+node, c.DaemonLog(node), env, prog, argv...)
 	if err != nil {
 		return err
 	}
 	c.daemons[node] = p
+	if err := priv.verify(p.pid(), p.done, confineTimeout); err != nil {
+		_ = p.stop(syscall.SIGKILL, daemonGrace)
+		return fmt.Errorf("start eipd on %s: %w", node, err)
+	}
 	return nil
 }
 

@@ -22,10 +22,10 @@ type process struct {
 }
 
 // startProcess runs bin inside the namespace with `ip netns exec`, which
-// execs the binary in place, so the pid is the binary's. Its own process
-// group keeps a terminal's Ctrl-C away from it; if the test process dies,
-// the cluster's watchdog kills it.
-func startProcess(ns *namespace, name, logPath string, bin string, args ...string) (*process, error) {
+// execs the binary in place, so the pid is the binary's, with env added to
+// the environment. Its own process group keeps a terminal's Ctrl-C away from
+// it; if the test process dies, the cluster's watchdog kills it.
+func startProcess(ns *namespace, name, logPath string, env []string, bin string, args ...string) (*process, error) {
 	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
@@ -34,6 +34,9 @@ func startProcess(ns *namespace, name, logPath string, bin string, args ...strin
 	fmt.Fprintf(log, "=== %s start %s %s\n", time.Now().Format(time.RFC3339Nano), bin, strings.Join(args, " "))
 
 	cmd := exec.Command("ip", append([]string{"netns", "exec", ns.name, bin}, args...)...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdout = log
 	cmd.Stderr = log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

@@ -64,8 +64,17 @@ func NewAddresses(log *slog.Logger) *Addresses {
 	return a
 }
 
+// newNetlinkHandle opens a netlink socket in ns. It opens the socket on a
+// thread already in ns rather than with netlink.NewHandleAt, which always
+// calls setns(2), even into the namespace the thread is in, and setns needs
+// CAP_SYS_ADMIN: eipd holds only NET_ADMIN and NET_RAW.
 func newNetlinkHandle(ns netNamespace) (*netlink.Handle, error) {
-	h, err := netlink.NewHandleAt(ns.handle, unix.NETLINK_ROUTE)
+	var h *netlink.Handle
+	err := ns.do(func() error {
+		var err error
+		h, err = netlink.NewHandle(unix.NETLINK_ROUTE)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("open netlink: %w", err)
 	}

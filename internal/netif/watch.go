@@ -146,9 +146,14 @@ func (w *watcher) session(ctx context.Context) error {
 		}
 	}
 
+	// Subscribing on a thread already in the namespace, with no Namespace
+	// option: given one, netlink calls setns(2), which needs CAP_SYS_ADMIN
+	// (see newNetlinkHandle).
 	linkCh := make(chan netlink.LinkUpdate, watchChannelDepth)
-	err := netlink.LinkSubscribeWithOptions(linkCh, done, netlink.LinkSubscribeOptions{
-		Namespace: &w.ns.handle, ErrorCallback: onErr, ReceiveBufferSize: watchBuffer,
+	err := w.ns.do(func() error {
+		return netlink.LinkSubscribeWithOptions(linkCh, done, netlink.LinkSubscribeOptions{
+			ErrorCallback: onErr, ReceiveBufferSize: watchBuffer,
+		})
 	})
 	if err != nil {
 		return fmt.Errorf("subscribe to links: %w", err)
@@ -158,8 +163,10 @@ func (w *watcher) session(ctx context.Context) error {
 	var addrCh chan netlink.AddrUpdate // nil, never ready, when not watching addresses
 	if w.addrOut != nil {
 		addrCh = make(chan netlink.AddrUpdate, watchChannelDepth)
-		err = netlink.AddrSubscribeWithOptions(addrCh, done, netlink.AddrSubscribeOptions{
-			Namespace: &w.ns.handle, ErrorCallback: onErr, ReceiveBufferSize: watchBuffer,
+		err = w.ns.do(func() error {
+			return netlink.AddrSubscribeWithOptions(addrCh, done, netlink.AddrSubscribeOptions{
+				ErrorCallback: onErr, ReceiveBufferSize: watchBuffer,
+			})
 		})
 		if err != nil {
 			return fmt.Errorf("subscribe to addresses: %w", err)

@@ -1,0 +1,80 @@
+package netif
+
+import (
+	"context"
+	"log/slog"
+	"net/netip"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+	"k8s.io/utils/clock"
+)
+
+// confinedEnv marks the copy of the test binary that
+// TestAdaptersWithDaemonSetCapabilities runs with eipd's capabilities.
+const confinedEnv = "EIP_NETIF_CONFINED"
+
+// TestAdaptersWithDaemonSetCapabilities runs every adapter the way eipd
+// runs in its pod: only CAP_NET_ADMIN and CAP_NET_RAW, no way to gain more,
+// /proc/sys read-only. Opening netlink in a given namespace with setns(2)
+// needs CAP_SYS_ADMIN, so an adapter that did would fail here.
+func TestAdaptersWithDaemonSetCapabilities(t *testing.T) {
+	if os.Getenv(confinedEnv) == "1" {
+		t.Skip("this is the confined copy")
+	}
+	n := newTestNet(t)
+	n.ip(t, n.a, "addr", "add", "198.18.0.1/24", "dev", vethIface)
+	n.sysctl(t, n.b, "net.ipv4.conf."+vethIface+".arp_accept=1")
+	confine := `mount --bind /proc/sys /proc/sys && mount -o remount,bind,ro /proc/sys &&
+exec setpriv --no-new-privs --inh-caps=-all --ambient-caps=-all --bounding-set=-all,+net_admin,+net_raw -- "$@"`
+	cmd := exec.Command("ip", "netns", "exec", n.a, "sh", "-c", confine, "confine",
+		os.Args[0], "-test.run=^TestConfinedAdapters$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), confinedEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	assert.NilError(t, err, "%s", out)
+	assert.Assert(t, strings.Contains(string(out), "--- PASS: TestConfinedAdapters"), "%s", out)
+	// The confined announcer's gratuitous ARP reached the peer.
+	neigh := n.ip(t, n.b, "neigh", "show", "198.18.0.77", "dev", vethIface)
+	assert.Assert(t, strings.Contains(neigh, "lladdr"), "no announcement of 198.18.0.77 reached the peer: %q", neigh)
+}
+
+// TestConfinedAdapters is the confined copy's work: bind, list, watch,
+// announce and delete, each an adapter eipd uses.
+func TestConfinedAdapters(t *testing.T) {
+	if os.Getenv(confinedEnv) != "1" {
+		t.Skip("run by TestAdaptersWithDaemonSetCapabilities")
+	}
+	log := slog.New(slog.DiscardHandler)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	events := make(chan AddrEvent, 16)
+	watchErr := make(chan error, 1)
+	go func() { watchErr <- Watch(ctx, log, events, nil) }()
+
+	a := NewAddresses(log)
+	defer a.Close()
+	p := netip.MustParsePrefix("198.18.0.77/32")
+	assert.NilError(t, a.Add(vethIface, p, 5*time.Second))
+	got, err := a.List(vethIface)
+	assert.NilError(t, err)
+	assert.Assert(t, slices.Contains(got, p), "listed %v", got)
+	for ev := range events {
+		if ev.Prefix == p && ev.Added {
+			break
+		}
+	}
+	ann := NewAnnouncer(log, clock.RealClock{}, nil)
+	defer ann.Close()
+	assert.NilError(t, ann.Announce(vethIface, p.Addr()))
+	assert.NilError(t, a.Del(vethIface, p))
+	got, err = a.List(vethIface)
+	assert.NilError(t, err)
+	assert.Assert(t, !slices.Contains(got, p), "still listed after Del: %v", got)
+	cancel()
+	assert.NilError(t, <-watchErr)
+}

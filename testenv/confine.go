@@ -1,0 +1,208 @@
+package testenv
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// podPrivileges is what the DaemonSet in manifests/ lets eipd do, read from
+// the manifest itself so that testenv cannot drift from it: every eipd that
+// testenv starts gets exactly these capabilities (and no others, in any of
+// its sets), no_new_privs, a read-only /proc/sys like every container
+// runtime mounts, and a read-only root filesystem when the manifest asks for
+// one. The runtime's seccomp profile is not applied: it forbids system calls
+// eipd has no reason to make, and the real-node tier runs the pod itself.
+type podPrivileges struct {
+	caps         []string // capability names as in the manifest, e.g. NET_ADMIN
+	mask         uint64   // their bits
+	readOnlyRoot bool
+}
+
+// capabilityBits are the capabilities testenv knows how to grant, by the
+// names Kubernetes uses (linux/capability.h numbers).
+var capabilityBits = map[string]uint{
+	"CHOWN": 0, "DAC_OVERRIDE": 1, "FOWNER": 3, "KILL": 5, "SETGID": 6, "SETUID": 7,
+	"NET_BIND_SERVICE": 10, "NET_BROADCAST": 11, "NET_ADMIN": 12, "NET_RAW": 13,
+	"SYS_CHROOT": 18, "SYS_PTRACE": 19, "SYS_ADMIN": 21, "SYS_RESOURCE": 24,
+}
+
+// daemonSetPrivileges reads the eipd container's security context from
+// manifests/daemonset.yaml.
+func daemonSetPrivileges(manifestsDir string) (podPrivileges, error) {
+	path := filepath.Join(manifestsDir, "daemonset.yaml")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return podPrivileges{}, fmt.Errorf("read eipd's privileges: %w", err)
+	}
+	var ds appsv1.DaemonSet
+	if err := yaml.UnmarshalStrict(b, &ds); err != nil {
+		return podPrivileges{}, fmt.Errorf("read eipd's privileges from %s: %w", path, err)
+	}
+	i := slices.IndexFunc(ds.Spec.Template.Spec.Containers, func(c corev1.Container) bool { return c.Name == "eipd" })
+	if i < 0 {
+		return podPrivileges{}, fmt.Errorf("read eipd's privileges from %s: no container named eipd", path)
+	}
+	return privilegesOf(ds.Spec.Template.Spec.Containers[i].SecurityContext)
+}
+
+// privilegesOf accepts only the shape of security context testenv can
+// reproduce faithfully: not privileged, no privilege escalation, every
+// default capability dropped and a few added back.
+func privilegesOf(sc *corev1.SecurityContext) (podPrivileges, error) {
+	if sc == nil || sc.Capabilities == nil {
+		return podPrivileges{}, fmt.Errorf("eipd's container has no capabilities in its security context")
+	}
+	if sc.Privileged != nil && *sc.Privileged {
+		return podPrivileges{}, fmt.Errorf("eipd's container is privileged")
+	}
+	if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+		return podPrivileges{}, fmt.Errorf("eipd's container allows privilege escalation")
+	}
+	if !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
+		return podPrivileges{}, fmt.Errorf("eipd's container drops %v, not [ALL]", sc.Capabilities.Drop)
+	}
+	p := podPrivileges{readOnlyRoot: sc.ReadOnlyRootFilesystem != nil && *sc.ReadOnlyRootFilesystem}
+	for _, c := range sc.Capabilities.Add {
+		bit, ok := capabilityBits[string(c)]
+		if !ok {
+			return podPrivileges{}, fmt.Errorf("eipd's container adds capability %s, which testenv cannot grant", c)
+		}
+		p.caps = append(p.caps, string(c))
+		p.mask |= 1 << bit
+	}
+	return p, nil
+}
+
+// confineScript runs in the process's own mount namespace (`ip netns exec`
+// makes one), as root with every capability: it makes /proc/sys (and the
+// root filesystem) read-only there, then setpriv drops every capability
+// outside the set from all five sets and sets no_new_privs before it execs
+// the daemon, which keeps the pid.
+const confineScript = `set -e
+mount --bind /proc/sys /proc/sys
+mount -o remount,bind,ro /proc/sys
+if [ "$EIP_CONFINE_RO_ROOT" = 1 ]; then mount -o remount,bind,ro /; fi
+exec setpriv --no-new-privs --inh-caps=-all --ambient-caps=-all --bounding-set="$EIP_CONFINE_CAPS" -- "$@"
+`
+
+// command returns the program and arguments that run bin confined; env
+// holds the variables confineScript reads.
+func (p podPrivileges) command(bin string, args []string) (prog string, argv, env []string) {
+	set := "-all"
+	for _, c := range p.caps {
+		set += ",+" + strings.ToLower(c)
+	}
+	ro := "0"
+	if p.readOnlyRoot {
+		ro = "1"
+	}
+	return "sh", append([]string{"-c", confineScript, "eip-confine", bin}, args...),
+		[]string{"EIP_CONFINE_CAPS=" + set, "EIP_CONFINE_RO_ROOT=" + ro}
+}
+
+// launcherStages are argv[0] of the programs that run, under the same pid,
+// before the daemon itself.
+var launcherStages = []string{"ip", "sh", "setpriv"}
+
+// verify waits until pid runs the daemon (past the launcher stages) and
+// checks its capability sets, no_new_privs and read-only mounts. A process
+// that exits first is not checked; its exit is the caller's to report.
+func (p podPrivileges) verify(pid int, exited <-chan struct{}, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		argv0, err := procArgv0(pid)
+		if err == nil && !slices.Contains(launcherStages, argv0) {
+			break
+		}
+		select {
+		case <-exited:
+			return nil
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("pid %d did not exec the daemon within %s (argv[0] %q, %v)", pid, timeout, argv0, err)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return fmt.Errorf("check privileges of pid %d: %w", pid, err)
+	}
+	mountinfo, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", pid))
+	if err != nil {
+		return fmt.Errorf("check privileges of pid %d: %w", pid, err)
+	}
+	return p.check(status, mountinfo)
+}
+
+// check compares a process's /proc status and mountinfo with the
+// privileges.
+func (p podPrivileges) check(status, mountinfo []byte) error {
+	want := map[string]uint64{"CapEff": p.mask, "CapPrm": p.mask, "CapBnd": p.mask, "CapInh": 0, "CapAmb": 0}
+	got := map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(status))
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if ok {
+			got[k] = strings.TrimSpace(v)
+		}
+	}
+	var problems []string
+	for _, k := range []string{"CapEff", "CapPrm", "CapBnd", "CapInh", "CapAmb"} {
+		v, err := strconv.ParseUint(got[k], 16, 64)
+		if err != nil || v != want[k] {
+			problems = append(problems, fmt.Sprintf("%s is %s, want %016x (%v)", k, got[k], want[k], p.caps))
+		}
+	}
+	if got["NoNewPrivs"] != "1" {
+		problems = append(problems, "NoNewPrivs is "+got["NoNewPrivs"]+", want 1")
+	}
+	readOnly := []string{"/proc/sys"}
+	if p.readOnlyRoot {
+		readOnly = append(readOnly, "/")
+	}
+	for _, m := range readOnly {
+		if !mountedReadOnly(mountinfo, m) {
+			problems = append(problems, m+" is not mounted read-only")
+		}
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("eipd runs with other privileges than the DaemonSet grants: %s", strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// mountedReadOnly reports whether the last mount at target in a mountinfo
+// listing (the one a lookup sees) has the per-mount ro option.
+func mountedReadOnly(mountinfo []byte, target string) bool {
+	ro, found := false, false
+	for line := range strings.Lines(string(mountinfo)) {
+		f := strings.Fields(line)
+		if len(f) < 6 || f[4] != target {
+			continue
+		}
+		found = true
+		ro = slices.Contains(strings.Split(f[5], ","), "ro")
+	}
+	return found && ro
+}
+
+func procArgv0(pid int) (string, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return "", err
+	}
+	argv0, _, _ := bytes.Cut(b, []byte{0})
+	return string(argv0), nil
+}

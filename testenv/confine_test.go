@@ -1,0 +1,57 @@
+package testenv
+
+import (
+	"testing"
+
+	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
+	corev1 "k8s.io/api/core/v1"
+)
+
+func TestDaemonSetPrivileges(t *testing.T) {
+	p, err := daemonSetPrivileges("../manifests")
+	assert.NilError(t, err)
+	assert.Check(t, is.DeepEqual(p.caps, []string{"NET_ADMIN", "NET_RAW"}))
+	assert.Check(t, is.Equal(p.mask, uint64(0x3000)))
+	assert.Check(t, p.readOnlyRoot)
+}
+
+func TestPrivilegesOfRefusesWhatTestenvCannotReproduce(t *testing.T) {
+	yes, no := true, false
+	caps := &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"NET_ADMIN"}}
+	for name, tc := range map[string]struct {
+		sc   *corev1.SecurityContext
+		want string
+	}{
+		"none":        {nil, "no capabilities"},
+		"privileged":  {&corev1.SecurityContext{Privileged: &yes, AllowPrivilegeEscalation: &no, Capabilities: caps}, "is privileged"},
+		"escalation":  {&corev1.SecurityContext{Capabilities: caps}, "allows privilege escalation"},
+		"keeps some":  {&corev1.SecurityContext{AllowPrivilegeEscalation: &no, Capabilities: &corev1.Capabilities{Add: caps.Add}}, "not [ALL]"},
+		"unknown cap": {&corev1.SecurityContext{AllowPrivilegeEscalation: &no, Capabilities: &corev1.Capabilities{Drop: caps.Drop, Add: []corev1.Capability{"BPF"}}}, "adds capability BPF"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := privilegesOf(tc.sc)
+			assert.ErrorContains(t, err, tc.want)
+		})
+	}
+}
+
+func TestPrivilegesCheck(t *testing.T) {
+	p := podPrivileges{caps: []string{"NET_ADMIN", "NET_RAW"}, mask: 0x3000, readOnlyRoot: true}
+	status := func(eff, nnp string) []byte {
+		return []byte("Name:\teipd\nCapInh:\t0000000000000000\nCapPrm:\t" + eff + "\nCapEff:\t" + eff +
+			"\nCapBnd:\t" + eff + "\nCapAmb:\t0000000000000000\nNoNewPrivs:\t" + nnp + "\n")
+	}
+	const roMounts = "22 1 254:1 / / ro,relatime shared:1 - ext4 /dev/vda rw\n" +
+		"30 22 0:5 /sys /proc/sys rw,nosuid - proc proc rw\n" +
+		"31 30 0:5 /sys /proc/sys ro,nosuid - proc proc rw\n"
+	assert.NilError(t, p.check(status("0000000000003000", "1"), []byte(roMounts)))
+
+	err := p.check(status("0000000000203000", "1"), []byte(roMounts))
+	assert.ErrorContains(t, err, "CapEff is 0000000000203000, want 0000000000003000")
+	assert.ErrorContains(t, p.check(status("0000000000003000", "0"), []byte(roMounts)), "NoNewPrivs is 0")
+	rw := "22 1 254:1 / / ro,relatime - ext4 /dev/vda rw\n30 22 0:5 /sys /proc/sys rw,nosuid - proc proc rw\n"
+	assert.ErrorContains(t, p.check(status("0000000000003000", "1"), []byte(rw)), "/proc/sys is not mounted read-only")
+	rwRoot := "22 1 254:1 / / rw,relatime - ext4 /dev/vda rw\n31 22 0:5 /sys /proc/sys ro - proc proc rw\n"
+	assert.ErrorContains(t, p.check(status("0000000000003000", "1"), []byte(rwRoot)), "/ is not mounted read-only")
+}
