@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 )
 
@@ -241,11 +242,11 @@ func (a *Addresses) delMatching(link netlink.Link, ip netip.Addr, keepBits int) 
 			continue
 		}
 		if takesSecondaries(all, ia) {
-			// Where /proc/sys is read-only (an unprivileged container),
-			// unbind anyway: an address left behind would answer for an IP
-			// we gave away. The kernel then drops the subnet's secondaries
-			// too; the agent restores those it holds from the address events.
-			if err := a.promoteSecondaries(link.Attrs().Name); err != nil {
+			// If the setting cannot be changed, unbind anyway: an address
+			// left behind would answer for an IP we gave away. The kernel
+			// then drops the subnet's secondaries too; the agent restores
+			// those it holds from the address events.
+			if err := a.promoteSecondaries(link); err != nil {
 				a.log.Warn("cannot keep secondary addresses while removing a primary; they will be restored", "iface", link.Attrs().Name, "ip", ip, "err", err)
 			}
 		}
@@ -261,8 +262,11 @@ func (a *Addresses) delMatching(link netlink.Link, ip netip.Addr, keepBits int) 
 // promoteSecondaries makes the kernel keep an IPv4 subnet's secondary
 // addresses when its primary is removed; by default it deletes them all,
 // which would take other external IPs (or the node's own address) down with
-// the one being unbound.
-func (a *Addresses) promoteSecondaries(iface string) error {
+// the one being unbound. It reads the setting from /proc/sys, which a pod
+// may read, and changes it over rtnetlink (IFLA_INET_CONF), which needs
+// only CAP_NET_ADMIN: a container's /proc/sys is mounted read-only.
+func (a *Addresses) promoteSecondaries(link netlink.Link) error {
+	iface := link.Attrs().Name
 	path := "/proc/sys/net/ipv4/conf/" + iface + "/promote_secondaries"
 	return a.ns.do(func() error {
 		b, err := os.ReadFile(path)
@@ -272,13 +276,25 @@ func (a *Addresses) promoteSecondaries(iface string) error {
 		if strings.TrimSpace(string(b)) == "1" {
 			return nil
 		}
-		if err := os.WriteFile(path, []byte("1"), 0o644); err != nil {
-			return fmt.Errorf("enable %s: %w", path, err)
+		req := nl.NewNetlinkRequest(unix.RTM_SETLINK, unix.NLM_F_ACK)
+		msg := nl.NewIfInfomsg(unix.AF_UNSPEC)
+		msg.Index = int32(link.Attrs().Index)
+		req.AddData(msg)
+		spec := nl.NewRtAttr(unix.IFLA_AF_SPEC, nil)
+		conf := spec.AddRtAttr(unix.AF_INET, nil).AddRtAttr(unix.IFLA_INET_CONF, nil)
+		conf.AddRtAttr(ipv4DevconfPromoteSecondaries, nl.Uint32Attr(1))
+		req.AddData(spec)
+		if _, err := req.Execute(unix.NETLINK_ROUTE, 0); err != nil {
+			return fmt.Errorf("enable promote_secondaries on %s: %w", iface, err)
 		}
 		a.log.Info("enabled promote_secondaries so that removing a primary address keeps its secondaries", "iface", iface)
 		return nil
 	})
 }
+
+// ipv4DevconfPromoteSecondaries is IPV4_DEVCONF_PROMOTE_SECONDARIES in
+// linux/ip.h, which x/sys/unix does not define.
+const ipv4DevconfPromoteSecondaries = 20
 
 // List returns the global-scope addresses on iface.
 func (a *Addresses) List(iface string) ([]netip.Prefix, error) {

@@ -30,6 +30,7 @@ func TestAdaptersWithDaemonSetCapabilities(t *testing.T) {
 	n := newTestNet(t)
 	n.ip(t, n.a, "addr", "add", "198.18.0.1/24", "dev", vethIface)
 	n.sysctl(t, n.b, "net.ipv4.conf."+vethIface+".arp_accept=1")
+	n.sysctl(t, n.a, "net.ipv4.conf."+vethIface+".promote_secondaries=0")
 	confine := `mount --bind /proc/sys /proc/sys && mount -o remount,bind,ro /proc/sys &&
 exec setpriv --no-new-privs --inh-caps=-all --ambient-caps=-all --bounding-set=-all,+net_admin,+net_raw -- "$@"`
 	cmd := exec.Command("ip", "netns", "exec", n.a, "sh", "-c", confine, "confine",
@@ -44,7 +45,9 @@ exec setpriv --no-new-privs --inh-caps=-all --ambient-caps=-all --bounding-set=-
 }
 
 // TestConfinedAdapters is the confined copy's work: bind, list, watch,
-// announce and delete, each an adapter eipd uses.
+// announce and delete, each an adapter eipd uses, and unbind a subnet's
+// primary address without losing its secondaries (which changes a setting
+// that /proc/sys, read-only here, cannot).
 func TestConfinedAdapters(t *testing.T) {
 	if os.Getenv(confinedEnv) != "1" {
 		t.Skip("run by TestAdaptersWithDaemonSetCapabilities")
@@ -75,6 +78,14 @@ func TestConfinedAdapters(t *testing.T) {
 	got, err = a.List(vethIface)
 	assert.NilError(t, err)
 	assert.Assert(t, !slices.Contains(got, p), "still listed after Del: %v", got)
+
+	primary, secondary := netip.MustParsePrefix("198.18.5.1/24"), netip.MustParsePrefix("198.18.5.2/24")
+	assert.NilError(t, a.Add(vethIface, primary, 5*time.Second))
+	assert.NilError(t, a.Add(vethIface, secondary, 5*time.Second))
+	assert.NilError(t, a.Del(vethIface, primary))
+	got, err = a.List(vethIface)
+	assert.NilError(t, err)
+	assert.Assert(t, slices.Contains(got, secondary), "the kernel dropped the secondary with its primary: %v", got)
 	cancel()
 	assert.NilError(t, <-watchErr)
 }
