@@ -34,7 +34,7 @@ install: build
 
 ## lint: gofmt and go vet must be clean
 lint:
-	@out=$$(gofmt -l daemon kubectl-eip internal manifests scripts testenv); \
+	@out=$$(gofmt -l daemon docs kubectl-eip internal manifests scripts testenv); \
 		if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
@@ -47,7 +47,7 @@ test: prereqs lint build
 	scripts/test.sh
 
 test-unit:
-	$(GO) test -count=1 ./internal/... ./daemon/... ./kubectl-eip/... ./manifests/... ./scripts/...
+	$(GO) test -count=1 ./internal/... ./daemon/... ./kubectl-eip/... ./manifests/... ./scripts/... ./docs/...
 
 test-e2e: prereqs build
 	scripts/test.sh e2e
@@ -56,7 +56,7 @@ test-e2e: prereqs build
 fuzz:
 	scripts/fuzz.sh 10s
 
-## bench: measure the targets of DESIGN.md on the test cluster
+## bench: measure the targets of docs/design.md on the test cluster
 bench: prereqs build
 	scripts/bench.sh
 

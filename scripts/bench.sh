@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make bench`: measures eip against the targets of DESIGN.md on a real test
+# `make bench`: measures eip against the targets of docs/design.md on a real test
 # cluster (testenv/cmd/bench) and prints the table. Raw samples, the table
 # and the plot go to results/<time>/ (or -out DIR). Arguments are passed to
 # the benchmark, e.g. scripts/bench.sh -quick, or -only failover -reps 50.

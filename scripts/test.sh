@@ -9,7 +9,7 @@ export GOFLAGS=${GOFLAGS:--mod=mod}
 
 if [[ "${1:-}" != e2e ]]; then
 	echo "== unit and privileged tests"
-	go test -count=1 ./internal/... ./daemon/... ./kubectl-eip/... ./manifests/... ./scripts/...
+	go test -count=1 ./internal/... ./daemon/... ./kubectl-eip/... ./manifests/... ./scripts/... ./docs/...
 	echo "== fuzz (short)"
 	scripts/fuzz.sh 5s
 fi

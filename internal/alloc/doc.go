@@ -12,7 +12,7 @@
 // reservations (lock Leases created with Create, see package agent) rarely
 // collide, and when they do, Create lets exactly one win.
 //
-// Rules, from DESIGN.md (Which IPs):
+// Rules, from docs/design.md (Which IPs) and docs/allocation.md:
 //   - A Service keeps the addresses its status lists, even when their range
 //     is removed (they are then not bound, and reported as out of range),
 //     unless it now asks for another address or another range.

@@ -12,7 +12,7 @@
 // the managed IPs with the daemons' own code (packages config and ipset).
 // It does not watch for a lease duration before answering, so "alive" means
 // a heartbeat renewed within its lease duration as of the plugin's clock;
-// the daemons themselves judge liveness from observed changes (DESIGN.md),
+// the daemons themselves judge liveness from observed changes (docs/design.md, Liveness),
 // and `move` reports it when the holder refuses a target it does not see
 // alive.
 package cli

@@ -85,7 +85,8 @@ type Decision struct {
 	Reason string
 }
 
-// Decide is the per-IP rule book of DESIGN.md (Coordination). It never
+// Decide is the per-IP rule book of docs/design.md (Binding and hand-off
+// rules). It never
 // binds what the lock does not give this node, and every action that gives
 // the IP away (Handoff, Release, Delete) is carried out by unbinding first.
 func Decide(v View, ip IP) Decision {

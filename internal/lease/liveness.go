@@ -7,7 +7,7 @@ import (
 // Liveness judges which nodes are alive from heartbeat changes this process
 // observed. It is not safe for concurrent use; one goroutine owns it.
 //
-// The rules, from DESIGN.md:
+// The rules, from docs/design.md (Liveness):
 //   - a node is alive while a change of its heartbeat was observed within
 //     its lease duration, timed on the observer's monotonic clock from the
 //     moment of observation (never from the renewTime inside the Lease);

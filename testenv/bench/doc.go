@@ -1,4 +1,4 @@
-// Package bench measures eip against the targets of DESIGN.md on a real
+// Package bench measures eip against the targets of docs/design.md on a real
 // testenv cluster: crash failover (eipd SIGKILLed, link cut) at the default
 // and a tuned lease, the gap of a planned move and of a graceful shutdown,
 // bind latency, a cold start of a thousand IPs, steady-state Lease requests

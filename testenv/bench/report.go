@@ -145,7 +145,8 @@ func (r *Report) figures() []Figure {
 	return figs
 }
 
-// writesTarget is DESIGN.md's bound on steady-state writes, one heartbeat
+// writesTarget is the design's bound on steady-state writes (docs/design.md,
+// Leases: heartbeats and locks), one heartbeat
 // renewal per node per renew interval, plus one renewal per node per
 // window: a window sees one more renewal of a node than its length
 // predicts when it starts just before one and ends just after another.

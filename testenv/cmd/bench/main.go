@@ -1,4 +1,4 @@
-// Command bench measures eip against the targets of DESIGN.md on a real
+// Command bench measures eip against the targets of docs/design.md on a real
 // test cluster (package testenv) and prints a table of the figures; the
 // raw samples (results.json), the table and a plot (bench.svg) go to a
 // results directory. It needs root and the binaries of make build and
