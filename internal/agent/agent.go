@@ -60,6 +60,7 @@ type Agent struct {
 	services  corelisters.ServiceLister
 	nodes     corelisters.NodeLister
 	leases    coordinationlisters.LeaseNamespaceLister
+	leaseIdx  cache.Indexer // the Leases' cache, indexed by role (roleIndex)
 	configMap corelisters.ConfigMapNamespaceLister
 	synced    []cache.InformerSynced
 
@@ -137,6 +138,19 @@ func (a *Agent) leaseKicker() cache.ResourceEventHandlerFuncs {
 	}
 }
 
+// heartbeats lists the heartbeat Leases in the cache. The informer watches
+// only the agent's namespace.
+func (a *Agent) heartbeats() []*coordinationv1.Lease {
+	objs, _ := a.leaseIdx.ByIndex(roleIndex, lease.RoleHeartbeat)
+	out := make([]*coordinationv1.Lease, 0, len(objs))
+	for _, o := range objs {
+		if l, ok := o.(*coordinationv1.Lease); ok {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
 func isHeartbeat(obj any) bool {
 	l, ok := obj.(*coordinationv1.Lease)
 	return ok && l.Labels[lease.RoleLabel] == lease.RoleHeartbeat
@@ -165,6 +179,7 @@ func (a *Agent) startInformers(stop <-chan struct{}) error {
 	a.services = svc.Lister()
 	a.nodes = node.Lister()
 	a.leases = ls.Lister().Leases(a.opt.Namespace)
+	a.leaseIdx = ls.Informer().GetIndexer()
 	a.configMap = cms.Lister().ConfigMaps(a.opt.Namespace)
 	all.Start(stop)
 	return nil

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 
+	"github.com/eip-project/eip/internal/lease"
 	"github.com/eip-project/eip/internal/listwatch"
 )
 
@@ -85,8 +86,42 @@ func (a *Agent) usePatientInformers(f informers.SharedInformerFactory) {
 		&coordinationv1.Lease{}: set.Leases, &corev1.ConfigMap{}: set.ConfigMap,
 	} {
 		f.InformerFor(obj, func(_ kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-			return cache.NewSharedIndexInformer(patient{lw: lw, every: apiRetry, clk: a.clk}, obj, resync,
-				cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+			inf := cache.NewSharedIndexInformer(patient{lw: lw, every: apiRetry, clk: a.clk}, obj, resync, indexers())
+			// Set before the informer starts, so it cannot fail.
+			_ = inf.SetTransform(keepWhatIsRead)
+			return inf
 		})
 	}
+}
+
+// roleIndex indexes eip's Leases by their role (heartbeat or lock): a peer's
+// renewal reads the heartbeats, a few dozen Leases among thousands of locks.
+const roleIndex = "role"
+
+func indexers() cache.Indexers {
+	return cache.Indexers{
+		cache.NamespaceIndex: cache.MetaNamespaceIndexFunc,
+		roleIndex: func(obj any) ([]string, error) {
+			if l, ok := obj.(*coordinationv1.Lease); ok && l.Labels[lease.RoleLabel] != "" {
+				return []string{l.Labels[lease.RoleLabel]}, nil
+			}
+			return nil, nil
+		},
+	}
+}
+
+// keepWhatIsRead drops, before an object enters a cache, what eipd never
+// reads: every object's managedFields (often larger than the rest of a
+// Lease), and of a Node everything in its status but its addresses (images
+// and conditions are most of a real Node). eipd writes Leases and Service
+// status from its cache, never Nodes; an update whose managedFields are
+// unset leaves the API server's unchanged.
+func keepWhatIsRead(obj any) (any, error) {
+	if m, ok := obj.(metav1.Object); ok {
+		m.SetManagedFields(nil)
+	}
+	if n, ok := obj.(*corev1.Node); ok {
+		n.Status = corev1.NodeStatus{Addresses: n.Status.Addresses}
+	}
+	return obj, nil
 }

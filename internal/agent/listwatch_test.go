@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"gotest.tools/v3/assert"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,6 +19,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/eip-project/eip/internal/lease"
 )
 
 // refused is what a list or watch returns while nothing listens on the API
@@ -78,4 +81,34 @@ func TestPatientStopsWithItsContext(t *testing.T) {
 	cancel()
 	_, err := p.ListWithContext(ctx, metav1.ListOptions{})
 	assert.ErrorIs(t, err, syscall.ECONNREFUSED)
+}
+
+// The caches keep what eipd reads and drop what it never does.
+func TestKeepWhatIsRead(t *testing.T) {
+	mf := []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}
+	n := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "node-1", Labels: map[string]string{"a": "b"}, ManagedFields: mf},
+		Spec:       corev1.NodeSpec{Unschedulable: true},
+		Status: corev1.NodeStatus{
+			Addresses:  []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "198.18.0.11"}},
+			Images:     []corev1.ContainerImage{{Names: []string{"big"}}},
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady}},
+		},
+	}
+	got, err := keepWhatIsRead(n)
+	assert.NilError(t, err)
+	assert.DeepEqual(t, got, &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "node-1", Labels: map[string]string{"a": "b"}},
+		Spec:       corev1.NodeSpec{Unschedulable: true},
+		Status:     corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "198.18.0.11"}}},
+	})
+	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "eip-node-node-1", ManagedFields: mf, Labels: map[string]string{lease.RoleLabel: lease.RoleHeartbeat}}}
+	got, err = keepWhatIsRead(l.DeepCopy())
+	assert.NilError(t, err)
+	want := l.DeepCopy()
+	want.ManagedFields = nil
+	assert.DeepEqual(t, got, want)
+	keys, err := indexers()[roleIndex](l)
+	assert.NilError(t, err)
+	assert.DeepEqual(t, keys, []string{lease.RoleHeartbeat})
 }

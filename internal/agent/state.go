@@ -457,10 +457,7 @@ func (s *state) observe(all []*coordinationv1.Lease, now time.Time) map[string]*
 // moves earlier when a node's duration shrank.
 func (s *state) heartbeatsRenewed() bool {
 	now := s.a.clk.Now()
-	hbs, err := s.a.leases.List(labels.SelectorFromSet(labels.Set{lease.RoleLabel: lease.RoleHeartbeat}))
-	if err != nil {
-		return true
-	}
+	hbs := s.a.heartbeats()
 	before, writable := s.verdicts(now), s.writable(now)
 	seen := 0
 	for _, l := range hbs {

@@ -1,0 +1,311 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/fake"
+	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/eip-project/eip/internal/lease"
+	"github.com/eip-project/eip/internal/netif"
+)
+
+// world is a loop-level harness for one node's owner loop: informer caches
+// that the test fills, a fake clock, a fake API server for Leases and a
+// fake interface. The loop's steps run synchronously (pass, then the writes
+// and the renewal it asked for), so every scenario is deterministic. Every
+// API write and address change is logged in order; a test takes the log
+// and compares it whole, so an unexpected call fails it.
+type world struct {
+	t   testing.TB
+	clk *clocktesting.FakeClock
+	a   *Agent
+	s   *state
+
+	svcs, nodes, leases, cms cache.Indexer
+	rv                       int
+	addrs                    map[netip.Prefix]string // bound prefix → iface
+	calls                    []string
+	refreshes                int
+}
+
+const (
+	testNS    = "eip-system"
+	testCM    = "eip-config"
+	testIface = "eth0"
+)
+
+var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+
+// newWorld is node self's loop on a cluster with the given ConfigMap data.
+func newWorld(t testing.TB, self string, cfg map[string]string) *world {
+	w := &world{t: t, clk: clocktesting.NewFakeClock(t0), addrs: map[netip.Prefix]string{}}
+	idx := func() cache.Indexer {
+		return cache.NewIndexer(cache.MetaNamespaceKeyFunc, indexers())
+	}
+	w.svcs, w.nodes, w.leases, w.cms = idx(), idx(), idx(), idx()
+	a, err := New(Options{
+		Node: self, Namespace: testNS, ConfigMap: testCM,
+		Client: fake.NewClientset(), Leases: w, Addresser: w, Links: w, Announcer: w,
+		Claims: func(ctx context.Context, _ string, _ chan<- netif.Claim) error { <-ctx.Done(); return nil },
+		Clock:  w.clk, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.services = corelisters.NewServiceLister(w.svcs)
+	a.nodes = corelisters.NewNodeLister(w.nodes)
+	a.leases = coordinationlisters.NewLeaseLister(w.leases).Leases(testNS)
+	a.leaseIdx = w.leases
+	a.configMap = corelisters.NewConfigMapLister(w.cms).ConfigMaps(testNS)
+	a.recorder = record.NewFakeRecorder(1 << 16)
+	w.a = a
+	w.must(w.cms.Add(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: testCM, ResourceVersion: "1"}, Data: cfg}))
+	w.addNode(self)
+	w.s = newState(a)
+	w.s.loadConfig()
+	w.s.dirtyCM = false
+	w.s.live = lease.NewLiveness(self, w.s.cfg.RenewInterval, 2*w.s.cfg.RenewInterval)
+	w.s.live.SetExpiryGrace(takeoverGrace(w.s.cfg))
+	return w
+}
+
+func (w *world) must(err error) {
+	w.t.Helper()
+	if err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+func (w *world) addNode(name string) {
+	w.must(w.nodes.Add(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, ResourceVersion: "1"}}))
+}
+
+// addService adds a Service naming ips as external IPs.
+func (w *world) addService(name string, ips ...netip.Addr) {
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, ResourceVersion: w.nextRV()},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}}}
+	for _, ip := range ips {
+		svc.Spec.ExternalIPs = append(svc.Spec.ExternalIPs, ip.String())
+	}
+	w.must(w.svcs.Add(svc))
+	w.s.dirtySvc = true
+}
+
+func (w *world) nextRV() string {
+	w.rv++
+	return strconv.Itoa(w.rv)
+}
+
+// heartbeat writes node's heartbeat as a peer would (not logged).
+func (w *world) heartbeat(node string, eligible bool) {
+	var cur *coordinationv1.Lease
+	if obj, ok, _ := w.leases.GetByKey(testNS + "/" + lease.HeartbeatName(node)); ok {
+		cur = obj.(*coordinationv1.Lease)
+	}
+	l := lease.RenewedHeartbeat(cur, testNS, node, w.s.cfg.LeaseDuration, lease.HeartbeatStatus{Eligible: eligible}, w.clk.Now())
+	l.ResourceVersion = w.nextRV()
+	w.must(w.leases.Update(l))
+}
+
+// lock writes ip's lock naming holder, as a peer would (not logged).
+func (w *world) lock(ip netip.Addr, holder string) {
+	l := lease.NewLockLease(testNS, ip, holder, nil, w.clk.Now())
+	l.ResourceVersion = w.nextRV()
+	w.must(w.leases.Update(l))
+}
+
+// take returns the calls logged since the last take.
+func (w *world) take() []string {
+	out := w.calls
+	w.calls = nil
+	return out
+}
+
+// pass runs one reconcile pass, then the renewal and writes it asked for,
+// each answered at once, as many rounds as they lead to.
+func (w *world) pass() {
+	w.s.reconcile()
+	w.settle()
+}
+
+// settle performs the renewal and the writes waiting for the loop and
+// hands it their results, passing again after each round.
+func (w *world) settle() {
+	for range 100 {
+		did := false
+		select {
+		case r := <-w.s.renewReq:
+			sent := w.clk.Now()
+			err := w.s.hb.renew(r)
+			w.s.renewed(renewResult{renewal: r, sent: sent, err: err})
+			did = true
+		default:
+		}
+		for more := true; more; {
+			select {
+			case j := <-w.s.jobs:
+				res := writeResult{write: j}
+				switch j.action {
+				case lease.Create:
+					res.out, res.err = w.Create(context.Background(), j.lease)
+				case lease.Delete:
+					res.err = w.Delete(context.Background(), j.name, j.rv)
+				default:
+					res.out, res.err = w.Update(context.Background(), j.lease)
+				}
+				w.s.writeDone(res)
+				did = true
+			default:
+				more = false
+			}
+		}
+		if !did {
+			return
+		}
+		w.s.reconcile()
+	}
+	w.t.Fatal("the loop did not settle in 100 rounds")
+}
+
+// step advances the clock by d; a peer's renewals are the caller's.
+func (w *world) step(d time.Duration) { w.clk.Step(d) }
+
+// The fake API server for Leases (LeaseWriter).
+
+var leaseResource = schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}
+
+func (w *world) get(name string) *coordinationv1.Lease {
+	obj, ok, _ := w.leases.GetByKey(testNS + "/" + name)
+	if !ok {
+		return nil
+	}
+	return obj.(*coordinationv1.Lease)
+}
+
+func (w *world) log(verb string, l *coordinationv1.Lease) {
+	if l.Labels[lease.RoleLabel] == lease.RoleHeartbeat {
+		return // renewals are counted, not logged: they come every tick
+	}
+	h := ""
+	if l.Spec.HolderIdentity != nil {
+		h = *l.Spec.HolderIdentity
+	}
+	w.calls = append(w.calls, fmt.Sprintf("%s %s holder=%s", verb, l.Name, h))
+}
+
+func (w *world) Create(_ context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+	if w.get(l.Name) != nil {
+		return nil, apierrors.NewAlreadyExists(leaseResource, l.Name)
+	}
+	out := l.DeepCopy()
+	out.ResourceVersion = w.nextRV()
+	w.must(w.leases.Add(out))
+	w.log("create", out)
+	return out.DeepCopy(), nil
+}
+
+func (w *world) Update(_ context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+	cur := w.get(l.Name)
+	if cur == nil {
+		return nil, apierrors.NewNotFound(leaseResource, l.Name)
+	}
+	if cur.ResourceVersion != l.ResourceVersion {
+		return nil, apierrors.NewConflict(leaseResource, l.Name, fmt.Errorf("version %s is not %s", l.ResourceVersion, cur.ResourceVersion))
+	}
+	out := l.DeepCopy()
+	out.ResourceVersion = w.nextRV()
+	w.must(w.leases.Update(out))
+	w.log("update", out)
+	return out.DeepCopy(), nil
+}
+
+func (w *world) Delete(_ context.Context, name, rv string) error {
+	cur := w.get(name)
+	if cur == nil {
+		return apierrors.NewNotFound(leaseResource, name)
+	}
+	if rv != "" && cur.ResourceVersion != rv {
+		return apierrors.NewConflict(leaseResource, name, fmt.Errorf("version %s is not %s", rv, cur.ResourceVersion))
+	}
+	w.must(w.leases.Delete(cur))
+	w.log("delete", cur)
+	return nil
+}
+
+func (w *world) Get(_ context.Context, name string) (*coordinationv1.Lease, error) {
+	if l := w.get(name); l != nil {
+		return l.DeepCopy(), nil
+	}
+	return nil, apierrors.NewNotFound(leaseResource, name)
+}
+
+// The fake interface (Addresser, Links, Announcer).
+
+func (w *world) Add(iface string, p netip.Prefix, _ time.Duration) error {
+	if _, ok := w.addrs[p]; ok {
+		w.refreshes++
+		return nil
+	}
+	w.addrs[p] = iface
+	w.calls = append(w.calls, "bind "+p.Addr().String())
+	return nil
+}
+
+func (w *world) Del(_ string, p netip.Prefix) error {
+	delete(w.addrs, p)
+	w.calls = append(w.calls, "unbind "+p.Addr().String())
+	return nil
+}
+
+func (w *world) List(iface string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for p, i := range w.addrs {
+		if i == iface {
+			out = append(out, p)
+		}
+	}
+	slices.SortFunc(out, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
+	return out, nil
+}
+
+func (w *world) IfaceFor(netip.Addr) (string, error) { return testIface, nil }
+func (w *world) Up(string) (bool, error)             { return true, nil }
+func (w *world) Announce(string, netip.Addr) error   { return nil }
+func (w *world) Stop(netip.Addr)                     {}
+
+// tick is one renew interval: the clock moves, the loop's tick refreshes
+// and renews, the peers renew, and a pass runs.
+func (w *world) tick(peers ...string) {
+	w.step(w.s.cfg.RenewInterval)
+	w.s.tick()
+	for _, p := range peers {
+		w.heartbeat(p, true)
+	}
+	w.pass()
+}
+
+func testIP(n int) netip.Addr {
+	return netip.AddrFrom4([4]byte{198, 18, byte(100 + n/250), byte(1 + n%250)})
+}
+
+func defaultTestConfig() map[string]string {
+	return map[string]string{"ranges": "198.18.96.0/19", "iface": testIface}
+}
