@@ -48,10 +48,10 @@ debian_like() {
 	[[ $ids == *" debian "* || $ids == *" ubuntu "* ]]
 }
 
-# install runs apt-get (update once, then install) for the given packages.
+# apt_install runs apt-get (update once, then install) for the given packages.
 # Services that a package would start (bird) stay stopped: the tests run
 # their own instances inside network namespaces.
-install() {
+apt_install() {
 	local own_policy=""
 	if [[ ! -e $policy_rc ]]; then
 		printf '#!/bin/sh\nexit 101\n' >"$policy_rc" && chmod 0755 "$policy_rc" && own_policy=$policy_rc
@@ -96,7 +96,7 @@ if [[ -n $lacking ]]; then
 	pkgs=$(cut -d' ' -f2 <<<"$lacking" | awk '!seen[$0]++' | xargs)
 	if debian_like && [[ $uid == 0 && ${#problems[@]} == 0 ]]; then
 		say "installing $pkgs (missing: $cmds)"
-		install $pkgs || problems+=("apt-get install $pkgs failed; run it by hand and read its error")
+		apt_install $pkgs || problems+=("apt-get install $pkgs failed; run it by hand and read its error")
 		still=$(missing | cut -d' ' -f1 | xargs)
 		[[ -z $still ]] || problems+=("still missing after apt-get install $pkgs: $still (is PATH missing /usr/sbin?)")
 	elif debian_like; then
