@@ -290,6 +290,7 @@ func (s *state) space(svcs []*corev1.Service, locks map[string]*coordinationv1.L
 			delete(al.lost, ip)
 			continue
 		}
+		s.wakeAt(l.at.Add(s.cfg.LeaseDuration))
 		sp.Lock(ip, l.reservedFor)
 	}
 	return sp
@@ -306,6 +307,7 @@ func (s *state) mayAllocate(v lease.View, svc *corev1.Service) bool {
 	}
 	if w, ok := al.written[k]; ok {
 		if lease.Newer(w.rv, svc.ResourceVersion) && now.Sub(w.at) < s.cfg.LeaseDuration {
+			s.wakeAt(w.at.Add(s.cfg.LeaseDuration))
 			return false // our status write has not reached the cache yet
 		}
 		delete(al.written, k)

@@ -109,6 +109,16 @@ func (w *world) addService(name string, ips ...netip.Addr) {
 	w.s.dirtySvc = true
 }
 
+func (w *world) svcObj(name string) *corev1.Service {
+	obj, ok, _ := w.svcs.GetByKey("default/" + name)
+	if !ok {
+		w.t.Fatalf("no Service %s", name)
+	}
+	return obj.(*corev1.Service)
+}
+
+func leaseName(ip netip.Addr) string { return lease.NameFor(ip) }
+
 func (w *world) nextRV() string {
 	w.rv++
 	return strconv.Itoa(w.rv)

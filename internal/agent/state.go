@@ -82,6 +82,12 @@ type state struct {
 	dirtySvc, dirtyNodes, dirtyCM bool
 	wake                          time.Time
 	lastResync                    time.Time
+	// lastPass is when the last reconcile pass ran, passWritable whether
+	// this node could write then and passVerdicts what it read of each
+	// node (see passDue).
+	lastPass     time.Time
+	passWritable bool
+	passVerdicts map[string]verdict
 
 	renewReq chan renewal
 	renewRes chan renewResult
@@ -154,8 +160,10 @@ func (s *state) run(ctx context.Context, stop chan struct{}) error {
 			s.dirtyCM = true
 		case <-ticker.C():
 			s.tick()
+			pass = s.passDue(s.a.clk.Now())
 		case r := <-s.renewRes:
 			s.renewed(r)
+			pass = s.passDue(s.a.clk.Now())
 		case w := <-s.results:
 			s.writeDone(w)
 		case r := <-s.alloc.results:
@@ -167,6 +175,7 @@ func (s *state) run(ctx context.Context, stop chan struct{}) error {
 		case c := <-s.claims:
 			s.claim(c)
 		case <-timer.C():
+			pass = s.passDue(s.a.clk.Now())
 		}
 		if pass {
 			s.drain(ticker.C())
@@ -178,8 +187,8 @@ func (s *state) run(ctx context.Context, stop chan struct{}) error {
 			ticker = s.a.clk.NewTicker(interval)
 		}
 		timer.Stop()
-		if !s.wake.IsZero() {
-			timer.Reset(max(s.wake.Sub(s.a.clk.Now()), time.Millisecond))
+		if next := s.nextWake(s.a.clk.Now()); !next.IsZero() {
+			timer.Reset(max(next.Sub(s.a.clk.Now()), time.Millisecond))
 		}
 	}
 }
@@ -305,6 +314,33 @@ func (s *state) tick() {
 	}
 }
 
+// passDue says whether the renew tick, the result of a renewal or the
+// timer needs a reconcile pass. None of them changes a lock, a Service or a
+// heartbeat in the cache: those wake the loop themselves. What a pass reads
+// that changes with time alone is a decision's own time (s.wake: a rank's
+// turn, fence-after, an allocation's retry), a node's verdict (seen
+// renewing, judged dead), and whether this node may write (a renewal failed
+// or came back, the watch went quiet); the last two are compared with the
+// last pass. A full pass every resync period stays as a safety net. At
+// 10,000 IPs a pass costs tens of milliseconds, and ticks and renewals came
+// four times a second.
+func (s *state) passDue(now time.Time) bool {
+	return !s.wake.IsZero() && !now.Before(s.wake) ||
+		s.writable(now) != s.passWritable ||
+		!maps.Equal(s.passVerdicts, s.verdicts(now)) ||
+		now.Sub(s.lastPass) >= s.a.opt.Resync
+}
+
+// nextWake is when the timer should wake the loop: a decision's time, or
+// the next moment a node's verdict changes if no heartbeat does.
+func (s *state) nextWake(now time.Time) time.Time {
+	next := s.wake
+	if t, ok := s.live.NextExpiry(now); ok && (next.IsZero() || t.Before(next)) {
+		next = t
+	}
+	return next
+}
+
 // fence, with api-loss=fence, unbinds everything once fence-after has
 // passed since the last successful renewal was sent, and until then wakes
 // the loop exactly when it will have: waiting for the next tick could fence
@@ -356,7 +392,8 @@ func (s *state) reconcile() {
 	s.dirtyNodes = false
 	s.updateEligibility()
 	v := s.view(now)
-	if s.writable(now) {
+	s.lastPass, s.passWritable = now, v.Writable
+	if v.Writable {
 		s.fenced = false
 	}
 	plan := s.plan(v, locks)
@@ -409,9 +446,7 @@ func (s *state) reconcile() {
 	if v.Writable {
 		s.collectHeartbeats(v, all)
 	}
-	if t, ok := s.live.NextExpiry(now); ok {
-		s.wakeAt(t)
-	}
+	s.passVerdicts = s.verdicts(now)
 	s.a.opt.Metrics.Held(len(s.bound))
 }
 
@@ -448,19 +483,17 @@ func (s *state) observe(all []*coordinationv1.Lease, now time.Time) map[string]*
 }
 
 // heartbeatsRenewed observes the heartbeats after a renewal of one and
-// reports whether a reconcile pass is needed: only when the renewal changed
-// something a pass reads (a node's liveness, status or duration, the set of
-// nodes, or whether this node may write). Peers renew several times a
-// second, and a pass over every IP for each renewal that changed none of
-// that was most of eipd's CPU at 5,000 IPs. What changes with time alone
-// needs no event: the timer wakes the loop at the next expiry, which this
-// moves earlier when a node's duration shrank.
+// reports whether a reconcile pass is needed: only when what a pass reads
+// (a node's liveness, status or duration, the set of nodes, or whether
+// this node may write) differs from what the last pass read. Peers renew
+// several times a second, and a pass over every IP for each renewal that
+// changed none of that was most of eipd's CPU at 5,000 IPs. What changes
+// with time alone needs no event: the timer wakes the loop at the next
+// expiry (nextWake).
 func (s *state) heartbeatsRenewed() bool {
 	now := s.a.clk.Now()
-	hbs := s.a.heartbeats()
-	before, writable := s.verdicts(now), s.writable(now)
-	seen := 0
-	for _, l := range hbs {
+	known, seen := len(s.live.Nodes()), 0
+	for _, l := range s.a.heartbeats() {
 		hb, err := lease.ParseHeartbeat(l)
 		if err != nil {
 			continue
@@ -471,10 +504,7 @@ func (s *state) heartbeatsRenewed() bool {
 		s.live.Observe(hb, now)
 		seen++
 	}
-	if t, ok := s.live.NextExpiry(now); ok {
-		s.wakeAt(t)
-	}
-	return seen != len(before) || writable != s.writable(now) || !maps.Equal(before, s.verdicts(now))
+	return seen != known || s.passWritable != s.writable(now) || !maps.Equal(s.passVerdicts, s.verdicts(now))
 }
 
 // verdict is what a reconcile pass reads about a node from its heartbeat.
@@ -510,6 +540,7 @@ func (s *state) effective(name string, cached *coordinationv1.Lease, now time.Ti
 		// Our write created it; the cache will show it in milliseconds.
 		// If it never does, someone deleted it since.
 		if now.Sub(w.at) < s.cfg.LeaseDuration {
+			s.wakeAt(w.at.Add(s.cfg.LeaseDuration))
 			return w.lease
 		}
 	} else if lease.Newer(w.lease.ResourceVersion, cached.ResourceVersion) {

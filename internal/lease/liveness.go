@@ -146,18 +146,25 @@ func (l *Liveness) Renewing(node string, now time.Time) bool {
 	return node == l.self || !o.presumed && now.Sub(o.at) < o.duration
 }
 
-// NextExpiry returns the earliest time after now at which an observed node
-// would be judged dead if nothing changes, so the owner can set a timer.
+// NextExpiry returns the earliest time after now at which a verdict on an
+// observed node changes if nothing else does: it stops being seen renewing
+// (the end of its duration), or it is judged dead (the grace later). The
+// owner sets a timer for it.
 func (l *Liveness) NextExpiry(now time.Time) (time.Time, bool) {
 	var next time.Time
-	for n, o := range l.nodes {
-		at := o.at.Add(o.duration + l.grace)
-		if n == l.self || !at.After(now) {
-			continue
-		}
-		if next.IsZero() || at.Before(next) {
+	consider := func(at time.Time) {
+		if at.After(now) && (next.IsZero() || at.Before(next)) {
 			next = at
 		}
+	}
+	for n, o := range l.nodes {
+		if n == l.self {
+			continue
+		}
+		if !o.presumed {
+			consider(o.at.Add(o.duration))
+		}
+		consider(o.at.Add(o.duration + l.grace))
 	}
 	return next, !next.IsZero()
 }
