@@ -43,6 +43,7 @@ type world struct {
 	rv                       int
 	addrs                    map[netip.Prefix]string // bound prefix → iface
 	calls                    []string
+	renewals                 []string
 	refreshes                int
 }
 
@@ -107,6 +108,14 @@ func (w *world) addService(name string, ips ...netip.Addr) {
 	}
 	w.must(w.svcs.Add(svc))
 	w.s.dirtySvc = true
+}
+
+func (w *world) nodeObj(name string) *corev1.Node {
+	obj, ok, _ := w.nodes.GetByKey(name)
+	if !ok {
+		w.t.Fatalf("no Node %s", name)
+	}
+	return obj.(*corev1.Node).DeepCopy()
 }
 
 func (w *world) svcObj(name string) *corev1.Service {
@@ -212,7 +221,10 @@ func (w *world) get(name string) *coordinationv1.Lease {
 
 func (w *world) log(verb string, l *coordinationv1.Lease) {
 	if l.Labels[lease.RoleLabel] == lease.RoleHeartbeat {
-		return // renewals are counted, not logged: they come every tick
+		// Renewals come every tick: kept apart from the other calls.
+		w.renewals = append(w.renewals, fmt.Sprintf("%s %s eligible=%s duration=%ds", w.clk.Now().Sub(t0), verb,
+			l.Annotations[lease.AnnotationEligible], *l.Spec.LeaseDurationSeconds))
+		return
 	}
 	h := ""
 	if l.Spec.HolderIdentity != nil {

@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"gotest.tools/v3/assert"
+
+	"github.com/eip-project/eip/internal/policy"
 )
 
 // A lone node takes a new Service's IP: one create naming itself, then the
@@ -43,4 +45,38 @@ func TestLoopTakeoverFromDeadPeer(t *testing.T) {
 		w.tick()
 	}
 	assert.DeepEqual(t, w.take(), []string{"update eip-198-18-100-1 holder=node-a", "bind 198.18.100.1"})
+}
+
+// A node that may hold no IP renews its heartbeat every ten renew
+// intervals with a ten times longer duration, and at once, at the usual
+// pace, when it becomes eligible.
+func TestLoopIneligibleNodeRenewsSlowly(t *testing.T) {
+	w := newWorld(t, "node-a", defaultTestConfig())
+	n := w.nodeObj("node-a")
+	n.Labels = map[string]string{policy.ExcludeLabel: ""}
+	w.must(w.nodes.Update(n))
+	w.s.dirtyNodes = true
+	w.pass()
+	for range 24 {
+		w.tick()
+	}
+	assert.DeepEqual(t, w.renewals, []string{
+		"500ms create eligible=false duration=20s",
+		"5.5s update eligible=false duration=20s",
+		"10.5s update eligible=false duration=20s",
+	})
+	w.renewals = nil
+	n = w.nodeObj("node-a")
+	n.Labels = nil
+	w.must(w.nodes.Update(n))
+	w.s.dirtyNodes = true
+	w.pass()
+	for range 3 {
+		w.tick()
+	}
+	assert.DeepEqual(t, w.renewals, []string{
+		"12.5s update eligible=true duration=2s",
+		"13s update eligible=true duration=2s",
+		"13.5s update eligible=true duration=2s",
+	})
 }

@@ -61,15 +61,17 @@ type state struct {
 	deleted   map[string]string // lock name -> resourceVersion we deleted
 	badLocks  map[string]string // lock name -> resourceVersion already warned about
 
-	lastRenewOK  time.Time // when the last successful renewal was sent
-	renewFailing bool
-	needBarrier  bool      // bind nothing new until a renewal sent after the break comes back
-	barrier      time.Time // wall time of that renewal
-	linkDown     map[string]bool
-	claimWatch   map[string]context.CancelFunc
-	autoIface    map[netip.Addr]string // "auto" resolved, see ifaceFor
-	fenced       bool
-	shutting     bool
+	lastRenewOK time.Time // when the last successful renewal was sent
+	// lastRenewAsked is when the heartbeat writer last took a renewal.
+	lastRenewAsked time.Time
+	renewFailing   bool
+	needBarrier    bool      // bind nothing new until a renewal sent after the break comes back
+	barrier        time.Time // wall time of that renewal
+	linkDown       map[string]bool
+	claimWatch     map[string]context.CancelFunc
+	autoIface      map[netip.Addr]string // "auto" resolved, see ifaceFor
+	fenced         bool
+	shutting       bool
 
 	selfEligible bool
 	// peersKnownAt: until then this node has not watched heartbeats for a
@@ -246,13 +248,28 @@ func (s *state) apiOK(now time.Time) bool {
 func (s *state) requestRenew() {
 	select {
 	case s.renewReq <- s.renewal():
+		s.lastRenewAsked = s.a.clk.Now()
 	default: // the previous renewal is still in flight
 	}
 }
 
+// idleRenewFactor: a node that may hold no IP and holds none renews its
+// heartbeat this many times less often, with a duration as many times
+// longer. Nobody takes over from it, so its liveness only feeds `kubectl
+// eip status`; every renewal costs a write and one watch event for every
+// node. In a rack of fifty nodes of which five may hold IPs, it takes
+// eip's writes from 100/s to 19/s and the watch events from 5,000/s to
+// 950/s (docs/benchmarks.md).
+const idleRenewFactor = 10
+
+// idle: this node may hold no IP, holds none and writes none.
+func (s *state) idle() bool {
+	return !(s.selfEligible && !s.shutting) && len(s.bound) == 0 && len(s.inflight) == 0
+}
+
 // renewal is the heartbeat renewal this node's state asks for now.
 func (s *state) renewal() renewal {
-	return renewal{
+	r := renewal{
 		status: lease.HeartbeatStatus{Eligible: s.selfEligible && !s.shutting, Error: s.statusError(), Held: len(s.bound)},
 		// Neither the duration nor the timeout may be shorter than what
 		// peers need to see the renewal; a renewal slower than half a
@@ -260,6 +277,26 @@ func (s *state) renewal() renewal {
 		duration: s.cfg.LeaseDuration,
 		timeout:  max(s.cfg.LeaseDuration/2, s.cfg.RenewInterval),
 	}
+	if s.idle() {
+		r.duration *= idleRenewFactor
+	}
+	return r
+}
+
+// renewDue: the tick renews every renew interval, an idle node every
+// idleRenewFactor of them, and any node at once when what it says of
+// itself changed (it became eligible, say).
+func (s *state) renewDue(now time.Time) bool {
+	if !s.idle() || s.lastRenewAsked.IsZero() || s.renewFailing {
+		return true
+	}
+	if hb, ok := s.live.Heartbeat(s.a.opt.Node); ok {
+		want := s.renewal()
+		if hb.Eligible != want.status.Eligible || hb.Error != want.status.Error || hb.Duration != want.duration.Truncate(time.Second) {
+			return true
+		}
+	}
+	return now.Sub(s.lastRenewAsked) >= idleRenewFactor*s.cfg.RenewInterval-s.cfg.RenewInterval/2
 }
 
 func (s *state) statusError() string {
@@ -308,7 +345,9 @@ func (s *state) tick() {
 			s.log.Error("refresh address", "ip", ip, "iface", b.iface, "err", err)
 		}
 	}
-	s.requestRenew()
+	if s.renewDue(now) {
+		s.requestRenew()
+	}
 	if now.Sub(s.lastResync) >= s.a.opt.Resync {
 		s.resync(false)
 	}
