@@ -7,6 +7,9 @@ import "time"
 type Metrics interface {
 	// Held is the number of IPs this node has bound.
 	Held(n int)
+	// Managed is the number of IPs some node should bind: with Held summed
+	// over the nodes, it shows IPs bound nowhere.
+	Managed(n int)
 	Bound()
 	Unbound()
 	// Acquired counts a lock taken by this node; takeover is true when it
@@ -27,6 +30,7 @@ type Metrics interface {
 type nopMetrics struct{}
 
 func (nopMetrics) Held(int)               {}
+func (nopMetrics) Managed(int)            {}
 func (nopMetrics) Bound()                 {}
 func (nopMetrics) Unbound()               {}
 func (nopMetrics) Acquired(bool)          {}

@@ -487,6 +487,7 @@ func (s *state) reconcile() {
 	}
 	s.passVerdicts = s.verdicts(now)
 	s.a.opt.Metrics.Held(len(s.bound))
+	s.a.opt.Metrics.Managed(len(s.entries))
 }
 
 func (s *state) wakeAt(t time.Time) {

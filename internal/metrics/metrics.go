@@ -29,6 +29,7 @@ type Metrics struct {
 	clk clock.PassiveClock
 
 	held         prometheus.Gauge
+	managed      prometheus.Gauge
 	binds        prometheus.Counter
 	unbinds      prometheus.Counter
 	acquisitions *prometheus.CounterVec
@@ -65,6 +66,10 @@ func New(opt Options) (*Metrics, error) {
 		held: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "eip_ips_held",
 			Help: "External IPs bound on this node.",
+		}),
+		managed: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "eip_ips_managed",
+			Help: "External IPs that some node should bind (named by a Service, inside a range, usable), as this node sees them.",
 		}),
 		binds: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "eip_binds_total",
@@ -121,7 +126,7 @@ func New(opt Options) (*Metrics, error) {
 	m.acquisitions.WithLabelValues(kindTakeover)
 
 	for _, c := range []prometheus.Collector{
-		m.held, m.binds, m.unbinds, m.acquisitions, m.handoffs, m.conflicts, m.fencings,
+		m.held, m.managed, m.binds, m.unbinds, m.acquisitions, m.handoffs, m.conflicts, m.fencings,
 		m.failover, m.apiErrors, m.configErrors, m.renew, build,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "eip_announcements_sent_total",
@@ -142,6 +147,9 @@ func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
 // Held sets eip_ips_held.
 func (m *Metrics) Held(n int) { m.held.Set(float64(n)) }
+
+// Managed sets eip_ips_managed.
+func (m *Metrics) Managed(n int) { m.managed.Set(float64(n)) }
 
 // Bound counts a bind.
 func (m *Metrics) Bound() { m.binds.Inc() }

@@ -14,7 +14,7 @@ import (
 
 // eipMetrics are the names docs/metrics.md documents.
 var eipMetrics = []string{
-	"eip_ips_held", "eip_binds_total", "eip_unbinds_total", "eip_acquisitions_total",
+	"eip_ips_held", "eip_ips_managed", "eip_binds_total", "eip_unbinds_total", "eip_acquisitions_total",
 	"eip_handoffs_total", "eip_lease_conflicts_total", "eip_fencings_total",
 	"eip_failover_duration_seconds", "eip_announcements_sent_total", "eip_api_errors_total",
 	"eip_config_errors_total", "eip_heartbeat_renew_duration_seconds", "eip_build_info",
@@ -41,6 +41,7 @@ func TestMetricsCount(t *testing.T) {
 
 	m.Held(3)
 	m.Held(2)
+	m.Managed(4)
 	for range 3 {
 		m.Bound()
 	}
@@ -127,6 +128,9 @@ eip_heartbeat_renew_duration_seconds_count 1
 # HELP eip_ips_held External IPs bound on this node.
 # TYPE eip_ips_held gauge
 eip_ips_held 2
+# HELP eip_ips_managed External IPs that some node should bind (named by a Service, inside a range, usable), as this node sees them.
+# TYPE eip_ips_managed gauge
+eip_ips_managed 4
 # HELP eip_lease_conflicts_total Lock writes lost to another node's write (the loser re-reads; normal in small numbers).
 # TYPE eip_lease_conflicts_total counter
 eip_lease_conflicts_total 2

@@ -86,6 +86,14 @@ func TestMetricsAndEventsOfMoveAndTakeover(t *testing.T) {
 		held, bound := e.scrape(first).samples["eip_ips_held"], len(e.testAddrs(first))
 		return held == float64(bound) && bound == 1, fmt.Sprintf("eip_ips_held %v, %d addresses bound", held, bound)
 	})
+	// Every node counts the one IP as managed, so the EipIPUnbound alert
+	// (max of eip_ips_managed over the sum of eip_ips_held) sees 1 - 1.
+	for _, n := range e.nodes {
+		e.eventually("eip_ips_managed of "+n+" is 1", func() (bool, string) {
+			v := e.scrape(n).samples["eip_ips_managed"]
+			return v == 1, fmt.Sprintf("eip_ips_managed %v", v)
+		})
+	}
 	m := e.scrape(first)
 	assert.Check(t, m.samples["eip_binds_total"] >= 1, "eip_binds_total %v", m.samples["eip_binds_total"])
 	assert.Check(t, m.samples["eip_announcements_sent_total"] > 0, "eip_announcements_sent_total %v", m.samples["eip_announcements_sent_total"])
