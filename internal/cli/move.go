@@ -57,6 +57,7 @@ On timeout the request is withdrawn, so it cannot take effect later.`,
 		Example: `  kubectl eip move 198.18.100.1 node-2
   kubectl eip move 2001:db8::100:1 node-3 --timeout 30s
   kubectl eip move 198.18.100.1 node-2 --wait=false`,
+		ValidArgsFunction: e.completeFrom(moveChoices),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := o.Complete(args); err != nil {
 				return err

@@ -54,6 +54,7 @@ judged on this machine's clock.`,
   kubectl eip status 198.18.100.1 -o wide
   kubectl eip status -o json | jq '.ips[] | select(.state != "bound")'
   kubectl eip status --watch`,
+		ValidArgsFunction: e.completeFrom(statusChoices),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := o.Complete(args); err != nil {
 				return err
@@ -66,6 +67,7 @@ judged on this machine's clock.`,
 	}
 	cmd.Flags().StringVarP(&o.Output, "output", "o", "", "output format: wide, json or yaml (schema in docs/status-schema.md)")
 	cmd.Flags().BoolVarP(&o.Watch, "watch", "w", false, "print the status again whenever it changes")
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{outputWide, outputJSON, outputYAML}, cobra.ShellCompDirectiveNoFileComp)) // fails only for an unknown flag
 	return cmd
 }
 
