@@ -7,9 +7,16 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 export GOFLAGS=${GOFLAGS:--mod=mod}
 
+# helm and promtool test the chart and the alert rules; krew and helm are
+# also run by the e2e suite. Built from their Go modules once, then cached.
+echo "== test tools"
+for tool in helm krew promtool; do
+	scripts/build-tool.sh "$tool" >/dev/null
+done
+
 if [[ "${1:-}" != e2e ]]; then
 	echo "== unit and privileged tests"
-	go test -count=1 ./internal/... ./daemon/... ./kubectl-eip/... ./manifests/... ./scripts/... ./docs/...
+	go test -count=1 ./internal/... ./daemon/... ./kubectl-eip/... ./manifests/... ./charts/... ./scripts/... ./docs/...
 	echo "== fuzz (short)"
 	scripts/fuzz.sh 5s
 fi

@@ -1,0 +1,231 @@
+package charts
+
+import (
+	"bytes"
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"sigs.k8s.io/yaml"
+
+	"github.com/eip-project/eip/internal/config"
+	"github.com/eip-project/eip/testenv"
+)
+
+// tool returns the path of a command that scripts/build-tool.sh built from
+// testenv/tools/<name>; the test is skipped, saying how to build it, when
+// it has not been built (scripts/test.sh builds it before the tests).
+func tool(t *testing.T, name, command string) string {
+	t.Helper()
+	dir, err := testenv.ToolBinDir(repoRoot(t), name)
+	assert.NilError(t, err)
+	bin := filepath.Join(dir, command)
+	if _, err := os.Stat(bin); err != nil {
+		t.Skipf("%s is not built (scripts/build-tool.sh %s): %v", command, name, err)
+	}
+	return bin
+}
+
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := testenv.RepoRoot()
+	assert.NilError(t, err)
+	return root
+}
+
+// helm runs the real helm with args in the repository root, with its
+// cache, configuration and data in a temporary directory, and returns its
+// standard output; it fails the test with standard error when helm fails.
+func helm(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := runHelm(t, args...)
+	assert.NilError(t, err)
+	return out
+}
+
+func runHelm(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	home := t.TempDir()
+	cmd := exec.Command(tool(t, "helm", "helm"), args...)
+	cmd.Dir = repoRoot(t)
+	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+home+"/cache", "HELM_CONFIG_HOME="+home+"/config", "HELM_DATA_HOME="+home+"/data")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("helm %s: %w\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	return stdout.String(), nil
+}
+
+// object is one rendered Kubernetes object, as plain data.
+type object = map[string]any
+
+// objects decodes a YAML stream into its objects, keyed by kind, namespace
+// and name; a key seen twice fails the test.
+func objects(t *testing.T, stream string) map[string]object {
+	t.Helper()
+	out := map[string]object{}
+	for _, doc := range strings.Split(stream, "\n---") {
+		var o object
+		assert.NilError(t, yaml.Unmarshal([]byte(doc), &o), doc)
+		if len(o) == 0 {
+			continue
+		}
+		meta, _ := o["metadata"].(map[string]any)
+		key := fmt.Sprintf("%v %v/%v", o["kind"], meta["namespace"], meta["name"])
+		_, dup := out[key]
+		assert.Assert(t, !dup, "%s rendered twice", key)
+		out[key] = o
+	}
+	return out
+}
+
+// one decodes the rendered object with the given key into a typed value.
+func one[T any](t *testing.T, objs map[string]object, key string) T {
+	t.Helper()
+	var v T
+	o, ok := objs[key]
+	assert.Assert(t, ok, "no %s in %v", key, keys(objs))
+	b, err := yaml.Marshal(o)
+	assert.NilError(t, err)
+	assert.NilError(t, yaml.UnmarshalStrict(b, &v), key)
+	return v
+}
+
+func keys(objs map[string]object) []string { return slices.Sorted(maps.Keys(objs)) }
+
+func kustomize(t *testing.T) string {
+	t.Helper()
+	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
+	res, err := k.Run(filesys.MakeFsOnDisk(), filepath.Join(repoRoot(t), "manifests"))
+	assert.NilError(t, err)
+	b, err := res.AsYaml()
+	assert.NilError(t, err)
+	return string(b)
+}
+
+func TestChartLints(t *testing.T) {
+	out := helm(t, "lint", "--strict", "charts/eip")
+	assert.Check(t, is.Contains(out, "1 chart(s) linted, 0 chart(s) failed"), out)
+	out = helm(t, "lint", "--strict", "charts/eip", "--set", "serviceMonitor.enabled=true", "--set", "prometheusRule.enabled=true")
+	assert.Check(t, is.Contains(out, "1 chart(s) linted, 0 chart(s) failed"), out)
+}
+
+// With default values the chart renders the kustomize base, object for
+// object and field for field.
+func TestChartRendersTheManifests(t *testing.T) {
+	chart := objects(t, helm(t, "template", "eip", "charts/eip"))
+	base := objects(t, kustomize(t))
+	assert.Equal(t, len(base), 8, "%v", keys(base))
+	assert.DeepEqual(t, chart, base) // on a difference, make charts/eip follow manifests/
+
+	// Installed into eip's own namespace (helm install -n eip-system
+	// --create-namespace), the chart leaves the Namespace to Helm.
+	inNS := objects(t, helm(t, "template", "eip", "charts/eip", "--namespace", "eip-system"))
+	delete(base, "Namespace <nil>/eip-system")
+	assert.DeepEqual(t, inNS, base)
+}
+
+// Every value the chart offers shows in what it renders.
+func TestChartValues(t *testing.T) {
+	objs := objects(t, helm(t, "template", "eip", "charts/eip",
+		"--set", "namespace.name=edge-ips",
+		"--set", "image.repository=registry.example/eipd,image.tag=v9.8.7,image.pullPolicy=Always",
+		"--set", "config.policy=spread,config.lease-duration=4s,config.renew-interval=1s,config.api-loss=fence",
+		"--set-string", "config.ranges=198.18.100.0/28 name=pool auto-assign",
+		"--set", "daemonset.nodeSelector.eip-edge=true",
+		"--set", "daemonset.tolerations[0].key=edge,daemonset.tolerations[0].operator=Exists",
+		"--set", "daemonset.resources.requests.cpu=200m,daemonset.resources.limits.memory=256Mi",
+		"--set", "daemonset.priorityClassName=eip-critical",
+		"--set", "metrics.port=9500",
+		"--set", "serviceMonitor.enabled=true,serviceMonitor.interval=30s,serviceMonitor.labels.release=prom",
+		"--set", "prometheusRule.enabled=true,prometheusRule.labels.release=prom",
+	))
+
+	ds := one[appsv1.DaemonSet](t, objs, "DaemonSet edge-ips/eipd")
+	pod := ds.Spec.Template.Spec
+	c := pod.Containers[0]
+	assert.Check(t, is.Equal(c.Image, "registry.example/eipd:v9.8.7"))
+	assert.Check(t, is.Equal(c.ImagePullPolicy, corev1.PullAlways))
+	assert.Check(t, is.DeepEqual(c.Args, []string{"--metrics-addr=:9500"}))
+	assert.Check(t, is.Equal(c.Ports[0].ContainerPort, int32(9500)))
+	assert.Check(t, is.Equal(ds.Spec.Template.Annotations["prometheus.io/port"], "9500"))
+	assert.Check(t, is.DeepEqual(pod.NodeSelector, map[string]string{"kubernetes.io/os": "linux", "eip-edge": "true"}))
+	assert.Check(t, is.DeepEqual(pod.Tolerations, []corev1.Toleration{{Key: "edge", Operator: corev1.TolerationOpExists}}))
+	assert.Check(t, c.Resources.Requests.Cpu().Equal(resource.MustParse("200m")), "%v", c.Resources)
+	assert.Check(t, c.Resources.Limits.Memory().Equal(resource.MustParse("256Mi")), "%v", c.Resources)
+	assert.Check(t, is.Equal(pod.PriorityClassName, "eip-critical"))
+
+	cm := one[corev1.ConfigMap](t, objs, "ConfigMap edge-ips/eip-config")
+	cfg, err := config.Parse(cm.Data)
+	assert.NilError(t, err)
+	assert.Check(t, is.Equal(cfg.Policy, config.PolicySpread))
+	assert.Check(t, is.Equal(cfg.LeaseDuration, 4*time.Second))
+	assert.Check(t, is.Equal(cfg.RenewInterval, time.Second))
+	assert.Check(t, is.Equal(cfg.APILoss, config.APILossFence))
+	assert.Check(t, is.Len(cfg.Ranges, 1))
+
+	svc := one[corev1.Service](t, objs, "Service edge-ips/eipd-metrics")
+	assert.Check(t, is.Equal(svc.Spec.ClusterIP, corev1.ClusterIPNone))
+	assert.Check(t, is.Equal(svc.Spec.Ports[0].Port, int32(9500)))
+	assert.Check(t, is.DeepEqual(svc.Spec.Selector, ds.Spec.Selector.MatchLabels))
+	sm := objs["ServiceMonitor edge-ips/eipd"]
+	assert.Check(t, is.Equal(path(sm, "metadata", "labels", "release"), "prom"))
+	assert.Check(t, is.Equal(path(sm, "spec", "endpoints", 0, "interval"), "30s"))
+	assert.Check(t, is.Equal(path(sm, "spec", "endpoints", 0, "port"), "metrics"))
+	assert.Check(t, is.DeepEqual(path(sm, "spec", "namespaceSelector", "matchNames"), []any{"edge-ips"}))
+	rule := objs["PrometheusRule edge-ips/eip"]
+	assert.Check(t, is.Equal(path(rule, "metadata", "labels", "release"), "prom"))
+	assert.Check(t, is.Equal(path(rule, "spec", "groups", 0, "rules", 0, "alert"), "EipIPUnbound"))
+	assert.Check(t, is.Equal(path(rule, "spec", "groups", 0, "rules", 0, "for"), "9s"), "4s lease + 5s")
+	for _, k := range []string{"Namespace <nil>/edge-ips", "ServiceAccount edge-ips/eip", "Role edge-ips/eip", "RoleBinding edge-ips/eip"} {
+		_, ok := objs[k]
+		assert.Check(t, ok, "no %s", k)
+	}
+	assert.Check(t, is.Equal(path(objs["ClusterRoleBinding <nil>/eip"], "subjects", 0, "namespace"), "edge-ips"))
+}
+
+// EipIPUnbound waits the lease duration + 5 s, whatever unit the lease
+// duration is in, and a lease duration the chart cannot add to is an error
+// that says what to set.
+func TestChartUnboundFor(t *testing.T) {
+	for lease, want := range map[string]string{"2s": "7s", "1500ms": "6500ms", "10s": "15s"} {
+		objs := objects(t, helm(t, "template", "eip", "charts/eip", "--set", "prometheusRule.enabled=true", "--set", "config.lease-duration="+lease))
+		assert.Check(t, is.Equal(path(objs["PrometheusRule eip-system/eip"], "spec", "groups", 0, "rules", 0, "for"), want), lease)
+	}
+	objs := objects(t, helm(t, "template", "eip", "charts/eip", "--set", "prometheusRule.enabled=true,prometheusRule.unboundFor=1m"))
+	assert.Check(t, is.Equal(path(objs["PrometheusRule eip-system/eip"], "spec", "groups", 0, "rules", 0, "for"), "1m"))
+	_, err := runHelm(t, "template", "eip", "charts/eip", "--set", "prometheusRule.enabled=true", "--set", "config.lease-duration=1m")
+	assert.ErrorContains(t, err, `cannot add 5s to config.lease-duration "1m"; set prometheusRule.unboundFor`)
+}
+
+// path walks maps by key and lists by index.
+func path(v any, steps ...any) any {
+	for _, s := range steps {
+		switch k := s.(type) {
+		case string:
+			m, _ := v.(map[string]any)
+			v = m[k]
+		case int:
+			l, _ := v.([]any)
+			if k >= len(l) {
+				return nil
+			}
+			v = l[k]
+		}
+	}
+	return v
+}
