@@ -72,6 +72,7 @@ func (s *state) bind(ip netip.Addr, e ipset.Entry, why string) {
 		return
 	}
 	s.bound[ip] = binding{iface: iface, prefix: p}
+	s.lifetime.keep(ip, netif.Bound{Iface: iface, Prefix: p})
 	if err := s.a.opt.Announcer.Announce(iface, ip); err != nil {
 		log.Warn("announce", "iface", iface, "err", err)
 	}
@@ -88,6 +89,7 @@ func (s *state) unbind(ip netip.Addr, why string) {
 	}
 	s.a.opt.Announcer.Stop(ip)
 	delete(s.bound, ip)
+	s.lifetime.forget(ip)
 	if err := s.a.opt.Addresser.Del(b.iface, b.prefix); err != nil {
 		s.log.Error("unbind", "ip", ip, "iface", b.iface, "err", err)
 	}
@@ -121,6 +123,7 @@ func (s *state) addrEvent(ev netif.AddrEvent) {
 	if !ok || b.iface != ev.Iface {
 		return
 	}
+	s.a.opt.Metrics.Vanished()
 	if err := s.a.opt.Addresser.Add(b.iface, b.prefix, s.cfg.AddressLifetime()); err != nil {
 		s.log.Error("restore address", "ip", b.prefix.Addr(), "iface", b.iface, "err", err)
 		return

@@ -291,6 +291,11 @@ func (w *world) Add(iface string, p netip.Prefix, _ time.Duration) error {
 	return nil
 }
 
+func (w *world) Refresh(addrs []netif.Bound, _ time.Duration) error {
+	w.refreshes += len(addrs)
+	return nil
+}
+
 func (w *world) Del(_ string, p netip.Prefix) error {
 	delete(w.addrs, p)
 	w.calls = append(w.calls, "unbind "+p.Addr().String())

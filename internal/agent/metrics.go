@@ -25,6 +25,12 @@ type Metrics interface {
 	ConfigError()
 	// Renewed observes a heartbeat renewal's round trip.
 	Renewed(d time.Duration)
+	// Vanished counts a held address removed from its interface by
+	// someone other than eipd, the kernel's lifetime expiry included.
+	Vanished()
+	// RefreshLate counts a refresh of address lifetimes that came later
+	// than one and a half refresh intervals after the one before.
+	RefreshLate()
 }
 
 type nopMetrics struct{}
@@ -41,3 +47,5 @@ func (nopMetrics) Failover(time.Duration) {}
 func (nopMetrics) APIError(string)        {}
 func (nopMetrics) ConfigError()           {}
 func (nopMetrics) Renewed(time.Duration)  {}
+func (nopMetrics) Vanished()              {}
+func (nopMetrics) RefreshLate()           {}

@@ -16,6 +16,9 @@ type Addresser interface {
 	Add(iface string, p netip.Prefix, lifetime time.Duration) error
 	Del(iface string, p netip.Prefix) error
 	List(iface string) ([]netip.Prefix, error)
+	// Refresh renews the lifetimes of bound addresses, many at a time;
+	// like Add it binds one that is missing.
+	Refresh(addrs []netif.Bound, lifetime time.Duration) error
 }
 
 // Links answers questions about interfaces (netif.Addresses).

@@ -98,6 +98,7 @@ type state struct {
 	claims   chan netif.Claim
 	hb       *heartbeater
 	alloc    *allocator
+	lifetime *keeper
 }
 
 func newState(a *Agent) *state {
@@ -125,6 +126,7 @@ func newState(a *Agent) *state {
 		claims:   make(chan netif.Claim, 64),
 		hb:       &heartbeater{a: a},
 		alloc:    newAllocator(),
+		lifetime: newKeeper(a.log, a.clk, a.opt.Addresser, a.opt.Metrics.RefreshLate),
 	}
 }
 
@@ -135,6 +137,8 @@ func (s *state) run(ctx context.Context, stop chan struct{}) error {
 	}
 	s.startAllocator(stop)
 	s.loadConfig()
+	s.lifetime.configure(s.cfg)
+	go s.lifetime.run(stop)
 	s.live = lease.NewLiveness(s.a.opt.Node, s.cfg.RenewInterval, 2*s.cfg.RenewInterval)
 	s.live.SetExpiryGrace(takeoverGrace(s.cfg))
 	ticker := s.a.clk.NewTicker(s.cfg.RenewInterval)
@@ -335,16 +339,11 @@ func (s *state) renewed(r renewResult) {
 	s.lastRenewOK = r.sent
 }
 
-// tick runs every renew interval: fence if we must, refresh the lifetimes
-// of bound addresses, renew the heartbeat, and now and then resync.
+// tick runs every renew interval: have the address lifetimes refreshed
+// (see keeper), renew the heartbeat, and now and then resync.
 func (s *state) tick() {
 	now := s.a.clk.Now()
-	life := s.cfg.AddressLifetime()
-	for ip, b := range s.bound {
-		if err := s.a.opt.Addresser.Add(b.iface, b.prefix, life); err != nil {
-			s.log.Error("refresh address", "ip", ip, "iface", b.iface, "err", err)
-		}
-	}
+	s.lifetime.loopTicked(now)
 	if s.renewDue(now) {
 		s.requestRenew()
 	}
@@ -414,6 +413,7 @@ func (s *state) reconcile() {
 	if s.dirtyCM {
 		s.dirtyCM = false
 		changed = s.loadConfig()
+		s.lifetime.configure(s.cfg)
 	}
 	all, err := s.a.leases.List(labels.Everything())
 	if err != nil {

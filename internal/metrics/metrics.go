@@ -40,6 +40,8 @@ type Metrics struct {
 	apiErrors    *prometheus.CounterVec
 	configErrors prometheus.Counter
 	renew        prometheus.Histogram
+	vanished     prometheus.Counter
+	refreshLate  prometheus.Counter
 
 	mu  sync.Mutex
 	hbt renewals
@@ -113,6 +115,14 @@ func New(opt Options) (*Metrics, error) {
 			Help:    "Round trip of successful heartbeat Lease renewals.",
 			Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5},
 		}),
+		vanished: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "eip_held_addresses_vanished_total",
+			Help: "Addresses this node held that were removed from their interface by anyone but eipd, expired lifetimes included (should stay 0).",
+		}),
+		refreshLate: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "eip_lifetime_refreshes_late_total",
+			Help: "Refreshes of address lifetimes that came more than 1.5 refresh intervals after the previous one.",
+		}),
 	}
 	announced := opt.Announced
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -127,7 +137,7 @@ func New(opt Options) (*Metrics, error) {
 
 	for _, c := range []prometheus.Collector{
 		m.held, m.managed, m.binds, m.unbinds, m.acquisitions, m.handoffs, m.conflicts, m.fencings,
-		m.failover, m.apiErrors, m.configErrors, m.renew, build,
+		m.failover, m.apiErrors, m.configErrors, m.renew, m.vanished, m.refreshLate, build,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "eip_announcements_sent_total",
 			Help: "Gratuitous ARP and unsolicited neighbour advertisement packets sent.",
@@ -201,6 +211,12 @@ func (m *Metrics) Renewed(d time.Duration) {
 	m.hbt = m.hbt.renewed(now)
 	m.mu.Unlock()
 }
+
+// Vanished counts a held address removed by someone other than eipd.
+func (m *Metrics) Vanished() { m.vanished.Inc() }
+
+// RefreshLate counts a late refresh of address lifetimes.
+func (m *Metrics) RefreshLate() { m.refreshLate.Inc() }
 
 // Ready returns nil when the heartbeat is renewing, or why it is not.
 func (m *Metrics) Ready() error {

@@ -18,6 +18,7 @@ var eipMetrics = []string{
 	"eip_handoffs_total", "eip_lease_conflicts_total", "eip_fencings_total",
 	"eip_failover_duration_seconds", "eip_announcements_sent_total", "eip_api_errors_total",
 	"eip_config_errors_total", "eip_heartbeat_renew_duration_seconds", "eip_build_info",
+	"eip_held_addresses_vanished_total", "eip_lifetime_refreshes_late_total",
 }
 
 func newMetrics(t *testing.T, clk *clocktesting.FakeClock, sent *uint64) *metrics.Metrics {
@@ -60,6 +61,9 @@ func TestMetricsCount(t *testing.T) {
 	m.APIError("acquire")
 	m.ConfigError()
 	m.Renewed(3 * time.Millisecond)
+	m.Vanished()
+	m.RefreshLate()
+	m.RefreshLate()
 	sent = 7
 
 	const want = `
@@ -125,6 +129,9 @@ eip_heartbeat_renew_duration_seconds_bucket{le="2.5"} 1
 eip_heartbeat_renew_duration_seconds_bucket{le="+Inf"} 1
 eip_heartbeat_renew_duration_seconds_sum 0.003
 eip_heartbeat_renew_duration_seconds_count 1
+# HELP eip_held_addresses_vanished_total Addresses this node held that were removed from their interface by anyone but eipd, expired lifetimes included (should stay 0).
+# TYPE eip_held_addresses_vanished_total counter
+eip_held_addresses_vanished_total 1
 # HELP eip_ips_held External IPs bound on this node.
 # TYPE eip_ips_held gauge
 eip_ips_held 2
@@ -134,6 +141,9 @@ eip_ips_managed 4
 # HELP eip_lease_conflicts_total Lock writes lost to another node's write (the loser re-reads; normal in small numbers).
 # TYPE eip_lease_conflicts_total counter
 eip_lease_conflicts_total 2
+# HELP eip_lifetime_refreshes_late_total Refreshes of address lifetimes that came more than 1.5 refresh intervals after the previous one.
+# TYPE eip_lifetime_refreshes_late_total counter
+eip_lifetime_refreshes_late_total 2
 # HELP eip_unbinds_total Addresses removed from this node's interfaces.
 # TYPE eip_unbinds_total counter
 eip_unbinds_total 1

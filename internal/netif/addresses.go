@@ -44,6 +44,10 @@ type Addresses struct {
 	// name); List always does, so a renamed interface is noticed at the
 	// agent's next resync.
 	links map[string]netlink.Link
+
+	// refreshMu serializes Refresh, which owns refreshFD (-1: not open).
+	refreshMu sync.Mutex
+	refreshFD int
 }
 
 type knownAddrs struct {
@@ -54,7 +58,7 @@ type knownAddrs struct {
 // NewAddresses returns an adapter bound to the calling thread's network
 // namespace. A failure to open netlink is reported by every method.
 func NewAddresses(log *slog.Logger) *Addresses {
-	a := &Addresses{log: log, known: map[string]*knownAddrs{}, links: map[string]netlink.Link{}}
+	a := &Addresses{log: log, known: map[string]*knownAddrs{}, links: map[string]netlink.Link{}, refreshFD: -1}
 	a.ns, a.err = currentNetNamespace()
 	if a.err != nil {
 		return a
@@ -92,6 +96,12 @@ func (a *Addresses) Close() {
 		return
 	}
 	a.nl.Close()
+	a.refreshMu.Lock()
+	if a.refreshFD >= 0 {
+		_ = unix.Close(a.refreshFD)
+		a.refreshFD = -1
+	}
+	a.refreshMu.Unlock()
 	_ = a.ns.close()
 	a.err = errors.New("addresses closed")
 }

@@ -131,6 +131,17 @@ func (w *addrWatch) Spans(ip netip.Addr, now time.Time) []boundSpan {
 	return out
 }
 
+// Removals counts the times any of ips left a node.
+func (w *addrWatch) Removals(ips []netip.Addr) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, ip := range ips {
+		n += len(w.spans[ip])
+	}
+	return n
+}
+
 // BoundOn lists the nodes ip is bound on now.
 func (w *addrWatch) BoundOn(ip netip.Addr) []string {
 	w.mu.Lock()

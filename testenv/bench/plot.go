@@ -70,7 +70,7 @@ func (r *Report) Plot() []byte {
 	var writes, reads xySeries
 	writes.label, reads.label = "writes/s", "reads/s"
 	for _, res := range append(append([]ScaleResult(nil), r.Load...), r.Scale...) {
-		if res.Steady.Window > 0 {
+		if res.Steady.Window > 0 && res.CPUQuota == 0 {
 			eipd := r.eipdRates(res.Steady)
 			writes.points = append(writes.points, [2]float64{float64(res.IPs), eipd.Writes})
 			reads.points = append(reads.points, [2]float64{float64(res.IPs), eipd.Reads})
@@ -83,7 +83,7 @@ func (r *Report) Plot() []byte {
 
 	var cold []xySeries
 	for _, res := range r.Scale {
-		c := xySeries{label: fmt.Sprintf("%d IPs", res.IPs)}
+		c := xySeries{label: fmt.Sprintf("%d IPs%s", res.IPs, res.quotaText())}
 		for _, p := range res.Progress {
 			c.points = append(c.points, [2]float64{p.T, 100 * float64(p.Bound) / float64(max(res.IPs, 1))})
 		}

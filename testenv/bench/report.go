@@ -90,7 +90,7 @@ func (r *Report) figures() []Figure {
 		figs = append(figs, f)
 	}
 	for _, res := range append(append([]ScaleResult(nil), r.Load...), r.Scale...) {
-		writes, reads := fmt.Sprintf("Lease writes/s by eipd, %d IPs", res.IPs), fmt.Sprintf("Lease reads/s by eipd, %d IPs", res.IPs)
+		writes, reads := fmt.Sprintf("Lease writes/s by eipd, %d IPs%s", res.IPs, res.quotaText()), fmt.Sprintf("Lease reads/s by eipd, %d IPs%s", res.IPs, res.quotaText())
 		target := r.writesTarget(res.Steady.Window)
 		if res.Steady.Window == 0 {
 			figs = append(figs, Missing(writes, UnitPerSec, target, res.Error))
@@ -103,16 +103,25 @@ func (r *Report) figures() []Figure {
 	}
 	for _, res := range r.Scale {
 		coldTarget, rssTarget := Target{}, Target{}
-		if res.IPs <= 1000 {
+		if res.IPs <= 1000 && res.CPUQuota == 0 {
 			coldTarget = Target{Stat: "max", Limit: 10}
 			rssTarget = Target{Stat: "max", Limit: 64}
 		}
-		name := fmt.Sprintf("cold start → all %d IPs bound", res.IPs)
+		name := fmt.Sprintf("cold start → all %d IPs bound%s", res.IPs, res.quotaText())
 		if res.ColdStart == 0 {
 			figs = append(figs, Missing(name, UnitSeconds, coldTarget, res.Error))
 			continue
 		}
 		figs = append(figs, NewFigure(name, UnitSeconds, []float64{res.ColdStart.Seconds()}, coldTarget))
+		vanishedName := fmt.Sprintf("held addresses that vanished, %d IPs%s", res.IPs, res.quotaText())
+		if res.Steady.Window == 0 {
+			figs = append(figs, Missing(vanishedName, UnitCount, Target{Stat: "max", Limit: 0}, res.Error))
+		} else {
+			figs = append(figs, NewFigure(vanishedName, UnitCount, []float64{float64(res.Vanished)}, Target{Stat: "max", Limit: 0}))
+		}
+		if res.CPUQuota > 0 {
+			continue // the figures below describe an unlimited eipd
+		}
 		if len(res.ColdStartCPU) > 0 {
 			var cpu []float64
 			for _, d := range res.ColdStartCPU {
@@ -217,4 +226,12 @@ func (r *Report) WriteTable(w io.Writer) error {
 		}
 	}
 	return err
+}
+
+// quotaText names a CPU-starved run in figure names.
+func (res ScaleResult) quotaText() string {
+	if res.CPUQuota == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", eipd limited to %g %% of a core", res.CPUQuota)
 }

@@ -44,6 +44,9 @@ func sampleReport() *Report {
 			Progress:   []Point{{0, 0}, {2, 500}, {4, 1000}},
 			Daemons:    []DaemonStats{{Node: "node-1", PeakRSS: 40 << 20, CPU: 3}, {Node: "node-2", PeakRSS: 70 << 20, CPU: 5}},
 			StatusNote: "kubectl-eip has no status command yet",
+		}, {
+			IPs: 1000, CPUQuota: 10, ColdStart: 9 * time.Second, Vanished: 3, Steady: Rates{Window: 30 * time.Second, Writes: 6.2},
+			Daemons: []DaemonStats{{Node: "node-1", PeakRSS: 40 << 20, CPU: 10}},
 		}},
 		PluginNote: "no kubectl-eip binary (KUBECTL_EIP_BIN)",
 		Background: &Rates{Window: 30 * time.Second, Writes: 0.1},

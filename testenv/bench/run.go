@@ -52,6 +52,9 @@ type Options struct {
 	EipdArgs []string
 	// KubectlEip is the plugin binary, for kubectl eip status and move.
 	KubectlEip string
+	// StarvedQuota, when above 0, runs each scale a second time with every
+	// eipd limited to that share of one core, in percent.
+	StarvedQuota float64
 	// ProfileDir, when set, receives CPU and heap profiles of one eipd at
 	// each scale (eipd must run with --pprof).
 	ProfileDir string
@@ -165,13 +168,19 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 				fail(fmt.Sprintf("load %d IPs", n), err)
 			}
 		case ScenarioScale:
+			quotas := []float64{0}
+			if o.StarvedQuota > 0 {
+				quotas = append(quotas, o.StarvedQuota)
+			}
 			for _, n := range o.ScaleIPs {
-				res, err := e.scale(ctx, scaleRun{ips: n, window: o.Window, settle: o.Settle, status: true, profileDir: o.ProfileDir})
-				if err != nil {
-					res.Error = err.Error()
+				for _, q := range quotas {
+					res, err := e.scale(ctx, scaleRun{ips: n, window: o.Window, settle: o.Settle, status: q == 0, profileDir: o.ProfileDir, quota: q})
+					if err != nil {
+						res.Error = err.Error()
+					}
+					r.Scale = append(r.Scale, res)
+					fail(fmt.Sprintf("scale %d IPs%s", n, res.quotaText()), err)
 				}
-				r.Scale = append(r.Scale, res)
-				fail(fmt.Sprintf("scale %d IPs", n), err)
 			}
 		}
 		if ctx.Err() != nil {

@@ -22,6 +22,14 @@ const statusRuns = 3
 // ScaleResult is one cold start of many IPs and the steady state after it.
 type ScaleResult struct {
 	IPs int `json:"ips"`
+	// CPUQuota is the share of one core each eipd was limited to, in
+	// percent; 0 when unlimited.
+	CPUQuota float64 `json:"cpuQuota,omitempty"`
+	// Vanished counts benchmark addresses removed from a node while its
+	// eipd ran, from the cold start to the end of the steady window, as
+	// watched over netlink. Nothing moves in a scale run, so every removal
+	// is a held address lost.
+	Vanished int `json:"vanished"`
 	// CreateServices is how long creating one Service per IP took (setup,
 	// not judged).
 	CreateServices time.Duration `json:"createServices"`
@@ -74,6 +82,7 @@ type scaleRun struct {
 	settle     time.Duration
 	status     bool
 	profileDir string
+	quota      float64 // percent of a core per eipd; 0: unlimited
 }
 
 // scale creates run.ips Services while no eipd runs, starts eipd on every
@@ -81,7 +90,7 @@ type scaleRun struct {
 // steady-state window.
 func (e *env) scale(ctx context.Context, run scaleRun) (ScaleResult, error) {
 	e.log.Info("scale", "ips", run.ips)
-	res := ScaleResult{IPs: run.ips}
+	res := ScaleResult{IPs: run.ips, CPUQuota: run.quota}
 	if err := e.reset(ctx, defaultTiming, false); err != nil {
 		return res, err
 	}
@@ -100,10 +109,26 @@ func (e *env) scale(ctx context.Context, run scaleRun) (ScaleResult, error) {
 	if err != nil {
 		return res, err
 	}
+	watch, err := watchAddrs(e.nodes, inRange)
+	if err != nil {
+		return res, err
+	}
+	defer watch.Close()
 	t0 := time.Now()
 	for _, n := range e.nodes {
 		if err := e.c.StartDaemon(n.Name, e.args...); err != nil {
 			return res, err
+		}
+		if run.quota > 0 {
+			q, err := limitCPU(e.c.DaemonPID(n.Name), fmt.Sprintf("eip-bench-%d-%s", os.Getpid(), n.Name), run.quota)
+			if err != nil {
+				return res, err
+			}
+			defer func() {
+				if err := q.release(); err != nil {
+					e.log.Warn("release CPU limit", "err", err)
+				}
+			}()
 		}
 	}
 	profiled := make(chan error, 1)
@@ -144,6 +169,10 @@ func (e *env) scale(ctx context.Context, run scaleRun) (ScaleResult, error) {
 	if res.Steady, res.Daemons, err = e.steady(ctx, run.window); err != nil {
 		return res, err
 	}
+	if err := watch.Err(); err != nil {
+		return res, err
+	}
+	res.Vanished = watch.Removals(ips)
 	e.log.Info("steady state", "ips", run.ips, "writesPerSec", res.Steady.Writes, "readsPerSec", res.Steady.Reads)
 	if run.status {
 		e.timeStatus(ctx, &res)

@@ -45,6 +45,7 @@ func run(args []string) error {
 	scale := fs.String("scale", "1000", "IP counts timed from a cold start, with memory and CPU")
 	window := fs.Duration("window", 30*time.Second, "steady-state window")
 	settle := fs.Duration("settle", 5*time.Second, "wait after everything is bound, before a window")
+	starve := fs.Float64("starve", 10, "also run each scale with every eipd limited to this share of one core, in percent (0: do not)")
 	profile := fs.Bool("profile", false, "run eipd with --pprof and save CPU and heap profiles at each scale")
 	verbose := fs.Bool("v", false, "log each sample")
 	keep := fs.Bool("keep", false, "keep the cluster's run directory (logs) even when everything worked")
@@ -96,7 +97,7 @@ func run(args []string) error {
 	o := bench.Options{
 		Cluster: c, Log: log, Only: strings.Split(*only, ","),
 		Reps: *reps, MoveReps: *moveReps, BindReps: *bindReps,
-		LoadIPs: loadIPs, ScaleIPs: scaleIPs, Window: *window, Settle: *settle,
+		LoadIPs: loadIPs, ScaleIPs: scaleIPs, Window: *window, Settle: *settle, StarvedQuota: *starve,
 		KubectlEip: os.Getenv("KUBECTL_EIP_BIN"),
 	}
 	if *profile {

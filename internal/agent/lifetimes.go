@@ -1,0 +1,171 @@
+package agent
+
+import (
+	"log/slog"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	"github.com/eip-project/eip/internal/config"
+	"github.com/eip-project/eip/internal/netif"
+)
+
+// lifetimeChunk is how many addresses one refresh sends while it holds
+// the keeper: an unbind waits at most for one chunk, a few milliseconds.
+const lifetimeChunk = 256
+
+// keeper renews the kernel lifetimes of the addresses this node has bound,
+// on a goroutine of its own. It used to be the owner loop's job, one
+// netlink round trip per address on each tick: at 5,000 IPs that was about
+// 145 ms of CPU per renew interval, done only when a reconcile pass let
+// the loop get to its tick, so under load the kernel removed addresses
+// eipd held (the 5,000-IP cold start lost ~3,000 of them for seconds).
+// Now a refresh sends a chunk of addresses per system call, on this
+// goroutine, and the loop's tick only says that the loop is alive.
+//
+// A loop that hangs must still lose its addresses before peers, who stop
+// seeing its heartbeat (renewed on the same tick), take them over. So the
+// keeper refreshes at each tick of the loop, and between ticks only while
+// the last tick is recent enough that an address refreshed now still
+// expires by the time peers may take it: lease-duration − lifetime −
+// the kernel's expiry slack (0.75 s at the defaults; 0 at a 1 s lease,
+// where only the loop's ticks refresh).
+//
+// The kernel has no "update only" request: a refresh binds an address that
+// is missing. So an address leaves the keeper (forget) before it is
+// removed from the interface, and a chunk in flight finishes first.
+type keeper struct {
+	log *slog.Logger
+	clk clock.WithTicker
+	a   Addresser
+	// late counts refreshes that came more than one and a half intervals
+	// after the one before: the kernel was close to removing addresses.
+	late func()
+	kick chan struct{}
+
+	mu       sync.Mutex
+	addrs    map[netip.Addr]netif.Bound
+	timing   keeperTiming
+	loopSeen time.Time // the owner loop's last tick
+}
+
+// keeperTiming is what the configuration says about refreshes.
+type keeperTiming struct {
+	lifetime time.Duration // given to each refreshed address
+	interval time.Duration // between refreshes: the renew interval
+	maxQuiet time.Duration // refresh between ticks while the last is this recent
+}
+
+func newKeeper(log *slog.Logger, clk clock.WithTicker, a Addresser, late func()) *keeper {
+	return &keeper{log: log, clk: clk, a: a, late: late, kick: make(chan struct{}, 1), addrs: map[netip.Addr]netif.Bound{}}
+}
+
+// keep adds or replaces an address to refresh.
+func (k *keeper) keep(ip netip.Addr, b netif.Bound) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.addrs[ip] = b
+}
+
+// forget stops refreshing ip; once it returns no refresh of it is in
+// flight, so the address may be removed.
+func (k *keeper) forget(ip netip.Addr) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	delete(k.addrs, ip)
+}
+
+// configure sets the timing from the configuration in force.
+func (k *keeper) configure(c config.Config) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.timing = keeperTiming{
+		lifetime: c.AddressLifetime(),
+		interval: c.RenewInterval,
+		maxQuiet: max(c.LeaseDuration-c.AddressLifetime()-addressExpirySlack, 0),
+	}
+}
+
+// loopTicked is called by the owner loop on each tick: it is alive, and
+// the addresses are refreshed now.
+func (k *keeper) loopTicked(now time.Time) {
+	k.mu.Lock()
+	k.loopSeen = now
+	k.mu.Unlock()
+	select {
+	case k.kick <- struct{}{}:
+	default:
+	}
+}
+
+// run refreshes at each tick of the loop and, while the loop's last tick
+// is recent, each interval, until stop is closed.
+func (k *keeper) run(stop <-chan struct{}) {
+	t := k.clk.NewTimer(k.now().interval)
+	defer func() { t.Stop() }()
+	var last time.Time
+	for {
+		ticked := false
+		select {
+		case <-stop:
+			return
+		case <-k.kick:
+			ticked = true
+		case <-t.C():
+		}
+		tm := k.now()
+		now := k.clk.Now()
+		k.mu.Lock()
+		quiet := now.Sub(k.loopSeen)
+		k.mu.Unlock()
+		if ticked || quiet <= tm.maxQuiet {
+			if !last.IsZero() && now.Sub(last) > tm.interval+tm.interval/2 {
+				k.late()
+				k.log.Warn("address lifetimes refreshed late", "since", now.Sub(last), "interval", tm.interval)
+			}
+			last = now
+			k.refresh(tm.lifetime)
+		}
+		t.Stop()
+		t = k.clk.NewTimer(tm.interval)
+	}
+}
+
+func (k *keeper) now() keeperTiming {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.timing
+}
+
+// refresh renews every address, a chunk at a time, each chunk under the
+// lock so that forget waits for it; an address forgotten meanwhile is
+// skipped.
+func (k *keeper) refresh(lifetime time.Duration) {
+	k.mu.Lock()
+	ips := make([]netip.Addr, 0, len(k.addrs))
+	for ip := range k.addrs {
+		ips = append(ips, ip)
+	}
+	k.mu.Unlock()
+	slices.SortFunc(ips, netip.Addr.Compare)
+	for c := range slices.Chunk(ips, lifetimeChunk) {
+		k.refreshChunk(c, lifetime)
+	}
+}
+
+func (k *keeper) refreshChunk(ips []netip.Addr, lifetime time.Duration) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	batch := make([]netif.Bound, 0, len(ips))
+	for _, ip := range ips {
+		if b, ok := k.addrs[ip]; ok {
+			batch = append(batch, b)
+		}
+	}
+	if err := k.a.Refresh(batch, lifetime); err != nil {
+		k.log.Error("refresh address lifetimes", "err", err)
+	}
+}

@@ -1,0 +1,151 @@
+package agent
+
+import (
+	"log/slog"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+	"gotest.tools/v3/poll"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/eip-project/eip/internal/config"
+	"github.com/eip-project/eip/internal/netif"
+)
+
+// refreshRecorder is an Addresser that records Refresh calls; the keeper
+// uses nothing else.
+type refreshRecorder struct {
+	Addresser
+	mu    sync.Mutex
+	calls [][]netif.Bound
+	life  []time.Duration
+}
+
+func (r *refreshRecorder) Refresh(addrs []netif.Bound, lifetime time.Duration) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls = append(r.calls, addrs)
+	r.life = append(r.life, lifetime)
+	return nil
+}
+
+func (r *refreshRecorder) refreshed() ([][]netif.Bound, []time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.calls, r.life
+}
+
+type keeperHarness struct {
+	t    *testing.T
+	clk  *clocktesting.FakeClock
+	rec  *refreshRecorder
+	k    *keeper
+	late atomic.Int32
+}
+
+func startKeeper(t *testing.T, c config.Config) *keeperHarness {
+	h := &keeperHarness{t: t, clk: clocktesting.NewFakeClock(time.Unix(1_000_000, 0)), rec: &refreshRecorder{}}
+	h.k = newKeeper(slog.New(slog.DiscardHandler), h.clk, h.rec, func() { h.late.Add(1) })
+	h.k.configure(c)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { h.k.run(stop); close(done) }()
+	t.Cleanup(func() { close(stop); <-done })
+	return h
+}
+
+// step moves the clock once the keeper waits on its timer.
+func (h *keeperHarness) step(d time.Duration) {
+	h.idle()
+	h.clk.Step(d)
+}
+
+// idle waits until the keeper waits on its timer: it has handled
+// everything before.
+func (h *keeperHarness) idle() {
+	poll.WaitOn(h.t, func(poll.LogT) poll.Result {
+		if h.clk.HasWaiters() {
+			return poll.Success()
+		}
+		return poll.Continue("keeper is not waiting")
+	})
+}
+
+// calls waits until the keeper has made n Refresh calls, and returns them.
+func (h *keeperHarness) calls(n int) ([][]netif.Bound, []time.Duration) {
+	var calls [][]netif.Bound
+	var life []time.Duration
+	poll.WaitOn(h.t, func(poll.LogT) poll.Result {
+		if calls, life = h.rec.refreshed(); len(calls) >= n {
+			return poll.Success()
+		}
+		return poll.Continue("%d refresh calls", len(calls))
+	})
+	return calls, life
+}
+
+func keptIP(i int) netip.Addr { return netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)}) }
+
+// The keeper refreshes every kept address at each tick of the loop, a
+// chunk per call, and never one it was told to forget.
+func TestKeeperRefreshesOnTicks(t *testing.T) {
+	h := startKeeper(t, config.Default())
+	for i := range lifetimeChunk + 10 {
+		h.k.keep(keptIP(i), netif.Bound{Iface: "eth0", Prefix: netip.PrefixFrom(keptIP(i), 32)})
+	}
+	h.k.forget(keptIP(3))
+	h.k.loopTicked(h.clk.Now())
+	calls, life := h.calls(2)
+	assert.Equal(t, len(calls[0]), lifetimeChunk)
+	assert.Equal(t, len(calls[0])+len(calls[1]), lifetimeChunk+9)
+	for _, c := range calls {
+		for _, b := range c {
+			assert.Assert(t, b.Prefix.Addr() != keptIP(3), "refreshed a forgotten address")
+		}
+	}
+	assert.Equal(t, life[0], config.Default().AddressLifetime())
+}
+
+// Between ticks the keeper refreshes each renew interval while the loop's
+// last tick is recent (lease − lifetime − slack: 0.75 s at the defaults),
+// so a slow pass does not cost addresses, and stops once it is not, so a
+// hung loop loses its addresses before peers take them. A refresh more
+// than 1.5 intervals after the previous one counts as late.
+func TestKeeperRefreshesBetweenTicksWhileTheLoopLives(t *testing.T) {
+	c := config.Default() // lease 2 s, renew 500 ms, lifetime 1 s
+	h := startKeeper(t, c)
+	h.k.keep(keptIP(1), netif.Bound{Iface: "eth0", Prefix: netip.MustParsePrefix("198.18.0.1/32")})
+	h.k.loopTicked(h.clk.Now())
+	h.calls(1)
+	h.step(c.RenewInterval) // 0.5 s since the tick: refresh
+	h.calls(2)
+	h.step(c.RenewInterval) // 1 s: the loop is quiet too long, no refresh
+	h.step(c.RenewInterval) // 1.5 s
+	h.idle()
+	calls, _ := h.rec.refreshed()
+	assert.Equal(t, len(calls), 2)
+	h.k.loopTicked(h.clk.Now()) // the loop is back, 1.5 s after the last refresh
+	h.calls(3)
+	h.idle()
+	assert.Equal(t, h.late.Load(), int32(1))
+}
+
+// At a 1 s lease only the loop's ticks refresh: the lifetime (1 s, whole
+// seconds) already outlasts the lease.
+func TestKeeperAtOneSecondLeaseRefreshesOnlyOnTicks(t *testing.T) {
+	c := config.Default()
+	c.LeaseDuration, c.RenewInterval = time.Second, 250*time.Millisecond
+	h := startKeeper(t, c)
+	h.k.keep(keptIP(1), netif.Bound{Iface: "eth0", Prefix: netip.MustParsePrefix("198.18.0.1/32")})
+	h.k.loopTicked(h.clk.Now())
+	h.calls(1)
+	h.step(c.RenewInterval)
+	h.step(c.RenewInterval)
+	h.idle()
+	calls, _ := h.rec.refreshed()
+	assert.Equal(t, len(calls), 1)
+}
