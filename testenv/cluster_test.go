@@ -34,10 +34,10 @@ var shared struct {
 // prints its arguments, its privileges and whether it may write /proc/sys,
 // and says goodbye on SIGTERM.
 const fakeDaemon = `#!/bin/sh
+trap 'echo "fake eipd: terminated"; exit 0' TERM
 echo "fake eipd $*"
 grep -E '^(CapEff|CapBnd|NoNewPrivs):' /proc/$$/status
 if (echo 0 >/proc/sys/net/ipv4/conf/lo/forwarding) 2>/dev/null; then echo "fake eipd: wrote /proc/sys"; else echo "fake eipd: cannot write /proc/sys"; fi
-trap 'echo "fake eipd: terminated"; exit 0' TERM
 while :; do sleep 0.05; done
 `
 

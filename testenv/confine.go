@@ -111,18 +111,17 @@ func (p podPrivileges) command(bin string, args []string) (prog string, argv, en
 		[]string{"EIP_CONFINE_CAPS=" + set, "EIP_CONFINE_RO_ROOT=" + ro}
 }
 
-// launcherStages are argv[0] of the programs that run, under the same pid,
-// before the daemon itself.
-var launcherStages = []string{"ip", "sh", "setpriv"}
-
-// verify waits until pid runs the daemon (past the launcher stages) and
-// checks its capability sets, no_new_privs and read-only mounts. A process
-// that exits first is not checked; its exit is the caller's to report.
-func (p podPrivileges) verify(pid int, exited <-chan struct{}, timeout time.Duration) error {
+// verify waits until pid runs bin, past the fork and the launcher's execs
+// (ip, sh, setpriv), and checks its capability sets, no_new_privs and
+// read-only mounts. A process that exits first is not checked; its exit is
+// the caller's to report.
+func (p podPrivileges) verify(pid int, bin string, exited <-chan struct{}, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		argv0, err := procArgv0(pid)
-		if err == nil && !slices.Contains(launcherStages, argv0) {
+		argv, err := procArgv(pid)
+		// A binary runs with argv[0] = bin; a script with its interpreter
+		// first and bin second.
+		if err == nil && (argv[0] == bin || len(argv) > 1 && argv[1] == bin) {
 			break
 		}
 		select {
@@ -131,7 +130,7 @@ func (p podPrivileges) verify(pid int, exited <-chan struct{}, timeout time.Dura
 		default:
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("pid %d did not exec the daemon within %s (argv[0] %q, %v)", pid, timeout, argv0, err)
+			return fmt.Errorf("pid %d did not exec %s within %s (argv %q, %v)", pid, bin, timeout, argv, err)
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
@@ -198,11 +197,10 @@ func mountedReadOnly(mountinfo []byte, target string) bool {
 	return found && ro
 }
 
-func procArgv0(pid int) (string, error) {
+func procArgv(pid int) ([]string, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	argv0, _, _ := bytes.Cut(b, []byte{0})
-	return string(argv0), nil
+	return strings.Split(string(b), "\x00"), nil
 }

@@ -81,7 +81,7 @@ func (c *Cluster) StartDaemon(node string, extraArgs ...string) error {
 		return err
 	}
 	c.daemons[node] = p
-	if err := priv.verify(p.pid(), p.done, confineTimeout); err != nil {
+	if err := priv.verify(p.pid(), c.opts.EipdBin, p.done, confineTimeout); err != nil {
 		_ = p.stop(syscall.SIGKILL, daemonGrace)
 		return fmt.Errorf("start eipd on %s: %w", node, err)
 	}
