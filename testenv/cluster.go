@@ -18,6 +18,8 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/eip-project/eip/testenv/realnode"
 )
 
 // Options configure a cluster. The zero value is a usable default.
@@ -43,6 +45,19 @@ type Options struct {
 	// Detach leaves the control plane and daemons running when the process
 	// that started them exits (for `testenv up`); tear down with Teardown.
 	Detach bool
+	// RealNodes makes every node a real Kubernetes node (package realnode):
+	// containerd, a kubelet and kube-proxy in each node namespace, with pod
+	// networking, and kube-controller-manager and kube-scheduler in the
+	// control plane, instead of the Node objects testenv registers itself.
+	// The kubelets use the admin kubeconfig; no per-node eip kubeconfig is
+	// written (eipd runs as a DaemonSet pod, see StartDaemon otherwise).
+	RealNodes bool
+	// RealNodeBins are the real nodes' binaries. Default: where
+	// scripts/build-tool.sh builds the tools kubelet, containerd and cni.
+	RealNodeBins realnode.Bins
+	// Images are imported into every real node's containerd at start,
+	// besides realnode.WebImage (and the pause image).
+	Images []realnode.Image
 	// StartTimeout bounds each wait for a process to become ready
 	// (default 90 s).
 	StartTimeout time.Duration
@@ -103,6 +118,9 @@ type Cluster struct {
 	closed    bool
 	watchdog  *watchdog
 
+	realNodes   map[string]*realnode.Node
+	controllers *realnode.Controllers
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -144,6 +162,8 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		probes:  map[*Probe]struct{}{},
 		delays:  map[string]*delayLine{},
 		keep:    opts.KeepDir,
+
+		realNodes: map[string]*realnode.Node{},
 	}
 	if swept, err := Sweep(); err != nil {
 		c.log.Warn("sweep stale clusters", "err", err)
@@ -213,6 +233,13 @@ func (c *Cluster) start(ctx context.Context) error {
 	}
 	if err := c.ApplyFiles(ctx, files...); err != nil {
 		return err
+	}
+	if c.opts.RealNodes {
+		if err := c.startRealNodes(ctx); err != nil {
+			return err
+		}
+		c.log.Info("cluster ready", "dir", c.dir, "took", time.Since(began))
+		return c.writeState()
 	}
 	for _, n := range c.nodes {
 		if err := c.registerNode(ctx, n); err != nil {
@@ -394,6 +421,7 @@ func (c *Cluster) Close() error {
 		for _, d := range delays {
 			d.stop()
 		}
+		errs = errors.Join(errs, c.stopRealNodes())
 		for _, p := range procs {
 			if p != nil {
 				// SIGKILL: nothing of the run outlives it, so nothing to

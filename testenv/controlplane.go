@@ -86,6 +86,9 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 		"--profiling=false",
 		"--audit-policy-file=" + filepath.Join(c.dir, "audit-policy.yaml"),
 		"--audit-log-path=" + c.AuditLog(),
+		// Real kubelets register their node name as the Hostname address,
+		// which nothing resolves: reach them by IP (kubectl logs, exec).
+		"--kubelet-preferred-address-types=InternalIP",
 	}
 	if err := os.WriteFile(filepath.Join(c.dir, "audit-policy.yaml"), []byte(auditPolicy), 0o644); err != nil {
 		return fmt.Errorf("write audit policy: %w", err)

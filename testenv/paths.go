@@ -82,7 +82,7 @@ func (o *Options) resolveBins() error {
 	if o.EipdBin == "" {
 		o.EipdBin = os.Getenv("EIPD_BIN")
 	}
-	if o.ManifestsDir != "" && o.K8sBinDir != "" && o.EipdBin != "" {
+	if o.ManifestsDir != "" && o.K8sBinDir != "" && o.EipdBin != "" && !o.RealNodes {
 		return nil
 	}
 	root, err := RepoRoot()
@@ -101,6 +101,9 @@ func (o *Options) resolveBins() error {
 			return err
 		}
 		o.K8sBinDir = dir
+	}
+	if o.RealNodes {
+		return o.resolveRealNodeBins(root)
 	}
 	return nil
 }
@@ -124,6 +127,9 @@ func Prerequisites(opts Options) error {
 		if _, err := os.Stat(filepath.Join(opts.K8sBinDir, bin)); err != nil {
 			errs = errors.Join(errs, fmt.Errorf("%s not in %s: run scripts/build-k8s.sh (or set EIP_K8S_BIN to its output)", bin, opts.K8sBinDir))
 		}
+	}
+	if opts.RealNodes {
+		errs = errors.Join(errs, opts.RealNodeBins.Check())
 	}
 	return errs
 }

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -43,14 +44,31 @@ type Options struct {
 	// Created is the image's creation time and every file's modification
 	// time; a fixed value (the commit time) makes builds reproducible.
 	Created time.Time
+	// Title, Description and Path describe another single-binary image
+	// built the same way (the test environment's pause and web images):
+	// its title label, description label, and the binary's path inside the
+	// image, also the entrypoint. Empty means eipd's: "eipd", its
+	// description and Binary.
+	Title, Description, Path string
+}
+
+func (o Options) path() string {
+	if o.Path == "" {
+		return Binary
+	}
+	return o.Path
 }
 
 // Labels returns the image config labels (org.opencontainers.image.*), also
 // used as the manifests' and the index's annotations.
 func (o Options) Labels() map[string]string {
+	title, desc := o.Title, o.Description
+	if title == "" {
+		title, desc = "eipd", "eip node daemon: external IPs for bare-metal Kubernetes"
+	}
 	l := map[string]string{
-		"org.opencontainers.image.title":       "eipd",
-		"org.opencontainers.image.description": "eip node daemon: external IPs for bare-metal Kubernetes",
+		"org.opencontainers.image.title":       title,
+		"org.opencontainers.image.description": desc,
 		"org.opencontainers.image.source":      o.Source,
 		"org.opencontainers.image.version":     o.Version,
 		"org.opencontainers.image.licenses":    "Apache-2.0",
@@ -93,7 +111,7 @@ func Build(o Options) (v1.ImageIndex, error) {
 }
 
 func platformImage(o Options, p v1.Platform, binary string) (v1.Image, error) {
-	layerTar, err := binaryLayer(binary, o.Created)
+	layerTar, err := binaryLayer(binary, o.path(), o.Created)
 	if err != nil {
 		return nil, err
 	}
@@ -110,7 +128,7 @@ func platformImage(o Options, p v1.Platform, binary string) (v1.Image, error) {
 		History: v1.History{
 			Author:    "eip",
 			Created:   v1.Time{Time: o.Created},
-			CreatedBy: "scripts/image.sh: COPY eipd " + Binary,
+			CreatedBy: "COPY " + o.Labels()["org.opencontainers.image.title"] + " " + o.path(),
 		},
 	})
 	if err != nil {
@@ -125,7 +143,7 @@ func platformImage(o Options, p v1.Platform, binary string) (v1.Image, error) {
 	cf.Author = "eip"
 	cf.Created = v1.Time{Time: o.Created}
 	cf.Config = v1.Config{
-		Entrypoint:   []string{Binary},
+		Entrypoint:   []string{o.path()},
 		User:         User,
 		WorkingDir:   "/",
 		Labels:       o.Labels(),
@@ -142,9 +160,9 @@ func platformImage(o Options, p v1.Platform, binary string) (v1.Image, error) {
 	return withAnn, nil
 }
 
-// binaryLayer returns an uncompressed tar holding path as /eipd, owned by
+// binaryLayer returns an uncompressed tar holding path as inImage, owned by
 // root, mode 0555.
-func binaryLayer(path string, mtime time.Time) ([]byte, error) {
+func binaryLayer(path, inImage string, mtime time.Time) ([]byte, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read binary: %w", err)
@@ -156,7 +174,7 @@ func binaryLayer(path string, mtime time.Time) ([]byte, error) {
 	tw := tar.NewWriter(&buf)
 	hdr := &tar.Header{
 		Typeflag: tar.TypeReg,
-		Name:     Binary[1:],
+		Name:     strings.TrimPrefix(inImage, "/"),
 		Mode:     0o555,
 		Size:     int64(len(b)),
 		ModTime:  mtime.UTC().Truncate(time.Second),

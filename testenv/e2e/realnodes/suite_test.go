@@ -1,0 +1,321 @@
+package realnodes
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/eip-project/eip/internal/lease"
+	"github.com/eip-project/eip/testenv"
+)
+
+// The tests run in this order and share the installation; each leaves eip
+// installed and every IP served, except TestUninstall, which runs last.
+
+// eipd runs as the manifests say: in the node's network namespace, with
+// NET_ADMIN and NET_RAW only, no new privileges, a seccomp filter, a
+// read-only /proc/sys, and the in-cluster configuration of its
+// ServiceAccount.
+func TestInstalledAsManifestsSay(t *testing.T) {
+	installed(t)
+	const netAdminRaw = 1<<12 | 1<<13 // CAP_NET_ADMIN, CAP_NET_RAW
+	for _, n := range cluster.Nodes() {
+		pid := eipdProcess(t, n)
+		status := procFields(t, pid, "status")
+		for _, f := range []string{"CapEff", "CapPrm", "CapBnd"} {
+			if got := status[f]; got != fmt.Sprintf("%016x", netAdminRaw) {
+				t.Errorf("%s: eipd %s %s, want NET_ADMIN and NET_RAW only (%016x)", n.Name, f, got, netAdminRaw)
+			}
+		}
+		if status["NoNewPrivs"] != "1" || status["Seccomp"] != "2" {
+			t.Errorf("%s: eipd NoNewPrivs %s, Seccomp %s; want 1 and 2", n.Name, status["NoNewPrivs"], status["Seccomp"])
+		}
+		env := procEnv(t, pid)
+		if env["KUBERNETES_SERVICE_HOST"] == "" || env["NODE_NAME"] != n.Name {
+			t.Errorf("%s: eipd environment lacks the in-cluster config or NODE_NAME: %v", n.Name, env)
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", fmt.Sprint(pid), "cmdline"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(cmdline, []byte("kubeconfig")) {
+			t.Errorf("%s: eipd was given a kubeconfig: %q", n.Name, cmdline)
+		}
+		if !procSysReadOnly(t, pid) {
+			t.Errorf("%s: /proc/sys is writable for eipd", n.Name)
+		}
+		// The heartbeat proves the in-cluster config reached the API server
+		// (through kube-proxy's Service rules for 10.96.0.1).
+		_, err = cluster.Client().CoordinationV1().Leases(testenv.Namespace).Get(context.Background(), lease.HeartbeatName(n.Name), metav1.GetOptions{})
+		if err != nil {
+			t.Errorf("%s: no heartbeat: %v", n.Name, err)
+		}
+	}
+	out := kubectl(t, "-n", testenv.Namespace, "logs", "daemonset/eipd", "--tail=5")
+	t.Logf("kubectl logs works:\n%s", out)
+}
+
+// The client's HTTP requests to both IPs reach the web pods.
+func TestAppAnswersOnBothIPs(t *testing.T) {
+	installed(t)
+	for _, ip := range []netip.Addr{externalIP, lbIP} {
+		h := served(t, ip)
+		tr := startTraffic(t, ip)
+		if err := tr.waitAnswering(ctxFor(t, time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
+		s := tr.finish()
+		t.Logf("held by %s; %s; answers %v", h, s, s.pods())
+		if len(s.pods()) < 2 {
+			t.Errorf("%s: answered by %v, want several pods (kube-proxy balancing)", ip, s.pods())
+		}
+	}
+}
+
+// during runs action while the client sends traffic to both IPs, and checks
+// the planned-move limits on each.
+func during(t *testing.T, what string, action func()) {
+	t.Helper()
+	var trs []*traffic
+	for _, ip := range []netip.Addr{externalIP, lbIP} {
+		served(t, ip)
+		tr := startTraffic(t, ip)
+		if err := tr.waitAnswering(ctxFor(t, time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		trs = append(trs, tr)
+	}
+	began := time.Now()
+	action()
+	t.Logf("%s took %s", what, time.Since(began).Round(100*time.Millisecond))
+	for _, ip := range []netip.Addr{externalIP, lbIP} {
+		served(t, ip)
+	}
+	time.Sleep(500 * time.Millisecond) // the client sees the final state too
+	for _, tr := range trs {
+		tr.finish().planned(t)
+	}
+}
+
+func TestRolloutRestart(t *testing.T) {
+	installed(t)
+	during(t, "rollout restart", func() {
+		kubectl(t, "-n", testenv.Namespace, "rollout", "restart", "daemonset/eipd")
+		waitDaemonSet(t)
+	})
+}
+
+func TestSetImage(t *testing.T) {
+	installed(t)
+	during(t, "set image", func() {
+		kubectl(t, "-n", testenv.Namespace, "set", "image", "daemonset/eipd", "eipd="+imageName+":"+version2)
+		waitDaemonSet(t)
+	})
+	for _, n := range cluster.Nodes() {
+		if img := eipdPod(t, n.Name).Spec.Containers[0].Image; img != imageName+":"+version2 {
+			t.Errorf("%s runs %s", n.Name, img)
+		}
+	}
+}
+
+func TestDeleteHolderPod(t *testing.T) {
+	installed(t)
+	during(t, "delete the holder's eipd pod", func() {
+		h := holder(t, externalIP)
+		pod := eipdPod(t, h)
+		kubectl(t, "-n", testenv.Namespace, "delete", "pod", pod.Name, "--wait=true")
+		waitDaemonSet(t)
+	})
+}
+
+func TestDrainHolder(t *testing.T) {
+	installed(t)
+	var drained string
+	during(t, "drain the holder", func() {
+		drained = holder(t, externalIP)
+		kubectl(t, "drain", drained, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=2m")
+		for _, ip := range []netip.Addr{externalIP, lbIP} {
+			eventually(t, ip.String()+" leaves the cordoned node", time.Minute, func() (bool, string) {
+				h := holder(t, ip)
+				return h != "" && h != drained, "held by " + h
+			})
+		}
+	})
+	if pod := eipdPod(t, drained); pod.Status.Phase != "Running" {
+		t.Errorf("eipd on the drained node is %s, want it kept Running", pod.Status.Phase)
+	}
+	kubectl(t, "uncordon", drained)
+}
+
+// A node fails (every process of it killed, its link cut): a survivor
+// answers for its IP within the lease duration plus 0.5 s. When the node
+// returns, its kubelet restarts eipd, and two MACs never answer.
+func TestNodeFailure(t *testing.T) {
+	installed(t)
+	const lease = 2 * time.Second // manifests/configmap.yaml lease-duration
+	h := served(t, externalIP)
+	mac := nodeMAC(t, h)
+	p, err := cluster.Probe(externalIP, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop()
+	old := eipdPod(t, h)
+	ctx := ctxFor(t, 5*time.Minute)
+	if err := cluster.FailNode(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	failed := time.Now()
+	next := ""
+	eventually(t, "a survivor answers", 10*time.Second, func() (bool, string) {
+		r := p.Result()
+		last := r.LastMAC()
+		if len(r.Replies) == 0 || bytes.Equal(last, mac) || r.Replies[len(r.Replies)-1].At.Before(failed) {
+			return false, fmt.Sprintf("last reply from %v", last)
+		}
+		next = last.String()
+		return true, ""
+	})
+	var first time.Time
+	for _, rep := range p.Result().Replies {
+		if rep.At.After(failed) {
+			first = rep.At
+			break
+		}
+	}
+	took := first.Sub(failed)
+	t.Logf("node %s failed; %s answered by %s after %s", h, externalIP, next, took.Round(time.Millisecond))
+	if took > lease+500*time.Millisecond {
+		t.Errorf("failover took %s, more than lease %s + 0.5 s", took, lease)
+	}
+
+	if err := cluster.ReviveNode(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the kubelet restarts eipd on "+h, 3*time.Minute, func() (bool, string) {
+		pods, err := cluster.Client().CoreV1().Pods(testenv.Namespace).List(ctx,
+			metav1.ListOptions{LabelSelector: eipdSelector, FieldSelector: "spec.nodeName=" + h})
+		if err != nil || len(pods.Items) != 1 {
+			return false, fmt.Sprint(err, pods)
+		}
+		pod := pods.Items[0]
+		for _, cs := range pod.Status.ContainerStatuses {
+			if cs.Ready && (cs.RestartCount > 0 || pod.UID != old.UID) {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("status %+v", pod.Status.ContainerStatuses)
+	})
+	waitDaemonSet(t)
+	time.Sleep(2 * time.Second) // the returned node settles: it must not take the IP back twice
+	r := p.Stop()
+	if ov := r.Overlaps(); len(ov) > 0 {
+		t.Errorf("two MACs answered: %v", ov)
+	}
+	t.Logf("%s", r)
+}
+
+// Uninstall: within the grace period no external IP stays bound on any
+// node, and nothing eip created is left in the API.
+func TestUninstall(t *testing.T) {
+	installed(t)
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ip := range []netip.Addr{externalIP, lbIP} {
+		served(t, ip)
+	}
+	began := time.Now()
+	kubectl(t, "delete", "-k", filepath.Join(root, "manifests"), "--wait=false")
+	const grace = 30 * time.Second // the DaemonSet's terminationGracePeriodSeconds
+	eventually(t, "no external IP bound", grace, func() (bool, string) {
+		var bound []string
+		for _, ip := range []netip.Addr{externalIP, lbIP} {
+			for _, n := range boundOn(t, ip) {
+				bound = append(bound, ip.String()+" on "+n)
+			}
+		}
+		return len(bound) == 0, strings.Join(bound, ", ")
+	})
+	t.Logf("every IP unbound %s after kubectl delete -k", time.Since(began).Round(100*time.Millisecond))
+	eventually(t, "no eip Lease left", 2*time.Minute, func() (bool, string) {
+		ls, err := cluster.Client().CoordinationV1().Leases("").List(context.Background(),
+			metav1.ListOptions{LabelSelector: lease.ManagedByLabel + "=" + lease.ManagedBy})
+		if err != nil {
+			return false, err.Error()
+		}
+		var names []string
+		for _, l := range ls.Items {
+			names = append(names, l.Namespace+"/"+l.Name)
+		}
+		return len(names) == 0, strings.Join(names, ", ")
+	})
+}
+
+func nodeMAC(t *testing.T, node string) []byte {
+	t.Helper()
+	m, err := cluster.NodeMAC(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// procFields parses /proc/<pid>/<file> lines "Key:\tvalue".
+func procFields(t *testing.T, pid int, file string) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("/proc", fmt.Sprint(pid), file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok {
+			m[k] = strings.TrimSpace(v)
+		}
+	}
+	return m
+}
+
+func procEnv(t *testing.T, pid int) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("/proc", fmt.Sprint(pid), "environ"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]string{}
+	for _, kv := range bytes.Split(b, []byte{0}) {
+		if k, v, ok := strings.Cut(string(kv), "="); ok {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+// procSysReadOnly reports whether /proc/sys is mounted read-only in the
+// process's mount namespace.
+func procSysReadOnly(t *testing.T, pid int) bool {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("/proc", fmt.Sprint(pid), "mountinfo"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 5 && f[4] == "/proc/sys" {
+			return slices.Contains(strings.Split(f[5], ","), "ro")
+		}
+	}
+	return false
+}
