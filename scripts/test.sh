@@ -24,5 +24,7 @@ fi
 echo "== test cluster binaries"
 EIP_K8S_BIN=$(scripts/build-k8s.sh | tail -n1)
 export EIP_K8S_BIN EIPD_BIN="$root/bin/eipd" KUBECTL_EIP_BIN="$root/bin/kubectl-eip"
+# The real kubelet nodes of testenv/e2e/realnodes (testenv finds them itself).
+for tool in kubelet containerd cni; do scripts/build-tool.sh "$tool" >/dev/null; done
 echo "== end-to-end suite"
 go test -count=1 -timeout 40m ./testenv/...

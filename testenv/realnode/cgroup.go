@@ -48,7 +48,10 @@ func (g *cgroup) create() error {
 		if filepath.Base(h) != "cpuset" {
 			continue
 		}
-		for d := filepath.Join(h, g.path); d != h; d = filepath.Dir(d) {
+		// Parents first: a child may only have what its parent has.
+		d := h
+		for _, part := range strings.Split(strings.Trim(g.path, "/"), "/") {
+			d = filepath.Join(d, part)
 			for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
 				b, err := os.ReadFile(filepath.Join(h, f))
 				if err != nil {
@@ -63,19 +66,17 @@ func (g *cgroup) create() error {
 	return nil
 }
 
-// add moves a process into the cgroup in every hierarchy.
-func (g *cgroup) add(pid int) error {
+// procsFiles are the cgroup.procs files of the cgroup, one per hierarchy.
+func (g *cgroup) procsFiles() ([]string, error) {
 	hs, err := hierarchies()
 	if err != nil {
-		return err
+		return nil, err
 	}
+	files := make([]string, 0, len(hs))
 	for _, h := range hs {
-		f := filepath.Join(h, g.path, "cgroup.procs")
-		if err := os.WriteFile(f, []byte(strconv.Itoa(pid)), 0o644); err != nil {
-			return fmt.Errorf("move pid %d to %s: %w", pid, f, err)
-		}
+		files = append(files, filepath.Join(h, g.path, "cgroup.procs"))
 	}
-	return nil
+	return files, nil
 }
 
 // pids lists every process in the subtree (in any hierarchy).

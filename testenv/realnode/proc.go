@@ -20,9 +20,12 @@ type proc struct {
 	done chan struct{}
 }
 
-// spawn starts bin in the network namespace netns and moves it into the
-// cgroup group, before it can start children of its own that matter
-// (containerd starts shims only when asked to run a pod).
+// joinThenExec is a shell that writes its own pid into each file given
+// before "--" (cgroup.procs files), then execs the rest: the daemon is in its
+// cgroups before it runs, so every child it starts is too.
+const joinThenExec = `while [ "$1" != -- ]; do echo $$ > "$1" || exit 1; shift; done; shift; exec "$@"`
+
+// spawn starts bin in the network namespace netns and in the cgroup group.
 func spawn(netns string, group *cgroup, logPath, bin string, args ...string) (*proc, error) {
 	name := filepath.Base(bin)
 	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -31,7 +34,13 @@ func spawn(netns string, group *cgroup, logPath, bin string, args ...string) (*p
 	}
 	defer f.Close()
 	fmt.Fprintf(f, "=== %s start %s %s\n", time.Now().Format(time.RFC3339Nano), bin, strings.Join(args, " "))
-	cmd := exec.Command("nsenter", append([]string{"--net=/run/netns/" + netns, "--", bin}, args...)...)
+	procs, err := group.procsFiles()
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	argv := append([]string{"-c", joinThenExec, "sh"}, procs...)
+	argv = append(argv, "--", "nsenter", "--net=/run/netns/"+netns, "--", bin)
+	cmd := exec.Command("/bin/sh", append(argv, args...)...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -42,9 +51,6 @@ func spawn(netns string, group *cgroup, logPath, bin string, args ...string) (*p
 		_ = cmd.Wait() // how it ended is in its log
 		close(p.done)
 	}()
-	if err := group.add(cmd.Process.Pid); err != nil {
-		return nil, errors.Join(err, p.kill())
-	}
 	return p, nil
 }
 
