@@ -202,8 +202,7 @@ func (c *Cluster) ReviveNode(ctx context.Context, name string) error {
 	return n.Start(ctx)
 }
 
-// stopRealNodes stops every node, then the controllers, and removes the
-// shim directories containerd leaves in /run/containerd if they are empty.
+// stopRealNodes stops every node, then the controllers.
 func (c *Cluster) stopRealNodes() error {
 	c.mu.Lock()
 	nodes, ctrl := c.realNodes, c.controllers
@@ -215,11 +214,6 @@ func (c *Cluster) stopRealNodes() error {
 	}
 	if ctrl != nil {
 		errs = errors.Join(errs, ctrl.Stop())
-	}
-	if len(nodes) > 0 {
-		for _, d := range []string{"/run/containerd/s", "/run/containerd/runc/k8s.io", "/run/containerd/runc", "/run/containerd"} {
-			_ = os.Remove(d) // only if empty: another containerd may use it
-		}
 	}
 	return errs
 }

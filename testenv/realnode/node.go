@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -46,9 +47,10 @@ type Image struct {
 
 // Node is a running real node. Its methods are safe for concurrent use.
 type Node struct {
-	cfg    NodeConfig
-	root   cgroup // the kubelet's cgroupRoot
-	daemon cgroup // containerd, its shims, the kubelet, kube-proxy
+	cfg     NodeConfig
+	started time.Time // when StartNode began
+	root    cgroup    // the kubelet's cgroupRoot
+	daemon  cgroup    // containerd, its shims, the kubelet, kube-proxy
 
 	mu    sync.Mutex
 	procs []*proc
@@ -58,7 +60,7 @@ type Node struct {
 // imports the images, then starts the kubelet and kube-proxy. It does not
 // wait for the Node to be Ready. On error the node is stopped again.
 func StartNode(ctx context.Context, cfg NodeConfig) (*Node, error) {
-	n := &Node{cfg: cfg, root: cgroup{"/" + cfg.Netns}, daemon: cgroup{"/" + cfg.Netns + "/daemons"}}
+	n := &Node{cfg: cfg, started: time.Now().Add(-time.Second), root: cgroup{"/" + cfg.Netns}, daemon: cgroup{"/" + cfg.Netns + "/daemons"}}
 	if err := n.prepare(ctx); err != nil {
 		return nil, errors.Join(fmt.Errorf("start node %s: %w", cfg.Name, err), n.Stop())
 	}
@@ -258,6 +260,7 @@ func (n *Node) Stop() error {
 		}
 	}
 	errs = errors.Join(errs, n.root.killAll())
+	errs = errors.Join(errs, n.removeShimSockets())
 	errs = errors.Join(errs, unmountUnder(n.cfg.Dir))
 	errs = errors.Join(errs, n.root.remove())
 	if errs != nil {
@@ -376,4 +379,41 @@ func (n *Node) cniConfig() string {
 	}
 	b, _ := json.MarshalIndent(conf, "", "  ") // plain maps of strings: cannot fail
 	return string(b)
+}
+
+// shimSocketDir is where containerd's shims put their sockets, whatever
+// containerd's own state directory: not configurable in containerd v2.4.
+const shimSocketDir = "/run/containerd/s"
+
+// removeShimSockets removes the sockets in shimSocketDir that appeared
+// since the node started and that nothing listens on any more: those of
+// this node's killed shims (no other containerd's live shim), then the
+// shared directories if nothing else is in them.
+func (n *Node) removeShimSockets() error {
+	entries, err := os.ReadDir(shimSocketDir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var errs error
+	for _, e := range entries {
+		p := filepath.Join(shimSocketDir, e.Name())
+		info, err := e.Info()
+		if err != nil || info.Mode().Type() != os.ModeSocket || info.ModTime().Before(n.started) {
+			continue
+		}
+		if c, err := net.Dial("unix", p); err == nil {
+			c.Close()
+			continue
+		}
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = errors.Join(errs, err)
+		}
+	}
+	for _, d := range []string{shimSocketDir, filepath.Dir(shimSocketDir)} {
+		_ = os.Remove(d) // only if empty
+	}
+	return errs
 }

@@ -8,6 +8,7 @@ package realnodes
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -32,6 +33,7 @@ const (
 var cluster *testenv.Cluster
 
 func TestMain(m *testing.M) {
+	flag.Parse()
 	os.Exit(run(m))
 }
 

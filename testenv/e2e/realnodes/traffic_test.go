@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -172,28 +173,100 @@ func (s seen) pods() map[string]int {
 
 func (s seen) String() string {
 	g := s.pings.LongestGap()
-	return fmt.Sprintf("%s: pings %d sent %d lost, longest gap %s, MACs %v; HTTP %d requests, %d failed, answered by %d pods",
-		s.ip, s.pings.Sent, s.pings.Lost(), g.Duration().Round(time.Millisecond), s.pings.MACs(), len(s.reqs), len(s.failed()), len(s.pods()))
+	var moves []string
+	for _, r := range runs(s.pings) {
+		moves = append(moves, fmt.Sprintf("%s×%d", r.mac[len(r.mac)-2:], r.replyCount))
+	}
+	return fmt.Sprintf("%s: pings %d sent %d lost, longest gap %s, answered by MAC …%s; HTTP %d requests, %d failed, answered by %d pods",
+		s.ip, s.pings.Sent, s.pings.Lost(), g.Duration().Round(time.Millisecond), strings.Join(moves, " → …"), len(s.reqs), len(s.failed()), len(s.pods()))
+}
+
+// macRun is a stretch of replies, in sequence order, all from one MAC.
+type macRun struct {
+	mac        string
+	first      testenv.Reply
+	last       testenv.Reply
+	replyCount int
+}
+
+// runs splits the replies, in sequence order, into runs of one MAC. Each
+// change of run is the IP moving to another node (or two nodes answering).
+func runs(r testenv.ProbeResult) []macRun {
+	replies := slices.Clone(r.Replies)
+	slices.SortStableFunc(replies, func(a, b testenv.Reply) int { return a.Seq - b.Seq })
+	var rs []macRun
+	for _, rep := range replies {
+		if n := len(rs); n > 0 && rs[n-1].mac == rep.MAC.String() {
+			rs[n-1].last = rep
+			rs[n-1].replyCount++
+			continue
+		}
+		rs = append(rs, macRun{mac: rep.MAC.String(), first: rep, last: rep, replyCount: 1})
+	}
+	return rs
+}
+
+// minRun is the shortest time an IP may stay on a node between two moves
+// before it counts as two nodes answering in turn: a rollout moves an IP at
+// most once per pod restart, seconds apart.
+const minRun = 500 * time.Millisecond
+
+// twoMACs lists the moments two MACs answered for the IP: one request
+// answered by two MACs, or answers flipping to another MAC and back within
+// minRun.
+func twoMACs(r testenv.ProbeResult) []string {
+	var found []string
+	bySeq := map[int]string{}
+	for _, rep := range r.Replies {
+		if m, ok := bySeq[rep.Seq]; ok && m != rep.MAC.String() {
+			found = append(found, fmt.Sprintf("seq %d answered by %s and %s", rep.Seq, m, rep.MAC))
+		}
+		bySeq[rep.Seq] = rep.MAC.String()
+	}
+	rs := runs(r)
+	for i := 1; i+1 < len(rs); i++ {
+		if rs[i-1].mac == rs[i+1].mac && rs[i].last.At.Sub(rs[i].first.At) < minRun {
+			found = append(found, fmt.Sprintf("%s answered seq %d–%d between answers of %s", rs[i].mac, rs[i].first.Seq, rs[i].last.Seq, rs[i-1].mac))
+		}
+	}
+	return found
+}
+
+// moveWindows are the spans in which the IP was moving: from the last reply
+// of one MAC to the first of the next, and every gap longer than maxGap.
+func moveWindows(r testenv.ProbeResult) []testenv.Gap {
+	var ws []testenv.Gap
+	rs := runs(r)
+	for i := 1; i < len(rs); i++ {
+		ws = append(ws, testenv.Gap{From: rs[i-1].last.At, To: rs[i].first.At})
+	}
+	return append(ws, r.LongestGap())
 }
 
 // planned checks a planned move of the IP: the longest ping gap is at most
-// maxGap, two MACs never answered, and every failed HTTP request started
-// within that gap (widened by one request interval each side: a request
-// started just before the gap may have lost its SYN in it).
+// maxGap, two MACs never answered, and no HTTP request failed except while
+// the IP moved (within maxGap of a move window: a connection in flight when
+// the client's ARP entry switches nodes is reset, as the new node has no
+// connection-tracking state for it).
 func (s seen) planned(t *testing.T) {
 	t.Helper()
 	t.Log(s)
-	if ov := s.pings.Overlaps(); len(ov) > 0 {
-		t.Errorf("%s: two MACs answered: %v", s.ip, ov)
+	for _, m := range twoMACs(s.pings) {
+		t.Errorf("%s: two MACs answered: %s", s.ip, m)
 	}
 	g := s.pings.LongestGap()
 	if g.Duration() > maxGap {
 		t.Errorf("%s: longest gap %s (%s – %s), more than %s", s.ip, g.Duration(), g.From.Format(time.StampMilli), g.To.Format(time.StampMilli), maxGap)
 	}
-	from, to := g.From.Add(-httpEvery), g.To.Add(httpEvery)
 	for _, r := range s.failed() {
-		if r.start.Before(from) || r.start.After(to) {
-			t.Errorf("%s: HTTP request at %s failed outside the gap: %v", s.ip, r.start.Format(time.StampMilli), r.err)
+		explained := false
+		for _, w := range moveWindows(s.pings) {
+			if !r.end.Before(w.From.Add(-maxGap)) && !r.start.After(w.To.Add(maxGap)) {
+				explained = true
+			}
+		}
+		if !explained {
+			t.Errorf("%s: HTTP request at %s failed while the IP was not moving: %v", s.ip, r.start.Format(time.StampMilli), r.err)
 		}
 	}
 	if len(s.reqs) == 0 {
