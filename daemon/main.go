@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -134,6 +135,11 @@ func run(o options) error {
 		return err
 	}
 	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
+	// Protobuf: every type eipd reads and writes is built in, and each
+	// watch event (a renewal of every node's heartbeat reaches every node)
+	// costs the API server and eipd less to encode and decode than JSON.
+	cfg.ContentType = runtime.ContentTypeProtobuf
+	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 	cfg.UserAgent = "eipd/" + version + " (" + o.node + ")"
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {

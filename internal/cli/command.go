@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/kubernetes"
@@ -41,6 +42,10 @@ func newEnv(streams genericiooptions.IOStreams) *env {
 		if err != nil {
 			return nil, fmt.Errorf("load kubeconfig: %w", err)
 		}
+		// Protobuf: listing 10,000 Leases decodes several times faster
+		// than JSON. Every type eip reads is built in.
+		cfg.ContentType = runtime.ContentTypeProtobuf
+		cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 		c, err := kubernetes.NewForConfig(cfg)
 		if err != nil {
 			return nil, fmt.Errorf("create client: %w", err)
