@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -28,13 +29,10 @@ import (
 const (
 	svcNamespace = "default"
 	benchLabel   = "eip-bench"
-	// benchRange holds every IP the benchmark uses: testenv.ServiceIP(1)
-	// to testenv.ServiceIP(7167).
-	benchRange = "198.18.96.0/19"
-	// firstPingIP is the testenv.ServiceIP index of the first IP that is
-	// pinged; the scale runs use the indexes below it, so no pinged IP was
-	// ever in the client's neighbour cache before.
-	firstPingIP = 5200
+	// firstPingIP is the serviceIP index of the first IP that is pinged;
+	// the scale runs use the indexes below it (up to 15,000 IPs), so no
+	// pinged IP was ever in the client's neighbour cache before.
+	firstPingIP = 15000
 	// deadline bounds every wait for a condition that normally holds within
 	// a second or two: a deadline, not a measurement.
 	deadline = 60 * time.Second
@@ -56,10 +54,18 @@ var (
 	tunedTiming   = Timing{Name: "lease 1s", Lease: time.Second, Renew: 250 * time.Millisecond}
 )
 
+// benchRanges hold every IP the benchmark uses: serviceIP(0) to
+// serviceIP(23000), 198.18.100.1 to 198.18.191.x.
+var benchRanges = []netip.Prefix{netip.MustParsePrefix("198.18.96.0/19"), netip.MustParsePrefix("198.18.128.0/18")}
+
 // configMap is eip-config for t: every benchmark IP in range.
 func (t Timing) configMap() map[string]string {
+	var ranges []string
+	for _, p := range benchRanges {
+		ranges = append(ranges, p.String())
+	}
 	return map[string]string{
-		"ranges":         benchRange,
+		"ranges":         strings.Join(ranges, "\n"),
 		"lease-duration": t.Lease.String(),
 		"renew-interval": t.Renew.String(),
 	}
@@ -77,7 +83,7 @@ type env struct {
 	svcSeq  int
 }
 
-func newEnv(c *testenv.Cluster, log *slog.Logger, args []string, plugin string) (*env, error) {
+func newEnv(c *testenv.Cluster, nodes []testenv.Node, log *slog.Logger, args []string, plugin string) (*env, error) {
 	// The API server warns that spec.externalIPs is deprecated on each of
 	// the thousands of Services created here.
 	cfg := c.AdminConfig()
@@ -86,7 +92,16 @@ func newEnv(c *testenv.Cluster, log *slog.Logger, args []string, plugin string) 
 	if err != nil {
 		return nil, fmt.Errorf("admin client: %w", err)
 	}
-	return &env{c: c, k: k, log: log, nodes: c.Nodes(), args: args, plugin: plugin, pingSeq: firstPingIP}, nil
+	return &env{c: c, k: k, log: log, nodes: nodes, args: args, plugin: plugin, pingSeq: firstPingIP}, nil
+}
+
+// onNodes is e on the cluster's first n nodes (all of them when it has
+// fewer).
+func (e *env) onNodes(n int) *env {
+	c := *e
+	all := e.c.Nodes()
+	c.nodes = all[:min(n, len(all))]
+	return &c
 }
 
 // serviceIP is the n-th benchmark IP, skipping the .0 and .255 of each /24
@@ -205,7 +220,9 @@ func pause(ctx context.Context, d time.Duration) error {
 // up, and the ConfigMap for timing. With start, eipd then runs on every
 // node and has renewed its heartbeat.
 func (e *env) reset(ctx context.Context, timing Timing, start bool) error {
-	for _, n := range e.nodes {
+	// Every node of the cluster: a scenario on more nodes than e.nodes may
+	// have left daemons running on the others.
+	for _, n := range e.c.Nodes() {
 		if err := e.c.StopDaemon(n.Name, syscall.SIGKILL); err != nil {
 			return err
 		}
@@ -323,14 +340,17 @@ func (e *env) deleteServices(ctx context.Context) error {
 }
 
 // parallel runs fn(0) … fn(n-1) on a few goroutines and joins the errors.
-func parallel(n int, fn func(i int) error) error {
+func parallel(n int, fn func(i int) error) error { return parallelOn(workers, n, fn) }
+
+// parallelOn is parallel on the given number of goroutines.
+func parallelOn(goroutines, n int, fn func(i int) error) error {
 	var (
 		mu   sync.Mutex
 		errs error
 		wg   sync.WaitGroup
 	)
 	next := make(chan int)
-	for range min(workers, n) {
+	for range min(goroutines, n) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -368,7 +388,12 @@ func (e *env) holder(ctx context.Context, ip netip.Addr) (string, error) {
 
 // inRange reports whether ip is one the benchmark manages.
 func inRange(ip netip.Addr) bool {
-	return netip.MustParsePrefix(benchRange).Contains(ip)
+	for _, p := range benchRanges {
+		if p.Contains(ip) {
+			return true
+		}
+	}
+	return false
 }
 
 // boundAddrs lists the benchmark IPs bound on node's eth0.

@@ -102,10 +102,24 @@ func (r *Report) figures() []Figure {
 		figs = append(figs, w, NewFigure(reads, UnitPerSec, []float64{eipd.Reads}, Target{}))
 	}
 	for _, res := range r.Scale {
-		coldTarget, rssTarget := Target{}, Target{}
+		coldTarget, rssTarget, cpuTarget, statusTarget := Target{}, Target{}, Target{}, Target{}
 		if res.IPs <= 1000 && res.CPUQuota == 0 {
 			coldTarget = Target{Stat: "max", Limit: 10}
 			rssTarget = Target{Stat: "max", Limit: 64}
+		}
+		if res.IPs == 10000 && res.CPUQuota == 0 {
+			rssTarget = Target{Stat: "max", Limit: 64}
+			cpuTarget = Target{Stat: "max", Limit: 2}
+			statusTarget = Target{Stat: "max", Limit: 0.5}
+		}
+		if lr := res.LeaseRate; lr != nil && lr.Best > 0 {
+			figs = append(figs, NewFigure(fmt.Sprintf("API server's own Lease creates/s, %d Leases", res.IPs), UnitPerSec, []float64{lr.Best}, Target{}))
+			if res.ColdStart > 0 {
+				f := NewFigure(fmt.Sprintf("cold start ÷ (%d ÷ that rate)", res.IPs), UnitFraction,
+					[]float64{res.ColdStart.Seconds() / (float64(res.IPs) / lr.Best)}, Target{Stat: "max", Limit: 1.25})
+				f.Note = fmt.Sprintf("a plain client with %d parallel creators", lr.Creators)
+				figs = append(figs, f)
+			}
 		}
 		name := fmt.Sprintf("cold start → all %d IPs bound%s", res.IPs, res.quotaText())
 		if res.ColdStart == 0 {
@@ -139,17 +153,66 @@ func (r *Report) figures() []Figure {
 		}
 		figs = append(figs,
 			NewFigure(fmt.Sprintf("eipd peak RSS per node, %d IPs", res.IPs), UnitMiB, rss, rssTarget),
-			NewFigure(fmt.Sprintf("eipd CPU per node, %d IPs, steady", res.IPs), UnitPercent, cpu, Target{}))
+			NewFigure(fmt.Sprintf("eipd CPU per node, %d IPs, steady", res.IPs), UnitPercent, cpu, cpuTarget))
+		figs = append(figs, massFailoverFigures(res, fmt.Sprintf("%d IPs on %d nodes", res.IPs, res.Nodes))...)
 		statusName := fmt.Sprintf("kubectl eip status, %d IPs", res.IPs)
 		if len(res.Status) == 0 {
-			figs = append(figs, Missing(statusName, UnitSeconds, Target{}, res.StatusNote))
+			figs = append(figs, Missing(statusName, UnitSeconds, statusTarget, res.StatusNote))
 			continue
 		}
 		var secs []float64
 		for _, d := range res.Status {
 			secs = append(secs, d.Seconds())
 		}
-		figs = append(figs, NewFigure(statusName, UnitSeconds, secs, Target{}))
+		figs = append(figs, NewFigure(statusName, UnitSeconds, secs, statusTarget))
+	}
+	for _, res := range r.ByNodes {
+		figs = append(figs, nodesFigures(res)...)
+	}
+	return figs
+}
+
+// massFailoverFigures are the rows of one mass failover, if it ran.
+func massFailoverFigures(res ScaleResult, what string) []Figure {
+	m := res.MassFailover
+	if m == nil {
+		return nil
+	}
+	limit := Target{Stat: "p99", Limit: (defaultTiming.Lease + time.Second).Seconds()}
+	bound := NewFigure(fmt.Sprintf("mass failover, %s: each of %s's %d IPs on a survivor", what, m.Node, m.IPs), UnitSeconds, m.Bound, limit)
+	bound.Note = joinNotes(fmt.Sprintf("SIGKILL and link cut; %d never bound again, %d Lease conflicts", m.Missing, m.Conflicts), m.Error)
+	answered := NewFigure(fmt.Sprintf("mass failover, %s: pinged IPs answered by a survivor", what), UnitSeconds, m.Answered, limit)
+	twice := NewFigure(fmt.Sprintf("mass failover, %s: IPs answered by two MACs or bound on two live nodes", what), UnitCount,
+		[]float64{float64(m.TwoMACs + m.DoubleBound)}, Target{Stat: "max", Limit: 0})
+	return []Figure{bound, answered, twice}
+}
+
+// nodesFigures are the rows of one node count of the nodes scenario.
+func nodesFigures(res ScaleResult) []Figure {
+	what := fmt.Sprintf("%d nodes, %d IPs", res.Nodes, res.IPs)
+	if res.SteadyAPI.Window == 0 {
+		return []Figure{Missing("API server writes/s, "+what, UnitPerSec, Target{}, res.Error)}
+	}
+	writesTarget, cpuTarget := Target{}, Target{}
+	if res.Nodes == 50 {
+		writesTarget, cpuTarget = Target{Stat: "max", Limit: 100}, Target{Stat: "max", Limit: 10}
+	}
+	var rss, cpu []float64
+	for _, d := range res.Daemons {
+		rss = append(rss, float64(d.PeakRSS)/(1<<20))
+		cpu = append(cpu, d.CPU)
+	}
+	w := NewFigure("API server writes/s (every resource), "+what, UnitPerSec, []float64{res.SteadyAPI.Writes}, writesTarget)
+	w.Note = "includes the API server's own (about 0.1/s)"
+	figs := []Figure{
+		w,
+		NewFigure("API server watch events sent/s, "+what, UnitPerSec, []float64{res.SteadyAPI.Events}, Target{}),
+		NewFigure("API server CPU, "+what, UnitPercent, []float64{res.SteadyAPI.CPU}, cpuTarget),
+		NewFigure("eipd CPU per node, steady, "+what, UnitPercent, cpu, Target{}),
+		NewFigure("eipd peak RSS per node, "+what, UnitMiB, rss, Target{}),
+	}
+	if res.MassFailover != nil {
+		figs = append(figs, massFailoverFigures(res, what)...)
 	}
 	return figs
 }

@@ -21,17 +21,19 @@ const (
 	ScenarioBind     = "bind"
 	ScenarioLoad     = "load"
 	ScenarioScale    = "scale"
+	ScenarioNodes    = "nodes"
 )
 
 // Scenarios lists every scenario in the order Run runs them.
 func Scenarios() []string {
-	return []string{ScenarioFailover, ScenarioMove, ScenarioBind, ScenarioLoad, ScenarioScale}
+	return []string{ScenarioFailover, ScenarioMove, ScenarioBind, ScenarioLoad, ScenarioScale, ScenarioNodes}
 }
 
 // Options configure Run.
 type Options struct {
 	// Cluster is a started testenv cluster with its nodes idle; Run
-	// starts and stops eipd on them as it goes.
+	// starts and stops eipd on them as it goes. Every scenario but nodes
+	// uses its first three nodes; nodes needs as many as NodeCounts says.
 	Cluster *testenv.Cluster
 	Log     *slog.Logger
 	// Only lists the scenarios to run (default: all of Scenarios).
@@ -45,6 +47,10 @@ type Options struct {
 	// cold start and whose daemons' memory and CPU are measured (default
 	// 1000). Each counts toward requests per IP count.
 	LoadIPs, ScaleIPs []int
+	// NodeCounts are the numbers of nodes the nodes scenario runs eipd on
+	// (default 10, 25, 50), each with NodeIPs IPs (default 1000).
+	NodeCounts []int
+	NodeIPs    int
 	// Window is each steady-state window (default 30 s), Settle the wait
 	// before it once everything is bound (default 5 s).
 	Window, Settle time.Duration
@@ -78,6 +84,12 @@ func (o *Options) setDefaults() {
 	if o.ScaleIPs == nil {
 		o.ScaleIPs = []int{1000}
 	}
+	if o.NodeCounts == nil {
+		o.NodeCounts = []int{10, 25, 50}
+	}
+	if o.NodeIPs <= 0 {
+		o.NodeIPs = 1000
+	}
 	if o.Window <= 0 {
 		o.Window = 30 * time.Second
 	}
@@ -102,6 +114,8 @@ type Report struct {
 	// its own identity Lease. The figures for eipd subtract it.
 	Background *Rates        `json:"background,omitempty"`
 	Scale      []ScaleResult `json:"scale,omitempty"`
+	// ByNodes are the nodes scenario's runs, one per node count.
+	ByNodes []ScaleResult `json:"byNodes,omitempty"`
 	// MoveMethod says how moves were requested; PluginNote why the plugin
 	// was not used.
 	MoveMethod string   `json:"moveMethod,omitempty"`
@@ -114,12 +128,14 @@ type Report struct {
 // only ctx's.
 func Run(ctx context.Context, o Options) (*Report, error) {
 	o.setDefaults()
-	r := &Report{Machine: DescribeMachine(), Started: time.Now(), Nodes: len(o.Cluster.Nodes()), Timings: []Timing{defaultTiming, tunedTiming}}
+	nodes := o.Cluster.Nodes()
+	nodes = nodes[:min(3, len(nodes))]
+	r := &Report{Machine: DescribeMachine(), Started: time.Now(), Nodes: len(nodes), Timings: []Timing{defaultTiming, tunedTiming}}
 	plugin := o.KubectlEip
 	if ok, why := pluginWorks(ctx, plugin); !ok {
 		plugin, r.PluginNote = "", why
 	}
-	e, err := newEnv(o.Cluster, o.Log, o.EipdArgs, plugin)
+	e, err := newEnv(o.Cluster, nodes, o.Log, o.EipdArgs, plugin)
 	if err != nil {
 		return nil, err
 	}
@@ -174,13 +190,23 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			}
 			for _, n := range o.ScaleIPs {
 				for _, q := range quotas {
-					res, err := e.scale(ctx, scaleRun{ips: n, window: o.Window, settle: o.Settle, status: q == 0, profileDir: o.ProfileDir, quota: q})
+					res, err := e.scale(ctx, scaleRun{ips: n, window: o.Window, settle: o.Settle, status: q == 0, profileDir: o.ProfileDir, quota: q,
+						leaseRate: q == 0, massFailover: q == 0})
 					if err != nil {
 						res.Error = err.Error()
 					}
 					r.Scale = append(r.Scale, res)
 					fail(fmt.Sprintf("scale %d IPs%s", n, res.quotaText()), err)
 				}
+			}
+		case ScenarioNodes:
+			for _, k := range o.NodeCounts {
+				res, err := e.onNodes(k).scale(ctx, scaleRun{ips: o.NodeIPs, window: o.Window, settle: o.Settle, massFailover: true})
+				if err != nil {
+					res.Error = err.Error()
+				}
+				r.ByNodes = append(r.ByNodes, res)
+				fail(fmt.Sprintf("%d nodes", k), err)
 			}
 		}
 		if ctx.Err() != nil {

@@ -30,6 +30,11 @@ type ScaleResult struct {
 	// watched over netlink. Nothing moves in a scale run, so every removal
 	// is a held address lost.
 	Vanished int `json:"vanished"`
+	// Nodes is the number of nodes running eipd.
+	Nodes int `json:"nodes"`
+	// LeaseRate is this API server's own Lease create rate, measured just
+	// before the cold start, when the run asked for it.
+	LeaseRate *LeaseRate `json:"leaseRate,omitempty"`
 	// CreateServices is how long creating one Service per IP took (setup,
 	// not judged).
 	CreateServices time.Duration `json:"createServices"`
@@ -47,13 +52,18 @@ type ScaleResult struct {
 	// during the cold start, and the POSTs and PUTs it refused with 409.
 	Creates   int `json:"creates"`
 	Conflicts int `json:"conflicts"`
-	// Steady are the API server's Lease request rates over the window.
-	Steady  Rates         `json:"steady"`
-	Daemons []DaemonStats `json:"daemons"`
+	// Steady are the API server's Lease request rates over the window,
+	// SteadyAPI its requests, watch events and CPU for every resource.
+	Steady    Rates         `json:"steady"`
+	SteadyAPI APILoad       `json:"steadyAPI"`
+	Daemons   []DaemonStats `json:"daemons"`
 	// Status are wall times of kubectl eip status listing every IP.
 	Status     []time.Duration `json:"status,omitempty"`
 	StatusNote string          `json:"statusNote,omitempty"`
-	Error      string          `json:"error,omitempty"`
+	// MassFailover: the node holding the most IPs lost, when the run asked
+	// for it.
+	MassFailover *MassFailover `json:"massFailover,omitempty"`
+	Error        string        `json:"error,omitempty"`
 }
 
 // Point is the number of IPs bound T seconds into a cold start.
@@ -83,6 +93,9 @@ type scaleRun struct {
 	status     bool
 	profileDir string
 	quota      float64 // percent of a core per eipd; 0: unlimited
+	// leaseRate: first measure the API server's own Lease create rate
+	// for as many Leases; massFailover: end with a mass failover.
+	leaseRate, massFailover bool
 }
 
 // scale creates run.ips Services while no eipd runs, starts eipd on every
@@ -90,7 +103,7 @@ type scaleRun struct {
 // steady-state window.
 func (e *env) scale(ctx context.Context, run scaleRun) (ScaleResult, error) {
 	e.log.Info("scale", "ips", run.ips)
-	res := ScaleResult{IPs: run.ips, CPUQuota: run.quota}
+	res := ScaleResult{IPs: run.ips, CPUQuota: run.quota, Nodes: len(e.nodes)}
 	if err := e.reset(ctx, defaultTiming, false); err != nil {
 		return res, err
 	}
@@ -104,6 +117,13 @@ func (e *env) scale(ctx context.Context, run scaleRun) (ScaleResult, error) {
 	}
 	res.CreateServices = time.Since(began)
 	e.log.Info("services created", "ips", run.ips, "took", res.CreateServices)
+	if run.leaseRate {
+		r, err := e.leaseRate(ctx, run.ips)
+		if err != nil {
+			return res, err
+		}
+		res.LeaseRate = &r
+	}
 
 	before, err := ScrapeLeases(ctx, e.c.AdminConfig())
 	if err != nil {
@@ -166,7 +186,7 @@ func (e *env) scale(ctx context.Context, run scaleRun) (ScaleResult, error) {
 	if err := pause(ctx, run.settle); err != nil {
 		return res, err
 	}
-	if res.Steady, res.Daemons, err = e.steady(ctx, run.window); err != nil {
+	if res.Steady, res.SteadyAPI, res.Daemons, err = e.steady(ctx, run.window); err != nil {
 		return res, err
 	}
 	if err := watch.Err(); err != nil {
@@ -181,6 +201,14 @@ func (e *env) scale(ctx context.Context, run scaleRun) (ScaleResult, error) {
 		if err := e.profile(ctx, e.nodes[0].Name, run.profileDir, fmt.Sprintf("%d-steady", run.ips), "cpu", "heap"); err != nil {
 			e.log.Warn("profile", "err", err)
 		}
+	}
+	if run.massFailover {
+		m, err := e.massFailover(ctx, defaultTiming)
+		if err != nil {
+			m.Error = err.Error()
+		}
+		res.MassFailover = &m
+		return res, err
 	}
 	return res, nil
 }
@@ -248,41 +276,50 @@ func (e *env) background(ctx context.Context, window time.Duration) (Rates, erro
 
 // steady measures the API server's Lease requests and each eipd's memory
 // and CPU over window. Nothing else talks to the API server meanwhile.
-func (e *env) steady(ctx context.Context, window time.Duration) (Rates, []DaemonStats, error) {
+func (e *env) steady(ctx context.Context, window time.Duration) (Rates, APILoad, []DaemonStats, error) {
 	before, err := LeaseRequests(ctx, e.c.AdminConfig())
 	if err != nil {
-		return Rates{}, nil, err
+		return Rates{}, APILoad{}, nil, err
+	}
+	apiBefore, err := ScrapeAPITotals(ctx, e.c.AdminConfig())
+	if err != nil {
+		return Rates{}, APILoad{}, nil, err
 	}
 	start := time.Now()
 	procs := map[string]ProcSample{}
 	for _, n := range e.nodes {
 		if procs[n.Name], err = ReadProc(e.c.DaemonPID(n.Name)); err != nil {
-			return Rates{}, nil, err
+			return Rates{}, APILoad{}, nil, err
 		}
 	}
 	if err := pause(ctx, window); err != nil {
-		return Rates{}, nil, err
+		return Rates{}, APILoad{}, nil, err
 	}
 	after, err := LeaseRequests(ctx, e.c.AdminConfig())
 	if err != nil {
-		return Rates{}, nil, err
+		return Rates{}, APILoad{}, nil, err
 	}
 	rates := RatesBetween(before, after, time.Since(start))
+	apiAfter, err := ScrapeAPITotals(ctx, e.c.AdminConfig())
+	if err != nil {
+		return rates, APILoad{}, nil, err
+	}
+	load := LoadBetween(apiBefore, apiAfter)
 	var stats []DaemonStats
 	for _, n := range e.nodes {
 		pid := e.c.DaemonPID(n.Name)
 		end, err := ReadProc(pid)
 		if err != nil {
-			return rates, nil, err
+			return rates, load, nil, err
 		}
 		bound, err := e.boundCount(n.Name)
 		if err != nil {
-			return rates, nil, err
+			return rates, load, nil, err
 		}
 		stats = append(stats, DaemonStats{Node: n.Name, PID: pid, Bound: bound, RSS: end.RSS, PeakRSS: end.PeakRSS,
 			CPU: CPUPercent(procs[n.Name], end)})
 	}
-	return rates, stats, nil
+	return rates, load, stats, nil
 }
 
 // timeStatus times kubectl eip status, run as a user would from the

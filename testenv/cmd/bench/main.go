@@ -4,8 +4,9 @@
 // results directory. It needs root and the binaries of make build and
 // scripts/build-k8s.sh (see scripts/bench.sh, which `make bench` runs).
 //
-//	bench [-out DIR] [-quick] [-only failover,move,bind,load,scale]
-//	      [-reps N] [-scale 1000,5000] [-load 10,100] [-window 30s] [-profile]
+//	bench [-out DIR] [-quick] [-only failover,move,bind,load,scale,nodes]
+//	      [-reps N] [-scale 1000,10000] [-load 10,100] [-nodes 10,25,50]
+//	      [-node-ips 1000] [-window 30s] [-profile]
 package main
 
 import (
@@ -42,7 +43,9 @@ func run(args []string) error {
 	moveReps := fs.Int("move-reps", 20, "planned moves, and graceful shutdowns")
 	bindReps := fs.Int("bind-reps", 20, "Services created for the bind latency")
 	load := fs.String("load", "10,100", "IP counts whose steady-state Lease requests are measured")
-	scale := fs.String("scale", "1000", "IP counts timed from a cold start, with memory and CPU")
+	scale := fs.String("scale", "1000", "IP counts timed from a cold start, with memory and CPU, and a mass failover")
+	nodes := fs.String("nodes", "10,25,50", "node counts of the nodes scenario")
+	nodeIPs := fs.Int("node-ips", 1000, "IPs of the nodes scenario")
 	window := fs.Duration("window", 30*time.Second, "steady-state window")
 	settle := fs.Duration("settle", 5*time.Second, "wait after everything is bound, before a window")
 	starve := fs.Float64("starve", 10, "also run each scale with every eipd limited to this share of one core, in percent (0: do not)")
@@ -66,6 +69,14 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("flag -scale: %w", err)
 	}
+	nodeCounts, err := ints(*nodes)
+	if err != nil {
+		return fmt.Errorf("flag -nodes: %w", err)
+	}
+	clusterNodes := 3
+	if strings.Contains(","+*only+",", ","+bench.ScenarioNodes+",") {
+		clusterNodes = max(clusterNodes, slices.Max(append(nodeCounts, 0)))
+	}
 	for _, sc := range strings.Split(*only, ",") {
 		if !slices.Contains(bench.Scenarios(), sc) {
 			return fmt.Errorf("flag -only: unknown scenario %q (have %s)", sc, strings.Join(bench.Scenarios(), ", "))
@@ -86,8 +97,8 @@ func run(args []string) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 
 	ctx := context.Background()
-	fmt.Fprintln(os.Stderr, "bench: starting a 3-node test cluster")
-	c, err := testenv.Start(ctx, testenv.Options{Nodes: 3, Logger: log})
+	fmt.Fprintf(os.Stderr, "bench: starting a %d-node test cluster\n", clusterNodes)
+	c, err := testenv.Start(ctx, testenv.Options{Nodes: clusterNodes, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -97,7 +108,7 @@ func run(args []string) error {
 	o := bench.Options{
 		Cluster: c, Log: log, Only: strings.Split(*only, ","),
 		Reps: *reps, MoveReps: *moveReps, BindReps: *bindReps,
-		LoadIPs: loadIPs, ScaleIPs: scaleIPs, Window: *window, Settle: *settle, StarvedQuota: *starve,
+		LoadIPs: loadIPs, ScaleIPs: scaleIPs, NodeCounts: nodeCounts, NodeIPs: *nodeIPs, Window: *window, Settle: *settle, StarvedQuota: *starve,
 		KubectlEip: os.Getenv("KUBECTL_EIP_BIN"),
 	}
 	if *profile {

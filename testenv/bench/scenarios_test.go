@@ -1,0 +1,66 @@
+package bench
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+
+	"github.com/eip-project/eip/testenv"
+)
+
+// The scale scenarios in miniature, so that they cannot rot: a cold start
+// with the API server's own Lease create rate and a mass failover on three
+// nodes, and the nodes scenario on five. It asserts what must hold at any
+// size and speed (everything bound once, every lost IP on a survivor and
+// answering, never two MACs, every figure measured), never a time.
+func TestScaleScenariosShort(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for network namespaces")
+	}
+	if os.Getenv("EIP_K8S_BIN") == "" {
+		t.Skip("EIP_K8S_BIN is not set (run scripts/build-k8s.sh, or make test)")
+	}
+	ctx := context.Background()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	c, err := testenv.Start(ctx, testenv.Options{Nodes: 5, Logger: log})
+	assert.NilError(t, err)
+	defer func() {
+		if t.Failed() {
+			c.Keep()
+		}
+		assert.Check(t, c.Close())
+	}()
+	r, err := Run(ctx, Options{
+		Cluster: c, Log: log, Only: []string{ScenarioScale, ScenarioNodes},
+		ScaleIPs: []int{120}, NodeCounts: []int{5}, NodeIPs: 60,
+		Window: 2 * time.Second, Settle: time.Second, EipdArgs: []string{"-v=0"},
+	})
+	assert.NilError(t, err)
+	assert.Check(t, len(r.Errors) == 0, "%v", r.Errors)
+	assert.Equal(t, len(r.Scale), 1)
+	assert.Equal(t, len(r.ByNodes), 1)
+	s, n := r.Scale[0], r.ByNodes[0]
+	assert.Equal(t, s.Nodes, 3)
+	assert.Equal(t, n.Nodes, 5)
+	assert.Assert(t, s.LeaseRate != nil)
+	assert.Check(t, s.LeaseRate.Best > 0 && len(s.LeaseRate.Tries) > 0)
+	for _, res := range []ScaleResult{s, n} {
+		assert.Check(t, res.ColdStart > 0)
+		assert.Check(t, res.SteadyAPI.Window > 0 && res.SteadyAPI.Writes > 0 && res.SteadyAPI.Events > 0 && res.SteadyAPI.CPU > 0, "%+v", res.SteadyAPI)
+		assert.Equal(t, len(res.Daemons), res.Nodes)
+		m := res.MassFailover
+		assert.Assert(t, m != nil)
+		assert.Check(t, m.IPs > 0)
+		assert.Equal(t, m.Missing, 0)
+		assert.Equal(t, len(m.Bound), m.IPs)
+		assert.Equal(t, len(m.Answered), min(massProbes, m.IPs))
+		assert.Equal(t, m.TwoMACs+m.DoubleBound, 0)
+	}
+	for _, f := range r.figures() {
+		assert.Check(t, f.Summary.N > 0, "figure %q not measured: %s", f.Name, f.Note)
+	}
+}
