@@ -37,7 +37,7 @@ func TestScaleScenariosShort(t *testing.T) {
 	r, err := Run(ctx, Options{
 		Cluster: c, Log: log, Only: []string{ScenarioScale, ScenarioNodes},
 		ScaleIPs: []int{120}, NodeCounts: []int{5}, NodeIPs: 60,
-		Window: 2 * time.Second, Settle: time.Second, EipdArgs: []string{"-v=0"},
+		Window: 2 * time.Second, Settle: time.Second, EipdArgs: []string{"-v=0"}, KubectlEip: os.Getenv("KUBECTL_EIP_BIN"),
 	})
 	assert.NilError(t, err)
 	assert.Check(t, len(r.Errors) == 0, "%v", r.Errors)
