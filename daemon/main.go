@@ -10,6 +10,9 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/netip"
+	"net/url"
 	"os"
 	"os/signal"
 	"syscall"
@@ -146,6 +149,11 @@ func run(o options) error {
 		return fmt.Errorf("kubernetes client: %w", err)
 	}
 
+	apiServer, err := apiServerAddrs(context.Background(), cfg.Host)
+	if err != nil {
+		log.Warn("cannot tell the API server's addresses; only the nodes' own are protected from binding", "err", err)
+	}
+
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	watchCtx, cancelWatch := context.WithCancel(context.Background())
@@ -176,7 +184,7 @@ func run(o options) error {
 		Claims: func(ctx context.Context, iface string, out chan<- netif.Claim) error {
 			return netif.WatchClaims(ctx, log, iface, out)
 		},
-		AddrEvents: addrEvents, LinkEvents: linkEvents,
+		AddrEvents: addrEvents, LinkEvents: linkEvents, APIServer: apiServer,
 		Clock: clk, Log: log, Metrics: m,
 	})
 	if err != nil {
@@ -208,4 +216,29 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 		return nil, fmt.Errorf("flag --kubeconfig: %w", err)
 	}
 	return cfg, nil
+}
+
+// apiServerAddrs are the addresses of host, the API server URL eipd talks
+// to: eip must never bind them (a node answering for the API server's
+// address cuts every node off its control plane).
+func apiServerAddrs(ctx context.Context, host string) ([]netip.Addr, error) {
+	u, err := url.Parse(host)
+	if err != nil || u.Hostname() == "" {
+		// A bare host:port, as a kubeconfig may give it.
+		u = &url.URL{Host: host}
+	}
+	name := u.Hostname()
+	if ip, err := netip.ParseAddr(name); err == nil {
+		return []netip.Addr{ip.Unmap()}, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", name)
+	if err != nil {
+		return nil, fmt.Errorf("resolve API server %q: %w", name, err)
+	}
+	for i := range ips {
+		ips[i] = ips[i].Unmap()
+	}
+	return ips, nil
 }

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"context"
+	"net/netip"
 	"testing"
 
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"gotest.tools/v3/assert"
 )
 
@@ -46,4 +49,25 @@ func TestNodeNameFromEnvironment(t *testing.T) {
 	assert.NilError(t, err)
 	assert.Equal(t, o.node, "from-env")
 	assert.Equal(t, o.namespace, "eip-other")
+}
+
+func TestAPIServerAddrs(t *testing.T) {
+	for _, tc := range []struct {
+		host string
+		want []netip.Addr
+	}{
+		{"https://198.18.0.1:6443", []netip.Addr{netip.MustParseAddr("198.18.0.1")}},
+		{"https://[2001:db8::1]:6443", []netip.Addr{netip.MustParseAddr("2001:db8::1")}},
+		{"198.18.0.2:443", []netip.Addr{netip.MustParseAddr("198.18.0.2")}},
+		{"https://[::ffff:198.18.0.3]", []netip.Addr{netip.MustParseAddr("198.18.0.3")}},
+		{"https://localhost:6443", nil}, // resolved: loopback, whatever the resolver says
+	} {
+		got, err := apiServerAddrs(context.Background(), tc.host)
+		assert.NilError(t, err, tc.host)
+		if tc.want == nil {
+			assert.Assert(t, len(got) > 0 && got[0].IsLoopback(), "%s: %v", tc.host, got)
+			continue
+		}
+		assert.DeepEqual(t, got, tc.want, cmpopts.EquateComparable(netip.Addr{}))
+	}
 }

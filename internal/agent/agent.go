@@ -39,6 +39,9 @@ type Options struct {
 	// AddrEvents and LinkEvents come from netif.Watch.
 	AddrEvents <-chan netif.AddrEvent
 	LinkEvents <-chan netif.LinkEvent
+	// APIServer are the addresses eipd reaches the API server at: never
+	// bound, like the nodes' own addresses.
+	APIServer []netip.Addr
 
 	Clock clock.WithTicker
 	Log   *slog.Logger

@@ -48,7 +48,7 @@ func (s *state) loadConfig() bool {
 	s.cfgRV = cm.ResourceVersion
 	cfg, err := config.Parse(cm.Data)
 	if err == nil {
-		err = cfg.CheckReserved(s.nodeAddresses())
+		err = cfg.CheckReserved(s.reservedAddresses())
 	}
 	if err != nil {
 		s.cfgErr = fmt.Sprintf("invalid configuration, keeping the last good one: %v", err)
@@ -83,10 +83,15 @@ func truncate(s string, n int) string {
 	return s[:n] + "…"
 }
 
-// nodeAddresses are the addresses of every Node: never bound for a Service.
-func (s *state) nodeAddresses() map[netip.Addr]string {
+// reservedAddresses are the addresses of every Node and of the API server,
+// each with what it is: never bound for a Service.
+func (s *state) reservedAddresses() map[netip.Addr]string {
 	nodes, _ := s.a.nodes.List(labels.Everything())
-	return ipset.NodeAddresses(nodes)
+	out := ipset.NodeAddresses(nodes)
+	for _, ip := range s.a.opt.APIServer {
+		out[ip] = config.APIServerAddress
+	}
+	return out
 }
 
 // computeEntries recomputes the managed IPs from the Services.

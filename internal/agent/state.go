@@ -422,7 +422,7 @@ func (s *state) reconcile() {
 	}
 	locks := s.observe(all, now)
 	if s.dirtyNodes {
-		s.reserved = s.nodeAddresses()
+		s.reserved = s.reservedAddresses()
 	}
 	if s.dirtySvc || s.dirtyNodes || changed {
 		s.computeEntries()

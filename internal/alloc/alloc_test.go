@@ -178,7 +178,7 @@ type world struct {
 func (w world) space(cfg config.Config) *alloc.Space {
 	reserved := map[netip.Addr]string{}
 	for i, a := range w.nodes {
-		reserved[netip.MustParseAddr(a)] = fmt.Sprintf("node-%d", i+1)
+		reserved[netip.MustParseAddr(a)] = config.NodeAddress(fmt.Sprintf("node-%d", i+1))
 	}
 	s := alloc.NewSpace(cfg, reserved)
 	for _, svc := range w.services {
@@ -426,7 +426,7 @@ func strs(ips []netip.Addr) []string {
 // addresses, and once every address is used the next is refused.
 func TestAssignInOnePassGivesDistinctAddresses(t *testing.T) {
 	cfg := testConfig(t, "198.18.10.0/28 auto-assign\n2001:db8::10:0/124 auto-assign")
-	s := alloc.NewSpace(cfg, map[netip.Addr]string{netip.MustParseAddr("198.18.10.3"): "node-1"})
+	s := alloc.NewSpace(cfg, map[netip.Addr]string{netip.MustParseAddr("198.18.10.3"): config.NodeAddress("node-1")})
 	seen := map[netip.Addr]string{}
 	for i := range 13 {
 		name := fmt.Sprintf("ns/s%d", i)

@@ -220,9 +220,11 @@ func selectorString(s labels.Selector) string {
 }
 
 // CheckReserved returns an error for every address of reserved (the nodes'
-// own addresses, mapped to the node's name) that lies inside a range: a
-// Service naming it could otherwise make eip answer for a node. Addresses
-// are checked in order, so the message is stable.
+// and the API server's own addresses, each mapped to what it is, as
+// NodeAddress and APIServerAddress word it) that lies inside a range: a
+// Service naming it could otherwise make eip answer for a node or cut every
+// node off its control plane. Addresses are checked in order, so the
+// message is stable.
 func (c Config) CheckReserved(reserved map[netip.Addr]string) error {
 	addrs := make([]netip.Addr, 0, len(reserved))
 	for a := range reserved {
@@ -233,11 +235,17 @@ func (c Config) CheckReserved(reserved map[netip.Addr]string) error {
 	for _, a := range addrs {
 		if b, ok := c.Lookup(a); ok {
 			errs = errors.Join(errs, fmt.Errorf("ranges line %d %q contains %s, %s",
-				b.Range.Line, b.Range.Text, a, NodeAddress(reserved[a])))
+				b.Range.Line, b.Range.Text, a, reserved[a]))
 		}
 	}
 	return errs
 }
+
+// APIServerAddress describes a reserved address of the API server: one
+// eipd connects to, or an endpoint of the kubernetes Service in default.
+// Binding it on a node would point every node's traffic to the API server
+// at that node.
+const APIServerAddress = "an address of the API server"
 
 // NodeAddress describes a reserved address owned by node, so that every
 // package words it the same way.

@@ -413,12 +413,12 @@ func TestCheckReserved(t *testing.T) {
 	assert.NilError(t, c.CheckReserved(nil))
 	assert.NilError(t, c.CheckReserved(map[netip.Addr]string{a("198.18.1.1"): "node-a", a("2001:db8::100"): "node-b"}))
 	err = c.CheckReserved(map[netip.Addr]string{
-		a("2001:db8::7"):  "node-b",
-		a("198.18.0.1"):   "node-a",
-		a("198.18.9.9"):   "node-c",
-		a("198.18.0.200"): "",
+		a("2001:db8::7"):  config.NodeAddress("node-b"),
+		a("198.18.0.1"):   config.APIServerAddress,
+		a("198.18.9.9"):   config.NodeAddress("node-c"),
+		a("198.18.0.200"): config.NodeAddress(""),
 	})
-	assert.Error(t, err, `ranges line 1 "198.18.0.0/24" contains 198.18.0.1, the address of node "node-a"`+"\n"+
+	assert.Error(t, err, `ranges line 1 "198.18.0.0/24" contains 198.18.0.1, an address of the API server`+"\n"+
 		`ranges line 1 "198.18.0.0/24" contains 198.18.0.200, a node's own address`+"\n"+
 		`ranges line 3 "2001:db8::/120" contains 2001:db8::7, the address of node "node-b"`)
 }

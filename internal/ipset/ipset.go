@@ -117,8 +117,8 @@ func Judge(ip netip.Addr, cfg config.Config, reserved map[netip.Addr]string) (co
 	if reason := config.Unusable(ip); reason != "" {
 		return config.Binding{}, reason
 	}
-	if node, ok := reserved[ip]; ok {
-		return config.Binding{}, config.NodeAddress(node)
+	if what, ok := reserved[ip]; ok {
+		return config.Binding{}, what
 	}
 	if len(cfg.Ranges) == 0 {
 		return config.Binding{}, ReasonNoRanges
@@ -134,7 +134,8 @@ func Judge(ip netip.Addr, cfg config.Config, reserved map[netip.Addr]string) (co
 }
 
 // NodeAddresses are the Nodes' own addresses (internal and external), each
-// with its Node's name: eip never binds them for a Service.
+// described as config.NodeAddress words it: eip never binds them for a
+// Service.
 func NodeAddresses(nodes []*corev1.Node) map[netip.Addr]string {
 	out := map[netip.Addr]string{}
 	for _, n := range nodes {
@@ -143,7 +144,7 @@ func NodeAddresses(nodes []*corev1.Node) map[netip.Addr]string {
 				continue
 			}
 			if ip, err := netip.ParseAddr(a.Address); err == nil {
-				out[ip.Unmap()] = n.Name
+				out[ip.Unmap()] = config.NodeAddress(n.Name)
 			}
 		}
 	}

@@ -93,7 +93,7 @@ func TestCompute(t *testing.T) {
 	v6 := func(ip string, svcs ...string) entry {
 		return entry{IP: ip, Services: svcs, Range: "2001:db8::/120 name=v6 netmask=64", Iface: "eth0", Bits: 64}
 	}
-	reserved := map[netip.Addr]string{netip.MustParseAddr("198.18.0.250"): "node-a", netip.MustParseAddr("2001:db8::aa"): "node-b"}
+	reserved := map[netip.Addr]string{netip.MustParseAddr("198.18.0.250"): config.NodeAddress("node-a"), netip.MustParseAddr("2001:db8::aa"): config.NodeAddress("node-b")}
 	tests := []struct {
 		name       string
 		services   []*corev1.Service
@@ -374,8 +374,8 @@ func TestNodeAddresses(t *testing.T) {
 		),
 	})
 	assert.DeepEqual(t, got, map[netip.Addr]string{
-		netip.MustParseAddr("198.18.0.11"):  "n1",
-		netip.MustParseAddr("2001:db8::11"): "n1",
-		netip.MustParseAddr("198.18.0.12"):  "n2",
+		netip.MustParseAddr("198.18.0.11"):  config.NodeAddress("n1"),
+		netip.MustParseAddr("2001:db8::11"): config.NodeAddress("n1"),
+		netip.MustParseAddr("198.18.0.12"):  config.NodeAddress("n2"),
 	})
 }
