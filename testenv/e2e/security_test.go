@@ -277,3 +277,56 @@ func covers(granted []permission, p permission) bool {
 		return g.group == p.group && g.resource == p.resource && g.verb == p.verb && (g.scope == "" || g.scope == p.scope)
 	})
 }
+
+// The API server's address is never bound (issue 14, (b)): binding it would
+// point every node's traffic to the API server at one node, and under
+// api-loss hold nothing could undo that. A range that contains it is
+// refused and the last good configuration stays in force; a Service that
+// names it is rejected; every eipd keeps renewing through the API server
+// and only the control plane answers for its address.
+func TestAPIServerAddressIsNeverBound(t *testing.T) {
+	e := newEnv(t, defaultConfig())
+	cp, _ := testenv.LANPrefixes()
+	apiServer := cp.Addr().Next() // 198.18.0.1, where every eipd reaches the API server
+	good := testenv.ServiceIP(171)
+	e.service("good", good)
+	holder := e.served(good)
+
+	bad := defaultConfig()
+	bad["ranges"] += "\n" + apiServer.String() + "-" + apiServer.String()
+	edited := time.Now()
+	e.setConfig(bad)
+	msg := e.warningSince("ConfigMap", testenv.ConfigMap, "InvalidConfig", edited, "contains "+apiServer.String()+", an address of the API server")
+	t.Logf("refused: %s", msg)
+
+	e.service("api", apiServer)
+	msg = e.warningSince("Service", "api", "AddressRejected", edited, apiServer.String()+" ", "an address of the API server")
+	t.Logf("rejected: %s", msg)
+	e.neverBound("api", []netip.Addr{apiServer})
+
+	// The last good configuration is still in force: the good IP stays
+	// where it was, and every node still renews through the API server.
+	assert.Equal(t, e.served(good), holder)
+	renewed := map[string]time.Time{}
+	for _, n := range e.nodes {
+		l, err := e.k.CoordinationV1().Leases(testenv.Namespace).Get(e.ctx, lease.HeartbeatName(n), metav1.GetOptions{})
+		e.must(err)
+		renewed[n] = l.Spec.RenewTime.Time
+	}
+	e.eventually("every node renews its heartbeat", func() (bool, string) {
+		for _, n := range e.nodes {
+			l, err := e.k.CoordinationV1().Leases(testenv.Namespace).Get(e.ctx, lease.HeartbeatName(n), metav1.GetOptions{})
+			if err != nil || !l.Spec.RenewTime.After(renewed[n]) {
+				return false, n + " has not renewed"
+			}
+		}
+		return true, ""
+	})
+	macs, err := cluster.WhoAnswers(apiServer)
+	assert.NilError(t, err)
+	assert.Equal(t, len(macs), 1, "%s answered by %v", apiServer, macs)
+	for _, m := range macs {
+		owner := e.nodeOfMAC(m)
+		assert.Check(t, strings.HasPrefix(owner, "unknown MAC"), "%s answered by %s", apiServer, owner)
+	}
+}
