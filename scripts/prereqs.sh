@@ -20,6 +20,7 @@ unshare  util-linux    the kernel check below
 nsenter  util-linux    starting real kubelet nodes inside a node namespace
 setpriv  util-linux    running eipd with exactly the DaemonSet privileges
 runc     runc          the container runtime of real kubelet nodes
+sysctl   procps        turning on forwarding inside real kubelet nodes
 bird     bird2         the BGP router of the route-mode tests
 birdc    bird2         querying that router
 '
