@@ -47,6 +47,9 @@ func (o *Options) resolveRealNodeBins(root string) error {
 // every node's containerd, kubelet and kube-proxy, and waits until every
 // Node is Ready.
 func (c *Cluster) startRealNodes(ctx context.Context) error {
+	if err := realnode.SweepShimSockets(); err != nil {
+		c.log.Warn("sweep dead shim sockets", "err", err)
+	}
 	root, err := RepoRoot()
 	if err != nil {
 		return err

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/eip-project/eip/testenv/realnode"
 )
 
 // registryDir records every cluster on the machine, so that namespaces a
@@ -135,7 +137,8 @@ func Sweep() ([]string, error) {
 // or left by a crash): it kills the processes in its namespaces, deletes
 // them, and removes its run directory and registry entry.
 func Teardown(s State) error {
-	errs := deleteNamespaces(s.Namespaces)
+	errs := realnode.Remove(s.Dir, s.Namespaces) // real nodes' cgroups and mounts, if any
+	errs = errors.Join(errs, deleteNamespaces(s.Namespaces))
 	if s.Dir != "" {
 		if err := os.RemoveAll(s.Dir); err != nil {
 			errs = errors.Join(errs, fmt.Errorf("remove run dir: %w", err))

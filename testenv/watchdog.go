@@ -12,12 +12,25 @@ import (
 // reading a pipe whose only writer is the owner; the kernel closes that when
 // the owner exits however it exits (a test timeout, SIGKILL), and the read
 // returns. Arguments: run dir, state file, namespaces.
+//
+// Real nodes (Options.RealNodes) also have a cgroup subtree per namespace,
+// whose processes include pods in network namespaces of their own, and
+// mounts under the run directory: kill, unmount (deepest first) and remove
+// those too.
 const watchdogScript = `read -r _ || true
 dir=$1 state=$2
 shift 2
 for ns in "$@"; do
+	for f in $(find /sys/fs/cgroup/*/"$ns" -name cgroup.procs 2>/dev/null); do
+		for pid in $(cat "$f"); do kill -9 "$pid"; done
+	done
 	for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid"; done
 	ip netns delete "$ns" 2>/dev/null
+done
+awk -v d="$dir" '$5 == d || index($5, d "/") == 1 { print $5 }' /proc/self/mountinfo | sort -r | while read -r m; do umount -l "$m"; done
+sleep 0.5 # the killed processes leave their cgroups
+for ns in "$@"; do
+	find /sys/fs/cgroup/*/"$ns" -depth -type d -exec rmdir {} + 2>/dev/null
 done
 rm -rf -- "$dir"
 rm -f -- "$state"

@@ -385,11 +385,15 @@ func (n *Node) cniConfig() string {
 // containerd's own state directory: not configurable in containerd v2.4.
 const shimSocketDir = "/run/containerd/s"
 
-// removeShimSockets removes the sockets in shimSocketDir that appeared
-// since the node started and that nothing listens on any more: those of
-// this node's killed shims (no other containerd's live shim), then the
-// shared directories if nothing else is in them.
-func (n *Node) removeShimSockets() error {
+// removeShimSockets removes the sockets of this node's killed shims (see
+// removeDeadShimSockets).
+func (n *Node) removeShimSockets() error { return removeDeadShimSockets(n.started) }
+
+// removeDeadShimSockets removes the sockets in shimSocketDir that appeared
+// since a time and that nothing listens on any more (a live shim of another
+// containerd keeps its own), then the shared directories if nothing else is
+// in them.
+func removeDeadShimSockets(since time.Time) error {
 	entries, err := os.ReadDir(shimSocketDir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -401,7 +405,7 @@ func (n *Node) removeShimSockets() error {
 	for _, e := range entries {
 		p := filepath.Join(shimSocketDir, e.Name())
 		info, err := e.Info()
-		if err != nil || info.Mode().Type() != os.ModeSocket || info.ModTime().Before(n.started) {
+		if err != nil || info.Mode().Type() != os.ModeSocket || info.ModTime().Before(since) {
 			continue
 		}
 		if c, err := net.Dial("unix", p); err == nil {
@@ -417,3 +421,29 @@ func (n *Node) removeShimSockets() error {
 	}
 	return errs
 }
+
+// Remove tears down what the real nodes of a run left when the process that
+// ran them died without stopping them: it kills every process in the
+// cgroup subtrees named after the run's network namespaces, unmounts
+// everything under the run directory and removes the subtrees and dead shim
+// sockets.
+func Remove(runDir string, netns []string) error {
+	var errs error
+	for _, ns := range netns {
+		g := cgroup{"/" + ns}
+		errs = errors.Join(errs, g.killAll())
+	}
+	if runDir != "" {
+		errs = errors.Join(errs, unmountUnder(runDir))
+	}
+	for _, ns := range netns {
+		g := cgroup{"/" + ns}
+		errs = errors.Join(errs, g.remove())
+	}
+	return errors.Join(errs, SweepShimSockets())
+}
+
+// SweepShimSockets removes every shim socket that nothing listens on: those
+// of shims killed with their node by a run that could not clean up (its
+// watchdog does not know which sockets were its own).
+func SweepShimSockets() error { return removeDeadShimSockets(time.Time{}) }
