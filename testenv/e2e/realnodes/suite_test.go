@@ -16,6 +16,7 @@ import (
 
 	"github.com/eip-project/eip/internal/lease"
 	"github.com/eip-project/eip/testenv"
+	"github.com/eip-project/eip/testenv/workload"
 )
 
 // The tests run in this order and share the installation; each leaves eip
@@ -70,14 +71,12 @@ func TestAppAnswersOnBothIPs(t *testing.T) {
 	for _, ip := range []netip.Addr{externalIP, lbIP} {
 		h := served(t, ip)
 		tr := startTraffic(t, ip)
-		if err := tr.waitAnswering(ctxFor(t, time.Minute)); err != nil {
-			t.Fatal(err)
-		}
+		must(t, tr.WaitAnswering(ctxFor(t, time.Minute)))
 		time.Sleep(time.Second)
-		s := tr.finish()
-		t.Logf("held by %s; %s; answers %v", h, s, s.pods())
-		if len(s.pods()) < 2 {
-			t.Errorf("%s: answered by %v, want several pods (kube-proxy balancing)", ip, s.pods())
+		s := tr.Finish()
+		t.Logf("held by %s; %s; answers %v", h, s, s.Pods())
+		if len(s.Pods()) < 2 {
+			t.Errorf("%s: answered by %v, want several pods (kube-proxy balancing)", ip, s.Pods())
 		}
 	}
 }
@@ -86,13 +85,11 @@ func TestAppAnswersOnBothIPs(t *testing.T) {
 // the planned-move limits on each.
 func during(t *testing.T, what string, action func()) {
 	t.Helper()
-	var trs []*traffic
+	var trs []*workload.Traffic
 	for _, ip := range []netip.Addr{externalIP, lbIP} {
 		served(t, ip)
 		tr := startTraffic(t, ip)
-		if err := tr.waitAnswering(ctxFor(t, time.Minute)); err != nil {
-			t.Fatal(err)
-		}
+		must(t, tr.WaitAnswering(ctxFor(t, time.Minute)))
 		trs = append(trs, tr)
 	}
 	began := time.Now()
@@ -103,7 +100,7 @@ func during(t *testing.T, what string, action func()) {
 	}
 	time.Sleep(500 * time.Millisecond) // the client sees the final state too
 	for _, tr := range trs {
-		tr.finish().planned(t)
+		planned(t, tr.Finish())
 	}
 }
 
@@ -204,7 +201,7 @@ func TestNodeFailure(t *testing.T) {
 	}
 	eventually(t, "the kubelet restarts eipd on "+h, 3*time.Minute, func() (bool, string) {
 		pods, err := cluster.Client().CoreV1().Pods(testenv.Namespace).List(ctx,
-			metav1.ListOptions{LabelSelector: eipdSelector, FieldSelector: "spec.nodeName=" + h})
+			metav1.ListOptions{LabelSelector: workload.EipdSelector, FieldSelector: "spec.nodeName=" + h})
 		if err != nil || len(pods.Items) != 1 {
 			return false, fmt.Sprint(err, pods)
 		}
@@ -219,10 +216,10 @@ func TestNodeFailure(t *testing.T) {
 	waitDaemonSet(t)
 	time.Sleep(2 * time.Second) // the returned node settles: it must not take the IP back twice
 	r := p.Stop()
-	for _, m := range twoMACs(r) {
+	for _, m := range workload.TwoMACs(r) {
 		t.Errorf("two MACs answered: %s", m)
 	}
-	t.Logf("%s", seen{ip: externalIP, pings: r})
+	t.Logf("%s", workload.Seen{IP: externalIP, Pings: r})
 }
 
 // Uninstall: within the grace period no external IP stays bound on any

@@ -1,0 +1,163 @@
+package workload
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"path/filepath"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/eip-project/eip/internal/lease"
+	"github.com/eip-project/eip/testenv"
+)
+
+// The web application's two IPs: ExternalIP, the Service's spec.externalIPs,
+// and an IP eip allocates for the LoadBalancer Service from LBPool.
+var (
+	ExternalIP = testenv.ServiceIP(1)
+	LBPool     = netip.MustParsePrefix("198.18.101.0/24")
+	// Ranges is the ConfigMap's ranges for them.
+	Ranges = ExternalIP.String() + "/32\n" + LBPool.String() + " name=pool auto-assign\n"
+)
+
+const (
+	// AppNamespace holds the web application.
+	AppNamespace = "default"
+	// EipdSelector selects the DaemonSet's pods (manifests/daemonset.yaml).
+	EipdSelector = "app.kubernetes.io/name=eip,app.kubernetes.io/component=eipd"
+)
+
+func kubectl(ctx context.Context, c *testenv.Cluster, args ...string) error {
+	_, err := c.Kubectl(ctx, args...)
+	return err
+}
+
+// InstallEIP runs `kubectl apply -k` on the repository's manifests/, sets
+// the ConfigMap's ranges to Ranges and waits until the DaemonSet is Ready
+// on every node.
+func InstallEIP(ctx context.Context, c *testenv.Cluster) error {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		return err
+	}
+	if err := kubectl(ctx, c, "apply", "-k", filepath.Join(root, "manifests")); err != nil {
+		return err
+	}
+	cms := c.Client().CoreV1().ConfigMaps(testenv.Namespace)
+	cm, err := cms.Get(ctx, testenv.ConfigMap, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	cm.Data["ranges"] = Ranges
+	if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		return err
+	}
+	return WaitDaemonSet(ctx, c)
+}
+
+// WaitDaemonSet waits until eipd's DaemonSet has rolled out.
+func WaitDaemonSet(ctx context.Context, c *testenv.Cluster) error {
+	return kubectl(ctx, c, "-n", testenv.Namespace, "rollout", "status", "daemonset/eipd", "--timeout=3m")
+}
+
+// DeployWeb deploys the web application with its two Services and returns
+// the LoadBalancer IP eip allocated.
+func DeployWeb(ctx context.Context, c *testenv.Cluster) (netip.Addr, error) {
+	if err := c.Apply(ctx, []byte(webApp)); err != nil {
+		return netip.Addr{}, err
+	}
+	if err := kubectl(ctx, c, "-n", AppNamespace, "rollout", "status", "deployment/web", "--timeout=3m"); err != nil {
+		return netip.Addr{}, err
+	}
+	for {
+		svc, err := c.Client().CoreV1().Services(AppNamespace).Get(ctx, "web-lb", metav1.GetOptions{})
+		if err != nil {
+			return netip.Addr{}, err
+		}
+		for _, in := range svc.Status.LoadBalancer.Ingress {
+			if a, err := netip.ParseAddr(in.IP); err == nil && LBPool.Contains(a) {
+				return a, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return netip.Addr{}, fmt.Errorf("no LoadBalancer IP for web-lb: %w", ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// webApp is the application behind eip's IPs: three pods on pod networking
+// behind a Service with an external IP and a LoadBalancer Service. The pods
+// keep serving for a few seconds after SIGTERM (web does), so that no
+// request reaches a pod that stopped listening while endpoints update.
+var webApp = `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: ` + AppNamespace + `}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      terminationGracePeriodSeconds: 15
+      topologySpreadConstraints:
+      - {maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: ScheduleAnyway, labelSelector: {matchLabels: {app: web}}}
+      containers:
+      - name: web
+        image: localhost/eip-testenv/web:1
+        ports: [{containerPort: 8080}]
+        readinessProbe: {httpGet: {path: /, port: 8080}, periodSeconds: 1}
+        env:
+        - {name: POD_NAME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}
+        - {name: NODE_NAME, valueFrom: {fieldRef: {fieldPath: spec.nodeName}}}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web-ext, namespace: ` + AppNamespace + `}
+spec:
+  selector: {app: web}
+  externalIPs: ["` + ExternalIP.String() + `"]
+  ports: [{port: 80, targetPort: 8080}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web-lb, namespace: ` + AppNamespace + `}
+spec:
+  type: LoadBalancer
+  selector: {app: web}
+  ports: [{port: 80, targetPort: 8080}]
+`
+
+// Holder is the node the IP's lock names, "" if none.
+func Holder(ctx context.Context, c *testenv.Cluster, ip netip.Addr) (string, error) {
+	l, err := c.Client().CoordinationV1().Leases(testenv.Namespace).Get(ctx, lease.NameFor(ip), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	if l.Spec.HolderIdentity == nil {
+		return "", nil
+	}
+	return *l.Spec.HolderIdentity, nil
+}
+
+// EipdPod is the name of the DaemonSet's pod on the node.
+func EipdPod(ctx context.Context, c *testenv.Cluster, node string) (string, error) {
+	pods, err := c.Client().CoreV1().Pods(testenv.Namespace).List(ctx,
+		metav1.ListOptions{LabelSelector: EipdSelector, FieldSelector: "spec.nodeName=" + node})
+	if err != nil {
+		return "", err
+	}
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil {
+			return p.Name, nil
+		}
+	}
+	return "", fmt.Errorf("no eipd pod on %s", node)
+}
