@@ -26,6 +26,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/eip-project/eip/internal/agent"
+	"github.com/eip-project/eip/internal/bgp"
 	"github.com/eip-project/eip/internal/lease"
 	"github.com/eip-project/eip/internal/metrics"
 	"github.com/eip-project/eip/internal/netif"
@@ -172,6 +173,11 @@ func run(o options) error {
 		}
 	}()
 
+	router := &bgp.Router{Speaker: bgp.New(log, nil), Filter: netif.ARPFilter{}}
+	// Deferred before the metrics server and Run: sessions close last,
+	// after the shutdown handoff withdrew every route.
+	defer router.Close()
+
 	m, err := metrics.New(metrics.Options{Clock: clk, Announced: announcer.Sent, Version: version})
 	if err != nil {
 		return err
@@ -180,7 +186,7 @@ func run(o options) error {
 		Node: o.node, Namespace: o.namespace, ConfigMap: o.configMap,
 		Client:    client,
 		Leases:    lease.NewStore(client.CoordinationV1(), o.namespace),
-		Addresser: addrs, Links: addrs, Announcer: announcer,
+		Addresser: addrs, Links: addrs, Announcer: announcer, Router: router,
 		Claims: func(ctx context.Context, iface string, out chan<- netif.Claim) error {
 			return netif.WatchClaims(ctx, log, iface, out)
 		},

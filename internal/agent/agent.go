@@ -24,7 +24,7 @@ import (
 	"github.com/eip-project/eip/internal/netif"
 )
 
-// Options wires an Agent. Every field but Metrics is required.
+// Options wires an Agent. Every field but Metrics and Router is required.
 type Options struct {
 	Node      string // this node's name, as in its Node object
 	Namespace string // where Leases and the ConfigMap live
@@ -35,7 +35,10 @@ type Options struct {
 	Addresser Addresser
 	Links     Links
 	Announcer Announcer
-	Claims    ClaimWatcher
+	// Router announces routes in route mode; nil when eipd has none, and
+	// then a range with announce=bgp binds its IPs on lo unannounced.
+	Router Router
+	Claims ClaimWatcher
 	// AddrEvents and LinkEvents come from netif.Watch.
 	AddrEvents <-chan netif.AddrEvent
 	LinkEvents <-chan netif.LinkEvent
@@ -91,6 +94,9 @@ func New(opt Options) (*Agent, error) {
 	}
 	if opt.Metrics == nil {
 		opt.Metrics = nopMetrics{}
+	}
+	if opt.Router == nil {
+		opt.Router = nopRouter{}
 	}
 	if opt.Writers <= 0 {
 		opt.Writers = 8

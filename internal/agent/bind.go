@@ -71,12 +71,18 @@ func (s *state) bind(ip netip.Addr, e ipset.Entry, why string) {
 		s.event(ip, corev1.EventTypeWarning, "BindFailed", fmt.Sprintf("bind %s on %s/%s: %v", p, s.a.opt.Node, iface, err))
 		return
 	}
-	s.bound[ip] = binding{iface: iface, prefix: p}
+	b := binding{iface: iface, prefix: p, announce: e.Binding.Announce}
 	s.lifetime.keep(ip, netif.Bound{Iface: iface, Prefix: p})
-	if err := s.a.opt.Announcer.Announce(iface, ip); err != nil {
-		log.Warn("announce", "iface", iface, "err", err)
+	if b.announce.ARP() {
+		if err := s.a.opt.Announcer.Announce(iface, ip); err != nil {
+			log.Warn("announce", "iface", iface, "err", err)
+		}
+		s.watchClaims(iface)
 	}
-	s.watchClaims(iface)
+	if b.announce.BGP() {
+		b.route = s.announceRoute(ip, e)
+	}
+	s.bound[ip] = b
 	s.a.opt.Metrics.Bound()
 	log.Info("bound", "iface", iface, "prefix", p, "reason", why)
 	s.event(ip, corev1.EventTypeNormal, "Bound", fmt.Sprintf("%s bound on %s (%s)", p, s.a.opt.Node, iface))
@@ -86,6 +92,13 @@ func (s *state) unbind(ip netip.Addr, why string) {
 	b, ok := s.bound[ip]
 	if !ok {
 		return
+	}
+	if b.announce.BGP() {
+		// Withdrawn before the address goes and before any lock write
+		// that gives the IP away, like the address itself.
+		if err := s.a.opt.Router.Withdraw(ip); err != nil {
+			s.log.Error("withdraw route", "ip", ip, "err", err)
+		}
 	}
 	s.a.opt.Announcer.Stop(ip)
 	delete(s.bound, ip)
@@ -103,7 +116,10 @@ func (s *state) rebindIfMoved(ip netip.Addr) {
 	b := s.bound[ip]
 	e := s.entries[ip]
 	iface, err := s.ifaceFor(ip, e.Binding)
-	if err != nil || (iface == b.iface && e.Binding.Prefix(ip) == b.prefix) || !s.canBind(iface) {
+	if err != nil || (iface == b.iface && e.Binding.Prefix(ip) == b.prefix && e.Binding.Announce == b.announce) || !s.canBind(iface) {
+		if err == nil {
+			s.reannounceIfChanged(ip, b, e)
+		}
 		return
 	}
 	s.unbind(ip, "configuration changed")
@@ -128,8 +144,10 @@ func (s *state) addrEvent(ev netif.AddrEvent) {
 		s.log.Error("restore address", "ip", b.prefix.Addr(), "iface", b.iface, "err", err)
 		return
 	}
-	if err := s.a.opt.Announcer.Announce(b.iface, b.prefix.Addr()); err != nil {
-		s.log.Warn("announce", "ip", b.prefix.Addr(), "iface", b.iface, "err", err)
+	if b.announce.ARP() {
+		if err := s.a.opt.Announcer.Announce(b.iface, b.prefix.Addr()); err != nil {
+			s.log.Warn("announce", "ip", b.prefix.Addr(), "iface", b.iface, "err", err)
+		}
 	}
 	s.log.Info("restored an address removed from the interface", "ip", b.prefix.Addr(), "iface", b.iface)
 }

@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/eip-project/eip/internal/bgp"
 	"github.com/eip-project/eip/internal/config"
 	"github.com/eip-project/eip/internal/ipset"
 	"github.com/eip-project/eip/internal/lease"
@@ -24,8 +25,10 @@ import (
 
 // binding is an address this node has put on an interface.
 type binding struct {
-	iface  string
-	prefix netip.Prefix
+	iface    string
+	prefix   netip.Prefix
+	announce config.Announce
+	route    bgp.Route // announced when announce.BGP()
 }
 
 // overlay is the result of our own successful write, used until the
@@ -72,6 +75,7 @@ type state struct {
 	autoIface      map[netip.Addr]string // "auto" resolved, see ifaceFor
 	fenced         bool
 	shutting       bool
+	routerErr      string // why the route-mode configuration was refused
 
 	selfEligible bool
 	// peersKnownAt: until then this node has not watched heartbeats for a
@@ -308,6 +312,9 @@ func (s *state) statusError() string {
 	if s.cfgErr != "" {
 		parts = append(parts, s.cfgErr)
 	}
+	if s.routerErr != "" {
+		parts = append(parts, s.routerErr)
+	}
 	if !s.selfEligible && s.selfReason != "" {
 		parts = append(parts, s.selfReason)
 	}
@@ -427,6 +434,9 @@ func (s *state) reconcile() {
 	if s.dirtySvc || s.dirtyNodes || changed {
 		s.computeEntries()
 		s.dirtySvc = false
+	}
+	if s.dirtyNodes || changed {
+		s.configureRouter()
 	}
 	s.dirtyNodes = false
 	s.updateEligibility()

@@ -1,0 +1,343 @@
+package bgp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/netip"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	api "github.com/osrg/gobgp/v3/api"
+	"github.com/osrg/gobgp/v3/pkg/server"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/eip-project/eip/internal/config"
+)
+
+// Route is a host route this node announces for an IP it holds.
+type Route struct {
+	IP netip.Addr
+	// MED is the MULTI_EXIT_DISC; lower wins (see MEDFor).
+	MED uint32
+	// LocalPref is sent to iBGP peers when not zero.
+	LocalPref   uint32
+	Communities []uint32
+}
+
+// Equal reports whether r and o announce the same thing.
+func (r Route) Equal(o Route) bool {
+	return r.IP == o.IP && r.MED == o.MED && r.LocalPref == o.LocalPref && slices.Equal(r.Communities, o.Communities)
+}
+
+// MEDFor is the MED of a route for an IP whose lock has changed hands moves
+// times: every change of holder lowers it by one, so the newest holder's
+// route is preferred over any stale route of an earlier holder.
+func MEDFor(moves int32) uint32 {
+	return math.MaxUint32 - uint32(max(moves, 0))
+}
+
+// Session is the state of one BGP session.
+type Session struct {
+	Peer  netip.Addr
+	ASN   uint32
+	State string // idle, connect, active, opensent, openconfirm, established
+	// Since is when the session was last established; zero when it is not.
+	Since time.Time
+	// UpdatesSent counts UPDATE messages sent on the session.
+	UpdatesSent uint64
+}
+
+// Up reports whether the session is established.
+func (s Session) Up() bool { return s.State == "established" }
+
+// Speaker is a BGP speaker. Configure, Announce and Withdraw are meant for
+// one goroutine (the agent's loop); Sessions may be called from any.
+type Speaker struct {
+	log       *slog.Logger
+	onSession func(Session)
+
+	running  bool
+	srv      *server.BgpServer
+	listed   atomic.Pointer[server.BgpServer] // srv, for Sessions
+	stopSrv  context.CancelFunc
+	asn      uint32
+	routerID netip.Addr
+	peers    map[netip.Addr]config.Peer
+	routes   map[netip.Addr]announced
+}
+
+type announced struct {
+	route Route
+	uuid  []byte // GoBGP's handle of the path, nil while stopped
+}
+
+// New returns a stopped Speaker. onSession, if not nil, is called from
+// GoBGP's goroutine whenever a session changes state.
+func New(log *slog.Logger, onSession func(Session)) *Speaker {
+	return &Speaker{
+		log: log.With("component", "bgp"), onSession: onSession,
+		peers: map[netip.Addr]config.Peer{}, routes: map[netip.Addr]announced{},
+	}
+}
+
+// Configure applies the BGP configuration in force. routerID is used when
+// the configuration names none. A change of AS number or router ID
+// restarts the speaker (sessions reset); a change of peers touches only
+// those peers. Routes announced so far stay announced.
+func (s *Speaker) Configure(b config.BGP, routerID netip.Addr) error {
+	if b.RouterID.IsValid() {
+		routerID = b.RouterID
+	}
+	if !b.Enabled() {
+		s.stop()
+		return nil
+	}
+	if !routerID.Is4() {
+		s.stop()
+		return errors.New("bgp: no router ID: set bgp-router-id, or give the Node an IPv4 address")
+	}
+	if s.running && (s.asn != b.ASN || s.routerID != routerID) {
+		s.stop()
+	}
+	if !s.running {
+		if err := s.start(b.ASN, routerID); err != nil {
+			return err
+		}
+	}
+	var errs error
+	want := map[netip.Addr]config.Peer{}
+	for _, p := range b.Peers {
+		p.Line = 0
+		want[p.Addr] = p
+	}
+	for addr, p := range s.peers {
+		if q, ok := want[addr]; !ok || q != p {
+			if err := s.srv.DeletePeer(context.Background(), &api.DeletePeerRequest{Address: addr.String()}); err != nil {
+				errs = errors.Join(errs, fmt.Errorf("bgp: remove peer %s: %w", addr, err))
+			}
+			delete(s.peers, addr)
+		}
+	}
+	for addr, p := range want {
+		if _, ok := s.peers[addr]; ok {
+			continue
+		}
+		if err := s.srv.AddPeer(context.Background(), &api.AddPeerRequest{Peer: peerOf(p)}); err != nil {
+			errs = errors.Join(errs, fmt.Errorf("bgp: add peer %s: %w", addr, err))
+			continue
+		}
+		s.peers[addr] = p
+		s.log.Info("peer added", "peer", addr, "asn", p.ASN, "port", p.Port, "holdTime", p.HoldTime)
+	}
+	return errs
+}
+
+func (s *Speaker) start(asn uint32, routerID netip.Addr) error {
+	srv := server.NewBgpServer(server.LoggerOption(logger{s.log}))
+	go srv.Serve()
+	// ListenPort -1: active only, see the package comment.
+	err := srv.StartBgp(context.Background(), &api.StartBgpRequest{Global: &api.Global{
+		Asn: asn, RouterId: routerID.String(), ListenPort: -1,
+	}})
+	if err != nil {
+		srv.Stop()
+		return fmt.Errorf("bgp: start speaker as %d with router ID %s: %w", asn, routerID, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := srv.WatchEvent(ctx, &api.WatchEventRequest{Peer: &api.WatchEventRequest_Peer{}}, s.peerEvent); err != nil {
+		cancel()
+		srv.Stop()
+		return fmt.Errorf("bgp: watch sessions: %w", err)
+	}
+	s.srv, s.stopSrv, s.running, s.asn, s.routerID = srv, cancel, true, asn, routerID
+	s.listed.Store(srv)
+	s.log.Info("speaker started", "asn", asn, "routerID", routerID)
+	for ip, a := range s.routes {
+		if err := s.add(ip, a.route); err != nil {
+			s.log.Error("announce again after restart", "ip", ip, "err", err)
+		}
+	}
+	return nil
+}
+
+func (s *Speaker) stop() {
+	if !s.running {
+		return
+	}
+	s.stopSrv()
+	if err := s.srv.StopBgp(context.Background(), &api.StopBgpRequest{}); err != nil {
+		s.log.Warn("stop speaker", "err", err)
+	}
+	s.srv.Stop()
+	s.running, s.srv = false, nil
+	s.listed.Store(nil)
+	clear(s.peers)
+	for ip, a := range s.routes {
+		s.routes[ip] = announced{route: a.route}
+	}
+	s.log.Info("speaker stopped")
+}
+
+// Close stops the speaker; its sessions close, so peers drop its routes.
+func (s *Speaker) Close() { s.stop() }
+
+// Announce announces r, or replaces what was announced for r.IP.
+func (s *Speaker) Announce(r Route) error {
+	if a, ok := s.routes[r.IP]; ok && a.route.Equal(r) && (a.uuid != nil || !s.running) {
+		return nil
+	}
+	s.routes[r.IP] = announced{route: r}
+	if !s.running {
+		return nil
+	}
+	return s.add(r.IP, r)
+}
+
+func (s *Speaker) add(ip netip.Addr, r Route) error {
+	res, err := s.srv.AddPath(context.Background(), &api.AddPathRequest{TableType: api.TableType_GLOBAL, Path: pathOf(r)})
+	if err != nil {
+		return fmt.Errorf("bgp: announce %s: %w", ip, err)
+	}
+	s.routes[ip] = announced{route: r, uuid: res.Uuid}
+	return nil
+}
+
+// Withdraw withdraws the route for ip, if one is announced. GoBGP sends the
+// withdrawal to every established peer before it handles the next request.
+func (s *Speaker) Withdraw(ip netip.Addr) error {
+	a, ok := s.routes[ip]
+	if !ok {
+		return nil
+	}
+	delete(s.routes, ip)
+	if !s.running || a.uuid == nil {
+		return nil
+	}
+	if err := s.srv.DeletePath(context.Background(), &api.DeletePathRequest{TableType: api.TableType_GLOBAL, Uuid: a.uuid}); err != nil {
+		return fmt.Errorf("bgp: withdraw %s: %w", ip, err)
+	}
+	return nil
+}
+
+// Announced is the number of routes announced.
+func (s *Speaker) Announced() int { return len(s.routes) }
+
+// Sessions lists the sessions, sorted by peer address. It is safe to call
+// from any goroutine while the owner configures the speaker.
+func (s *Speaker) Sessions() []Session {
+	srv := s.listed.Load()
+	if srv == nil {
+		return nil
+	}
+	var out []Session
+	_ = srv.ListPeer(context.Background(), &api.ListPeerRequest{}, func(p *api.Peer) {
+		out = append(out, s.sessionOf(p))
+	})
+	slices.SortFunc(out, func(a, b Session) int { return a.Peer.Compare(b.Peer) })
+	return out
+}
+
+func (s *Speaker) peerEvent(r *api.WatchEventResponse) {
+	pe := r.GetPeer()
+	if pe == nil || pe.Type != api.WatchEventResponse_PeerEvent_STATE || pe.Peer == nil {
+		return
+	}
+	sess := s.sessionOf(pe.Peer)
+	s.log.Info("session state", "peer", sess.Peer, "state", sess.State)
+	if s.onSession != nil {
+		s.onSession(sess)
+	}
+}
+
+func (s *Speaker) sessionOf(p *api.Peer) Session {
+	addr, _ := netip.ParseAddr(p.GetState().GetNeighborAddress())
+	if !addr.IsValid() {
+		addr, _ = netip.ParseAddr(p.GetConf().GetNeighborAddress())
+	}
+	sess := Session{Peer: addr, ASN: p.GetConf().GetPeerAsn(), State: stateName(p.GetState().GetSessionState())}
+	if sess.Up() {
+		if u := p.GetTimers().GetState().GetUptime(); u != nil {
+			sess.Since = u.AsTime()
+		}
+	}
+	sess.UpdatesSent = p.GetState().GetMessages().GetSent().GetUpdate()
+	return sess
+}
+
+func stateName(st api.PeerState_SessionState) string {
+	switch st {
+	case api.PeerState_IDLE, api.PeerState_UNKNOWN:
+		return "idle"
+	case api.PeerState_CONNECT:
+		return "connect"
+	case api.PeerState_ACTIVE:
+		return "active"
+	case api.PeerState_OPENSENT:
+		return "opensent"
+	case api.PeerState_OPENCONFIRM:
+		return "openconfirm"
+	case api.PeerState_ESTABLISHED:
+		return "established"
+	}
+	return st.String()
+}
+
+// peerOf is GoBGP's peer configuration for p: one address family, that of
+// the peer's address.
+func peerOf(p config.Peer) *api.Peer {
+	family := &api.Family{Afi: api.Family_AFI_IP, Safi: api.Family_SAFI_UNICAST}
+	if p.Addr.Is6() {
+		family.Afi = api.Family_AFI_IP6
+	}
+	hold := uint64(p.HoldTime / time.Second)
+	peer := &api.Peer{
+		Conf: &api.PeerConf{NeighborAddress: p.Addr.String(), PeerAsn: p.ASN, AuthPassword: p.Password},
+		Timers: &api.Timers{Config: &api.TimersConfig{
+			HoldTime: hold, KeepaliveInterval: max(hold/3, 1), ConnectRetry: 5,
+		}},
+		Transport: &api.Transport{RemotePort: uint32(p.Port)},
+		AfiSafis:  []*api.AfiSafi{{Config: &api.AfiSafiConfig{Family: family, Enabled: true}}},
+	}
+	if p.Source.IsValid() {
+		peer.Transport.LocalAddress = p.Source.String()
+	}
+	return peer
+}
+
+// pathOf is the GoBGP path announcing r with this node as next hop: an
+// unspecified next hop, which GoBGP replaces with the session's local
+// address.
+func pathOf(r Route) *api.Path {
+	bits, family, nextHop := 32, &api.Family{Afi: api.Family_AFI_IP, Safi: api.Family_SAFI_UNICAST}, "0.0.0.0"
+	if r.IP.Is6() {
+		bits, family.Afi, nextHop = 128, api.Family_AFI_IP6, "::"
+	}
+	nlri := mustAny(&api.IPAddressPrefix{PrefixLen: uint32(bits), Prefix: r.IP.String()})
+	attrs := []*anypb.Any{
+		mustAny(&api.OriginAttribute{Origin: 0}), // IGP
+		mustAny(&api.MultiExitDiscAttribute{Med: r.MED}),
+	}
+	if r.IP.Is4() {
+		attrs = append(attrs, mustAny(&api.NextHopAttribute{NextHop: nextHop}))
+	} else {
+		attrs = append(attrs, mustAny(&api.MpReachNLRIAttribute{Family: family, NextHops: []string{nextHop}, Nlris: []*anypb.Any{nlri}}))
+	}
+	if r.LocalPref != 0 {
+		attrs = append(attrs, mustAny(&api.LocalPrefAttribute{LocalPref: r.LocalPref}))
+	}
+	if len(r.Communities) > 0 {
+		attrs = append(attrs, mustAny(&api.CommunitiesAttribute{Communities: r.Communities}))
+	}
+	return &api.Path{Family: family, Nlri: nlri, Pattrs: attrs}
+}
+
+// mustAny wraps a GoBGP message; it fails only for a nil message.
+func mustAny(m proto.Message) *anypb.Any {
+	a, _ := anypb.New(m)
+	return a
+}
