@@ -63,6 +63,9 @@ type Options struct {
 	StartTimeout time.Duration
 	// Logger receives progress; default discards it.
 	Logger *slog.Logger
+	// Router adds a BGP router running BIRD 2 and a routed client behind
+	// it (see Router).
+	Router bool
 }
 
 const (
@@ -103,6 +106,8 @@ type Cluster struct {
 	cp    *endpoint
 	cl    *endpoint
 	nodes []*endpoint
+	rt    *endpoint  // the router, with Options.Router
+	rcl   *namespace // the routed client, with Options.Router
 	pki   *pki
 
 	admin  *rest.Config
@@ -111,6 +116,7 @@ type Cluster struct {
 	mu        sync.Mutex
 	etcd      *process
 	apiserver *process
+	bird      *process
 	daemons   map[string]*process
 	probes    map[*Probe]struct{}
 	delays    map[string]*delayLine
@@ -286,6 +292,9 @@ func (c *Cluster) buildLAN(ctx context.Context) error {
 			return err
 		}
 	}
+	if c.opts.Router {
+		return c.buildRouter(ctx)
+	}
 	return nil
 }
 
@@ -383,6 +392,14 @@ func (c *Cluster) endpoint(name string) (*endpoint, error) {
 		return c.cp, nil
 	case Client:
 		return c.cl, nil
+	case Router:
+		if c.rt != nil {
+			return c.rt, nil
+		}
+	case RoutedClient:
+		if c.rcl != nil {
+			return &endpoint{name: RoutedClient, ns: c.rcl}, nil
+		}
 	}
 	return c.nodeEndpoint(name)
 }
@@ -405,7 +422,7 @@ func (c *Cluster) Close() error {
 		c.probes = map[*Probe]struct{}{}
 		delays := c.delays
 		c.delays = map[string]*delayLine{}
-		procs := []*process{c.apiserver, c.etcd}
+		procs := []*process{c.apiserver, c.etcd, c.bird}
 		for _, p := range c.daemons {
 			procs = append(procs, p)
 		}
@@ -457,10 +474,13 @@ func (c *Cluster) namespaces() []*namespace {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var all []*namespace
-	for _, e := range append([]*endpoint{c.cp, c.cl}, c.nodes...) {
+	for _, e := range append([]*endpoint{c.cp, c.cl, c.rt}, c.nodes...) {
 		if e != nil && e.ns != nil {
 			all = append(all, e.ns)
 		}
+	}
+	if c.rcl != nil {
+		all = append(all, c.rcl)
 	}
 	if c.lan != nil {
 		all = append(all, c.lan)

@@ -44,9 +44,23 @@ type Probe struct {
 	sends []time.Time // by sequence number
 }
 
-// Probe starts pinging target every interval (DefaultProbeInterval if 0)
-// until Stop, or until the cluster closes.
+// Probe starts pinging target from the client every interval
+// (DefaultProbeInterval if 0) until Stop, or until the cluster closes.
 func (c *Cluster) Probe(target netip.Addr, interval time.Duration) (*Probe, error) {
+	return c.probeFrom(c.cl.ns, target, interval)
+}
+
+// RoutedProbe is Probe from the routed client (Options.Router): its
+// replies all come from the router's MAC, so it measures reachability and
+// gaps, not which node answered.
+func (c *Cluster) RoutedProbe(target netip.Addr, interval time.Duration) (*Probe, error) {
+	if c.rcl == nil {
+		return nil, fmt.Errorf("probe %s: cluster %s has no router (Options.Router)", target, c.id)
+	}
+	return c.probeFrom(c.rcl, target, interval)
+}
+
+func (c *Cluster) probeFrom(ns *namespace, target netip.Addr, interval time.Duration) (*Probe, error) {
 	if interval <= 0 {
 		interval = DefaultProbeInterval
 	}
@@ -61,7 +75,7 @@ func (c *Cluster) Probe(target netip.Addr, interval time.Duration) (*Probe, erro
 		recvDone: make(chan struct{}),
 		res:      ProbeResult{Target: target, Interval: interval},
 	}
-	if err := c.cl.ns.do(p.open); err != nil {
+	if err := ns.do(p.open); err != nil {
 		return nil, fmt.Errorf("probe %s: %w", target, err)
 	}
 	c.mu.Lock()

@@ -52,6 +52,9 @@ func (c *Cluster) plannedNamespaces() []string {
 	for i := 1; i <= c.opts.Nodes; i++ {
 		names = append(names, c.nsName(fmt.Sprintf("n%d", i)))
 	}
+	if c.opts.Router {
+		names = append(names, c.nsName("rt"), c.nsName("rcl"))
+	}
 	return names
 }
 

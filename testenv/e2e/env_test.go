@@ -186,25 +186,29 @@ func (e *env) nodeOfMAC(mac net.HardwareAddr) string {
 	return "unknown MAC " + mac.String()
 }
 
-// testAddrs lists the test-range addresses bound on node (eth0 and eip0).
+// testAddrs lists the test-range addresses bound on node (eth0, eip0, and
+// lo where route mode puts them).
 func (e *env) testAddrs(node string) []netip.Prefix {
 	e.t.Helper()
 	var out []netip.Prefix
 	all, err := cluster.NodeAddrs(node)
 	e.must(err)
 	out = append(out, inTestRanges(all)...)
-	if b, err := cluster.Exec(e.ctx, node, "ip", "-o", "addr", "show", "dev", "eip0"); err == nil {
-		out = append(out, inTestRanges(parseIPAddr(string(b)))...)
+	for _, dev := range []string{"eip0", "lo"} {
+		if b, err := cluster.Exec(e.ctx, node, "ip", "-o", "addr", "show", "dev", dev); err == nil {
+			out = append(out, inTestRanges(parseIPAddr(string(b)))...)
+		}
 	}
 	return out
 }
 
 func inTestRanges(all []netip.Prefix) []netip.Prefix {
 	v4 := netip.MustParsePrefix("198.18.100.0/22")
+	routed := netip.MustParsePrefix("198.19.100.0/24")
 	v6 := netip.MustParsePrefix("2001:db8::100:0/112")
 	var out []netip.Prefix
 	for _, p := range all {
-		if v4.Contains(p.Addr()) || v6.Contains(p.Addr()) {
+		if v4.Contains(p.Addr()) || routed.Contains(p.Addr()) || v6.Contains(p.Addr()) {
 			out = append(out, p)
 		}
 	}

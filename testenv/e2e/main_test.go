@@ -27,7 +27,7 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	ctx := context.Background()
-	c, err := testenv.Start(ctx, testenv.Options{Nodes: 3, Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	c, err := testenv.Start(ctx, testenv.Options{Nodes: 3, Router: true, Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: start cluster:", err)
 		os.Exit(1)

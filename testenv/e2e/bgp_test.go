@@ -1,0 +1,272 @@
+package e2e
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+	coordinationv1 "k8s.io/api/coordination/v1"
+
+	"github.com/eip-project/eip/internal/lease"
+	"github.com/eip-project/eip/testenv"
+)
+
+// routeConfig has one ARP range and one route-mode range, and the router
+// as every node's BGP peer.
+func routeConfig() map[string]string {
+	rt, _ := testenv.RouterAddr()
+	return map[string]string{
+		"ranges":    "198.18.100.0/24\n198.19.100.0/24 announce=bgp",
+		"bgp-asn":   strconv.Itoa(testenv.NodeASN),
+		"bgp-peers": fmt.Sprintf("%s asn=%d", rt, testenv.RouterASN),
+	}
+}
+
+// newRouteEnv is newEnv with routeConfig, returning once every node's BGP
+// session with the router is established: until then a node's
+// announcements cannot reach the router.
+func newRouteEnv(t *testing.T) *env {
+	e := newEnv(t, routeConfig())
+	e.eventually("every node peered with the router", func() (bool, string) {
+		states, err := cluster.BGPSessions(e.ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, n := range e.nodes {
+			if states[n] != "Established" {
+				return false, fmt.Sprint(states)
+			}
+		}
+		return true, ""
+	})
+	return e
+}
+
+// routed waits until ip is held, on lo of its holder alone, and the router
+// has exactly one best path for it: from the holder, via the holder's
+// address. It returns the holder.
+func (e *env) routed(ip netip.Addr) string {
+	e.t.Helper()
+	var holder string
+	e.eventually(ip.String()+" routed to its holder alone", func() (bool, string) {
+		holder = e.holder(ip)
+		if holder == "" {
+			return false, "no holder"
+		}
+		if on := e.boundOn(ip); len(on) != 1 || on[0] != holder {
+			return false, fmt.Sprintf("holder %s, bound on %v", holder, on)
+		}
+		if msg := e.bestPathAt(ip, holder); msg != "" {
+			return false, msg
+		}
+		return true, ""
+	})
+	return holder
+}
+
+// routedAway waits until another node than old holds ip, then as routed.
+func (e *env) routedAway(ip netip.Addr, old string) string {
+	e.t.Helper()
+	e.eventually(ip.String()+" held by another node than "+old, func() (bool, string) {
+		h := e.holder(ip)
+		return h != "" && h != old, "holder " + h
+	})
+	return e.routed(ip)
+}
+
+// bestPathAt says what is wrong with the router's paths for ip, if its one
+// best path is not node's.
+func (e *env) bestPathAt(ip netip.Addr, node string) string {
+	paths, err := cluster.BGPPaths(e.ctx, ip)
+	if err != nil {
+		return err.Error()
+	}
+	n, err := cluster.Node(node)
+	e.must(err)
+	var best []testenv.BGPPath
+	for _, p := range paths {
+		if p.Best {
+			best = append(best, p)
+		}
+	}
+	if len(best) != 1 || best[0].Node != node || best[0].Via != n.IPv4 {
+		return fmt.Sprintf("holder %s (%s), router's paths %+v", node, n.IPv4, paths)
+	}
+	return ""
+}
+
+// routedReplies waits until the routed client's probe is answered.
+func (e *env) routedReplies(p *testenv.Probe, since time.Time) {
+	e.t.Helper()
+	e.eventually("routed client answered", func() (bool, string) {
+		r := p.Result()
+		if len(r.Replies) == 0 {
+			return false, "no reply yet"
+		}
+		last := r.Replies[len(r.Replies)-1].At
+		return last.After(since) && time.Since(last) < time.Second, fmt.Sprintf("last reply at %s", last.Format(time.StampMilli))
+	})
+}
+
+func (e *env) routedProbe(ip netip.Addr) *testenv.Probe {
+	e.t.Helper()
+	p, err := cluster.RoutedProbe(ip, 0)
+	e.must(err)
+	e.t.Cleanup(func() { p.Stop() })
+	return p
+}
+
+// firstReplyAfter is how long after t the probe was first answered.
+func firstReplyAfter(r testenv.ProbeResult, t time.Time) time.Duration {
+	for _, rep := range r.Replies {
+		if rep.At.After(t) {
+			return rep.At.Sub(t)
+		}
+	}
+	return -1
+}
+
+// Route mode: the routed client reaches each IP through the router, whose
+// one best path is the holder's; the IP lives on the holder's lo, and no
+// node answers ARP for it on the LAN, while the ARP range beside it works
+// as before.
+func TestRouteModeServesThroughRouterOnly(t *testing.T) {
+	e := newRouteEnv(t)
+	ips := []netip.Addr{testenv.RoutedServiceIP(10), testenv.RoutedServiceIP(11), testenv.RoutedServiceIP(12)}
+	e.service("routed", ips...)
+	lan := testenv.ServiceIP(10)
+	e.service("lan", lan)
+	e.served(lan)
+	for _, ip := range ips {
+		holder := e.routed(ip)
+		out, err := cluster.Exec(e.ctx, holder, "ip", "-o", "addr", "show", "dev", "lo")
+		e.must(err)
+		assert.Assert(t, strings.Contains(string(out), ip.String()+"/32"), "%s not on lo of %s: %s", ip, holder, out)
+
+		p := e.routedProbe(ip)
+		e.routedReplies(p, time.Now())
+		p.Stop()
+
+		macs, err := cluster.WhoAnswers(ip)
+		e.must(err)
+		assert.Equal(t, len(macs), 0, "a node answered ARP for %s, a route-mode IP: %v", ip, macs)
+	}
+}
+
+// birdLogLines returns the router's log lines about ip's host route.
+func birdLogLines(t *testing.T, ip netip.Addr) []string {
+	b, err := os.ReadFile(filepath.Join(cluster.Dir(), "bird.log"))
+	assert.NilError(t, err)
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, " "+ip.String()+"/32") && (strings.Contains(l, " added ") || strings.Contains(l, " removed ") || strings.Contains(l, " replaced ")) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// withdrawnBeforeAnnounced checks, in the router's log, that old's route
+// for ip was withdrawn before next's was announced: drop before release.
+func (e *env) withdrawnBeforeAnnounced(ip netip.Addr, from int, old, next string) {
+	e.t.Helper()
+	var lines []string
+	e.eventually("the router logged both", func() (bool, string) {
+		lines = birdLogLines(e.t, ip)[from:]
+		return len(lines) >= 2, strings.Join(lines, "\n")
+	})
+	oldProto, nextProto := strings.ReplaceAll(old, "-", "_")+".", strings.ReplaceAll(next, "-", "_")+"."
+	removed, added := -1, -1
+	for i, l := range lines {
+		if removed < 0 && strings.Contains(l, oldProto) && strings.Contains(l, " removed ") {
+			removed = i
+		}
+		if added < 0 && strings.Contains(l, nextProto) && strings.Contains(l, " added ") {
+			added = i
+		}
+	}
+	assert.Assert(e.t, removed >= 0 && added > removed, "withdrawal by %s not before the announcement by %s:\n%s", old, next, strings.Join(lines, "\n"))
+}
+
+// kubectl eip move in route mode: the old holder withdraws, then the new
+// one announces; the routed client's gap is logged.
+func TestRouteModeMove(t *testing.T) {
+	e := newRouteEnv(t)
+	var target string
+	old, next, r := e.routedHandover(testenv.RoutedServiceIP(20), func(ip netip.Addr, old string) {
+		target = e.other(old)
+		e.editLock(ip, func(l *coordinationv1.Lease) { l.Annotations[lease.AnnotationMoveTo] = target })
+	})
+	assert.Equal(t, next, target)
+	t.Logf("move %s -> %s through the router: %d sent, %d lost, longest gap %s", old, next, r.Sent, r.Lost(), r.LongestGap().Duration())
+}
+
+// SIGTERM hands off; the route is withdrawn before the handoff.
+func TestRouteModeGracefulStopWithdrawsFirst(t *testing.T) {
+	e := newRouteEnv(t)
+	old, next, r := e.routedHandover(testenv.RoutedServiceIP(30), func(_ netip.Addr, old string) {
+		e.must(cluster.StopDaemon(old, syscall.SIGTERM))
+	})
+	t.Logf("SIGTERM of %s, %s took over: longest gap %s", old, next, r.LongestGap().Duration())
+}
+
+// routedHandover routes ip, has handOver give it away from its holder while
+// the routed client pings it, and checks that the router saw the old
+// holder's withdrawal before the new holder's announcement.
+func (e *env) routedHandover(ip netip.Addr, handOver func(ip netip.Addr, old string)) (old, next string, r testenv.ProbeResult) {
+	e.t.Helper()
+	e.service("routed", ip)
+	old = e.routed(ip)
+	p := e.routedProbe(ip)
+	e.routedReplies(p, time.Now())
+	logged := len(birdLogLines(e.t, ip))
+	handOver(ip, old)
+	next = e.routedAway(ip, old)
+	e.routedReplies(p, time.Now())
+	r = p.Stop()
+	e.withdrawnBeforeAnnounced(ip, logged, old, next)
+	return old, next, r
+}
+
+// The holder is killed and its link cut, so its BGP session, and its
+// route, linger at the router until the 90 s hold timer. The survivor's
+// route wins at once anyway (lower MED), long before that.
+func TestRouteModeFailoverBeatsHoldTimer(t *testing.T) {
+	e := newRouteEnv(t)
+	ip := testenv.RoutedServiceIP(40)
+	e.service("routed", ip)
+	old := e.routed(ip)
+	p := e.routedProbe(ip)
+	e.routedReplies(p, time.Now())
+
+	e.must(cluster.CutLink(e.ctx, old))
+	t.Cleanup(func() {
+		_ = cluster.RestoreLink(e.ctx, old)
+		// The router would keep the dead session until its hold timer;
+		// later tests need the node's next eipd to peer at once.
+		_, _ = cluster.Birdc(e.ctx, "restart", strings.ReplaceAll(old, "-", "_"))
+	})
+	e.must(cluster.StopDaemon(old, syscall.SIGKILL))
+	killed := time.Now()
+	next := e.routedAway(ip, old)
+	e.routedReplies(p, killed)
+	r := p.Stop()
+	took := firstReplyAfter(r, killed)
+
+	paths, err := cluster.BGPPaths(e.ctx, ip)
+	e.must(err)
+	stale := false
+	for _, p := range paths {
+		stale = stale || (p.Node == old && !p.Best)
+	}
+	assert.Assert(t, stale, "the dead holder's route should still linger at the router (hold timer %s): %+v", testenv.RouterHoldTime, paths)
+	t.Logf("SIGKILL + link cut of %s: the routed client was answered again %s after the kill (via %s); the router's hold timer is %s; paths %+v",
+		old, took, next, testenv.RouterHoldTime, paths)
+}
