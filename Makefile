@@ -27,14 +27,21 @@ build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/eipd ./daemon
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/kubectl-eip ./kubectl-eip
 
-## install: put kubectl-eip (and eipd) on PATH, so `kubectl eip` works
+## install: put kubectl-eip (and eipd) on PATH, so `kubectl eip` works;
+## kubectl_complete-eip makes `kubectl eip <TAB>` complete
 install: build
 	install -m 0755 $(BIN)/kubectl-eip $(PREFIX)/bin/kubectl-eip
+	install -m 0755 kubectl-eip/kubectl_complete-eip $(PREFIX)/bin/kubectl_complete-eip
 	install -m 0755 $(BIN)/eipd $(PREFIX)/bin/eipd
+
+## release: kubectl-eip archives for linux/darwin x amd64/arm64 and the krew
+## manifest bin/release/eip.yaml with their sha256 sums (VERSION=v0.1.0)
+release:
+	VERSION=$(VERSION) scripts/release.sh
 
 ## lint: gofmt and go vet must be clean
 lint:
-	@out=$$(gofmt -l daemon docs kubectl-eip internal manifests scripts testenv); \
+	@out=$$(gofmt -l charts daemon docs kubectl-eip internal manifests scripts testenv); \
 		if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
@@ -47,7 +54,7 @@ test: prereqs lint build
 	scripts/test.sh
 
 test-unit:
-	$(GO) test -count=1 ./internal/... ./daemon/... ./kubectl-eip/... ./manifests/... ./scripts/... ./docs/...
+	$(GO) test -count=1 ./internal/... ./daemon/... ./kubectl-eip/... ./manifests/... ./charts/... ./scripts/... ./docs/...
 
 test-e2e: prereqs build
 	scripts/test.sh e2e

@@ -335,7 +335,7 @@ func (r *readme) makeInstall(t *testing.T, line string) {
 	prefix := filepath.Join(r.tmp, "prefix")
 	assert.NilError(t, os.MkdirAll(filepath.Join(prefix, "bin"), 0o755))
 	r.host(t, 10*time.Minute, line+" PREFIX="+prefix)
-	for _, bin := range []string{"kubectl-eip", "eipd"} {
+	for _, bin := range []string{"kubectl-eip", "kubectl_complete-eip", "eipd"} {
 		st, err := os.Stat(filepath.Join(prefix, "bin", bin))
 		assert.NilError(t, err)
 		assert.Check(t, st.Mode()&0o111 != 0, "%s is not executable", bin)
