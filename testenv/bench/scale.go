@@ -216,7 +216,9 @@ func (e *env) scale(ctx context.Context, run scaleRun) (ScaleResult, error) {
 // coldStart counts the benchmark addresses on every node until each IP is
 // bound on exactly one.
 func (e *env) coldStart(ctx context.Context, t0 time.Time, res *ScaleResult) error {
-	limit := max(deadline, time.Duration(res.IPs)*120*time.Millisecond)
+	// Every eipd of the test bed shares this machine's cores: fifty of
+	// them need more time than three.
+	limit := max(deadline, time.Duration(res.IPs)*120*time.Millisecond*time.Duration(max(1, len(e.nodes)/3)))
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	tick := time.NewTicker(progressEvery)
