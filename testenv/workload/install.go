@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -12,6 +15,7 @@ import (
 
 	"github.com/eip-project/eip/internal/lease"
 	"github.com/eip-project/eip/testenv"
+	"github.com/eip-project/eip/testenv/realnode"
 )
 
 // The web application's two IPs: ExternalIP, the Service's spec.externalIPs,
@@ -160,4 +164,30 @@ func EipdPod(ctx context.Context, c *testenv.Cluster, node string) (string, erro
 		}
 	}
 	return "", fmt.Errorf("no eipd pod on %s", node)
+}
+
+// ImageName is eipd's image name in manifests/ (kustomization.yaml sets
+// tag dev).
+const ImageName = "ghcr.io/eip-project/eipd"
+
+// EipdImage builds eipd's image the way `make image` does (scripts/image.sh)
+// for this machine's platform, tagged version, into dir. With dev set it is
+// also named ImageName:dev, as pushing it under the manifests' name would.
+func EipdImage(ctx context.Context, dir, version string, dev bool) (realnode.Image, error) {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		return realnode.Image{}, err
+	}
+	out := filepath.Join(dir, "eipd-"+version+".tar")
+	cmd := exec.CommandContext(ctx, filepath.Join(root, "scripts", "image.sh"))
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "VERSION="+version, "PLATFORMS=linux/"+runtime.GOARCH, "OUT="+out, "IMAGE="+ImageName)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return realnode.Image{}, fmt.Errorf("scripts/image.sh: %w: %s", err, b)
+	}
+	img := realnode.Image{Archive: out, Ref: ImageName + ":" + version}
+	if dev {
+		img.Tags = []string{ImageName + ":dev"}
+	}
+	return img, nil
 }

@@ -12,20 +12,16 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"testing"
 
 	"github.com/eip-project/eip/testenv"
-	"github.com/eip-project/eip/testenv/realnode"
+	"github.com/eip-project/eip/testenv/workload"
 )
 
-// The image name in manifests/ (kustomization.yaml sets tag dev), and the
-// two builds the suite imports: the first under the manifests' name too,
-// the second for `kubectl set image`.
+// The two builds of eipd's image the suite imports: the first also under
+// the manifests' name, the second for `kubectl set image`.
 const (
-	imageName = "ghcr.io/eip-project/eipd"
+	imageName = workload.ImageName
 	version1  = "e2e-1"
 	version2  = "e2e-2"
 )
@@ -48,11 +44,6 @@ func run(m *testing.M) int {
 		fmt.Println("realnodes: skipped:", err)
 		return 0
 	}
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "realnodes:", err)
-		return 1
-	}
 	dir, err := os.MkdirTemp("", "eip-realnodes-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "realnodes:", err)
@@ -60,7 +51,7 @@ func run(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	for _, v := range []string{version1, version2} {
-		img, err := makeImage(root, dir, v)
+		img, err := workload.EipdImage(context.Background(), dir, v, v == version1)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "realnodes:", err)
 			return 1
@@ -84,22 +75,4 @@ func run(m *testing.M) int {
 		code = 1
 	}
 	return code
-}
-
-// makeImage builds eipd's image the way `make image` does (scripts/image.sh),
-// for this machine's platform only. The first build is also tagged with the
-// manifests' image, as pushing it under that name would.
-func makeImage(root, dir, version string) (realnode.Image, error) {
-	out := filepath.Join(dir, "eipd-"+version+".tar")
-	cmd := exec.Command(filepath.Join(root, "scripts", "image.sh"))
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "VERSION="+version, "PLATFORMS=linux/"+runtime.GOARCH, "OUT="+out, "IMAGE="+imageName)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return realnode.Image{}, fmt.Errorf("scripts/image.sh: %w: %s", err, b)
-	}
-	img := realnode.Image{Archive: out, Ref: imageName + ":" + version}
-	if version == version1 {
-		img.Tags = []string{imageName + ":dev"}
-	}
-	return img, nil
 }
