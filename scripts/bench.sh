@@ -12,6 +12,8 @@ export GOFLAGS=${GOFLAGS:--mod=mod}
 echo "== test cluster binaries" >&2
 EIP_K8S_BIN=$(scripts/build-k8s.sh | tail -n1)
 export EIP_K8S_BIN EIPD_BIN="$root/bin/eipd" KUBECTL_EIP_BIN="$root/bin/kubectl-eip"
+# The realnodes scenario's kubelet nodes (testenv finds them itself).
+for tool in kubelet containerd cni; do scripts/build-tool.sh "$tool" >/dev/null; done
 for bin in "$EIPD_BIN" "$KUBECTL_EIP_BIN"; do
 	[[ -x "$bin" ]] || { echo "bench: $bin missing: run make build" >&2; exit 1; }
 done

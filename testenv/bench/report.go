@@ -169,7 +169,7 @@ func (r *Report) figures() []Figure {
 	for _, res := range r.ByNodes {
 		figs = append(figs, nodesFigures(res)...)
 	}
-	return figs
+	return append(figs, realNodeFigures(r.RealNodes)...)
 }
 
 // massFailoverFigures are the rows of one mass failover, if it ran.

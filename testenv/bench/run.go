@@ -22,11 +22,14 @@ const (
 	ScenarioLoad     = "load"
 	ScenarioScale    = "scale"
 	ScenarioNodes    = "nodes"
+	// ScenarioRealNodes runs on a cluster of its own: real kubelet nodes
+	// with eip installed from manifests/.
+	ScenarioRealNodes = "realnodes"
 )
 
 // Scenarios lists every scenario in the order Run runs them.
 func Scenarios() []string {
-	return []string{ScenarioFailover, ScenarioMove, ScenarioBind, ScenarioLoad, ScenarioScale, ScenarioNodes}
+	return []string{ScenarioFailover, ScenarioMove, ScenarioBind, ScenarioLoad, ScenarioScale, ScenarioNodes, ScenarioRealNodes}
 }
 
 // Options configure Run.
@@ -47,6 +50,9 @@ type Options struct {
 	// cold start and whose daemons' memory and CPU are measured (default
 	// 1000). Each counts toward requests per IP count.
 	LoadIPs, ScaleIPs []int
+	// RealNodeReps is the number of rollout restarts and of holder pod
+	// deletions on real nodes (default 5).
+	RealNodeReps int
 	// NodeCounts are the numbers of nodes the nodes scenario runs eipd on
 	// (default 10, 25, 50), each with NodeIPs IPs (default 1000).
 	NodeCounts []int
@@ -77,6 +83,9 @@ func (o *Options) setDefaults() {
 		if *v <= 0 {
 			*v = 20
 		}
+	}
+	if o.RealNodeReps <= 0 {
+		o.RealNodeReps = 5
 	}
 	if o.LoadIPs == nil {
 		o.LoadIPs = []int{10, 100}
@@ -116,6 +125,8 @@ type Report struct {
 	Scale      []ScaleResult `json:"scale,omitempty"`
 	// ByNodes are the nodes scenario's runs, one per node count.
 	ByNodes []ScaleResult `json:"byNodes,omitempty"`
+	// RealNodes are the realnodes scenario's samples.
+	RealNodes []RealNodeSample `json:"realNodes,omitempty"`
 	// MoveMethod says how moves were requested; PluginNote why the plugin
 	// was not used.
 	MoveMethod string   `json:"moveMethod,omitempty"`
@@ -199,6 +210,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 					fail(fmt.Sprintf("scale %d IPs%s", n, res.quotaText()), err)
 				}
 			}
+		case ScenarioRealNodes:
+			s, err := realNodeGaps(ctx, o.Log, o.RealNodeReps)
+			r.RealNodes = s
+			fail("real nodes", err)
 		case ScenarioNodes:
 			for _, k := range o.NodeCounts {
 				res, err := e.onNodes(k).scale(ctx, scaleRun{ips: o.NodeIPs, window: o.Window, settle: o.Settle, massFailover: true})

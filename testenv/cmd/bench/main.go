@@ -5,7 +5,7 @@
 // scripts/build-k8s.sh (see scripts/bench.sh, which `make bench` runs).
 //
 //	bench [-out DIR] [-quick] [-only failover,move,bind,load,scale,nodes]
-//	      [-reps N] [-scale 1000,10000] [-load 10,100] [-nodes 10,25,50]
+//	      [-reps N] [-real-reps N] [-scale 1000,10000] [-load 10,100] [-nodes 10,25,50]
 //	      [-node-ips 1000] [-window 30s] [-profile]
 package main
 
@@ -42,6 +42,7 @@ func run(args []string) error {
 	reps := fs.Int("reps", 20, "failovers per fault and lease duration")
 	moveReps := fs.Int("move-reps", 20, "planned moves, and graceful shutdowns")
 	bindReps := fs.Int("bind-reps", 20, "Services created for the bind latency")
+	realReps := fs.Int("real-reps", 5, "rollout restarts, and holder pod deletions, on real nodes")
 	load := fs.String("load", "10,100", "IP counts whose steady-state Lease requests are measured")
 	scale := fs.String("scale", "1000", "IP counts timed from a cold start, with memory and CPU, and a mass failover")
 	nodes := fs.String("nodes", "10,25,50", "node counts of the nodes scenario")
@@ -60,6 +61,7 @@ func run(args []string) error {
 	}
 	if *quick {
 		*reps, *moveReps, *bindReps, *window, *settle = 5, 5, 5, 10*time.Second, 3*time.Second
+		*realReps = 2
 	}
 	loadIPs, err := ints(*load)
 	if err != nil {
@@ -107,7 +109,7 @@ func run(args []string) error {
 	eipdArgs := []string{"-v=0"}
 	o := bench.Options{
 		Cluster: c, Log: log, Only: strings.Split(*only, ","),
-		Reps: *reps, MoveReps: *moveReps, BindReps: *bindReps,
+		Reps: *reps, MoveReps: *moveReps, BindReps: *bindReps, RealNodeReps: *realReps,
 		LoadIPs: loadIPs, ScaleIPs: scaleIPs, NodeCounts: nodeCounts, NodeIPs: *nodeIPs, Window: *window, Settle: *settle, StarvedQuota: *starve,
 		KubectlEip: os.Getenv("KUBECTL_EIP_BIN"),
 	}
