@@ -46,6 +46,8 @@ type Announcer struct {
 // packets left.
 type sender interface {
 	send(iface string, ip netip.Addr) (int, error)
+	// probe sends one probe for ip (probeFrame).
+	probe(iface string, ip netip.Addr) error
 	close()
 }
 
@@ -104,6 +106,17 @@ func (a *Announcer) Announce(iface string, ip netip.Addr) error {
 	if err != nil {
 		return fmt.Errorf("announce %s on %s: %w", ip, iface, err)
 	}
+	return nil
+}
+
+// Probe asks the LAN once whether anyone holds ip, without claiming it (an
+// ARP probe, or a duplicate address detection NS). Answers come as claims
+// to WatchClaims on iface, which must be running already.
+func (a *Announcer) Probe(iface string, ip netip.Addr) error {
+	if err := a.out.probe(iface, ip.Unmap()); err != nil {
+		return fmt.Errorf("probe %s on %s: %w", ip, iface, err)
+	}
+	a.sent.Add(1)
 	return nil
 }
 
@@ -243,6 +256,19 @@ func newRawSender(log *slog.Logger) *rawSender {
 // send looks the link up every time, so that a changed MAC or a recreated
 // interface is announced correctly.
 func (s *rawSender) send(iface string, ip netip.Addr) (int, error) {
+	return s.write(iface, func(mac net.HardwareAddr) ([][]byte, error) { return announcementFrames(mac, ip) })
+}
+
+func (s *rawSender) probe(iface string, ip netip.Addr) error {
+	_, err := s.write(iface, func(mac net.HardwareAddr) ([][]byte, error) {
+		f, err := probeFrame(mac, ip)
+		return [][]byte{f}, err
+	})
+	return err
+}
+
+// write puts the frames build makes for iface's MAC on iface.
+func (s *rawSender) write(iface string, build func(net.HardwareAddr) ([][]byte, error)) (int, error) {
 	if s.err != nil {
 		return 0, s.err
 	}
@@ -254,7 +280,7 @@ func (s *rawSender) send(iface string, ip netip.Addr) (int, error) {
 	if attrs.EncapType != "ether" {
 		return 0, fmt.Errorf("link type %q has no Ethernet link layer", attrs.EncapType)
 	}
-	frames, err := announcementFrames(attrs.HardwareAddr, ip)
+	frames, err := build(attrs.HardwareAddr)
 	if err != nil {
 		return 0, err
 	}

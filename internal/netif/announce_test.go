@@ -36,6 +36,8 @@ func (f *fakeSender) send(iface string, ip netip.Addr) (int, error) {
 	return 2, nil
 }
 
+func (f *fakeSender) probe(string, netip.Addr) error { return f.err }
+
 func (f *fakeSender) close() { close(f.closed) }
 
 var _ sender = (*fakeSender)(nil)

@@ -92,21 +92,63 @@ func naFrame(mac net.HardwareAddr, ip netip.Addr) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("marshal NA: %w", err)
 	}
+	return wrapNDP(mac, allNodesMAC(), ip, dst, icmp)
+}
+
+// wrapNDP wraps an ICMPv6 neighbour discovery message in IPv6 and
+// Ethernet headers.
+func wrapNDP(mac, ethDst net.HardwareAddr, src, dst netip.Addr, icmp []byte) ([]byte, error) {
 	pkt := make([]byte, ipv6HeaderLen, ipv6HeaderLen+len(icmp))
 	pkt[0] = 6 << 4
 	binary.BigEndian.PutUint16(pkt[4:6], uint16(len(icmp)))
 	pkt[6] = protoICMPv6
 	pkt[7] = ndpHopLimit
-	src16, dst16 := ip.As16(), dst.As16()
+	src16, dst16 := src.As16(), dst.As16()
 	copy(pkt[8:24], src16[:])
 	copy(pkt[24:40], dst16[:])
 	pkt = append(pkt, icmp...)
-	f := &ethernet.Frame{Destination: allNodesMAC(), Source: mac, EtherType: ethernet.EtherTypeIPv6, Payload: pkt}
+	f := &ethernet.Frame{Destination: ethDst, Source: mac, EtherType: ethernet.EtherTypeIPv6, Payload: pkt}
 	fb, err := f.MarshalBinary()
 	if err != nil {
-		return nil, fmt.Errorf("marshal NA frame: %w", err)
+		return nil, fmt.Errorf("marshal NDP frame: %w", err)
 	}
 	return fb, nil
+}
+
+// probeFrame asks the LAN whether anyone holds ip, without claiming it:
+// an ARP probe for IPv4 (RFC 5227 2.1.1: sender IP 0.0.0.0, broadcast),
+// a duplicate address detection NS for IPv6 (RFC 4862 5.4.2: from ::, to
+// ip's solicited-node group, no link-layer option). A holder answers with
+// an ARP reply or an NA to all nodes, which WatchClaims reports.
+func probeFrame(mac net.HardwareAddr, ip netip.Addr) ([]byte, error) {
+	if len(mac) != 6 {
+		return nil, fmt.Errorf("not an Ethernet address: %q", mac)
+	}
+	if ip.Is4() {
+		p, err := arp.NewPacket(arp.OperationRequest, mac, netip.IPv4Unspecified(), make(net.HardwareAddr, 6), ip)
+		if err != nil {
+			return nil, fmt.Errorf("build ARP probe: %w", err)
+		}
+		pb, err := p.MarshalBinary()
+		if err != nil {
+			return nil, fmt.Errorf("marshal ARP probe: %w", err)
+		}
+		f := &ethernet.Frame{Destination: ethernet.Broadcast, Source: mac, EtherType: ethernet.EtherTypeARP, Payload: pb}
+		return f.MarshalBinary()
+	}
+	if !ip.Is6() || ip.Is4In6() || ip.IsMulticast() || ip.IsUnspecified() {
+		return nil, fmt.Errorf("cannot probe %s", ip)
+	}
+	group, err := ndp.SolicitedNodeMulticast(ip)
+	if err != nil {
+		return nil, fmt.Errorf("probe %s: %w", ip, err)
+	}
+	icmp, err := ndp.MarshalMessageChecksum(&ndp.NeighborSolicitation{TargetAddress: ip}, netip.IPv6Unspecified(), group)
+	if err != nil {
+		return nil, fmt.Errorf("marshal NS: %w", err)
+	}
+	g := group.As16()
+	return wrapNDP(mac, net.HardwareAddr{0x33, 0x33, g[12], g[13], g[14], g[15]}, netip.IPv6Unspecified(), group, icmp)
 }
 
 // parseClaim reads an Ethernet frame and returns the address its sender

@@ -496,3 +496,42 @@ func BenchmarkAddRefresh(b *testing.B) {
 		i++
 	}
 }
+
+// A probe from A for an address B's kernel holds is answered, and the
+// answer reaches WatchClaims as a claim from B's MAC; an address nobody
+// holds gets no answer. IPv4 (ARP probe) and IPv6 (DAD NS).
+func TestProbeIsAnsweredByHolder(t *testing.T) {
+	n := newTestNet(t)
+	claims := make(chan Claim, 64)
+	log := testLogger(t)
+	n.goIn(t, n.a, func(ctx context.Context) error { return WatchClaims(ctx, log, vethIface, claims) })
+	var ann *Announcer
+	n.in(t, n.a, func() { ann = NewAnnouncer(log, clocktesting.NewFakeClock(time.Now()), nil) })
+	t.Cleanup(ann.Close)
+	macB := n.mac(t, n.b)
+	n.ip(t, n.b, "addr", "add", "198.18.0.70/16", "dev", vethIface)
+	n.ip(t, n.b, "addr", "add", "2001:db8::70/64", "dev", vethIface, "nodad")
+	for _, s := range []string{"198.18.0.70", "2001:db8::70"} {
+		ip := netip.MustParseAddr(s)
+		c := awaitClaim(t, claims, ip, func() error { return ann.Probe(vethIface, ip) })
+		assert.DeepEqual(t, c.MAC, macB)
+	}
+	// Nobody holds .71: no claim for it before B's marker announcement.
+	assert.NilError(t, ann.Probe(vethIface, netip.MustParseAddr("198.18.0.71")))
+	var annB *Announcer
+	n.in(t, n.b, func() { annB = NewAnnouncer(log, clocktesting.NewFakeClock(time.Now()), nil) })
+	t.Cleanup(annB.Close)
+	marker := netip.MustParseAddr("198.18.0.72")
+	assert.NilError(t, annB.Announce(vethIface, marker))
+	for {
+		select {
+		case c := <-claims:
+			assert.Assert(t, c.IP != netip.MustParseAddr("198.18.0.71"), "a probe for a free address was answered by %s", c.MAC)
+			if c.IP == marker {
+				return
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("no marker claim within 10s")
+		}
+	}
+}
