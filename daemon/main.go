@@ -190,7 +190,7 @@ func run(o options) error {
 		Claims: func(ctx context.Context, iface string, out chan<- netif.Claim) error {
 			return netif.WatchClaims(ctx, log, iface, out)
 		},
-		AddrEvents: addrEvents, LinkEvents: linkEvents, APIServer: apiServer,
+		AddrEvents: addrEvents, LinkEvents: linkEvents, APIServer: apiServer, ProbeWait: probeWait,
 		Clock: clk, Log: log, Metrics: m,
 	})
 	if err != nil {
@@ -208,6 +208,11 @@ func run(o options) error {
 	}
 	return a.Run(ctx)
 }
+
+// probeWait is how long eipd listens for an answer to its probes before it
+// binds an IP no eip node was serving: a LAN host answers an ARP probe in
+// well under a millisecond; the rest is room for a loaded node.
+const probeWait = 60 * time.Millisecond
 
 func restConfig(kubeconfig string) (*rest.Config, error) {
 	if kubeconfig == "" {

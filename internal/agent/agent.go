@@ -42,6 +42,9 @@ type Options struct {
 	// AddrEvents and LinkEvents come from netif.Watch.
 	AddrEvents <-chan netif.AddrEvent
 	LinkEvents <-chan netif.LinkEvent
+	// ProbeWait is how long an IP no eip node was serving is probed for
+	// before it is bound (see addrConflicts); 0 binds without probing.
+	ProbeWait time.Duration
 	// APIServer are the addresses eipd reaches the API server at: never
 	// bound, like the nodes' own addresses.
 	APIServer []netip.Addr

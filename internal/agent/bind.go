@@ -62,7 +62,7 @@ func (s *state) bind(ip netip.Addr, e ipset.Entry, why string) {
 		log.Error("cannot bind: no interface", "err", err)
 		return
 	}
-	if !s.canBind(iface) {
+	if !s.canBind(iface) || !s.probed(ip, iface) {
 		return
 	}
 	p := e.Binding.Prefix(ip)
@@ -178,6 +178,9 @@ func (s *state) linkEvent(ev netif.LinkEvent) {
 // claim: another machine announced an address. While our renewals fail,
 // peers may have judged us dead and taken the address: give it up at once.
 func (s *state) claim(c netif.Claim) {
+	if s.conflictClaim(c) {
+		return
+	}
 	if _, ok := s.bound[c.IP]; !ok || s.apiOK(s.a.clk.Now()) {
 		return
 	}

@@ -31,6 +31,12 @@ type Metrics interface {
 	// RefreshLate counts a refresh of address lifetimes that came later
 	// than one and a half refresh intervals after the one before.
 	RefreshLate()
+	// AddressConflict counts a probe answered by a machine that is not an
+	// eip node: the address was not bound.
+	AddressConflict()
+	// ForeignClaim counts a claim by another machine for an address this
+	// node holds while its renewals succeed.
+	ForeignClaim()
 }
 
 type nopMetrics struct{}
@@ -49,3 +55,5 @@ func (nopMetrics) ConfigError()           {}
 func (nopMetrics) Renewed(time.Duration)  {}
 func (nopMetrics) Vanished()              {}
 func (nopMetrics) RefreshLate()           {}
+func (nopMetrics) AddressConflict()       {}
+func (nopMetrics) ForeignClaim()          {}

@@ -33,6 +33,8 @@ type Links interface {
 type Announcer interface {
 	Announce(iface string, ip netip.Addr) error
 	Stop(ip netip.Addr)
+	// Probe asks the LAN whether anyone holds ip; answers come as claims.
+	Probe(iface string, ip netip.Addr) error
 }
 
 // LeaseWriter writes Leases (lease.Store).

@@ -95,14 +95,15 @@ type state struct {
 	passWritable bool
 	passVerdicts map[string]verdict
 
-	renewReq chan renewal
-	renewRes chan renewResult
-	jobs     chan write
-	results  chan writeResult
-	claims   chan netif.Claim
-	hb       *heartbeater
-	alloc    *allocator
-	lifetime *keeper
+	renewReq  chan renewal
+	renewRes  chan renewResult
+	jobs      chan write
+	results   chan writeResult
+	claims    chan netif.Claim
+	hb        *heartbeater
+	alloc     *allocator
+	lifetime  *keeper
+	conflicts addrConflicts
 }
 
 func newState(a *Agent) *state {
@@ -123,14 +124,15 @@ func newState(a *Agent) *state {
 		autoIface:   map[netip.Addr]string{},
 		needBarrier: true,
 		dirtySvc:    true, dirtyNodes: true, dirtyCM: true,
-		renewReq: make(chan renewal, 1),
-		renewRes: make(chan renewResult, 1),
-		jobs:     make(chan write, 4096),
-		results:  make(chan writeResult, 64),
-		claims:   make(chan netif.Claim, 64),
-		hb:       &heartbeater{a: a},
-		alloc:    newAllocator(),
-		lifetime: newKeeper(a.log, a.clk, a.opt.Addresser, a.opt.Metrics.RefreshLate),
+		renewReq:  make(chan renewal, 1),
+		renewRes:  make(chan renewResult, 1),
+		jobs:      make(chan write, 4096),
+		results:   make(chan writeResult, 64),
+		claims:    make(chan netif.Claim, 64),
+		hb:        &heartbeater{a: a},
+		alloc:     newAllocator(),
+		conflicts: newAddrConflicts(),
+		lifetime:  newKeeper(a.log, a.clk, a.opt.Addresser, a.opt.Metrics.RefreshLate),
 	}
 }
 
@@ -641,6 +643,9 @@ func (s *state) decide(v lease.View, ip netip.Addr, l *coordinationv1.Lease, nam
 	if s.inflight[name] {
 		return
 	}
+	if lk == nil || lk.Holder != v.Self {
+		s.conflicts.forget(ip)
+	}
 	_, bound := s.bound[ip]
 	d := lease.Decide(v, lease.IP{Addr: ip, Lock: lk, Named: named, Bound: bound, FreeSince: s.freeSince[ip], Planned: planned})
 	if named && bound && lk != nil && lk.Holder == v.Self {
@@ -760,6 +765,7 @@ func (s *state) writeDone(r writeResult) {
 			s.event(r.ip, corev1.EventTypeNormal, "TakenOver", fmt.Sprintf("%s taken over by %s from %s, judged dead", r.ip, s.a.opt.Node, r.from))
 		} else {
 			log.Info("acquired")
+			s.conflicts.fresh[r.ip] = true
 		}
 	case lease.Handoff:
 		s.a.opt.Metrics.Handoff()

@@ -42,6 +42,8 @@ type Metrics struct {
 	renew        prometheus.Histogram
 	vanished     prometheus.Counter
 	refreshLate  prometheus.Counter
+	conflicted   prometheus.Counter
+	foreign      prometheus.Counter
 
 	mu  sync.Mutex
 	hbt renewals
@@ -123,6 +125,14 @@ func New(opt Options) (*Metrics, error) {
 			Name: "eip_lifetime_refreshes_late_total",
 			Help: "Refreshes of address lifetimes that came more than 1.5 refresh intervals after the previous one.",
 		}),
+		conflicted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "eip_address_conflicts_total",
+			Help: "Probes before a bind answered by a machine that is not an eip node: the address is in use on the LAN and was not bound.",
+		}),
+		foreign: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "eip_foreign_claims_total",
+			Help: "Announcements or replies from a machine that is not an eip node for an address this node holds.",
+		}),
 	}
 	announced := opt.Announced
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -137,7 +147,7 @@ func New(opt Options) (*Metrics, error) {
 
 	for _, c := range []prometheus.Collector{
 		m.held, m.managed, m.binds, m.unbinds, m.acquisitions, m.handoffs, m.conflicts, m.fencings,
-		m.failover, m.apiErrors, m.configErrors, m.renew, m.vanished, m.refreshLate, build,
+		m.failover, m.apiErrors, m.configErrors, m.renew, m.vanished, m.refreshLate, m.conflicted, m.foreign, build,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "eip_announcements_sent_total",
 			Help: "Gratuitous ARP and unsolicited neighbour advertisement packets sent.",
@@ -217,6 +227,12 @@ func (m *Metrics) Vanished() { m.vanished.Inc() }
 
 // RefreshLate counts a late refresh of address lifetimes.
 func (m *Metrics) RefreshLate() { m.refreshLate.Inc() }
+
+// AddressConflict counts a probe answered by a stranger.
+func (m *Metrics) AddressConflict() { m.conflicted.Inc() }
+
+// ForeignClaim counts a stranger claiming an address this node holds.
+func (m *Metrics) ForeignClaim() { m.foreign.Inc() }
 
 // Ready returns nil when the heartbeat is renewing, or why it is not.
 func (m *Metrics) Ready() error {

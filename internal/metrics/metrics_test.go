@@ -19,6 +19,7 @@ var eipMetrics = []string{
 	"eip_failover_duration_seconds", "eip_announcements_sent_total", "eip_api_errors_total",
 	"eip_config_errors_total", "eip_heartbeat_renew_duration_seconds", "eip_build_info",
 	"eip_held_addresses_vanished_total", "eip_lifetime_refreshes_late_total",
+	"eip_address_conflicts_total", "eip_foreign_claims_total",
 }
 
 func newMetrics(t *testing.T, clk *clocktesting.FakeClock, sent *uint64) *metrics.Metrics {
@@ -64,6 +65,9 @@ func TestMetricsCount(t *testing.T) {
 	m.Vanished()
 	m.RefreshLate()
 	m.RefreshLate()
+	m.AddressConflict()
+	m.ForeignClaim()
+	m.ForeignClaim()
 	sent = 7
 
 	const want = `
@@ -71,6 +75,9 @@ func TestMetricsCount(t *testing.T) {
 # TYPE eip_acquisitions_total counter
 eip_acquisitions_total{kind="new"} 2
 eip_acquisitions_total{kind="takeover"} 1
+# HELP eip_address_conflicts_total Probes before a bind answered by a machine that is not an eip node: the address is in use on the LAN and was not bound.
+# TYPE eip_address_conflicts_total counter
+eip_address_conflicts_total 1
 # HELP eip_announcements_sent_total Gratuitous ARP and unsolicited neighbour advertisement packets sent.
 # TYPE eip_announcements_sent_total counter
 eip_announcements_sent_total 7
@@ -110,6 +117,9 @@ eip_failover_duration_seconds_count 2
 # HELP eip_fencings_total Times this node unbound everything because it could not renew its heartbeat (api-loss=fence).
 # TYPE eip_fencings_total counter
 eip_fencings_total 1
+# HELP eip_foreign_claims_total Announcements or replies from a machine that is not an eip node for an address this node holds.
+# TYPE eip_foreign_claims_total counter
+eip_foreign_claims_total 2
 # HELP eip_handoffs_total IP locks handed by this node to another node (move, rebalance, shutdown).
 # TYPE eip_handoffs_total counter
 eip_handoffs_total 1
