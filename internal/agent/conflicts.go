@@ -35,9 +35,9 @@ type addrConflicts struct {
 }
 
 type probeRun struct {
-	iface   string
-	started time.Time
-	sent    int
+	iface         string
+	started, last time.Time // the first probe and the latest
+	sent          int
 }
 
 type inUse struct {
@@ -82,13 +82,15 @@ func (s *state) probed(ip netip.Addr, iface string) bool {
 			s.log.Warn("probe", "ip", ip, "iface", iface, "err", err)
 		}
 		p.sent++
+		p.last = now
 	}
 	c.probing[ip] = p
 	if p.sent < 2 {
 		s.wakeAt(p.started.Add(wait / 2))
 		return false
 	}
-	if done := p.started.Add(wait); now.Before(done) {
+	// Each probe gets at least half a wait for its answer.
+	if done := later(p.started.Add(wait), p.last.Add(wait/2)); now.Before(done) {
 		s.wakeAt(done)
 		return false
 	}
@@ -139,4 +141,11 @@ func (s *state) conflictClaim(cl netif.Claim) bool {
 			fmt.Sprintf("%s, bound on %s, is also claimed on the LAN by %s: two machines answer for it until that one lets go", cl.IP, s.a.opt.Node, mac))
 	}
 	return true
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

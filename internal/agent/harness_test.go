@@ -317,7 +317,10 @@ func (w *world) IfaceFor(netip.Addr) (string, error) { return testIface, nil }
 func (w *world) Up(string) (bool, error)             { return true, nil }
 func (w *world) Announce(string, netip.Addr) error   { return nil }
 func (w *world) Stop(netip.Addr)                     {}
-func (w *world) Probe(string, netip.Addr) error      { return nil }
+func (w *world) Probe(_ string, ip netip.Addr) error {
+	w.calls = append(w.calls, "probe "+ip.String())
+	return nil
+}
 
 // tick is one renew interval: the clock moves, the loop's tick refreshes
 // and renews, the peers renew, and a pass runs.

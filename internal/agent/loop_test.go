@@ -1,10 +1,13 @@
 package agent
 
 import (
+	"net"
 	"testing"
+	"time"
 
 	"gotest.tools/v3/assert"
 
+	"github.com/eip-project/eip/internal/netif"
 	"github.com/eip-project/eip/internal/policy"
 )
 
@@ -79,4 +82,33 @@ func TestLoopIneligibleNodeRenewsSlowly(t *testing.T) {
 		"13s update eligible=true duration=2s",
 		"13.5s update eligible=true duration=2s",
 	})
+}
+
+// With probing on, a new IP is probed twice before it is bound. An answer
+// from another MAC stops the bind; the node keeps the lock and probes
+// again a second later, and binds once the probes go unanswered.
+func TestLoopProbesBeforeBindingAndBacksOffOnConflict(t *testing.T) {
+	w := newWorld(t, "node-a", defaultTestConfig())
+	w.a.opt.ProbeWait = 60 * time.Millisecond
+	ip := testIP(0)
+	w.addService("web", ip)
+	w.pass()
+	for i := 0; i < 4 && len(w.calls) == 0; i++ {
+		w.tick() // until this node knows its peers and acquires
+	}
+	assert.DeepEqual(t, w.take(), []string{"create eip-198-18-100-1 holder=node-a", "probe 198.18.100.1"})
+	w.step(30 * time.Millisecond)
+	w.pass()
+	assert.DeepEqual(t, w.take(), []string{"probe 198.18.100.1"})
+	w.s.claim(netif.Claim{Iface: testIface, IP: ip, MAC: net.HardwareAddr{2, 0, 0, 0, 0, 9}})
+	w.tick() // 0.5 s after the conflict: not bound, not probed
+	assert.DeepEqual(t, w.take(), []string(nil))
+	assert.Equal(t, w.s.conflicts.inUse[ip].mac, "02:00:00:00:00:09")
+	w.tick() // 1 s after it: probed again, and bound once unanswered
+	w.step(30 * time.Millisecond)
+	w.pass()
+	w.step(30 * time.Millisecond)
+	w.pass()
+	assert.DeepEqual(t, w.take(), []string{"probe 198.18.100.1", "probe 198.18.100.1", "bind 198.18.100.1"})
+	assert.Equal(t, len(w.s.conflicts.inUse), 0)
 }
