@@ -57,6 +57,22 @@ func readmeCommands() map[string]readmeCoverage {
 			how:   "run here with OUT=<temp dir>/eipd-image.tar, so bin/eipd-image.tar is left alone",
 			check: (*readme).image,
 		},
+		"helm install eip charts/eip --set image.repository=REGISTRY/eipd,image.tag=TAG --set-string config.ranges=192.0.2.0/28": {
+			how:   "TestHelmInstallUpgradeUninstall runs it as written on an empty control plane of its own, then upgrades and uninstalls: nothing is left",
+			check: ranBy("testenv/e2e/helm_test.go", `readmeLine(t, "helm install ")`),
+		},
+		"make release": {
+			how:   "TestKrewInstallsThePlugin runs it as written, validates bin/release/eip.yaml with validate-krew-manifest and installs every archive with krew",
+			check: ranBy("testenv/e2e/krew_test.go", `readmeLine(t, "make release")`),
+		},
+		"kubectl krew install --manifest=bin/release/eip.yaml --archive=bin/release/kubectl-eip_linux_amd64.tar.gz": {
+			how:   "TestKrewInstallsThePlugin runs it as written with a real krew and KREW_ROOT in a temporary directory",
+			check: ranBy("testenv/e2e/krew_test.go", `readmeLine(t, "kubectl krew install ")`),
+		},
+		"kubectl eip status": {
+			how:   "TestKrewInstallsThePlugin runs it from the client namespace with the krew-installed plugin ($KREW_ROOT/bin) on PATH",
+			check: ranBy("testenv/e2e/krew_test.go", `readmeLine(t, "kubectl eip status")`),
+		},
 		"kubectl kustomize manifests/ | sed 's#ghcr.io/eip-project/eipd:dev#REGISTRY/eipd:TAG#' | kubectl apply -f -": {
 			how:   "run here as written, from the client namespace against the test cluster (KUBECONFIG: its admin kubeconfig; kubectl: $EIP_K8S_BIN/kubectl)",
 			check: (*readme).install,
