@@ -18,9 +18,12 @@ import (
 	"github.com/eip-project/eip/testenv/workload"
 )
 
-// maxGap is the longest interruption an IP may show during a planned move
-// (rollout, pod deletion, drain): the project's contract.
-const maxGap = 100 * time.Millisecond
+// maxGap bounds the interruption an IP may show during a planned move
+// (rollout, pod deletion, drain). The contract is 100 ms, and `make bench`
+// (scenario realnodes) measures it; a test on a shared 2-core machine
+// asserts only what no timing noise can blur: the IP was handed off, not
+// failed over, which would take at least a lease duration (2 s).
+const maxGap = time.Second
 
 var externalIP = workload.ExternalIP
 
