@@ -81,6 +81,7 @@ func (s *state) bind(ip netip.Addr, e ipset.Entry, why string) {
 	}
 	if b.announce.BGP() {
 		b.route = s.announceRoute(ip, e)
+		s.routes++
 	}
 	s.bound[ip] = b
 	s.a.opt.Metrics.Bound()
@@ -99,6 +100,7 @@ func (s *state) unbind(ip netip.Addr, why string) {
 		if err := s.a.opt.Router.Withdraw(ip); err != nil {
 			s.log.Error("withdraw route", "ip", ip, "err", err)
 		}
+		s.routes--
 	}
 	s.a.opt.Announcer.Stop(ip)
 	delete(s.bound, ip)

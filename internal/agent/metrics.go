@@ -1,6 +1,10 @@
 package agent
 
-import "time"
+import (
+	"time"
+
+	"github.com/eip-project/eip/internal/bgp"
+)
 
 // Metrics receives what the agent counts. The daemon passes a Prometheus
 // implementation; tests may pass nil.
@@ -37,6 +41,9 @@ type Metrics interface {
 	// ForeignClaim counts a claim by another machine for an address this
 	// node holds while its renewals succeed.
 	ForeignClaim()
+	// BGP reports the route-mode sessions and the routes announced, every
+	// renew interval.
+	BGP(sessions []bgp.Session, routes int)
 }
 
 type nopMetrics struct{}
@@ -57,3 +64,4 @@ func (nopMetrics) Vanished()              {}
 func (nopMetrics) RefreshLate()           {}
 func (nopMetrics) AddressConflict()       {}
 func (nopMetrics) ForeignClaim()          {}
+func (nopMetrics) BGP([]bgp.Session, int) {}

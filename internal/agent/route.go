@@ -1,7 +1,11 @@
 package agent
 
 import (
+	"fmt"
 	"net/netip"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/eip-project/eip/internal/bgp"
 	"github.com/eip-project/eip/internal/config"
@@ -19,6 +23,8 @@ type Router interface {
 	Announce(r bgp.Route) error
 	// Withdraw withdraws the route for ip, if any.
 	Withdraw(ip netip.Addr) error
+	// Sessions lists the BGP sessions and their states.
+	Sessions() []bgp.Session
 }
 
 type nopRouter struct{}
@@ -26,6 +32,38 @@ type nopRouter struct{}
 func (nopRouter) Configure(config.Config, netip.Addr) error { return nil }
 func (nopRouter) Announce(bgp.Route) error                  { return nil }
 func (nopRouter) Withdraw(netip.Addr) error                 { return nil }
+func (nopRouter) Sessions() []bgp.Session                   { return nil }
+
+// observeSessions reads the BGP sessions for the heartbeat, and records an
+// event on this node's Node when one comes up or goes down.
+func (s *state) observeSessions() {
+	sessions := s.a.opt.Router.Sessions()
+	out := make([]lease.BGPSession, 0, len(sessions))
+	up := make(map[netip.Addr]bool, len(sessions))
+	for _, sess := range sessions {
+		ls := lease.BGPSession{Peer: sess.Peer.String(), State: sess.State}
+		if sess.Up() {
+			since := sess.Since.UTC().Truncate(time.Second)
+			ls.Since = &since
+		}
+		out = append(out, ls)
+		up[sess.Peer] = sess.Up()
+		if was, known := s.sessionUp[sess.Peer]; known && was == sess.Up() || !known && !sess.Up() {
+			continue
+		}
+		kind, reason, msg := corev1.EventTypeNormal, "BGPSessionUp", fmt.Sprintf("BGP session of %s with %s (AS %d) established", s.a.opt.Node, sess.Peer, sess.ASN)
+		if !sess.Up() {
+			kind, reason, msg = corev1.EventTypeWarning, "BGPSessionDown", fmt.Sprintf("BGP session of %s with %s (AS %d) is down (%s): routes of this node no longer reach that router", s.a.opt.Node, sess.Peer, sess.ASN, sess.State)
+		}
+		s.log.Info("BGP session changed", "peer", sess.Peer, "state", sess.State)
+		if n, err := s.a.nodes.Get(s.a.opt.Node); err == nil {
+			s.a.recorder.Event(n, kind, reason, msg)
+		}
+	}
+	s.sessionUp = up
+	s.bgpSessions = lease.FormatBGPSessions(out)
+	s.a.opt.Metrics.BGP(sessions, s.routes)
+}
 
 // configureRouter hands the configuration in force to the router, and
 // keeps why it was refused for the heartbeat's status.

@@ -76,6 +76,9 @@ type state struct {
 	fenced         bool
 	shutting       bool
 	routerErr      string // why the route-mode configuration was refused
+	bgpSessions    string // lease.FormatBGPSessions of the sessions, for the heartbeat
+	sessionUp      map[netip.Addr]bool
+	routes         int // routes announced
 
 	selfEligible bool
 	// peersKnownAt: until then this node has not watched heartbeats for a
@@ -280,7 +283,7 @@ func (s *state) idle() bool {
 // renewal is the heartbeat renewal this node's state asks for now.
 func (s *state) renewal() renewal {
 	r := renewal{
-		status: lease.HeartbeatStatus{Eligible: s.selfEligible && !s.shutting, Error: s.statusError(), Held: len(s.bound)},
+		status: lease.HeartbeatStatus{Eligible: s.selfEligible && !s.shutting, Error: s.statusError(), Held: len(s.bound), BGP: s.bgpSessions},
 		// Neither the duration nor the timeout may be shorter than what
 		// peers need to see the renewal; a renewal slower than half a
 		// lease is a failure as far as holding addresses goes.
@@ -302,7 +305,7 @@ func (s *state) renewDue(now time.Time) bool {
 	}
 	if hb, ok := s.live.Heartbeat(s.a.opt.Node); ok {
 		want := s.renewal()
-		if hb.Eligible != want.status.Eligible || hb.Error != want.status.Error || hb.Duration != want.duration.Truncate(time.Second) {
+		if hb.Eligible != want.status.Eligible || hb.Error != want.status.Error || hb.BGP != want.status.BGP || hb.Duration != want.duration.Truncate(time.Second) {
 			return true
 		}
 	}
@@ -353,6 +356,7 @@ func (s *state) renewed(r renewResult) {
 func (s *state) tick() {
 	now := s.a.clk.Now()
 	s.lifetime.loopTicked(now)
+	s.observeSessions()
 	if s.renewDue(now) {
 		s.requestRenew()
 	}

@@ -60,6 +60,10 @@ func printTables(w *bytes.Buffer, st Status, wide bool) error {
 		w.WriteString("No external IPs.\n")
 	} else {
 		header := []string{"IP", "SERVICES", "HOLDER", "INTERFACE", "STATE", "ALIVE", "AGE", "MOVES"}
+		routed := routeMode(st)
+		if routed {
+			header = append(header, "ANNOUNCE")
+		}
 		if wide {
 			header = append(header, "LOCK", "HEARTBEAT", "POLICY", "REASON")
 		}
@@ -71,6 +75,9 @@ func printTables(w *bytes.Buffer, st Status, wide bool) error {
 		for _, r := range st.IPs {
 			row := []string{r.IP, orNone(strings.Join(r.Services, ",")), orNone(r.Holder), iface(r), string(r.State),
 				yesNo(r.HolderAlive, r.Holder != ""), age(now, r.LastMoveTime), moves(r)}
+			if routed {
+				row = append(row, orDash(r.Announce))
+			}
 			if wide {
 				row = append(row, orDash(r.Lock), age(now, heartbeat[r.Holder]), orDash(st.Config.Policy), orDash(r.Reason))
 			}
@@ -91,6 +98,18 @@ func printTables(w *bytes.Buffer, st Status, wide bool) error {
 			return err
 		}
 	}
+	var sessions [][]string
+	for _, n := range st.Nodes {
+		for _, s := range n.BGPSessions {
+			sessions = append(sessions, []string{n.Name, s.Peer, s.State, age(now, s.Since)})
+		}
+	}
+	if len(sessions) > 0 {
+		w.WriteString("\n")
+		if err := writeTable(w, []string{"NODE", "BGP PEER", "STATE", "UPTIME"}, sessions); err != nil {
+			return err
+		}
+	}
 	notes := configNotes(st)
 	if len(notes) > 0 {
 		w.WriteString("\n")
@@ -99,6 +118,16 @@ func printTables(w *bytes.Buffer, st Status, wide bool) error {
 		}
 	}
 	return nil
+}
+
+// routeMode: some IP is announced over BGP, so the tables say how each is.
+func routeMode(st Status) bool {
+	for _, r := range st.IPs {
+		if r.Announce != "" && r.Announce != "arp" {
+			return true
+		}
+	}
+	return false
 }
 
 // configNotes are the lines below the tables: the ConfigMap's problems and

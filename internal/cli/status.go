@@ -86,8 +86,12 @@ type IP struct {
 	// Interface and PrefixLength are how the IP is bound ("auto" picks the
 	// interface whose subnet holds the IP); empty and 0 when eip does not
 	// bind it or the configuration is invalid.
-	Interface    string     `json:"interface"`
-	PrefixLength int        `json:"prefixLength"`
+	Interface    string `json:"interface"`
+	PrefixLength int    `json:"prefixLength"`
+	// Announce is how the holder announces the IP: "arp" (gratuitous
+	// ARP/NA), "bgp" (a host route to the BGP peers) or "both"; empty when
+	// eip does not bind it or the configuration is invalid.
+	Announce     string     `json:"announce"`
 	Range        string     `json:"range"`
 	Lock         string     `json:"lock"`
 	Moves        int32      `json:"moves"`
@@ -116,6 +120,8 @@ type Node struct {
 	// its daemon reports bound (eip.io/held).
 	Holds int `json:"holds"`
 	Bound int `json:"bound"`
+	// BGPSessions are the node's sessions in route mode (eip.io/bgp).
+	BGPSessions []lease.BGPSession `json:"bgpSessions"`
 
 	heartbeat bool
 }
@@ -185,6 +191,7 @@ func buildStatus(s snapshot, now time.Time) Status {
 		r.Services = e.Services
 		if known {
 			r.Interface, r.PrefixLength, r.Range = e.Binding.Iface, e.Binding.Bits, e.Binding.Range.Text
+			r.Announce = e.Binding.Announce.String()
 		}
 	}
 	rejected := map[string]string{}
@@ -348,7 +355,11 @@ func buildNodes(heartbeats map[string]lease.Heartbeat, locks map[string]lease.Lo
 	objs map[string]*corev1.Node, cfg config.Config, known bool, now time.Time) map[string]*Node {
 	nodes := map[string]*Node{}
 	for name, hb := range heartbeats {
-		n := &Node{Name: name, heartbeat: true, Error: hb.Error, Bound: hb.Held, LeaseDurationSeconds: int(hb.Duration / time.Second)}
+		n := &Node{Name: name, heartbeat: true, Error: hb.Error, Bound: hb.Held, LeaseDurationSeconds: int(hb.Duration / time.Second),
+			BGPSessions: lease.ParseBGPSessions(hb.BGP)}
+		if n.BGPSessions == nil {
+			n.BGPSessions = []lease.BGPSession{}
+		}
 		if !hb.RenewTime.IsZero() {
 			t := hb.RenewTime.UTC()
 			n.LastRenewTime = &t
@@ -363,7 +374,7 @@ func buildNodes(heartbeats map[string]lease.Heartbeat, locks map[string]lease.Lo
 		}
 		n, ok := nodes[h]
 		if !ok {
-			n = &Node{Name: h, Reason: "no heartbeat: its daemon is not running"}
+			n = &Node{Name: h, Reason: "no heartbeat: its daemon is not running", BGPSessions: []lease.BGPSession{}}
 			nodes[h] = n
 		}
 		n.Holds++

@@ -14,6 +14,7 @@ import (
 	"gotest.tools/v3/assert"
 	"gotest.tools/v3/golden"
 	"gotest.tools/v3/poll"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -74,11 +75,11 @@ func TestStatusJSONSchema(t *testing.T) {
 	assert.DeepEqual(t, keys(doc), []string{"config", "ips", "namespace", "nodes", "observedAt", "schemaVersion", "warnings"})
 	assert.DeepEqual(t, keys(doc["config"]), []string{"error", "found", "name", "policy", "ranges", "warnings"})
 	for _, ip := range doc["ips"].([]any) {
-		assert.DeepEqual(t, keys(ip), []string{"holder", "holderAlive", "interface", "ip", "lastMoveTime", "lock",
+		assert.DeepEqual(t, keys(ip), []string{"announce", "holder", "holderAlive", "interface", "ip", "lastMoveTime", "lock",
 			"moveTo", "moves", "prefixLength", "range", "reason", "services", "state"})
 	}
 	for _, n := range doc["nodes"].([]any) {
-		assert.DeepEqual(t, keys(n), []string{"alive", "bound", "eligible", "error", "holds", "lastRenewTime",
+		assert.DeepEqual(t, keys(n), []string{"alive", "bgpSessions", "bound", "eligible", "error", "holds", "lastRenewTime",
 			"leaseDurationSeconds", "name", "reason"})
 	}
 }
@@ -202,4 +203,36 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 		return poll.Continue("waiting")
 	}, poll.WithTimeout(10*time.Second), poll.WithDelay(time.Millisecond))
+}
+
+// Route mode: the IP table says how each IP is announced, and a table of
+// BGP sessions follows the nodes.
+func TestStatusRouteMode(t *testing.T) {
+	up := now.Add(-90 * time.Second)
+	hb := func(node string, sessions ...lease.BGPSession) *coordinationv1.Lease {
+		l := lease.RenewedHeartbeat(nil, ns, node, 2*time.Second,
+			lease.HeartbeatStatus{Eligible: true, Held: 1, BGP: lease.FormatBGPSessions(sessions)}, now.Add(-200*time.Millisecond))
+		l.ResourceVersion = "10"
+		return l
+	}
+	h := newHarness(t,
+		&corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: DefaultConfigMap, Namespace: ns},
+			Data: map[string]string{
+				"ranges":    "198.18.100.0/24\n198.19.100.0/24 announce=bgp\n198.19.101.0/24 announce=both iface=eth0",
+				"bgp-asn":   "64512",
+				"bgp-peers": "198.18.0.3 asn=64500\n198.18.0.4 asn=64500",
+			},
+		},
+		node("node-1", "198.18.0.11"), node("node-2", "198.18.0.12"),
+		hb("node-1", lease.BGPSession{Peer: "198.18.0.3", State: "established", Since: &up}, lease.BGPSession{Peer: "198.18.0.4", State: "active"}),
+		hb("node-2", lease.BGPSession{Peer: "198.18.0.3", State: "established", Since: &up}, lease.BGPSession{Peer: "198.18.0.4", State: "active"}),
+		externalIPs("default", "web", "198.18.100.1", "198.19.100.1", "198.19.101.1"),
+		lock("198.18.100.1", "node-1", 0, now.Add(-time.Minute), "default/web"),
+		lock("198.19.100.1", "node-2", 4, now.Add(-time.Minute), "default/web"),
+		lock("198.19.101.1", "node-1", 1, now.Add(-time.Minute), "default/web"),
+	)
+	out, err := h.run(context.Background(), "status")
+	assert.NilError(t, err)
+	golden.Assert(t, out, "status-route-mode.golden")
 }

@@ -30,6 +30,9 @@ const (
 	AnnotationError    = "eip.io/error"
 	// AnnotationHeld on a heartbeat is the number of IPs the node has bound.
 	AnnotationHeld = "eip.io/held"
+	// AnnotationBGP on a heartbeat lists the node's BGP sessions (route
+	// mode), see FormatBGPSessions.
+	AnnotationBGP = "eip.io/bgp"
 )
 
 // heartbeatPrefix starts every heartbeat Lease name. No IP text starts with

@@ -141,6 +141,8 @@ type Heartbeat struct {
 	Eligible  bool
 	Error     string
 	Held      int
+	// BGP is the node's BGP sessions, see ParseBGPSessions.
+	BGP string
 	// Version changes with every renewal; observers compare it, never times.
 	Version string
 }
@@ -155,6 +157,7 @@ func ParseHeartbeat(l *coordinationv1.Lease) (Heartbeat, error) {
 		Node:     node,
 		Eligible: l.Annotations[AnnotationEligible] == "true",
 		Error:    l.Annotations[AnnotationError],
+		BGP:      l.Annotations[AnnotationBGP],
 		Version:  l.ResourceVersion,
 	}
 	if h.Held, _ = strconv.Atoi(l.Annotations[AnnotationHeld]); h.Held < 0 {
@@ -177,6 +180,9 @@ type HeartbeatStatus struct {
 	Eligible bool
 	Error    string
 	Held     int
+	// BGP is FormatBGPSessions of the node's sessions; empty without
+	// route mode.
+	BGP string
 }
 
 // RenewedHeartbeat returns the heartbeat Lease of node renewed at now: a copy
@@ -205,6 +211,11 @@ func RenewedHeartbeat(current *coordinationv1.Lease, namespace, node string, dur
 		delete(l.Annotations, AnnotationError)
 	} else {
 		l.Annotations[AnnotationError] = st.Error
+	}
+	if st.BGP == "" {
+		delete(l.Annotations, AnnotationBGP)
+	} else {
+		l.Annotations[AnnotationBGP] = st.BGP
 	}
 	holder := node
 	l.Spec.HolderIdentity = &holder

@@ -9,6 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"k8s.io/utils/clock"
+
+	"github.com/eip-project/eip/internal/bgp"
 )
 
 // Options configures New.
@@ -44,9 +46,15 @@ type Metrics struct {
 	refreshLate  prometheus.Counter
 	conflicted   prometheus.Counter
 	foreign      prometheus.Counter
+	bgpUp        *prometheus.GaugeVec
+	bgpRoutes    prometheus.Gauge
+	bgpUpdates   *prometheus.CounterVec
 
 	mu  sync.Mutex
 	hbt renewals
+	// updatesSeen is the speaker's UPDATE count per peer at the last BGP
+	// call, so that eip_bgp_updates_sent_total only grows.
+	updatesSeen map[string]uint64
 }
 
 // Label values of eip_acquisitions_total's kind.
@@ -133,6 +141,19 @@ func New(opt Options) (*Metrics, error) {
 			Name: "eip_foreign_claims_total",
 			Help: "Announcements or replies from a machine that is not an eip node for an address this node holds.",
 		}),
+		bgpUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "eip_bgp_session_up",
+			Help: "1 while the BGP session with the peer is established, else 0 (route mode).",
+		}, []string{"peer"}),
+		bgpRoutes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "eip_bgp_routes_announced",
+			Help: "Host routes this node announces over BGP: the route-mode IPs it holds.",
+		}),
+		bgpUpdates: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "eip_bgp_updates_sent_total",
+			Help: "BGP UPDATE messages sent to the peer.",
+		}, []string{"peer"}),
+		updatesSeen: map[string]uint64{},
 	}
 	announced := opt.Announced
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -148,6 +169,7 @@ func New(opt Options) (*Metrics, error) {
 	for _, c := range []prometheus.Collector{
 		m.held, m.managed, m.binds, m.unbinds, m.acquisitions, m.handoffs, m.conflicts, m.fencings,
 		m.failover, m.apiErrors, m.configErrors, m.renew, m.vanished, m.refreshLate, m.conflicted, m.foreign, build,
+		m.bgpUp, m.bgpRoutes, m.bgpUpdates,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "eip_announcements_sent_total",
 			Help: "Gratuitous ARP and unsolicited neighbour advertisement packets sent.",
@@ -164,6 +186,35 @@ func New(opt Options) (*Metrics, error) {
 
 // Registry returns the registry holding every metric, for serving or tests.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// BGP sets the route-mode metrics from the speaker's sessions and the
+// number of routes announced. Peers no longer configured lose their series.
+func (m *Metrics) BGP(sessions []bgp.Session, routes int) {
+	m.bgpRoutes.Set(float64(routes))
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	current := make(map[string]bool, len(sessions))
+	for _, s := range sessions {
+		peer := s.Peer.String()
+		current[peer] = true
+		up := 0.0
+		if s.Up() {
+			up = 1
+		}
+		m.bgpUp.WithLabelValues(peer).Set(up)
+		if seen := m.updatesSeen[peer]; s.UpdatesSent > seen {
+			m.bgpUpdates.WithLabelValues(peer).Add(float64(s.UpdatesSent - seen))
+		}
+		m.updatesSeen[peer] = s.UpdatesSent
+	}
+	for peer := range m.updatesSeen {
+		if !current[peer] {
+			delete(m.updatesSeen, peer)
+			m.bgpUp.DeleteLabelValues(peer)
+			m.bgpUpdates.DeleteLabelValues(peer)
+		}
+	}
+}
 
 // Held sets eip_ips_held.
 func (m *Metrics) Held(n int) { m.held.Set(float64(n)) }
