@@ -34,12 +34,26 @@ func (nopRouter) Announce(bgp.Route) error                  { return nil }
 func (nopRouter) Withdraw(netip.Addr) error                 { return nil }
 func (nopRouter) Sessions() []bgp.Session                   { return nil }
 
+// sessionDownGrace is how long a session may take to come up before a
+// Warning event says it has not: a connection attempt comes every one to
+// two seconds.
+const sessionDownGrace = 10 * time.Second
+
+// sessionSeen is what this node last saw of one BGP session.
+type sessionSeen struct {
+	up        bool
+	downSince time.Time // when it was last seen down, while it is
+	warned    bool      // a Warning event says it is down
+}
+
 // observeSessions reads the BGP sessions for the heartbeat, and records an
-// event on this node's Node when one comes up or goes down.
+// event on this node's Node when one comes up, goes down, or does not come
+// up within sessionDownGrace (an unreachable peer, a wrong AS number).
 func (s *state) observeSessions() {
+	now := s.a.clk.Now()
 	sessions := s.a.opt.Router.Sessions()
 	out := make([]lease.BGPSession, 0, len(sessions))
-	up := make(map[netip.Addr]bool, len(sessions))
+	seen := make(map[netip.Addr]sessionSeen, len(sessions))
 	for _, sess := range sessions {
 		ls := lease.BGPSession{Peer: sess.Peer.String(), State: sess.State}
 		if sess.Up() {
@@ -47,31 +61,50 @@ func (s *state) observeSessions() {
 			ls.Since = &since
 		}
 		out = append(out, ls)
-		up[sess.Peer] = sess.Up()
-		if was, known := s.sessionUp[sess.Peer]; known && was == sess.Up() || !known && !sess.Up() {
-			continue
+		was, known := s.sessions[sess.Peer]
+		next := sessionSeen{up: sess.Up(), downSince: was.downSince, warned: was.warned}
+		switch {
+		case sess.Up():
+			next.downSince, next.warned = time.Time{}, false
+			if !was.up {
+				s.sessionEvent(sess, corev1.EventTypeNormal, "BGPSessionUp", "established")
+			}
+		case was.up:
+			next.downSince, next.warned = now, true
+			s.sessionEvent(sess, corev1.EventTypeWarning, "BGPSessionDown", "went down ("+sess.State+"): this node's routes no longer reach that router")
+		case !known:
+			next.downSince = now
+		case !was.warned && now.Sub(was.downSince) >= sessionDownGrace:
+			next.warned = true
+			s.sessionEvent(sess, corev1.EventTypeWarning, "BGPSessionDown", fmt.Sprintf("not established after %s (%s): check the peer's address and port, its AS number and this node's (bgp-asn %d), the password, and that the router accepts this node",
+				sessionDownGrace, sess.State, s.cfg.BGP.ASN))
 		}
-		kind, reason, msg := corev1.EventTypeNormal, "BGPSessionUp", fmt.Sprintf("BGP session of %s with %s (AS %d) established", s.a.opt.Node, sess.Peer, sess.ASN)
-		if !sess.Up() {
-			kind, reason, msg = corev1.EventTypeWarning, "BGPSessionDown", fmt.Sprintf("BGP session of %s with %s (AS %d) is down (%s): routes of this node no longer reach that router", s.a.opt.Node, sess.Peer, sess.ASN, sess.State)
-		}
-		s.log.Info("BGP session changed", "peer", sess.Peer, "state", sess.State)
-		if n, err := s.a.nodes.Get(s.a.opt.Node); err == nil {
-			s.a.recorder.Event(n, kind, reason, msg)
-		}
+		seen[sess.Peer] = next
 	}
-	s.sessionUp = up
+	s.sessions = seen
 	s.bgpSessions = lease.FormatBGPSessions(out)
 	s.a.opt.Metrics.BGP(sessions, s.routes)
 }
 
+func (s *state) sessionEvent(sess bgp.Session, kind, reason, what string) {
+	msg := fmt.Sprintf("BGP session of %s with %s (AS %d) %s", s.a.opt.Node, sess.Peer, sess.ASN, what)
+	s.log.Info("BGP session", "peer", sess.Peer, "state", sess.State, "event", reason)
+	if n, err := s.a.nodes.Get(s.a.opt.Node); err == nil {
+		s.a.recorder.Event(n, kind, reason, msg)
+	}
+}
+
 // configureRouter hands the configuration in force to the router, and
-// keeps why it was refused for the heartbeat's status.
+// keeps why it was refused for the heartbeat's status. The router ID is
+// the node's lowest internal IPv4 address, unique per node.
 func (s *state) configureRouter() {
 	var routerID netip.Addr
-	for a, node := range s.reserved {
-		if node == s.a.opt.Node && a.Is4() && (!routerID.IsValid() || a.Less(routerID)) {
-			routerID = a
+	if n, err := s.a.nodes.Get(s.a.opt.Node); err == nil {
+		for _, a := range n.Status.Addresses {
+			ip, err := netip.ParseAddr(a.Address)
+			if err == nil && ip.Is4() && a.Type == corev1.NodeInternalIP && (!routerID.IsValid() || ip.Less(routerID)) {
+				routerID = ip
+			}
 		}
 	}
 	if err := s.a.opt.Router.Configure(s.cfg, routerID); err != nil {

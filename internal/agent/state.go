@@ -77,7 +77,7 @@ type state struct {
 	shutting       bool
 	routerErr      string // why the route-mode configuration was refused
 	bgpSessions    string // lease.FormatBGPSessions of the sessions, for the heartbeat
-	sessionUp      map[netip.Addr]bool
+	sessions       map[netip.Addr]sessionSeen
 	routes         int // routes announced
 
 	selfEligible bool

@@ -1,9 +1,12 @@
 package e2e
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -14,6 +17,7 @@ import (
 	"gotest.tools/v3/assert"
 	coordinationv1 "k8s.io/api/coordination/v1"
 
+	"github.com/eip-project/eip/internal/cli"
 	"github.com/eip-project/eip/internal/lease"
 	"github.com/eip-project/eip/testenv"
 )
@@ -269,4 +273,63 @@ func TestRouteModeFailoverBeatsHoldTimer(t *testing.T) {
 	assert.Assert(t, stale, "the dead holder's route should still linger at the router (hold timer %s): %+v", testenv.RouterHoldTime, paths)
 	t.Logf("SIGKILL + link cut of %s: the routed client was answered again %s after the kill (via %s); the router's hold timer is %s; paths %+v",
 		old, took, next, testenv.RouterHoldTime, paths)
+}
+
+// A peer with the wrong AS number and one nobody answers at: every node's
+// status shows both sessions down, a Warning event says so, and the ARP
+// range keeps working.
+func TestRouteModeBadPeersAreReported(t *testing.T) {
+	rt, _ := testenv.RouterAddr()
+	cfg := routeConfig()
+	cfg["bgp-peers"] = fmt.Sprintf("%s asn=%d\n198.18.0.9 asn=%d", rt, testenv.RouterASN+1, testenv.RouterASN)
+	e := newEnv(t, cfg)
+	lan := testenv.ServiceIP(50)
+	e.service("lan", lan)
+	e.served(lan)
+	e.eventually("kubectl eip status shows both sessions of every node down", func() (bool, string) {
+		st := e.statusJSON()
+		for _, n := range st.Nodes {
+			if len(n.BGPSessions) != 2 {
+				return false, fmt.Sprintf("%s: %+v", n.Name, n.BGPSessions)
+			}
+			for _, s := range n.BGPSessions {
+				if s.State == "established" || s.State == "" {
+					return false, fmt.Sprintf("%s: %+v", n.Name, n.BGPSessions)
+				}
+			}
+		}
+		return len(st.Nodes) == len(e.nodes), fmt.Sprint(st.Nodes)
+	})
+	wrongASN, nobody := fmt.Sprintf("%s (AS %d)", rt, testenv.RouterASN+1), "198.18.0.9 (AS"
+	for _, n := range e.nodes {
+		for _, peer := range []string{wrongASN, nobody} {
+			e.eventually("a BGPSessionDown event on "+n+" for "+peer, func() (bool, string) {
+				for _, ev := range e.events("Node", n, "BGPSessionDown") {
+					if strings.Contains(ev.Message, peer) {
+						t.Log(ev.Message)
+						return true, ""
+					}
+				}
+				return false, "none"
+			})
+		}
+	}
+	e.served(lan)
+}
+
+// statusJSON is `kubectl eip status -o json` as the plugin prints it.
+func (e *env) statusJSON() cli.Status {
+	e.t.Helper()
+	bin := os.Getenv("KUBECTL_EIP_BIN")
+	if bin == "" {
+		e.t.Skip("KUBECTL_EIP_BIN is not set (make build)")
+	}
+	out, err := cluster.Exec(e.ctx, testenv.Client, bin, "--kubeconfig="+cluster.AdminKubeconfig(), "-n", testenv.Namespace, "status", "-o", "json")
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		e.t.Fatal(err)
+	}
+	var st cli.Status
+	e.must(json.Unmarshal(out, &st))
+	return st
 }
