@@ -333,3 +333,23 @@ func (e *env) statusJSON() cli.Status {
 	e.must(json.Unmarshal(out, &st))
 	return st
 }
+
+// Policies apply to route-mode ranges unchanged: with spread, three IPs
+// land on three nodes, and the router routes each to its holder.
+func TestRouteModeSpread(t *testing.T) {
+	cfg := routeConfig()
+	cfg["policy"] = "spread"
+	e := newEnv(t, cfg)
+	ips := []netip.Addr{testenv.RoutedServiceIP(60), testenv.RoutedServiceIP(61), testenv.RoutedServiceIP(62)}
+	e.service("routed", ips...)
+	e.eventually("one IP per node", func() (bool, string) {
+		held := map[string]int{}
+		for _, ip := range ips {
+			held[e.holder(ip)]++
+		}
+		return len(held) == len(e.nodes) && held[""] == 0, fmt.Sprint(held)
+	})
+	for _, ip := range ips {
+		e.routed(ip)
+	}
+}
