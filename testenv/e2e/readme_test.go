@@ -45,6 +45,10 @@ func readmeCommands() map[string]readmeCoverage {
 			how:   "run here as written: its own cluster, a Service, pings, a failover and a move",
 			check: (*readme).demo,
 		},
+		"make demo-cluster": {
+			how:   "run here as written: real kubelet nodes, eip from make image and manifests/, HTTP and pings through a rollout restart",
+			check: (*readme).demoCluster,
+		},
 		"make test": {
 			how:   "what CI runs: .ci/run ends with `exec make test`",
 			check: ranBy(".ci/run", "\nexec make test\n"),
@@ -259,6 +263,14 @@ func (r *readme) demo(t *testing.T, line string) {
 	for _, want := range []string{"failover: ", "\nmoved 198.18.100.2 from ", "==> tearing everything down"} {
 		assert.Check(t, is.Contains(out, want))
 	}
+}
+
+func (r *readme) demoCluster(t *testing.T, line string) {
+	out := r.host(t, 15*time.Minute, line)
+	for _, want := range []string{"==> eipd Ready on every node after ", " answers from ", "==> tearing down"} {
+		assert.Check(t, is.Contains(out, want))
+	}
+	assert.Check(t, !strings.Contains(out, "two MACs answered"), "%s", out)
 }
 
 func (r *readme) image(t *testing.T, line string) {
