@@ -110,7 +110,10 @@ func (c *Cluster) buildRouter(ctx context.Context) error {
 // speaker), imports their host routes into the router's kernel table, and
 // leaves best-path selection at BIRD's defaults: MED is compared between
 // routes from the same neighbour AS, which all nodes share, so the newest
-// holder's lower MED wins over a dead holder's lingering route.
+// holder's lower MED wins over a dead holder's lingering route. After a
+// session error (a test's wrong AS number) BIRD waits its error wait time
+// before it takes the peer back, 60 s at first by default; the tests
+// reconfigure peers within seconds, so it is 1 s here.
 var birdConfig = template.Must(template.New("bird").Parse(`# eip testenv router
 log "{{.Log}}" all;
 debug protocols { states, routes };
@@ -123,12 +126,14 @@ template bgp eipnode {
 	passive on;
 	hold time {{.Hold}};
 	connect retry time 1;
+	error wait time 1, 5;
 	ipv4 { import all; export none; };
 }
 template bgp eipnode6 {
 	local as {{.ASN}};
 	passive on;
 	hold time {{.Hold}};
+	error wait time 1, 5;
 	ipv6 { import all; export none; };
 }
 {{range .Nodes}}protocol bgp {{.Proto}} from eipnode { neighbor {{.V4}} as {{$.NodeASN}}; }

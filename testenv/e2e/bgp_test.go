@@ -33,11 +33,15 @@ func routeConfig() map[string]string {
 	}
 }
 
-// newRouteEnv is newEnv with routeConfig, returning once every node's BGP
-// session with the router is established: until then a node's
-// announcements cannot reach the router.
-func newRouteEnv(t *testing.T) *env {
-	e := newEnv(t, routeConfig())
+// newRouteEnv is newEnv with routeConfig and the extra key-value pairs,
+// returning once every node's BGP session with the router is established:
+// until then a node's announcements cannot reach the router.
+func newRouteEnv(t *testing.T, extra ...string) *env {
+	cfg := routeConfig()
+	for i := 0; i+1 < len(extra); i += 2 {
+		cfg[extra[i]] = extra[i+1]
+	}
+	e := newEnv(t, cfg)
 	e.eventually("every node peered with the router", func() (bool, string) {
 		states, err := cluster.BGPSessions(e.ctx)
 		if err != nil {
@@ -337,9 +341,7 @@ func (e *env) statusJSON() cli.Status {
 // Policies apply to route-mode ranges unchanged: with spread, three IPs
 // land on three nodes, and the router routes each to its holder.
 func TestRouteModeSpread(t *testing.T) {
-	cfg := routeConfig()
-	cfg["policy"] = "spread"
-	e := newEnv(t, cfg)
+	e := newRouteEnv(t, "policy", "spread")
 	ips := []netip.Addr{testenv.RoutedServiceIP(60), testenv.RoutedServiceIP(61), testenv.RoutedServiceIP(62)}
 	e.service("routed", ips...)
 	e.eventually("one IP per node", func() (bool, string) {
