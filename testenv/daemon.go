@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"github.com/eip-project/eip/testenv/confine"
 )
 
 const (
@@ -52,7 +54,7 @@ func (c *Cluster) DaemonLog(node string) string {
 
 // StartDaemon starts eipd in the node's namespace with DaemonArgs and
 // extraArgs, with exactly the privileges the DaemonSet in manifests/ grants
-// (see podPrivileges), and fails if the process holds any other. It does
+// (see package confine), and fails if the process holds any other. It does
 // not wait for the daemon to do anything.
 func (c *Cluster) StartDaemon(node string, extraArgs ...string) error {
 	n, err := c.nodeEndpoint(node)
@@ -71,17 +73,17 @@ func (c *Cluster) StartDaemon(node string, extraArgs ...string) error {
 	if p := c.daemons[node]; p != nil && p.running() {
 		return fmt.Errorf("start eipd on %s: already running (pid %d)", node, p.pid())
 	}
-	priv, err := daemonSetPrivileges(c.opts.ManifestsDir)
+	priv, err := confine.FromDaemonSet(c.opts.ManifestsDir)
 	if err != nil {
 		return fmt.Errorf("start eipd on %s: %w", node, err)
 	}
-	prog, argv, env := priv.command(c.opts.EipdBin, args)
+	prog, argv, env := priv.Command(c.opts.EipdBin, args)
 	p, err := startProcess(n.ns, "eipd on "+node, c.DaemonLog(node), env, prog, argv...)
 	if err != nil {
 		return err
 	}
 	c.daemons[node] = p
-	if err := priv.verify(p.pid(), c.opts.EipdBin, p.done, confineTimeout); err != nil {
+	if err := priv.Verify(p.pid(), c.opts.EipdBin, p.done, confineTimeout); err != nil {
 		_ = p.stop(syscall.SIGKILL, daemonGrace)
 		return fmt.Errorf("start eipd on %s: %w", node, err)
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eip-project/eip/testenv/confine"
 	"gotest.tools/v3/assert"
 	"k8s.io/utils/clock"
 )
@@ -20,8 +21,9 @@ import (
 const confinedEnv = "EIP_NETIF_CONFINED"
 
 // TestAdaptersWithDaemonSetCapabilities runs every adapter the way eipd
-// runs in its pod: only CAP_NET_ADMIN and CAP_NET_RAW, no way to gain more,
-// /proc/sys read-only. Opening netlink in a given namespace with setns(2)
+// runs in its pod, with the privileges of manifests/daemonset.yaml: only
+// CAP_NET_ADMIN and CAP_NET_RAW, no way to gain more, /proc/sys and the
+// root filesystem read-only. Opening netlink in a given namespace with setns(2)
 // needs CAP_SYS_ADMIN, so an adapter that did would fail here.
 func TestAdaptersWithDaemonSetCapabilities(t *testing.T) {
 	if os.Getenv(confinedEnv) == "1" {
@@ -31,11 +33,11 @@ func TestAdaptersWithDaemonSetCapabilities(t *testing.T) {
 	n.ip(t, n.a, "addr", "add", "198.18.0.1/24", "dev", vethIface)
 	n.sysctl(t, n.b, "net.ipv4.conf."+vethIface+".arp_accept=1")
 	n.sysctl(t, n.a, "net.ipv4.conf."+vethIface+".promote_secondaries=0")
-	confine := `mount --bind /proc/sys /proc/sys && mount -o remount,bind,ro /proc/sys &&
-exec setpriv --no-new-privs --inh-caps=-all --ambient-caps=-all --bounding-set=-all,+net_admin,+net_raw -- "$@"`
-	cmd := exec.Command("ip", "netns", "exec", n.a, "sh", "-c", confine, "confine",
-		os.Args[0], "-test.run=^TestConfinedAdapters$", "-test.count=1", "-test.v")
-	cmd.Env = append(os.Environ(), confinedEnv+"=1")
+	priv, err := confine.FromDaemonSet("../../manifests")
+	assert.NilError(t, err)
+	prog, argv, env := priv.Command(os.Args[0], []string{"-test.run=^TestConfinedAdapters$", "-test.count=1", "-test.v"})
+	cmd := exec.Command("ip", append([]string{"netns", "exec", n.a, prog}, argv...)...)
+	cmd.Env = append(append(os.Environ(), env...), confinedEnv+"=1")
 	out, err := cmd.CombinedOutput()
 	assert.NilError(t, err, "%s", out)
 	assert.Assert(t, strings.Contains(string(out), "--- PASS: TestConfinedAdapters"), "%s", out)

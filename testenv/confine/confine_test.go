@@ -1,4 +1,4 @@
-package testenv
+package confine
 
 import (
 	"testing"
@@ -9,7 +9,7 @@ import (
 )
 
 func TestDaemonSetPrivileges(t *testing.T) {
-	p, err := daemonSetPrivileges("../manifests")
+	p, err := FromDaemonSet("../../manifests")
 	assert.NilError(t, err)
 	assert.Check(t, is.DeepEqual(p.caps, []string{"NET_ADMIN", "NET_RAW"}))
 	assert.Check(t, is.Equal(p.mask, uint64(0x3000)))
@@ -37,7 +37,7 @@ func TestPrivilegesOfRefusesWhatTestenvCannotReproduce(t *testing.T) {
 }
 
 func TestPrivilegesCheck(t *testing.T) {
-	p := podPrivileges{caps: []string{"NET_ADMIN", "NET_RAW"}, mask: 0x3000, readOnlyRoot: true}
+	p := Privileges{caps: []string{"NET_ADMIN", "NET_RAW"}, mask: 0x3000, readOnlyRoot: true}
 	status := func(eff, nnp string) []byte {
 		return []byte("Name:\teipd\nCapInh:\t0000000000000000\nCapPrm:\t" + eff + "\nCapEff:\t" + eff +
 			"\nCapBnd:\t" + eff + "\nCapAmb:\t0000000000000000\nNoNewPrivs:\t" + nnp + "\n")

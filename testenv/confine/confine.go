@@ -1,4 +1,8 @@
-package testenv
+// Package confine starts a process with exactly the privileges that eipd's
+// DaemonSet grants its container, read from the manifest, and checks them
+// in the running process. testenv starts every eipd this way, and the
+// netif tests run the adapters under it.
+package confine
 
 import (
 	"bufio"
@@ -16,14 +20,14 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// podPrivileges is what the DaemonSet in manifests/ lets eipd do, read from
-// the manifest itself so that testenv cannot drift from it: every eipd that
-// testenv starts gets exactly these capabilities (and no others, in any of
+// Privileges is what the DaemonSet in manifests/ lets eipd do, read from
+// the manifest itself so that tests cannot drift from it: every process
+// started with them gets exactly these capabilities (and no others, in any of
 // its sets), no_new_privs, a read-only /proc/sys like every container
 // runtime mounts, and a read-only root filesystem when the manifest asks for
 // one. The runtime's seccomp profile is not applied: it forbids system calls
 // eipd has no reason to make, and the real-node tier runs the pod itself.
-type podPrivileges struct {
+type Privileges struct {
 	caps         []string // capability names as in the manifest, e.g. NET_ADMIN
 	mask         uint64   // their bits
 	readOnlyRoot bool
@@ -37,21 +41,21 @@ var capabilityBits = map[string]uint{
 	"SYS_CHROOT": 18, "SYS_PTRACE": 19, "SYS_ADMIN": 21, "SYS_RESOURCE": 24,
 }
 
-// daemonSetPrivileges reads the eipd container's security context from
+// FromDaemonSet reads the eipd container's security context from
 // manifests/daemonset.yaml.
-func daemonSetPrivileges(manifestsDir string) (podPrivileges, error) {
+func FromDaemonSet(manifestsDir string) (Privileges, error) {
 	path := filepath.Join(manifestsDir, "daemonset.yaml")
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return podPrivileges{}, fmt.Errorf("read eipd's privileges: %w", err)
+		return Privileges{}, fmt.Errorf("read eipd's privileges: %w", err)
 	}
 	var ds appsv1.DaemonSet
 	if err := yaml.UnmarshalStrict(b, &ds); err != nil {
-		return podPrivileges{}, fmt.Errorf("read eipd's privileges from %s: %w", path, err)
+		return Privileges{}, fmt.Errorf("read eipd's privileges from %s: %w", path, err)
 	}
 	i := slices.IndexFunc(ds.Spec.Template.Spec.Containers, func(c corev1.Container) bool { return c.Name == "eipd" })
 	if i < 0 {
-		return podPrivileges{}, fmt.Errorf("read eipd's privileges from %s: no container named eipd", path)
+		return Privileges{}, fmt.Errorf("read eipd's privileges from %s: no container named eipd", path)
 	}
 	return privilegesOf(ds.Spec.Template.Spec.Containers[i].SecurityContext)
 }
@@ -59,24 +63,24 @@ func daemonSetPrivileges(manifestsDir string) (podPrivileges, error) {
 // privilegesOf accepts only the shape of security context testenv can
 // reproduce faithfully: not privileged, no privilege escalation, every
 // default capability dropped and a few added back.
-func privilegesOf(sc *corev1.SecurityContext) (podPrivileges, error) {
+func privilegesOf(sc *corev1.SecurityContext) (Privileges, error) {
 	if sc == nil || sc.Capabilities == nil {
-		return podPrivileges{}, fmt.Errorf("eipd's container has no capabilities in its security context")
+		return Privileges{}, fmt.Errorf("eipd's container has no capabilities in its security context")
 	}
 	if sc.Privileged != nil && *sc.Privileged {
-		return podPrivileges{}, fmt.Errorf("eipd's container is privileged")
+		return Privileges{}, fmt.Errorf("eipd's container is privileged")
 	}
 	if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
-		return podPrivileges{}, fmt.Errorf("eipd's container allows privilege escalation")
+		return Privileges{}, fmt.Errorf("eipd's container allows privilege escalation")
 	}
 	if !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
-		return podPrivileges{}, fmt.Errorf("eipd's container drops %v, not [ALL]", sc.Capabilities.Drop)
+		return Privileges{}, fmt.Errorf("eipd's container drops %v, not [ALL]", sc.Capabilities.Drop)
 	}
-	p := podPrivileges{readOnlyRoot: sc.ReadOnlyRootFilesystem != nil && *sc.ReadOnlyRootFilesystem}
+	p := Privileges{readOnlyRoot: sc.ReadOnlyRootFilesystem != nil && *sc.ReadOnlyRootFilesystem}
 	for _, c := range sc.Capabilities.Add {
 		bit, ok := capabilityBits[string(c)]
 		if !ok {
-			return podPrivileges{}, fmt.Errorf("eipd's container adds capability %s, which testenv cannot grant", c)
+			return Privileges{}, fmt.Errorf("eipd's container adds capability %s, which testenv cannot grant", c)
 		}
 		p.caps = append(p.caps, string(c))
 		p.mask |= 1 << bit
@@ -96,9 +100,9 @@ if [ "$EIP_CONFINE_RO_ROOT" = 1 ]; then mount -o remount,bind,ro /; fi
 exec setpriv --no-new-privs --inh-caps=-all --ambient-caps=-all --bounding-set="$EIP_CONFINE_CAPS" -- "$@"
 `
 
-// command returns the program and arguments that run bin confined; env
+// Command returns the program and arguments that run bin confined; env
 // holds the variables confineScript reads.
-func (p podPrivileges) command(bin string, args []string) (prog string, argv, env []string) {
+func (p Privileges) Command(bin string, args []string) (prog string, argv, env []string) {
 	set := "-all"
 	for _, c := range p.caps {
 		set += ",+" + strings.ToLower(c)
@@ -111,11 +115,11 @@ func (p podPrivileges) command(bin string, args []string) (prog string, argv, en
 		[]string{"EIP_CONFINE_CAPS=" + set, "EIP_CONFINE_RO_ROOT=" + ro}
 }
 
-// verify waits until pid runs bin, past the fork and the launcher's execs
+// Verify waits until pid runs bin, past the fork and the launcher's execs
 // (ip, sh, setpriv), and checks its capability sets, no_new_privs and
 // read-only mounts. A process that exits first is not checked; its exit is
 // the caller's to report.
-func (p podPrivileges) verify(pid int, bin string, exited <-chan struct{}, timeout time.Duration) error {
+func (p Privileges) Verify(pid int, bin string, exited <-chan struct{}, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		argv, err := procArgv(pid)
@@ -147,7 +151,7 @@ func (p podPrivileges) verify(pid int, bin string, exited <-chan struct{}, timeo
 
 // check compares a process's /proc status and mountinfo with the
 // privileges.
-func (p podPrivileges) check(status, mountinfo []byte) error {
+func (p Privileges) check(status, mountinfo []byte) error {
 	want := map[string]uint64{"CapEff": p.mask, "CapPrm": p.mask, "CapBnd": p.mask, "CapInh": 0, "CapAmb": 0}
 	got := map[string]string{}
 	sc := bufio.NewScanner(bytes.NewReader(status))
