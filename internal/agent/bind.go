@@ -50,9 +50,43 @@ func takeoverGrace(c config.Config) time.Duration {
 }
 
 // canBind: binding anything new needs a working API connection (so the
-// lock we act on is current) and the interface's carrier.
+// lock we act on is current), the interface's carrier, and a renewal
+// recent enough (mayAdd).
 func (s *state) canBind(iface string) bool {
-	return !s.linkDown[iface] && !s.fenced && s.writable(s.a.clk.Now())
+	now := s.a.clk.Now()
+	return !s.linkDown[iface] && !s.fenced && s.writable(now) && s.mayAdd(now)
+}
+
+// addWindow is how long after sending a renewal that succeeded this node
+// may still put an address on an interface. No peer judges this node dead
+// before lease-duration (plus the takeover grace) has passed since it saw
+// that renewal, which was sent before; an address added within the window,
+// with its lifetime and the kernel's expiry slack, is gone by then even if
+// no renewal follows (the loop stalls behind a long pass, the API server
+// stops answering). 0.75 s at the defaults. At a 1 s lease that margin is
+// 0, and the window is one renew interval: an address added late in it
+// outlives the lease by at most that much, and only when every renewal
+// after it fails.
+func (s *state) addWindow() time.Duration {
+	return max(s.cfg.LeaseDuration+takeoverGrace(s.cfg)-s.cfg.AddressLifetime()-addressExpirySlack, s.cfg.RenewInterval)
+}
+
+// mayAdd: an address added now is gone before any peer may take it over,
+// even if this node renews nothing more. Otherwise the bind waits for the
+// next renewal (staleAdds).
+func (s *state) mayAdd(now time.Time) bool {
+	return !s.lastRenewOK.IsZero() && now.Sub(s.lastRenewOK) <= s.addWindow()
+}
+
+// loopLate: the loop's last tick, which renews the heartbeat, is longer
+// ago than addWindow, or the loop has not re-read the locks since a late
+// tick (tick). A loop that runs late renews nothing meanwhile: its peers
+// may have judged it dead and taken over IPs its cache still shows as its
+// own. While it is late it puts no address back, and the keeper refreshes
+// none. (An API-server outage is not lateness: the loop ticks on time,
+// and api-loss decides.)
+func (s *state) loopLate(now time.Time) bool {
+	return s.stalled || s.lastTick.IsZero() || now.Sub(s.lastTick) > s.addWindow()
 }
 
 func (s *state) bind(ip netip.Addr, e ipset.Entry, why string) {
@@ -62,7 +96,13 @@ func (s *state) bind(ip netip.Addr, e ipset.Entry, why string) {
 		log.Error("cannot bind: no interface", "err", err)
 		return
 	}
-	if !s.canBind(iface) || !s.probed(ip, iface) {
+	if !s.canBind(iface) {
+		if !s.mayAdd(s.a.clk.Now()) {
+			s.staleAdds[ip] = true
+		}
+		return
+	}
+	if !s.probed(ip, iface) {
 		return
 	}
 	p := e.Binding.Prefix(ip)
@@ -90,9 +130,23 @@ func (s *state) bind(ip netip.Addr, e ipset.Entry, why string) {
 }
 
 func (s *state) unbind(ip netip.Addr, why string) {
-	b, ok := s.bound[ip]
+	b, ok := s.forgetBinding(ip)
 	if !ok {
 		return
+	}
+	if err := s.a.opt.Addresser.Del(b.iface, b.prefix); err != nil {
+		s.log.Error("unbind", "ip", ip, "iface", b.iface, "err", err)
+	}
+	s.a.opt.Metrics.Unbound()
+	s.log.Info("unbound", "ip", ip, "iface", b.iface, "reason", why)
+}
+
+// forgetBinding stops serving ip (route, announcements, lifetime refresh)
+// and returns the binding it had; the address itself is left alone.
+func (s *state) forgetBinding(ip netip.Addr) (binding, bool) {
+	b, ok := s.bound[ip]
+	if !ok {
+		return b, false
 	}
 	if b.announce.BGP() {
 		// Withdrawn before the address goes and before any lock write
@@ -105,11 +159,7 @@ func (s *state) unbind(ip netip.Addr, why string) {
 	s.a.opt.Announcer.Stop(ip)
 	delete(s.bound, ip)
 	s.lifetime.forget(ip)
-	if err := s.a.opt.Addresser.Del(b.iface, b.prefix); err != nil {
-		s.log.Error("unbind", "ip", ip, "iface", b.iface, "err", err)
-	}
-	s.a.opt.Metrics.Unbound()
-	s.log.Info("unbound", "ip", ip, "iface", b.iface, "reason", why)
+	return b, true
 }
 
 // rebindIfMoved moves a held, bound address whose interface or prefix
@@ -142,6 +192,17 @@ func (s *state) addrEvent(ev netif.AddrEvent) {
 		return
 	}
 	s.a.opt.Metrics.Vanished()
+	if s.loopLate(s.a.clk.Now()) {
+		// Its lifetime ran out because this loop ran late (a long pass, a
+		// starved process): it renewed nothing meanwhile, and a peer may
+		// have taken the IP over. Putting it back now would bind it on two
+		// live nodes. A pass binds it again if the lock still names this
+		// node, once the loop is on time and has re-read the locks.
+		s.forgetBinding(b.prefix.Addr())
+		s.staleAdds[b.prefix.Addr()] = true
+		s.log.Warn("an address this node held expired while its loop ran late; binding it again only if its lock still names this node", "ip", b.prefix.Addr(), "iface", b.iface)
+		return
+	}
 	if err := s.a.opt.Addresser.Add(b.iface, b.prefix, s.cfg.AddressLifetime()); err != nil {
 		s.log.Error("restore address", "ip", b.prefix.Addr(), "iface", b.iface, "err", err)
 		return

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"net"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -111,4 +112,53 @@ func TestLoopProbesBeforeBindingAndBacksOffOnConflict(t *testing.T) {
 	w.pass()
 	assert.DeepEqual(t, w.take(), []string{"probe 198.18.100.1", "probe 198.18.100.1", "bind 198.18.100.1"})
 	assert.Equal(t, len(w.s.conflicts.inUse), 0)
+}
+
+// A loop that runs late renews nothing meanwhile, so its peers may judge
+// it dead and take its IPs over while its cache still shows them as its
+// own. When the kernel then removes the address (its lifetime was not
+// refreshed), the late loop must not put it back: that bound IPs on two
+// live nodes in the 10,000-IP mass failover. It binds it again only after
+// it re-read the locks, and only if the lock still names it.
+func TestLoopLateLoopPutsNoAddressBack(t *testing.T) {
+	w := newWorld(t, "node-a", defaultTestConfig())
+	w.addNode("node-b")
+	w.heartbeat("node-b", true)
+	taken, kept := testIP(0), testIP(1)
+	w.lock(taken, "node-a")
+	w.lock(kept, "node-a")
+	w.addService("web", taken, kept)
+	w.pass()
+	for range 4 {
+		w.tick("node-b")
+	}
+	assert.DeepEqual(t, w.take(), []string{"bind 198.18.100.1", "bind 198.18.100.2"})
+	seen := w.s.lifetime.loopSeen
+
+	// The loop is busy for 3 s: node-b judges node-a dead and takes one IP
+	// over; the kernel removes both addresses, and the loop gets to the
+	// address events before its tick.
+	for range 6 {
+		w.step(w.s.cfg.RenewInterval)
+		w.heartbeat("node-b", true)
+	}
+	w.lock(taken, "node-b")
+	for _, ip := range []netip.Addr{taken, kept} {
+		p := netip.PrefixFrom(ip, 32)
+		delete(w.addrs, p)
+		w.s.addrEvent(netif.AddrEvent{Iface: testIface, Prefix: p})
+	}
+	assert.DeepEqual(t, w.take(), []string(nil))
+	assert.Equal(t, len(w.s.bound), 0)
+
+	// The late tick refreshes nothing and binds nothing until the
+	// renewal sent at it came back through the watch.
+	w.s.tick()
+	assert.Equal(t, w.s.lifetime.loopSeen, seen)
+	w.s.reconcile()
+	assert.DeepEqual(t, w.take(), []string(nil))
+	w.settle()
+	w.tick("node-b")
+	assert.DeepEqual(t, w.take(), []string{"bind 198.18.100.2"})
+	assert.Assert(t, w.s.lifetime.loopSeen.After(seen))
 }

@@ -70,15 +70,22 @@ type state struct {
 	renewFailing   bool
 	needBarrier    bool      // bind nothing new until a renewal sent after the break comes back
 	barrier        time.Time // wall time of that renewal
-	linkDown       map[string]bool
-	claimWatch     map[string]context.CancelFunc
-	autoIface      map[netip.Addr]string // "auto" resolved, see ifaceFor
-	fenced         bool
-	shutting       bool
-	routerErr      string // why the route-mode configuration was refused
-	bgpSessions    string // lease.FormatBGPSessions of the sessions, for the heartbeat
-	sessions       map[netip.Addr]sessionSeen
-	routes         int // routes announced
+	// lastTick is when the loop last ticked; stalled says that a tick came
+	// late and the locks were not re-read since (loopLate), stallAt when.
+	lastTick, stallAt time.Time
+	stalled           bool
+	// staleAdds are held IPs not bound because the loop ran late or its
+	// last renewal is too old (mayAdd); a pass decides them again.
+	staleAdds   map[netip.Addr]bool
+	linkDown    map[string]bool
+	claimWatch  map[string]context.CancelFunc
+	autoIface   map[netip.Addr]string // "auto" resolved, see ifaceFor
+	fenced      bool
+	shutting    bool
+	routerErr   string // why the route-mode configuration was refused
+	bgpSessions string // lease.FormatBGPSessions of the sessions, for the heartbeat
+	sessions    map[netip.Addr]sessionSeen
+	routes      int // routes announced
 
 	selfEligible bool
 	// peersKnownAt: until then this node has not watched heartbeats for a
@@ -125,6 +132,7 @@ func newState(a *Agent) *state {
 		linkDown:    map[string]bool{},
 		claimWatch:  map[string]context.CancelFunc{},
 		autoIface:   map[netip.Addr]string{},
+		staleAdds:   map[netip.Addr]bool{},
 		needBarrier: true,
 		dirtySvc:    true, dirtyNodes: true, dirtyCM: true,
 		renewReq:  make(chan renewal, 1),
@@ -342,7 +350,7 @@ func (s *state) renewed(r renewResult) {
 	if s.renewFailing {
 		s.log.Info("heartbeat renewed again; re-reading locks before binding anything new")
 	}
-	if s.needBarrier {
+	if s.needBarrier && !r.sent.Before(s.stallAt) {
 		s.barrier = r.sent.Round(0).Truncate(time.Microsecond)
 		s.needBarrier = false
 		s.peersKnownAt = r.sent.Add(s.cfg.RenewInterval)
@@ -355,7 +363,19 @@ func (s *state) renewed(r renewResult) {
 // (see keeper), renew the heartbeat, and now and then resync.
 func (s *state) tick() {
 	now := s.a.clk.Now()
-	s.lifetime.loopTicked(now)
+	if !s.lastTick.IsZero() && now.Sub(s.lastTick) > s.addWindow() {
+		// Late: peers may have judged this node dead meanwhile. Refresh
+		// no lifetime and bind nothing until a renewal sent from now on
+		// came back through the watch, with every lock change before it.
+		if !s.stalled {
+			s.log.Warn("the loop ran late; re-reading the locks before binding or refreshing anything", "since", now.Sub(s.lastTick))
+		}
+		s.stalled, s.stallAt, s.needBarrier = true, now, true
+	}
+	s.lastTick = now
+	if !s.loopLate(now) {
+		s.lifetime.loopTicked(now)
+	}
 	s.observeSessions()
 	if s.renewDue(now) {
 		s.requestRenew()
@@ -377,6 +397,7 @@ func (s *state) tick() {
 // four times a second.
 func (s *state) passDue(now time.Time) bool {
 	return !s.wake.IsZero() && !now.Before(s.wake) ||
+		len(s.staleAdds) > 0 && !s.loopLate(now) && s.mayAdd(now) ||
 		s.writable(now) != s.passWritable ||
 		!maps.Equal(s.passVerdicts, s.verdicts(now)) ||
 		now.Sub(s.lastPass) >= s.a.opt.Resync
@@ -450,7 +471,9 @@ func (s *state) reconcile() {
 	s.lastPass, s.passWritable = now, v.Writable
 	if v.Writable {
 		s.fenced = false
+		s.stalled = false
 	}
+	clear(s.staleAdds) // every IP is decided again
 	plan := s.plan(v, locks)
 	s.allocate(v, locks)
 
