@@ -13,7 +13,7 @@ export CGO_ENABLED = 0
 # Go's own install location, for a fresh machine whose PATH lacks it.
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: all prereqs build install test test-unit test-e2e lint fuzz bench demo demo-cluster k8s clean
+.PHONY: all prereqs build install test test-unit test-e2e lint fuzz bench demo demo-bgp demo-cluster k8s clean
 
 all: build
 
@@ -70,6 +70,10 @@ bench: prereqs build
 ## demo: a real local cluster, a Service, its IPs answering, a failover
 demo: prereqs build
 	scripts/demo.sh
+
+## demo-bgp: route mode: a BIRD router peering with the nodes, a routed client, a failover and a move through the router
+demo-bgp: prereqs build
+	scripts/demo.sh -bgp
 
 ## demo-cluster: eip from manifests/ and make image on real kubelet nodes, HTTP through a rollout
 demo-cluster: prereqs

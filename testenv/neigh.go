@@ -144,7 +144,7 @@ type Neighbor struct {
 // ClientNeigh lists the client namespace's neighbour cache on eth0: which
 // MAC the LAN's client currently sends each address's traffic to.
 func (c *Cluster) ClientNeigh() ([]Neighbor, error) {
-	h, link, err := c.eth0(c.cl)
+	h, link, err := c.device(c.cl, "eth0")
 	if err != nil {
 		return nil, err
 	}
@@ -186,11 +186,17 @@ func neighState(s int) string {
 // NodeAddrs lists the addresses on the node's eth0, except IPv6 link-local
 // ones: its own LAN addresses and whatever eipd bound.
 func (c *Cluster) NodeAddrs(node string) ([]netip.Prefix, error) {
+	return c.NodeAddrsOn(node, "eth0")
+}
+
+// NodeAddrsOn is NodeAddrs for the node's device dev, such as lo, where
+// eipd binds the IPs of route-mode ranges.
+func (c *Cluster) NodeAddrsOn(node, dev string) ([]netip.Prefix, error) {
 	n, err := c.nodeEndpoint(node)
 	if err != nil {
 		return nil, err
 	}
-	h, link, err := c.eth0(n)
+	h, link, err := c.device(n, dev)
 	if err != nil {
 		return nil, err
 	}
@@ -225,16 +231,16 @@ func (c *Cluster) NodeHasAddr(node string, ip netip.Addr) (bool, error) {
 	return false, nil
 }
 
-// eth0 opens a netlink handle in the endpoint's namespace and finds eth0.
-func (c *Cluster) eth0(e *endpoint) (*netlink.Handle, netlink.Link, error) {
+// device opens a netlink handle in the endpoint's namespace and finds dev.
+func (c *Cluster) device(e *endpoint, dev string) (*netlink.Handle, netlink.Link, error) {
 	h, err := netlink.NewHandleAt(e.ns.handle)
 	if err != nil {
 		return nil, nil, fmt.Errorf("netlink in %s: %w", e.ns.name, err)
 	}
-	link, err := h.LinkByName("eth0")
+	link, err := h.LinkByName(dev)
 	if err != nil {
 		h.Close()
-		return nil, nil, fmt.Errorf("eth0 in %s: %w", e.ns.name, err)
+		return nil, nil, fmt.Errorf("%s in %s: %w", dev, e.ns.name, err)
 	}
 	return h, link, nil
 }

@@ -49,6 +49,13 @@ func RoutedServiceIP(n int) netip.Addr {
 	return netip.AddrFrom4([4]byte{198, 19, 100, byte(n)})
 }
 
+// RoutedServiceIP6 returns the n-th address (1 ≤ n < 65536) of
+// 2001:db8:100::/112, a block on neither LAN, the IPv6 twin of
+// RoutedServiceIP.
+func RoutedServiceIP6(n int) netip.Addr {
+	return netip.MustParseAddr(fmt.Sprintf("2001:db8:100::%x", n))
+}
+
 // RoutedClientAddr is the routed client's IPv4 address.
 func RoutedClientAddr() netip.Addr { return netip.MustParseAddr("198.19.0.2") }
 
@@ -186,6 +193,18 @@ func (c *Cluster) Birdc(ctx context.Context, args ...string) (string, error) {
 	}
 	out, err := output(ctx, nil, "birdc", append([]string{"-s", c.birdSocket()}, args...)...)
 	return string(out), err
+}
+
+// RestartBGPSession drops the router's session with node and has the router
+// wait for the node to connect again. A node whose link was cut keeps its
+// session at the router until the hold timer expires; this ends it at once,
+// so that the node's next eipd peers without waiting.
+func (c *Cluster) RestartBGPSession(ctx context.Context, node string) error {
+	out, err := c.Birdc(ctx, "restart", birdProto(node))
+	if err != nil {
+		return fmt.Errorf("restart the router's session with %s: %w: %s", node, err, out)
+	}
+	return nil
 }
 
 // BGPPath is one path the router knows for a prefix.

@@ -45,6 +45,10 @@ func readmeCommands() map[string]readmeCoverage {
 			how:   "run here as written: its own cluster, a Service, pings, a failover and a move",
 			check: (*readme).demo,
 		},
+		"make demo-bgp": {
+			how:   "run here as written: its own cluster with the BIRD router, a Service in a BGP range, a failover and a move through the router",
+			check: (*readme).demoBGP,
+		},
 		"make demo-cluster": {
 			how:   "run here as written: real kubelet nodes, eip from make image and manifests/, HTTP and pings through a rollout restart",
 			check: (*readme).demoCluster,
@@ -261,6 +265,13 @@ func (r *readme) client(t *testing.T, line, pathPrefix string) string {
 func (r *readme) demo(t *testing.T, line string) {
 	out := r.host(t, 10*time.Minute, line)
 	for _, want := range []string{"failover: ", "\nmoved 198.18.100.2 from ", "==> tearing everything down"} {
+		assert.Check(t, is.Contains(out, want))
+	}
+}
+
+func (r *readme) demoBGP(t *testing.T, line string) {
+	out := r.host(t, 10*time.Minute, line)
+	for _, want := range []string{"BGP.med: ", "failover: ", "the router still lists ", "\nmoved 198.19.100.1 from ", "==> tearing everything down"} {
 		assert.Check(t, is.Contains(out, want))
 	}
 }

@@ -1,14 +1,17 @@
 // Command demo shows eip working on a real local cluster: a control plane
 // and three nodes in network namespaces, a Service with two external IPs,
 // the client on the LAN pinging them, the holder's eipd killed and the
-// failover timed as the client saw it, and a planned move. It tears
-// everything down when it ends. Run it as root through `make demo`.
+// failover timed as the client saw it, and a planned move. With -bgp it
+// shows route mode instead: a BIRD router peering with the nodes and a
+// client behind it (see bgp.go). It tears everything down when it ends.
+// Run it as root through `make demo` or `make demo-bgp`.
 package main
 
 import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -33,7 +36,9 @@ func main() {
 		fmt.Fprintln(os.Stderr, "demo: needs root (network namespaces); run `sudo make demo`")
 		os.Exit(2)
 	}
-	if err := run(os.Stdout); err != nil {
+	bgp := flag.Bool("bgp", false, "route mode: a BGP router, a routed client, a failover and a move through the router")
+	flag.Parse()
+	if err := run(os.Stdout, *bgp); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}
@@ -49,12 +54,16 @@ func step(out io.Writer, format string, args ...any) {
 	fmt.Fprintf(out, "\n==> "+format+"\n", args...)
 }
 
-func run(out io.Writer) (err error) {
+func run(out io.Writer, bgp bool) (err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	step(out, "starting a cluster: etcd + kube-apiserver, 3 nodes and a client in network namespaces")
+	what := "3 nodes and a client"
+	if bgp {
+		what = "3 nodes, a client, a BGP router (BIRD 2) and a routed client behind it"
+	}
+	step(out, "starting a cluster: etcd + kube-apiserver, %s in network namespaces", what)
 	start := time.Now()
-	c, err := testenv.Start(ctx, testenv.Options{Nodes: 3, Logger: slog.New(slog.DiscardHandler)})
+	c, err := testenv.Start(ctx, testenv.Options{Nodes: 3, Router: bgp, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return err
 	}
@@ -64,6 +73,9 @@ func run(out io.Writer) (err error) {
 	}()
 	fmt.Fprintf(out, "cluster up in %s; RBAC from manifests/ applied; eipd runs as ServiceAccount eip-system/eip\n", time.Since(start).Round(100*time.Millisecond))
 	d := &demo{ctx: ctx, out: out, c: c}
+	if bgp {
+		return d.showBGP()
+	}
 	return d.show()
 }
 
@@ -192,13 +204,7 @@ func (d *demo) plugin(args ...string) bool {
 // waitHolder waits until ip has a holder other than not, bound there and
 // answering the client's ARP with that node's MAC.
 func (d *demo) waitHolder(ip netip.Addr, not string) (string, error) {
-	var holder string
-	err := waitFor(30*time.Second, func() bool {
-		l, err := d.c.Client().CoordinationV1().Leases(testenv.Namespace).Get(d.ctx, lease.NameFor(ip), metav1.GetOptions{})
-		if err != nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" || *l.Spec.HolderIdentity == not {
-			return false
-		}
-		holder = *l.Spec.HolderIdentity
+	return d.holderWhere(ip, not, "answering holder", func(holder string) bool {
 		mac, err := d.c.NodeMAC(holder)
 		if err != nil {
 			return false
@@ -206,8 +212,22 @@ func (d *demo) waitHolder(ip netip.Addr, not string) (string, error) {
 		macs, err := d.c.WhoAnswers(ip)
 		return err == nil && len(macs) == 1 && bytes.Equal(macs[0], mac)
 	})
+}
+
+// holderWhere waits until ip's lock has a holder other than not for which
+// ok holds, and returns it; what names such a holder in the error.
+func (d *demo) holderWhere(ip netip.Addr, not, what string, ok func(holder string) bool) (string, error) {
+	var holder string
+	err := waitFor(30*time.Second, func() bool {
+		l, err := d.c.Client().CoordinationV1().Leases(testenv.Namespace).Get(d.ctx, lease.NameFor(ip), metav1.GetOptions{})
+		if err != nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" || *l.Spec.HolderIdentity == not {
+			return false
+		}
+		holder = *l.Spec.HolderIdentity
+		return ok(holder)
+	})
 	if err != nil {
-		return "", fmt.Errorf("%s has no answering holder: %w", ip, err)
+		return "", fmt.Errorf("%s has no %s: %w", ip, what, err)
 	}
 	return holder, nil
 }
