@@ -98,14 +98,18 @@ func (e *env) bestPathAt(ip netip.Addr, node string) string {
 	}
 	n, err := cluster.Node(node)
 	e.must(err)
+	via := n.IPv4
+	if ip.Is6() {
+		via = n.IPv6
+	}
 	var best []testenv.BGPPath
 	for _, p := range paths {
 		if p.Best {
 			best = append(best, p)
 		}
 	}
-	if len(best) != 1 || best[0].Node != node || best[0].Via != n.IPv4 {
-		return fmt.Sprintf("holder %s (%s), router's paths %+v", node, n.IPv4, paths)
+	if len(best) != 1 || best[0].Node != node || best[0].Via != via {
+		return fmt.Sprintf("holder %s (%s), router's paths %+v", node, via, paths)
 	}
 	return ""
 }
@@ -154,18 +158,45 @@ func TestRouteModeServesThroughRouterOnly(t *testing.T) {
 	e.served(lan)
 	for _, ip := range ips {
 		holder := e.routed(ip)
-		out, err := cluster.Exec(e.ctx, holder, "ip", "-o", "addr", "show", "dev", "lo")
-		e.must(err)
-		assert.Assert(t, strings.Contains(string(out), ip.String()+"/32"), "%s not on lo of %s: %s", ip, holder, out)
-
-		p := e.routedProbe(ip)
-		e.routedReplies(p, time.Now())
-		p.Stop()
-
-		macs, err := cluster.WhoAnswers(ip)
-		e.must(err)
-		assert.Equal(t, len(macs), 0, "a node answered ARP for %s, a route-mode IP: %v", ip, macs)
+		e.reachedThroughRouterOnly(ip, holder)
 	}
+}
+
+// reachedThroughRouterOnly checks that ip, routed to holder, is on the
+// holder's lo, answers the routed client, and that no node answers ARP or
+// neighbour solicitations for it on the LAN.
+func (e *env) reachedThroughRouterOnly(ip netip.Addr, holder string) {
+	e.t.Helper()
+	out, err := cluster.Exec(e.ctx, holder, "ip", "-o", "addr", "show", "dev", "lo")
+	e.must(err)
+	host := netip.PrefixFrom(ip, ip.BitLen()).String()
+	assert.Assert(e.t, strings.Contains(string(out), host), "%s not on lo of %s: %s", host, holder, out)
+
+	p := e.routedProbe(ip)
+	e.routedReplies(p, time.Now())
+	p.Stop()
+
+	macs, err := cluster.WhoAnswers(ip)
+	e.must(err)
+	assert.Equal(e.t, len(macs), 0, "a node answered the LAN for %s, a route-mode IP: %v", ip, macs)
+}
+
+// Route mode over IPv6: each node also peers with the router's IPv6
+// address, a /128 is announced over that session, and the routed client
+// reaches the IP from 2001:db8:1::/64; a move hands the route over, the
+// old holder's withdrawal first.
+func TestRouteModeIPv6(t *testing.T) {
+	rt4, rt6 := testenv.RouterAddr()
+	e := newRouteEnv(t,
+		"ranges", "198.19.100.0/24 announce=bgp\n2001:db8:100::/112 announce=bgp",
+		"bgp-peers", fmt.Sprintf("%s asn=%d\n%s asn=%d", rt4, testenv.RouterASN, rt6, testenv.RouterASN))
+	ip := testenv.RoutedServiceIP6(1)
+	old, next, r := e.routedHandover(ip, func(ip netip.Addr, old string) {
+		e.reachedThroughRouterOnly(ip, old)
+		e.editLock(ip, func(l *coordinationv1.Lease) { l.Annotations[lease.AnnotationMoveTo] = e.other(old) })
+	})
+	e.reachedThroughRouterOnly(ip, next)
+	t.Logf("IPv6 move %s -> %s through the router: %d sent, %d lost, longest gap %s", old, next, r.Sent, r.Lost(), r.LongestGap().Duration())
 }
 
 // birdLogLines returns the router's log lines about ip's host route.
@@ -173,8 +204,9 @@ func birdLogLines(t *testing.T, ip netip.Addr) []string {
 	b, err := os.ReadFile(filepath.Join(cluster.Dir(), "bird.log"))
 	assert.NilError(t, err)
 	var out []string
+	route := " " + netip.PrefixFrom(ip, ip.BitLen()).String()
 	for _, l := range strings.Split(string(b), "\n") {
-		if strings.Contains(l, " "+ip.String()+"/32") && (strings.Contains(l, " added ") || strings.Contains(l, " removed ") || strings.Contains(l, " replaced ")) {
+		if strings.Contains(l, route) && (strings.Contains(l, " added ") || strings.Contains(l, " removed ") || strings.Contains(l, " replaced ")) {
 			out = append(out, l)
 		}
 	}
@@ -190,7 +222,15 @@ func (e *env) withdrawnBeforeAnnounced(ip netip.Addr, from int, old, next string
 		lines = birdLogLines(e.t, ip)[from:]
 		return len(lines) >= 2, strings.Join(lines, "\n")
 	})
-	oldProto, nextProto := strings.ReplaceAll(old, "-", "_")+".", strings.ReplaceAll(next, "-", "_")+"."
+	// BIRD names a node's sessions node_1 (IPv4) and node_1_v6, and logs
+	// "node_1.ipv4 < added …".
+	session := func(node string) string {
+		if ip.Is6() {
+			return strings.ReplaceAll(node, "-", "_") + "_v6."
+		}
+		return strings.ReplaceAll(node, "-", "_") + "."
+	}
+	oldProto, nextProto := session(old), session(next)
 	removed, added := -1, -1
 	for i, l := range lines {
 		if removed < 0 && strings.Contains(l, oldProto) && strings.Contains(l, " removed ") {
@@ -259,7 +299,7 @@ func TestRouteModeFailoverBeatsHoldTimer(t *testing.T) {
 		_ = cluster.RestoreLink(e.ctx, old)
 		// The router would keep the dead session until its hold timer;
 		// later tests need the node's next eipd to peer at once.
-		_, _ = cluster.Birdc(e.ctx, "restart", strings.ReplaceAll(old, "-", "_"))
+		_ = cluster.RestartBGPSession(e.ctx, old)
 	})
 	e.must(cluster.StopDaemon(old, syscall.SIGKILL))
 	killed := time.Now()
@@ -354,4 +394,79 @@ func TestRouteModeSpread(t *testing.T) {
 	for _, ip := range ips {
 		e.routed(ip)
 	}
+}
+
+// throughRouter is reach for the routed client, which sees only the
+// router's MAC: an IP answers through its holder when the router's one
+// best path for it is the holder's.
+func (e *env) throughRouter() reach {
+	return reach{
+		serve: e.routed,
+		probe: func(ip netip.Addr, _ string) *testenv.Probe {
+			p := e.routedProbe(ip)
+			e.routedReplies(p, time.Now())
+			return p
+		},
+		answering: func(probes map[netip.Addr]*testenv.Probe, holders map[netip.Addr]string) func() string {
+			return func() string {
+				for ip, p := range probes {
+					if msg := answeredWithin(p.Result(), time.Second); msg != "" {
+						return msg
+					}
+					if msg := e.bestPathAt(ip, holders[ip]); msg != "" {
+						return msg
+					}
+				}
+				return ""
+			}
+		},
+	}
+}
+
+// The API server stopped for 60 s under api-loss=hold, in route mode: the
+// routes stay at the router, the routed client keeps being answered
+// through each holder, and nothing moves, then or after.
+func TestRouteModeAPIServerStoppedHold(t *testing.T) {
+	longFault(t)
+	e := newRouteEnv(t, "api-loss", "hold")
+	e.guardAPIServer()
+	st := e.startPointVia(e.throughRouter(), testenv.RoutedServiceIP(70), testenv.RoutedServiceIP(71))
+	e.holdThrough("kube-apiserver", st, 60*time.Second,
+		func() error { return cluster.StopAPIServer(syscall.SIGTERM) },
+		func() error { return cluster.StartAPIServer(e.ctx) })
+}
+
+// Preferred nodes and sticky in a BGP range: an IP whose Service prefers a
+// node is routed to that node, falls back to another when it stops, and
+// is routed to it again when it returns; an IP without a preference stays
+// where it is when the node returns.
+func TestRouteModePreferredAndSticky(t *testing.T) {
+	e := newRouteEnv(t)
+	preferred := e.nodes[2]
+	pref, free := testenv.RoutedServiceIP(80), testenv.RoutedServiceIP(81)
+	e.preferService("preferred", preferred, pref)
+	e.service("free", free)
+	assert.Equal(t, e.routed(pref), preferred)
+	e.routed(free)
+
+	e.must(cluster.StopDaemon(preferred, syscall.SIGTERM))
+	e.routedAway(pref, preferred)
+	if e.holder(free) == preferred {
+		e.routedAway(free, preferred)
+	}
+	stayed := e.lockStates(free)
+	e.start(preferred)
+	e.eventually(pref.String()+" back on "+preferred, func() (bool, string) {
+		h := e.holder(pref)
+		return h == preferred, "holder " + h
+	})
+	assert.Equal(t, e.routed(pref), preferred)
+	e.throughout("sticky: "+free.String()+" stays", 3*leaseDuration, func() string {
+		if h := e.holder(free); h != stayed[free].Holder {
+			return "moved to " + h
+		}
+		return ""
+	})
+	e.assertNothingMoved(stayed, e.lockStates(free))
+	e.routed(free)
 }

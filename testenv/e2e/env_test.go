@@ -206,9 +206,10 @@ func inTestRanges(all []netip.Prefix) []netip.Prefix {
 	v4 := netip.MustParsePrefix("198.18.100.0/22")
 	routed := netip.MustParsePrefix("198.19.100.0/24")
 	v6 := netip.MustParsePrefix("2001:db8::100:0/112")
+	routed6 := netip.MustParsePrefix("2001:db8:100::/112")
 	var out []netip.Prefix
 	for _, p := range all {
-		if v4.Contains(p.Addr()) || routed.Contains(p.Addr()) || v6.Contains(p.Addr()) {
+		if a := p.Addr(); v4.Contains(a) || routed.Contains(a) || v6.Contains(a) || routed6.Contains(a) {
 			out = append(out, p)
 		}
 	}

@@ -54,7 +54,7 @@ func TestFaultAPIServerStoppedHold(t *testing.T) {
 	longFault(t)
 	e := newEnv(t, defaultConfig())
 	e.guardAPIServer()
-	e.holdThrough("kube-apiserver", serviceIPs(101, 3), 60*time.Second,
+	e.holdThrough("kube-apiserver", e.startPoint(serviceIPs(101, 3)...), 60*time.Second,
 		func() error { return cluster.StopAPIServer(syscall.SIGTERM) },
 		func() error { return cluster.StartAPIServer(e.ctx) })
 }
@@ -64,19 +64,20 @@ func TestFaultAPIServerStoppedHold(t *testing.T) {
 func TestFaultEtcdStoppedHold(t *testing.T) {
 	e := newEnv(t, defaultConfig())
 	e.guardEtcd()
-	e.holdThrough("etcd", serviceIPs(109, 3), 20*time.Second,
+	e.holdThrough("etcd", e.startPoint(serviceIPs(109, 3)...), 20*time.Second,
 		func() error { return cluster.StopEtcd(syscall.SIGKILL) },
 		func() error { return cluster.StartEtcd(e.ctx) })
 }
 
-// holdThrough runs one outage of the control plane under api-loss=hold.
-func (e *env) holdThrough(what string, ips []netip.Addr, outage time.Duration, stop, start func() error) {
+// holdThrough runs one outage of the control plane under api-loss=hold,
+// from st.
+func (e *env) holdThrough(what string, st startPoint, outage time.Duration, stop, start func() error) {
 	e.t.Helper()
-	st := e.startPoint(ips...)
+	ips := slices.Collect(maps.Keys(st.holders))
 
 	stopped := make(chan error, 1)
 	go func() { stopped <- stop() }()
-	e.throughout(what+" down: every IP answers from its holder", outage, e.stillAnswering(st.probes, st.holders, time.Second))
+	e.throughout(what+" down: every IP answers from its holder", outage, st.answering)
 	if err := <-stopped; err != nil {
 		// A graceful stop that had to be finished with SIGKILL still stopped.
 		e.t.Logf("stop %s: %v", what, err)
@@ -88,7 +89,7 @@ func (e *env) holdThrough(what string, ips []netip.Addr, outage time.Duration, s
 	e.t.Logf("every heartbeat renewed %s after the start", time.Since(began).Round(time.Millisecond))
 	// Three lease durations: any peer wrongly judged dead would be taken
 	// over within that.
-	e.throughout(what+" back: nothing moves", 3*leaseDuration, e.stillAnswering(st.probes, st.holders, time.Second))
+	e.throughout(what+" back: nothing moves", 3*leaseDuration, st.answering)
 
 	e.assertNothingMoved(st.before, e.lockStates(ips...))
 	for ip, p := range st.probes {

@@ -39,8 +39,9 @@ type bindingSample struct {
 }
 
 // bindWatch samples, every few milliseconds, which nodes have each watched
-// IP on eth0: the node's own view, which the client cannot see but which
-// shows an address bound on two nodes however briefly the LAN noticed it.
+// IP on eth0 or lo (route mode): the node's own view, which the client
+// cannot see but which shows an address bound on two nodes however briefly
+// the LAN or the router noticed it.
 type bindWatch struct {
 	e    *env
 	ips  []netip.Addr
@@ -51,8 +52,8 @@ type bindWatch struct {
 	samples []bindingSample
 }
 
-// bindWatchEvery is the sampling period; three netlink dumps take about a
-// millisecond.
+// bindWatchEvery is the sampling period; six netlink dumps take about two
+// milliseconds.
 const bindWatchEvery = 10 * time.Millisecond
 
 func (e *env) watchBindings(ips ...netip.Addr) *bindWatch {
@@ -69,13 +70,15 @@ func (w *bindWatch) run() {
 	for {
 		s := bindingSample{at: time.Now(), on: map[netip.Addr][]string{}}
 		for _, n := range w.e.nodes {
-			addrs, err := cluster.NodeAddrs(n)
-			if err != nil {
-				continue
-			}
-			for _, p := range addrs {
-				if slices.Contains(w.ips, p.Addr()) {
-					s.on[p.Addr()] = append(s.on[p.Addr()], n)
+			for _, dev := range []string{"eth0", "lo"} {
+				addrs, err := cluster.NodeAddrsOn(n, dev)
+				if err != nil {
+					continue
+				}
+				for _, p := range addrs {
+					if slices.Contains(w.ips, p.Addr()) {
+						s.on[p.Addr()] = append(s.on[p.Addr()], n)
+					}
 				}
 			}
 		}
@@ -210,19 +213,28 @@ func (e *env) stillAnswering(probes map[netip.Addr]*testenv.Probe, from map[neti
 	return func() string {
 		for ip, p := range probes {
 			r := p.Result()
-			if len(r.Replies) == 0 {
-				return fmt.Sprintf("%s never answered", ip)
+			if msg := answeredWithin(r, within); msg != "" {
+				return msg
 			}
-			last := r.Replies[len(r.Replies)-1]
-			if unanswered := time.Duration(r.Sent-1-last.Seq) * r.Interval; unanswered > within {
-				return fmt.Sprintf("%s has not answered the requests of the last %s", ip, unanswered)
-			}
-			if want := e.mac(from[ip]); !bytes.Equal(last.MAC, want) {
-				return fmt.Sprintf("%s answered by %s, want %s", ip, e.nodeOfMAC(last.MAC), from[ip])
+			if last, want := r.LastMAC(), e.mac(from[ip]); !bytes.Equal(last, want) {
+				return fmt.Sprintf("%s answered by %s, want %s", ip, e.nodeOfMAC(last), from[ip])
 			}
 		}
 		return ""
 	}
+}
+
+// answeredWithin says what is wrong if the probe's latest reply does not
+// answer one of the requests sent within the last `within`.
+func answeredWithin(r testenv.ProbeResult, within time.Duration) string {
+	if len(r.Replies) == 0 {
+		return fmt.Sprintf("%s never answered", r.Target)
+	}
+	last := r.Replies[len(r.Replies)-1]
+	if unanswered := time.Duration(r.Sent-1-last.Seq) * r.Interval; unanswered > within {
+		return fmt.Sprintf("%s has not answered the requests of the last %s", r.Target, unanswered)
+	}
+	return ""
 }
 
 // clientView logs what the client saw of one IP, in the form the fault
@@ -486,20 +498,60 @@ type startPoint struct {
 	probes  map[netip.Addr]*testenv.Probe // each answering from its holder
 	w       *bindWatch                    // the IPs' bindings from here on
 	mark    logMark                       // the daemons' logs from here on
+	// answering is a throughout condition: each IP still answers the
+	// probe, through its holder.
+	answering func() string
+}
+
+// reach is how a test's client reaches the IPs: on the LAN, or through the
+// router (route mode).
+type reach struct {
+	// serve waits until ip is served and returns its holder.
+	serve func(ip netip.Addr) string
+	// probe starts a 10 ms probe of ip and waits until it is answered
+	// through holder.
+	probe func(ip netip.Addr, holder string) *testenv.Probe
+	// answering is the throughout condition of startPoint.answering.
+	answering func(probes map[netip.Addr]*testenv.Probe, holders map[netip.Addr]string) func() string
+}
+
+// onLAN is reach for the client on the nodes' LAN, which sees the MAC
+// that answers.
+func (e *env) onLAN() reach {
+	return reach{
+		serve: e.served,
+		probe: func(ip netip.Addr, holder string) *testenv.Probe {
+			p := e.probe(ip)
+			e.answersFrom(p, holder)
+			return p
+		},
+		answering: func(probes map[netip.Addr]*testenv.Probe, holders map[netip.Addr]string) func() string {
+			return e.stillAnswering(probes, holders, time.Second)
+		},
+	}
 }
 
 // startPoint creates Service "web" for ips and waits until each is served,
 // every heartbeat is fresh and each IP answers the client from its holder.
 func (e *env) startPoint(ips ...netip.Addr) startPoint {
 	e.t.Helper()
+	return e.startPointVia(e.onLAN(), ips...)
+}
+
+// startPointVia is startPoint for a client that reaches the IPs by r.
+func (e *env) startPointVia(r reach, ips ...netip.Addr) startPoint {
+	e.t.Helper()
 	e.service("web", ips...)
-	st := startPoint{holders: e.servedAll(ips...)}
+	st := startPoint{holders: map[netip.Addr]string{}, probes: map[netip.Addr]*testenv.Probe{}}
+	for _, ip := range ips {
+		st.holders[ip] = r.serve(ip)
+	}
 	e.heartbeatsFresh(e.nodes...)
 	st.before = e.lockStates(ips...)
-	st.probes = e.probeAll(ips...)
-	for ip, p := range st.probes {
-		e.answersFrom(p, st.holders[ip])
+	for _, ip := range ips {
+		st.probes[ip] = r.probe(ip, st.holders[ip])
 	}
+	st.answering = r.answering(st.probes, st.holders)
 	st.w = e.watchBindings(ips...)
 	st.mark = e.markLogs()
 	return st
