@@ -40,7 +40,7 @@ func (e *env) bindLatency(ctx context.Context, reps int) ([]BindSample, error) {
 }
 
 func (e *env) bindOnce(ctx context.Context) (BindSample, error) {
-	ip := e.pingIP()
+	ip := e.pingIP(defaultTiming)
 	s := BindSample{IP: ip.String()}
 	p, err := e.c.Probe(ip, 0)
 	if err != nil {

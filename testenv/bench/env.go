@@ -47,12 +47,20 @@ type Timing struct {
 	Name  string        `json:"name"`
 	Lease time.Duration `json:"leaseDuration"`
 	Renew time.Duration `json:"renewInterval"`
+	// BGP adds routedRange as a route-mode range, with the testenv router
+	// as every node's BGP peer; the IPs pinged are then in routedRange.
+	BGP bool `json:"bgp,omitempty"`
 }
 
 var (
 	defaultTiming = Timing{Name: "lease 2s", Lease: 2 * time.Second, Renew: 500 * time.Millisecond}
 	tunedTiming   = Timing{Name: "lease 1s", Lease: time.Second, Renew: 250 * time.Millisecond}
+	routedTiming  = Timing{Name: "lease 2s, BGP", Lease: 2 * time.Second, Renew: 500 * time.Millisecond, BGP: true}
 )
+
+// routedRange holds the IPs of the bgp scenario: on neither LAN, so the
+// routed client reaches them only through the routes the router learned.
+var routedRange = netip.MustParsePrefix("198.19.100.0/24")
 
 // benchRanges hold every IP the benchmark uses: serviceIP(0) to
 // serviceIP(23000), 198.18.100.1 to 198.18.191.x.
@@ -64,11 +72,18 @@ func (t Timing) configMap() map[string]string {
 	for _, p := range benchRanges {
 		ranges = append(ranges, p.String())
 	}
-	return map[string]string{
-		"ranges":         strings.Join(ranges, "\n"),
+	cm := map[string]string{
 		"lease-duration": t.Lease.String(),
 		"renew-interval": t.Renew.String(),
 	}
+	if t.BGP {
+		ranges = append(ranges, routedRange.String()+" announce=bgp")
+		rt, _ := testenv.RouterAddr()
+		cm["bgp-asn"] = strconv.Itoa(testenv.NodeASN)
+		cm["bgp-peers"] = fmt.Sprintf("%s asn=%d", rt, testenv.RouterASN)
+	}
+	cm["ranges"] = strings.Join(ranges, "\n")
+	return cm
 }
 
 // env drives one cluster through the scenarios.
@@ -80,7 +95,9 @@ type env struct {
 	args    []string // extra eipd flags
 	plugin  string   // kubectl-eip binary, "" when there is none
 	pingSeq int
-	svcSeq  int
+	// routedSeq numbers the IPs of routedRange used so far.
+	routedSeq int
+	svcSeq    int
 }
 
 func newEnv(c *testenv.Cluster, nodes []testenv.Node, log *slog.Logger, args []string, plugin string) (*env, error) {
@@ -110,8 +127,13 @@ func serviceIP(n int) netip.Addr {
 	return testenv.ServiceIP(n/254*256 + n%254 + 1)
 }
 
-// pingIP returns an IP that has never been used in this run.
-func (e *env) pingIP() netip.Addr {
+// pingIP returns an IP that has never been used in this run; in
+// routedRange under a BGP timing, one not used for the last 253 samples.
+func (e *env) pingIP(t Timing) netip.Addr {
+	if t.BGP {
+		e.routedSeq++
+		return testenv.RoutedServiceIP((e.routedSeq-1)%254 + 1)
+	}
 	e.pingSeq++
 	return serviceIP(e.pingSeq)
 }
@@ -130,7 +152,7 @@ func oneIPSamples[S any](ctx context.Context, e *env, timing Timing, n int, samp
 		if err := e.reset(ctx, timing, true); err != nil {
 			return netip.Addr{}, err
 		}
-		ip := e.pingIP()
+		ip := e.pingIP(timing)
 		return ip, e.createServices(ctx, []netip.Addr{ip})
 	}
 	ip, err := fresh()
@@ -256,6 +278,11 @@ func (e *env) reset(ctx context.Context, timing Timing, start bool) error {
 	}
 	for _, n := range e.nodes {
 		if err := e.startDaemon(ctx, n.Name); err != nil {
+			return err
+		}
+	}
+	if timing.BGP {
+		if err := e.peered(ctx, e.nodeNames()...); err != nil {
 			return err
 		}
 	}
@@ -388,6 +415,9 @@ func (e *env) holder(ctx context.Context, ip netip.Addr) (string, error) {
 
 // inRange reports whether ip is one the benchmark manages.
 func inRange(ip netip.Addr) bool {
+	if routedRange.Contains(ip) {
+		return true
+	}
 	for _, p := range benchRanges {
 		if p.Contains(ip) {
 			return true

@@ -41,6 +41,19 @@ func (r *Report) Plot() []byte {
 			}
 		}
 	}
+	bgpFail, bgpMove := stripRow{label: "BGP, " + BGPFailover, target: (routedTiming.Lease + time.Second).Seconds()}, stripRow{label: "gap, BGP move", target: 100}
+	for _, b := range r.BGP {
+		switch {
+		case b.Error != "":
+		case b.Kind == BGPFailover:
+			bgpFail.values = append(bgpFail.values, b.Answered.Seconds())
+		default:
+			bgpMove.values = append(bgpMove.values, millis(b.Gap))
+		}
+	}
+	if len(bgpFail.values) > 0 {
+		rows = append(rows, bgpFail)
+	}
 	s.strip(0, 30, "failover: fault → first reply from the new holder (s)", rows)
 
 	rows = nil
@@ -54,6 +67,9 @@ func (r *Report) Plot() []byte {
 		if len(row.values) > 0 {
 			rows = append(rows, row)
 		}
+	}
+	if len(bgpMove.values) > 0 {
+		rows = append(rows, bgpMove)
 	}
 	var bind stripRow
 	for _, b := range r.Bind {

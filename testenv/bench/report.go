@@ -70,6 +70,7 @@ func (r *Report) figures() []Figure {
 		}
 		figs = append(figs, f)
 	}
+	figs = append(figs, r.bgpFigures()...)
 	if len(twoMACs) > 0 {
 		figs = append(figs,
 			NewFigure(nameTwoMACs, UnitCount, twoMACs, Target{Stat: "max", Limit: 0}),
@@ -170,6 +171,48 @@ func (r *Report) figures() []Figure {
 		figs = append(figs, nodesFigures(res)...)
 	}
 	return append(figs, realNodeFigures(r.RealNodes)...)
+}
+
+// bgpFigures are the rows of the bgp scenario, if it ran: the routed
+// client's wait after a holder was killed with its link cut, next to the
+// router's hold timer, and its longest gap during a move.
+func (r *Report) bgpFigures() []Figure {
+	if len(r.BGP) == 0 {
+		return nil
+	}
+	var answered, gaps, doubleBound []float64
+	var failedFailovers, failedMoves []string
+	stale := 0
+	for _, s := range r.BGP {
+		switch {
+		case s.Kind == BGPFailover && s.Error != "":
+			failedFailovers = append(failedFailovers, s.Error)
+		case s.Kind == BGPFailover:
+			answered = append(answered, s.Answered.Seconds())
+			if s.StalePath {
+				stale++
+			}
+		case s.Error != "":
+			failedMoves = append(failedMoves, s.Error)
+		default:
+			gaps = append(gaps, millis(s.Gap))
+			doubleBound = append(doubleBound, millis(s.DoubleBound))
+		}
+	}
+	hold := r.RouterHoldTime
+	fail := NewFigure(fmt.Sprintf("BGP failover, %s, %s: routed client answered again", BGPFailover, routedTiming.Name), UnitSeconds, answered,
+		Target{Stat: "p99", Limit: (routedTiming.Lease + time.Second).Seconds()})
+	fail.Note = joinNotes(fmt.Sprintf("the dead holder's route was still at the router, its session waiting for the %s hold timer, in %d of %d samples",
+		hold, stale, len(answered)), failures(failedFailovers, len(answered)))
+	timer := NewFigure("BGP router hold timer: a failover that waits for it", UnitSeconds, []float64{hold.Seconds()}, Target{})
+	timer.Note = "how the BGP modes of the peers fail over a dead speaker without BFD: not measured, the hold time the router proposes"
+	move := NewFigure(fmt.Sprintf("BGP longest gap, planned move (%s)", routedTiming.Name), UnitMillis, gaps, Target{Stat: "p99", Limit: 100})
+	move.Note = failures(failedMoves, len(gaps))
+	if r.MoveMethod != "" {
+		move.Note = joinNotes("requested with "+r.MoveMethod, move.Note)
+	}
+	double := NewFigure("BGP planned move: IP on two nodes", UnitMillis, doubleBound, Target{Stat: "max", Limit: 0})
+	return []Figure{fail, timer, move, double}
 }
 
 // massFailoverFigures are the rows of one mass failover, if it ran.

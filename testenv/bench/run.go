@@ -22,6 +22,8 @@ const (
 	ScenarioLoad     = "load"
 	ScenarioScale    = "scale"
 	ScenarioNodes    = "nodes"
+	// ScenarioBGP needs the testenv router (testenv.Options.Router).
+	ScenarioBGP = "bgp"
 	// ScenarioRealNodes runs on a cluster of its own: real kubelet nodes
 	// with eip installed from manifests/.
 	ScenarioRealNodes = "realnodes"
@@ -29,7 +31,7 @@ const (
 
 // Scenarios lists every scenario in the order Run runs them.
 func Scenarios() []string {
-	return []string{ScenarioFailover, ScenarioMove, ScenarioBind, ScenarioLoad, ScenarioScale, ScenarioNodes, ScenarioRealNodes}
+	return []string{ScenarioFailover, ScenarioMove, ScenarioBGP, ScenarioBind, ScenarioLoad, ScenarioScale, ScenarioNodes, ScenarioRealNodes}
 }
 
 // Options configure Run.
@@ -43,8 +45,9 @@ type Options struct {
 	Only []string
 	// Reps is the number of failovers per fault and lease (default 20),
 	// MoveReps of moves and of SIGTERMs (default 20), BindReps of Services
-	// created (default 20).
-	Reps, MoveReps, BindReps int
+	// created (default 20), BGPReps of route-mode failovers and of
+	// route-mode moves (default 20).
+	Reps, MoveReps, BindReps, BGPReps int
 	// LoadIPs are the IP counts whose steady-state Lease requests are
 	// measured (default 10, 100); ScaleIPs those that are also timed from a
 	// cold start and whose daemons' memory and CPU are measured (default
@@ -79,7 +82,7 @@ func (o *Options) setDefaults() {
 	if len(o.Only) == 0 {
 		o.Only = Scenarios()
 	}
-	for _, v := range []*int{&o.Reps, &o.MoveReps, &o.BindReps} {
+	for _, v := range []*int{&o.Reps, &o.MoveReps, &o.BindReps, &o.BGPReps} {
 		if *v <= 0 {
 			*v = 20
 		}
@@ -117,8 +120,13 @@ type Report struct {
 	Figures  []Figure         `json:"figures"`
 	Failover []FailoverSample `json:"failover,omitempty"`
 	Moves    []MoveSample     `json:"moves,omitempty"`
-	Bind     []BindSample     `json:"bind,omitempty"`
-	Load     []ScaleResult    `json:"load,omitempty"`
+	// BGP are the route-mode samples; RouterHoldTime is the hold time the
+	// router proposes to the nodes, after which it would drop a dead
+	// holder's route by itself.
+	BGP            []BGPSample   `json:"bgp,omitempty"`
+	RouterHoldTime time.Duration `json:"routerHoldTime,omitempty"`
+	Bind           []BindSample  `json:"bind,omitempty"`
+	Load           []ScaleResult `json:"load,omitempty"`
 	// Background is the API server's Lease traffic with no eipd running:
 	// its own identity Lease. The figures for eipd subtract it.
 	Background *Rates        `json:"background,omitempty"`
@@ -171,6 +179,15 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			s, err := e.moves(ctx, o.MoveReps)
 			r.Moves = s
 			fail("moves", err)
+			for _, m := range s {
+				if m.Method != "" {
+					r.MoveMethod = m.Method
+				}
+			}
+		case ScenarioBGP:
+			s, err := e.bgpHandovers(ctx, o.BGPReps)
+			r.BGP, r.RouterHoldTime = s, testenv.RouterHoldTime
+			fail("route mode", err)
 			for _, m := range s {
 				if m.Method != "" {
 					r.MoveMethod = m.Method

@@ -4,8 +4,8 @@
 // results directory. It needs root and the binaries of make build and
 // scripts/build-k8s.sh (see scripts/bench.sh, which `make bench` runs).
 //
-//	bench [-out DIR] [-quick] [-only failover,move,bind,load,scale,nodes]
-//	      [-reps N] [-real-reps N] [-scale 1000,10000] [-load 10,100] [-nodes 10,25,50]
+//	bench [-out DIR] [-quick] [-only failover,move,bgp,bind,load,scale,nodes,realnodes]
+//	      [-reps N] [-move-reps N] [-bgp-reps N] [-real-reps N] [-scale 1000,10000] [-load 10,100] [-nodes 10,25,50]
 //	      [-node-ips 1000] [-window 30s] [-profile]
 package main
 
@@ -42,6 +42,7 @@ func run(args []string) error {
 	reps := fs.Int("reps", 20, "failovers per fault and lease duration")
 	moveReps := fs.Int("move-reps", 20, "planned moves, and graceful shutdowns")
 	bindReps := fs.Int("bind-reps", 20, "Services created for the bind latency")
+	bgpReps := fs.Int("bgp-reps", 20, "route-mode failovers, and route-mode moves, through the BGP router")
 	realReps := fs.Int("real-reps", 5, "rollout restarts, and holder pod deletions, on real nodes")
 	load := fs.String("load", "10,100", "IP counts whose steady-state Lease requests are measured")
 	scale := fs.String("scale", "1000", "IP counts timed from a cold start, with memory and CPU, and a mass failover")
@@ -60,7 +61,7 @@ func run(args []string) error {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	if *quick {
-		*reps, *moveReps, *bindReps, *window, *settle = 5, 5, 5, 10*time.Second, 3*time.Second
+		*reps, *moveReps, *bindReps, *bgpReps, *window, *settle = 5, 5, 5, 5, 10*time.Second, 3*time.Second
 		*realReps = 2
 	}
 	loadIPs, err := ints(*load)
@@ -100,7 +101,8 @@ func run(args []string) error {
 
 	ctx := context.Background()
 	fmt.Fprintf(os.Stderr, "bench: starting a %d-node test cluster\n", clusterNodes)
-	c, err := testenv.Start(ctx, testenv.Options{Nodes: clusterNodes, Logger: log})
+	router := strings.Contains(","+*only+",", ","+bench.ScenarioBGP+",")
+	c, err := testenv.Start(ctx, testenv.Options{Nodes: clusterNodes, Router: router, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -109,7 +111,7 @@ func run(args []string) error {
 	eipdArgs := []string{"-v=0"}
 	o := bench.Options{
 		Cluster: c, Log: log, Only: strings.Split(*only, ","),
-		Reps: *reps, MoveReps: *moveReps, BindReps: *bindReps, RealNodeReps: *realReps,
+		Reps: *reps, MoveReps: *moveReps, BindReps: *bindReps, BGPReps: *bgpReps, RealNodeReps: *realReps,
 		LoadIPs: loadIPs, ScaleIPs: scaleIPs, NodeCounts: nodeCounts, NodeIPs: *nodeIPs, Window: *window, Settle: *settle, StarvedQuota: *starve,
 		KubectlEip: os.Getenv("KUBECTL_EIP_BIN"),
 	}
