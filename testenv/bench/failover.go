@@ -48,13 +48,10 @@ type FailoverSample struct {
 
 // failovers runs reps failovers per fault under timing, alternating the
 // faults, each time taking away whichever node holds the IP.
-func (e *env) failovers(ctx context.Context, timing Timing, reps int) ([]FailoverSample, error) {
+func (e *env) failovers(ctx context.Context, timing Timing, faults []string, reps int) ([]FailoverSample, error) {
 	e.log.Info("failover", "timing", timing.Name, "reps", reps)
-	return oneIPSamples(ctx, e, timing, 2*reps, func(w *addrWatch, ip netip.Addr, i int) (FailoverSample, error) {
-		fault := FaultKill
-		if i%2 == 1 {
-			fault = FaultCut
-		}
+	return oneIPSamples(ctx, e, timing, len(faults)*reps, func(w *addrWatch, ip netip.Addr, i int) (FailoverSample, error) {
+		fault := faults[i%len(faults)]
 		s, err := e.failover(ctx, w, ip, timing, fault)
 		if err != nil {
 			s.Error = err.Error()

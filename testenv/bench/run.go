@@ -53,6 +53,11 @@ type Options struct {
 	// cold start and whose daemons' memory and CPU are measured (default
 	// 1000). Each counts toward requests per IP count.
 	LoadIPs, ScaleIPs []int
+	// Faults are the faults each failover repetition alternates between
+	// (default FaultKill and FaultCut); Leases the lease durations of
+	// defaultTiming and tunedTiming it runs them at (default both).
+	Faults []string
+	Leases []time.Duration
 	// RealNodeReps is the number of rollout restarts and of holder pod
 	// deletions on real nodes (default 5).
 	RealNodeReps int
@@ -86,6 +91,12 @@ func (o *Options) setDefaults() {
 		if *v <= 0 {
 			*v = 20
 		}
+	}
+	if len(o.Faults) == 0 {
+		o.Faults = []string{FaultKill, FaultCut}
+	}
+	if len(o.Leases) == 0 {
+		o.Leases = []time.Duration{defaultTiming.Lease, tunedTiming.Lease}
 	}
 	if o.RealNodeReps <= 0 {
 		o.RealNodeReps = 5
@@ -171,7 +182,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		switch sc {
 		case ScenarioFailover:
 			for _, t := range []Timing{defaultTiming, tunedTiming} {
-				s, err := e.failovers(ctx, t, o.Reps)
+				if !slices.Contains(o.Leases, t.Lease) {
+					continue
+				}
+				s, err := e.failovers(ctx, t, o.Faults, o.Reps)
 				r.Failover = append(r.Failover, s...)
 				fail("failover "+t.Name, err)
 			}

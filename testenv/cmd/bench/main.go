@@ -40,6 +40,8 @@ func run(args []string) error {
 	quick := fs.Bool("quick", false, "a short run: 5 repetitions, 10 s windows")
 	only := fs.String("only", strings.Join(bench.Scenarios(), ","), "scenarios to run")
 	reps := fs.Int("reps", 20, "failovers per fault and lease duration")
+	faults := fs.String("faults", bench.FaultKill+",cut", "faults of the failover scenario: SIGKILL, cut (the holder's link)")
+	leases := fs.String("leases", "2s,1s", "lease durations of the failover scenario: 2s (renew 500ms), 1s (renew 250ms)")
 	moveReps := fs.Int("move-reps", 20, "planned moves, and graceful shutdowns")
 	bindReps := fs.Int("bind-reps", 20, "Services created for the bind latency")
 	bgpReps := fs.Int("bgp-reps", 20, "route-mode failovers, and route-mode moves, through the BGP router")
@@ -76,6 +78,10 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("flag -nodes: %w", err)
 	}
+	faultList, leaseList, err := failoverChoice(*faults, *leases)
+	if err != nil {
+		return err
+	}
 	clusterNodes := 3
 	if strings.Contains(","+*only+",", ","+bench.ScenarioNodes+",") {
 		clusterNodes = max(clusterNodes, slices.Max(append(nodeCounts, 0)))
@@ -111,7 +117,7 @@ func run(args []string) error {
 	eipdArgs := []string{"-v=0"}
 	o := bench.Options{
 		Cluster: c, Log: log, Only: strings.Split(*only, ","),
-		Reps: *reps, MoveReps: *moveReps, BindReps: *bindReps, BGPReps: *bgpReps, RealNodeReps: *realReps,
+		Reps: *reps, Faults: faultList, Leases: leaseList, MoveReps: *moveReps, BindReps: *bindReps, BGPReps: *bgpReps, RealNodeReps: *realReps,
 		LoadIPs: loadIPs, ScaleIPs: scaleIPs, NodeCounts: nodeCounts, NodeIPs: *nodeIPs, Window: *window, Settle: *settle, StarvedQuota: *starve,
 		KubectlEip: os.Getenv("KUBECTL_EIP_BIN"),
 	}
@@ -176,4 +182,28 @@ func commandLine(dir, name string, args ...string) string {
 	}
 	line, _, _ := strings.Cut(string(b), "\n")
 	return strings.TrimSpace(line)
+}
+
+// failoverChoice reads -faults and -leases.
+func failoverChoice(faults, leases string) ([]string, []time.Duration, error) {
+	var fs []string
+	for _, f := range strings.Split(faults, ",") {
+		switch f {
+		case bench.FaultKill:
+			fs = append(fs, bench.FaultKill)
+		case "cut":
+			fs = append(fs, bench.FaultCut)
+		default:
+			return nil, nil, fmt.Errorf("flag -faults: unknown fault %q (have %s, cut)", f, bench.FaultKill)
+		}
+	}
+	var ls []time.Duration
+	for _, l := range strings.Split(leases, ",") {
+		d, err := time.ParseDuration(l)
+		if err != nil || d != time.Second && d != 2*time.Second {
+			return nil, nil, fmt.Errorf("flag -leases: %q is not one of 2s, 1s", l)
+		}
+		ls = append(ls, d)
+	}
+	return fs, ls, nil
 }
