@@ -35,20 +35,6 @@ func (s *state) ifaceFor(ip netip.Addr, b config.Binding) (string, error) {
 	return iface, err
 }
 
-// addressExpirySlack is how late this kernel may remove an IPv4 address
-// whose lifetime ended: check_lifetime rounds its timer up to a whole
-// second when that delays it by at most ADDRCONF_TIMER_FUZZ (HZ/4).
-// make bench measured up to 232 ms after a SIGKILL.
-const addressExpirySlack = 250 * time.Millisecond
-
-// takeoverGrace is how much longer than its lease duration a silent peer
-// counts as alive: lifetimes are whole seconds, so with a 1 s lease a
-// killed node's addresses may outlive its lease by the slack, and a peer
-// binding the IP at the end of the lease would answer next to it.
-func takeoverGrace(c config.Config) time.Duration {
-	return max(0, c.AddressLifetime()+addressExpirySlack-c.LeaseDuration)
-}
-
 // canBind: binding anything new needs a working API connection (so the
 // lock we act on is current), the interface's carrier, and a renewal
 // recent enough (mayAdd).
@@ -59,16 +45,16 @@ func (s *state) canBind(iface string) bool {
 
 // addWindow is how long after sending a renewal that succeeded this node
 // may still put an address on an interface. No peer judges this node dead
-// before lease-duration (plus the takeover grace) has passed since it saw
-// that renewal, which was sent before; an address added within the window,
-// with its lifetime and the kernel's expiry slack, is gone by then even if
-// no renewal follows (the loop stalls behind a long pass, the API server
-// stops answering). 0.75 s at the defaults. At a 1 s lease that margin is
-// 0, and the window is one renew interval: an address added late in it
-// outlives the lease by at most that much, and only when every renewal
-// after it fails.
+// before lease-duration has passed since it saw that renewal, which was
+// sent before; an address added within the window, with its lifetime and
+// the kernel's expiry slack, is gone by then even if no renewal follows
+// (the loop stalls behind a long pass, the API server stops answering).
+// 0.75 s at the defaults. At a 1 s lease that margin is below 0, and the
+// window is one renew interval: an address added late in it outlives the
+// lease by at most that much, and only when every renewal after it fails;
+// the peer taking it over probes first and waits for it to go.
 func (s *state) addWindow() time.Duration {
-	return max(s.cfg.LeaseDuration+takeoverGrace(s.cfg)-s.cfg.AddressLifetime()-addressExpirySlack, s.cfg.RenewInterval)
+	return max(s.cfg.LeaseDuration-s.cfg.AddressLifetime()-addressExpirySlack, s.cfg.RenewInterval)
 }
 
 // mayAdd: an address added now is gone before any peer may take it over,
@@ -127,6 +113,14 @@ func (s *state) bind(ip netip.Addr, e ipset.Entry, why string) {
 	s.a.opt.Metrics.Bound()
 	log.Info("bound", "iface", iface, "prefix", p, "reason", why)
 	s.event(ip, corev1.EventTypeNormal, "Bound", fmt.Sprintf("%s bound on %s (%s)", p, s.a.opt.Node, iface))
+}
+
+// probeEarly starts probing ip as the write that acquires it is sent (see
+// addrConflicts).
+func (s *state) probeEarly(ip netip.Addr, e ipset.Entry) {
+	if iface, err := s.ifaceFor(ip, e.Binding); err == nil && s.canBind(iface) {
+		s.startProbe(ip, iface)
+	}
 }
 
 func (s *state) unbind(ip netip.Addr, why string) {
@@ -219,6 +213,7 @@ func (s *state) addrEvent(ev netif.AddrEvent) {
 // binds nothing again until this node re-read the locks after it returned.
 func (s *state) linkEvent(ev netif.LinkEvent) {
 	clear(s.autoIface)
+	s.macs = ""
 	if !ev.Up {
 		if s.linkDown[ev.Iface] {
 			return

@@ -3,10 +3,12 @@ package agent
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/eip-project/eip/internal/lease"
 	"github.com/eip-project/eip/internal/netif"
 )
 
@@ -14,30 +16,60 @@ import (
 // so that eip binds it within a few seconds of its other user letting go.
 const maxProbeBackoff = 4 * time.Second
 
-// addrConflicts is what this node knows about addresses in use on the LAN
-// by machines that are not eip nodes.
+// peerAnswerLimit is how long a probe waits for an eip node that keeps
+// answering for the address. A holder judged dead stops answering once
+// its kernel removes the address: the lifetime ends before its lease does,
+// and the kernel may remove an expired address up to about 1.25 s late
+// (its lifetime timer is rounded up by up to HZ/4, and deferred by up to a
+// second when another address changed just before). A node that answers
+// longer is alive but cut off from the API server; under api-loss: hold
+// it gives the address up when it sees the new holder's announcement.
+const peerAnswerLimit = 2 * time.Second
+
+// claimMemory is how long a stranger's claim for an address this node
+// binds is shown in status after the last one seen: a machine using an
+// address sends ARP requests from it whenever it talks to a host it has
+// no neighbour entry for, so a claim that is not renewed for a minute
+// most likely ended.
+const claimMemory = time.Minute
+
+// addrConflicts is what this node knows about who else answers for the
+// addresses it holds or is acquiring.
 //
-// Before binding an IP that no eip node was serving (its lock was created
-// or taken free by this node), the node probes the LAN from the IP's
-// interface: two probes (ARP probe, RFC 5227, or a DAD neighbour
-// solicitation) half a probe wait apart, and binds once a whole probe wait
-// passed without an answer. An answer (a claim from another MAC) means the
-// address is in use: it is not bound, a Warning event AddressConflict names
-// the MAC, and it is probed again after 1 s, 2 s, then every 4 s. The node
-// keeps the lock meanwhile: releasing it would have every other node
-// acquire, probe and report the same conflict in turn.
+// Before binding an IP that it acquired (a new lock, a free one, or one
+// taken over from a holder judged dead), the node probes the LAN from the
+// IP's interface: two probes (ARP probe, RFC 5227, or a DAD neighbour
+// solicitation) half a probe wait apart, and it binds once a whole probe
+// wait passed without an answer. The probe starts when the lock write is
+// sent, so most of it overlaps the write. An IP handed over by a move is
+// not probed: its previous holder removed it before naming this node.
+//
+//   - An answer from an eip node (a MAC one of them publishes in its
+//     heartbeat) is a holder judged dead whose kernel still has the
+//     address: the node probes again half a wait later, and binds once
+//     nobody answers, or after peerAnswerLimit.
+//   - An answer from any other MAC means the address is in use: it is not
+//     bound, a Warning event AddressConflict names the MAC, the heartbeat
+//     reports it (kubectl eip status shows the IP as conflict), and it is
+//     probed again after 1 s, 2 s, then every 4 s. The node keeps the
+//     lock meanwhile: releasing it would have every other node acquire,
+//     probe and report the same conflict in turn.
 type addrConflicts struct {
-	fresh   map[netip.Addr]bool // won from nobody: probe before binding
+	fresh   map[netip.Addr]bool // acquired: probe before binding
 	probing map[netip.Addr]probeRun
 	inUse   map[netip.Addr]inUse
-	// claimed: the MAC last reported claiming an address this node holds.
-	claimed map[netip.Addr]string
+	// claimed: strangers claiming an address this node binds.
+	claimed map[netip.Addr]claim
 }
 
 type probeRun struct {
 	iface         string
-	started, last time.Time // the first probe and the latest
+	started, last time.Time // the first probe (or when it is due) and the latest
 	sent          int
+	// stranger is the MAC of a machine that is not an eip node that
+	// answered; peerSince when an eip node first answered.
+	stranger  string
+	peerSince time.Time
 }
 
 type inUse struct {
@@ -46,8 +78,13 @@ type inUse struct {
 	retry    time.Time
 }
 
+type claim struct {
+	mac  string
+	seen time.Time
+}
+
 func newAddrConflicts() addrConflicts {
-	return addrConflicts{fresh: map[netip.Addr]bool{}, probing: map[netip.Addr]probeRun{}, inUse: map[netip.Addr]inUse{}, claimed: map[netip.Addr]string{}}
+	return addrConflicts{fresh: map[netip.Addr]bool{}, probing: map[netip.Addr]probeRun{}, inUse: map[netip.Addr]inUse{}, claimed: map[netip.Addr]claim{}}
 }
 
 // forget drops everything known about ip: it is no longer this node's.
@@ -58,9 +95,58 @@ func (c *addrConflicts) forget(ip netip.Addr) {
 	delete(c.claimed, ip)
 }
 
+// report is what the heartbeat says: the IPs held but not bound for a
+// stranger answering, and the bound IPs a stranger claimed within
+// claimMemory of now.
+func (c *addrConflicts) report(now time.Time) (conflicts, claims string) {
+	in := make(map[netip.Addr]string, len(c.inUse))
+	for ip, u := range c.inUse {
+		in[ip] = u.mac
+	}
+	cl := make(map[netip.Addr]string, len(c.claimed))
+	for ip, k := range c.claimed {
+		if now.Sub(k.seen) < claimMemory {
+			cl[ip] = k.mac
+		}
+	}
+	return lease.FormatAnswers(in), lease.FormatAnswers(cl)
+}
+
+// startProbe probes ip on iface unless a probe is under way: called when a
+// lock write that acquires ip is sent, so that the probe overlaps it.
+func (s *state) startProbe(ip netip.Addr, iface string) {
+	if s.a.opt.ProbeWait <= 0 {
+		return
+	}
+	if p, ok := s.conflicts.probing[ip]; ok && p.iface == iface {
+		return
+	}
+	if _, ok := s.conflicts.inUse[ip]; ok {
+		return // probed again when its backoff ends
+	}
+	s.probeStep(ip, probeRun{iface: iface, started: s.a.clk.Now()})
+}
+
+// probeStep sends the probe of run p that is due, if any, and records p.
+func (s *state) probeStep(ip netip.Addr, p probeRun) probeRun {
+	wait := s.a.opt.ProbeWait
+	now := s.a.clk.Now()
+	if p.sent < 2 && !now.Before(p.started.Add(time.Duration(p.sent)*wait/2)) {
+		s.watchClaims(p.iface)
+		if err := s.a.opt.Announcer.Probe(p.iface, ip); err != nil {
+			s.log.Warn("probe", "ip", ip, "iface", p.iface, "err", err)
+		}
+		p.sent++
+		p.last = now
+	}
+	s.conflicts.probing[ip] = p
+	return p
+}
+
 // probed says whether ip may be bound on iface now: it needs no probe, or
-// a probe wait passed without an answer. Otherwise it sends the probes that
-// are due and wakes the loop when the next step is.
+// a probe wait passed without an answer (or with only an eip node's, for
+// longer than peerAnswerLimit). Otherwise it sends the probes that are due
+// and wakes the loop when the next step is.
 func (s *state) probed(ip netip.Addr, iface string) bool {
 	wait := s.a.opt.ProbeWait
 	c := &s.conflicts
@@ -74,19 +160,19 @@ func (s *state) probed(ip netip.Addr, iface string) bool {
 	}
 	p, ok := c.probing[ip]
 	if !ok || p.iface != iface {
-		s.watchClaims(iface)
 		p = probeRun{iface: iface, started: now}
 	}
-	if p.sent < 2 && !now.Before(p.started.Add(time.Duration(p.sent)*wait/2)) {
-		if err := s.a.opt.Announcer.Probe(iface, ip); err != nil {
-			s.log.Warn("probe", "ip", ip, "iface", iface, "err", err)
-		}
-		p.sent++
-		p.last = now
+	if p.stranger != "" {
+		s.inUseBy(ip, p)
+		return false
 	}
-	c.probing[ip] = p
+	if !p.peerSince.IsZero() && now.Sub(p.peerSince) >= peerAnswerLimit {
+		s.log.Warn("an eip node still answers for an address this node took over; binding it anyway", "ip", ip, "iface", iface, "since", now.Sub(p.peerSince))
+		return s.probeDone(ip, iface)
+	}
+	p = s.probeStep(ip, p)
 	if p.sent < 2 {
-		s.wakeAt(p.started.Add(wait / 2))
+		s.wakeAt(p.started.Add(time.Duration(p.sent) * wait / 2))
 		return false
 	}
 	// Each probe gets at least half a wait for its answer.
@@ -94,6 +180,11 @@ func (s *state) probed(ip netip.Addr, iface string) bool {
 		s.wakeAt(done)
 		return false
 	}
+	return s.probeDone(ip, iface)
+}
+
+func (s *state) probeDone(ip netip.Addr, iface string) bool {
+	c := &s.conflicts
 	delete(c.probing, ip)
 	delete(c.fresh, ip)
 	if u, ok := c.inUse[ip]; ok {
@@ -104,43 +195,91 @@ func (s *state) probed(ip netip.Addr, iface string) bool {
 	return true
 }
 
+// inUseBy records that a stranger answered probe run p for ip: not bound,
+// reported, probed again after a backoff.
+func (s *state) inUseBy(ip netip.Addr, p probeRun) {
+	c := &s.conflicts
+	delete(c.probing, ip)
+	prev := c.inUse[ip]
+	u := inUse{mac: p.stranger, attempts: prev.attempts + 1}
+	u.retry = s.a.clk.Now().Add(min(time.Second<<(u.attempts-1), maxProbeBackoff))
+	c.inUse[ip] = u
+	s.wakeAt(u.retry)
+	s.a.opt.Metrics.AddressConflict()
+	if prev.mac != u.mac {
+		s.log.Warn("address in use on the LAN by a machine that is not an eip node; not binding it", "ip", ip, "iface", p.iface, "mac", u.mac)
+		s.event(ip, corev1.EventTypeWarning, "AddressConflict",
+			fmt.Sprintf("%s is in use on the LAN by %s: %s does not bind it and probes again until it is free", ip, u.mac, s.a.opt.Node))
+	}
+}
+
 // conflictClaim handles a claim for an address being probed or held, and
 // says whether it did.
 func (s *state) conflictClaim(cl netif.Claim) bool {
 	c := &s.conflicts
 	now := s.a.clk.Now()
+	mac := cl.MAC.String()
+	peer := s.eipMAC(mac)
 	if p, ok := c.probing[cl.IP]; ok && p.iface == cl.Iface {
-		delete(c.probing, cl.IP)
-		prev := c.inUse[cl.IP]
-		u := inUse{mac: cl.MAC.String(), attempts: prev.attempts + 1}
-		u.retry = now.Add(min(time.Second<<(u.attempts-1), maxProbeBackoff))
-		c.inUse[cl.IP] = u
-		s.wakeAt(u.retry)
-		s.a.opt.Metrics.AddressConflict()
-		if prev.mac != u.mac {
-			s.log.Warn("address in use on the LAN by a machine that is not an eip node; not binding it", "ip", cl.IP, "iface", cl.Iface, "mac", u.mac)
-			s.event(cl.IP, corev1.EventTypeWarning, "AddressConflict",
-				fmt.Sprintf("%s is in use on the LAN by %s: %s does not bind it and probes again until it is free", cl.IP, u.mac, s.a.opt.Node))
+		if peer {
+			// A holder judged dead whose kernel still has the address:
+			// probe again once it may have let go.
+			if p.peerSince.IsZero() {
+				p.peerSince = now
+				s.log.Info("an eip node still answers for an address being taken over; probing again", "ip", cl.IP, "iface", cl.Iface, "mac", mac)
+			}
+			p.started, p.sent = now.Add(s.a.opt.ProbeWait/2), 0
+			s.wakeAt(p.started)
+		} else {
+			p.stranger = mac
 		}
+		c.probing[cl.IP] = p
 		return true
 	}
-	if _, bound := s.bound[cl.IP]; !bound || !s.apiOK(now) {
+	if _, bound := s.bound[cl.IP]; !bound || peer || !s.apiOK(now) {
 		return false
 	}
-	// A claim for an address this node holds while its renewals succeed:
-	// no eip node may claim it (a peer takes an address over only after
-	// this node stopped renewing, and a move is handed off by this node),
-	// so a stranger uses it. eipd keeps serving it and does not answer
-	// with an announcement of its own, which a stranger that defends its
-	// address would answer in turn.
+	// A stranger's claim for an address this node holds while its
+	// renewals succeed. eipd keeps serving it and does not answer with an
+	// announcement of its own, which a stranger that defends its address
+	// would answer in turn.
 	s.a.opt.Metrics.ForeignClaim()
-	if mac := cl.MAC.String(); c.claimed[cl.IP] != mac {
-		c.claimed[cl.IP] = mac
+	if prev, ok := c.claimed[cl.IP]; !ok || prev.mac != mac || now.Sub(prev.seen) >= claimMemory {
 		s.log.Warn("a machine that is not an eip node claims an address this node holds", "ip", cl.IP, "iface", cl.Iface, "mac", mac)
 		s.event(cl.IP, corev1.EventTypeWarning, "AddressClaimed",
 			fmt.Sprintf("%s, bound on %s, is also claimed on the LAN by %s: two machines answer for it until that one lets go", cl.IP, s.a.opt.Node, mac))
 	}
+	c.claimed[cl.IP] = claim{mac: mac, seen: now}
 	return true
+}
+
+// eipMAC says whether mac is one an eip node publishes in its heartbeat,
+// this node's included.
+func (s *state) eipMAC(mac string) bool {
+	if s.live == nil {
+		return false
+	}
+	for _, n := range s.live.Nodes() {
+		if hb, ok := s.live.Heartbeat(n); ok && slices.Contains(lease.ParseMACs(hb.MACs), mac) {
+			return true
+		}
+	}
+	return slices.Contains(lease.ParseMACs(s.ownMACs()), mac)
+}
+
+// ownMACs is lease.FormatMACs of this node's interfaces, listed again
+// after a link changed.
+func (s *state) ownMACs() string {
+	if s.macs != "" {
+		return s.macs
+	}
+	macs, err := s.a.opt.Links.MACs()
+	if err != nil {
+		s.log.Warn("list the interfaces' MAC addresses", "err", err)
+		return ""
+	}
+	s.macs = lease.FormatMACs(macs)
+	return s.macs
 }
 
 func later(a, b time.Time) time.Time {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -84,7 +85,6 @@ func newWorld(t testing.TB, self string, cfg map[string]string) *world {
 	w.s.loadConfig()
 	w.s.dirtyCM = false
 	w.s.live = lease.NewLiveness(self, w.s.cfg.RenewInterval, 2*w.s.cfg.RenewInterval)
-	w.s.live.SetExpiryGrace(takeoverGrace(w.s.cfg))
 	return w
 }
 
@@ -139,9 +139,15 @@ func (w *world) heartbeat(node string, eligible bool) {
 	if obj, ok, _ := w.leases.GetByKey(testNS + "/" + lease.HeartbeatName(node)); ok {
 		cur = obj.(*coordinationv1.Lease)
 	}
-	l := lease.RenewedHeartbeat(cur, testNS, node, w.s.cfg.LeaseDuration, lease.HeartbeatStatus{Eligible: eligible}, w.clk.Now())
+	l := lease.RenewedHeartbeat(cur, testNS, node, w.s.cfg.LeaseDuration, lease.HeartbeatStatus{Eligible: eligible, MACs: lease.FormatMACs([]net.HardwareAddr{peerMAC(node)})}, w.clk.Now())
 	l.ResourceVersion = w.nextRV()
 	w.must(w.leases.Update(l))
+}
+
+// peerMAC is the MAC a peer's heartbeat publishes: 02:00:00:00:01 and the
+// last byte of its name.
+func peerMAC(node string) net.HardwareAddr {
+	return net.HardwareAddr{2, 0, 0, 0, 1, node[len(node)-1]}
 }
 
 // lock writes ip's lock naming holder, as a peer would (not logged).
@@ -315,8 +321,11 @@ func (w *world) List(iface string) ([]netip.Prefix, error) {
 
 func (w *world) IfaceFor(netip.Addr) (string, error) { return testIface, nil }
 func (w *world) Up(string) (bool, error)             { return true, nil }
-func (w *world) Announce(string, netip.Addr) error   { return nil }
-func (w *world) Stop(netip.Addr)                     {}
+func (w *world) MACs() ([]net.HardwareAddr, error) {
+	return []net.HardwareAddr{{2, 0, 0, 0, 0, 1}}, nil
+}
+func (w *world) Announce(string, netip.Addr) error { return nil }
+func (w *world) Stop(netip.Addr)                   {}
 func (w *world) Probe(_ string, ip netip.Addr) error {
 	w.calls = append(w.calls, "probe "+ip.String())
 	return nil

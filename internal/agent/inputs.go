@@ -66,7 +66,6 @@ func (s *state) loadConfig() bool {
 	s.cfg, s.cfgLoaded = cfg, true
 	if s.live != nil {
 		s.live.SetTimings(cfg.RenewInterval, 2*cfg.RenewInterval)
-		s.live.SetExpiryGrace(takeoverGrace(cfg))
 	}
 	s.log.Info("configuration in force", "configmap", name, "policy", cfg.Policy, "ranges", len(cfg.Ranges),
 		"iface", cfg.Iface, "leaseDuration", cfg.LeaseDuration, "renewInterval", cfg.RenewInterval, "apiLoss", cfg.APILoss)

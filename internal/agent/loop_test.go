@@ -3,11 +3,13 @@ package agent
 import (
 	"net"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
 	"gotest.tools/v3/assert"
 
+	"github.com/eip-project/eip/internal/lease"
 	"github.com/eip-project/eip/internal/netif"
 	"github.com/eip-project/eip/internal/policy"
 )
@@ -97,11 +99,13 @@ func TestLoopProbesBeforeBindingAndBacksOffOnConflict(t *testing.T) {
 	for i := 0; i < 4 && len(w.calls) == 0; i++ {
 		w.tick() // until this node knows its peers and acquires
 	}
-	assert.DeepEqual(t, w.take(), []string{"create eip-198-18-100-1 holder=node-a", "probe 198.18.100.1"})
+	// The probe goes out with the write, and binding waits for it.
+	assert.DeepEqual(t, w.take(), []string{"probe 198.18.100.1", "create eip-198-18-100-1 holder=node-a"})
 	w.step(30 * time.Millisecond)
 	w.pass()
 	assert.DeepEqual(t, w.take(), []string{"probe 198.18.100.1"})
 	w.s.claim(netif.Claim{Iface: testIface, IP: ip, MAC: net.HardwareAddr{2, 0, 0, 0, 0, 9}})
+	w.pass() // as the loop does after every claim
 	w.tick() // 0.5 s after the conflict: not bound, not probed
 	assert.DeepEqual(t, w.take(), []string(nil))
 	assert.Equal(t, w.s.conflicts.inUse[ip].mac, "02:00:00:00:00:09")
@@ -161,4 +165,98 @@ func TestLoopLateLoopPutsNoAddressBack(t *testing.T) {
 	w.tick("node-b")
 	assert.DeepEqual(t, w.take(), []string{"bind 198.18.100.2"})
 	assert.Assert(t, w.s.lifetime.loopSeen.After(seen))
+}
+
+// takingOver is node-a, probing on, as it takes its IP over from node-b,
+// judged dead: the probe and the lock write have just been sent.
+func takingOver(t *testing.T) (*world, netip.Addr) {
+	w := newWorld(t, "node-a", defaultTestConfig())
+	w.a.opt.ProbeWait = 60 * time.Millisecond
+	ip := testIP(0)
+	w.addNode("node-b")
+	w.heartbeat("node-b", true)
+	w.lock(ip, "node-b")
+	w.addService("web", ip)
+	w.pass()
+	for range 4 {
+		w.tick("node-b")
+	}
+	for i := 0; i < 8 && len(w.calls) == 0; i++ {
+		w.tick() // until node-b is judged dead
+	}
+	assert.DeepEqual(t, w.take(), []string{"probe 198.18.100.1", "update eip-198-18-100-1 holder=node-a"})
+	return w, ip
+}
+
+// A takeover is probed too. The dead holder's kernel answering (a MAC its
+// heartbeat published) is no conflict: the survivor probes again half a
+// probe wait later and binds as soon as nobody answers.
+func TestLoopTakeoverProbesUntilTheDeadHolderStopsAnswering(t *testing.T) {
+	w, ip := takingOver(t)
+	w.s.claim(netif.Claim{Iface: testIface, IP: ip, MAC: peerMAC("node-b")})
+	w.pass()
+	assert.DeepEqual(t, w.take(), []string(nil)) // an eip node answered: no conflict, no bind
+	assert.Equal(t, len(w.s.conflicts.inUse), 0)
+	w.step(30 * time.Millisecond)
+	w.pass()
+	w.s.claim(netif.Claim{Iface: testIface, IP: ip, MAC: peerMAC("node-b")})
+	w.pass()
+	assert.DeepEqual(t, w.take(), []string{"probe 198.18.100.1"})
+	for range 3 { // 30 ms apart: probed twice, then bound
+		w.step(30 * time.Millisecond)
+		w.pass()
+	}
+	assert.DeepEqual(t, w.take(), []string{"probe 198.18.100.1", "probe 198.18.100.1", "bind 198.18.100.1"})
+	w.s.claim(netif.Claim{Iface: testIface, IP: ip, MAC: peerMAC("node-b")})
+	w.pass()
+	assert.Equal(t, len(w.s.conflicts.claimed), 0, "an eip node's announcement is not a stranger's claim")
+}
+
+// An eip node that answers for longer than peerAnswerLimit is alive but
+// cut off from the API server: the survivor binds all the same.
+func TestLoopTakeoverBindsAfterThePeerAnswerLimit(t *testing.T) {
+	w, ip := takingOver(t)
+	first := w.clk.Now()
+	var boundAfter time.Duration
+	for range 10 {
+		w.s.claim(netif.Claim{Iface: testIface, IP: ip, MAC: peerMAC("node-b")})
+		w.pass()
+		w.tick()
+		if slices.Contains(w.take(), "bind 198.18.100.1") {
+			boundAfter = w.clk.Now().Sub(first)
+			break
+		}
+	}
+	assert.Equal(t, boundAfter, peerAnswerLimit)
+}
+
+// A stranger answering the probe of a takeover is a conflict like any
+// other, reported in the heartbeat with its MAC; a stranger claiming a
+// bound IP is reported there too.
+func TestLoopConflictsAndClaimsAreInTheHeartbeat(t *testing.T) {
+	w := newWorld(t, "node-a", defaultTestConfig())
+	w.a.opt.ProbeWait = 60 * time.Millisecond
+	a, b := testIP(0), testIP(1)
+	w.addService("web", a, b)
+	w.pass()
+	for i := 0; i < 4 && len(w.calls) == 0; i++ {
+		w.tick()
+	}
+	stranger := net.HardwareAddr{2, 0xee, 0, 0, 0, 1}
+	w.s.claim(netif.Claim{Iface: testIface, IP: a, MAC: stranger})
+	for range 3 {
+		w.step(30 * time.Millisecond)
+		w.pass()
+	}
+	assert.Assert(t, w.addrs[netip.PrefixFrom(b, 32)] != "", "the other IP is bound")
+	w.s.claim(netif.Claim{Iface: testIface, IP: b, MAC: stranger})
+	w.tick()
+	hb := w.get(lease.HeartbeatName("node-a"))
+	assert.Equal(t, hb.Annotations[lease.AnnotationConflicts], "198.18.100.1=02:ee:00:00:00:01")
+	assert.Equal(t, hb.Annotations[lease.AnnotationClaims], "198.18.100.2=02:ee:00:00:00:01")
+	assert.Equal(t, hb.Annotations[lease.AnnotationMACs], "02:00:00:00:00:01")
+	w.step(claimMemory)
+	w.tick()
+	_, ok := w.get(lease.HeartbeatName("node-a")).Annotations[lease.AnnotationClaims]
+	assert.Assert(t, !ok, "a claim not seen again for a minute is forgotten")
 }

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"net"
 	"net/netip"
 	"time"
 
@@ -27,6 +28,8 @@ type Links interface {
 	IfaceFor(ip netip.Addr) (string, error)
 	// Up reports whether iface exists and has carrier.
 	Up(iface string) (bool, error)
+	// MACs are the link-layer addresses of the node's interfaces.
+	MACs() ([]net.HardwareAddr, error)
 }
 
 // Announcer tells the LAN where an IP lives (netif.Announcer).

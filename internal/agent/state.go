@@ -80,6 +80,7 @@ type state struct {
 	linkDown    map[string]bool
 	claimWatch  map[string]context.CancelFunc
 	autoIface   map[netip.Addr]string // "auto" resolved, see ifaceFor
+	macs        string                // ownMACs; "" until listed, and after a link changed
 	fenced      bool
 	shutting    bool
 	routerErr   string // why the route-mode configuration was refused
@@ -157,7 +158,6 @@ func (s *state) run(ctx context.Context, stop chan struct{}) error {
 	s.lifetime.configure(s.cfg)
 	go s.lifetime.run(stop)
 	s.live = lease.NewLiveness(s.a.opt.Node, s.cfg.RenewInterval, 2*s.cfg.RenewInterval)
-	s.live.SetExpiryGrace(takeoverGrace(s.cfg))
 	ticker := s.a.clk.NewTicker(s.cfg.RenewInterval)
 	interval := s.cfg.RenewInterval
 	timer := s.a.clk.NewTimer(time.Hour)
@@ -290,8 +290,10 @@ func (s *state) idle() bool {
 
 // renewal is the heartbeat renewal this node's state asks for now.
 func (s *state) renewal() renewal {
+	conflicts, claims := s.conflicts.report(s.a.clk.Now())
 	r := renewal{
-		status: lease.HeartbeatStatus{Eligible: s.selfEligible && !s.shutting, Error: s.statusError(), Held: len(s.bound), BGP: s.bgpSessions},
+		status: lease.HeartbeatStatus{Eligible: s.selfEligible && !s.shutting, Error: s.statusError(), Held: len(s.bound), BGP: s.bgpSessions,
+			MACs: s.ownMACs(), Conflicts: conflicts, Claims: claims},
 		// Neither the duration nor the timeout may be shorter than what
 		// peers need to see the renewal; a renewal slower than half a
 		// lease is a failure as far as holding addresses goes.
@@ -706,8 +708,10 @@ func (s *state) apply(v lease.View, ip netip.Addr, l *coordinationv1.Lease, lk *
 	case lease.Create:
 		w.target = v.Self
 		w.lease = lease.NewLockLease(s.a.opt.Namespace, ip, v.Self, e.Services, now)
+		s.probeEarly(ip, e)
 	case lease.Acquire:
 		w.target = v.Self
+		s.probeEarly(ip, e)
 		if lk.Holder != "" {
 			w.dead, _ = v.DeadSince(lk.Holder)
 			w.from = lk.Holder
@@ -792,8 +796,8 @@ func (s *state) writeDone(r writeResult) {
 			s.event(r.ip, corev1.EventTypeNormal, "TakenOver", fmt.Sprintf("%s taken over by %s from %s, judged dead", r.ip, s.a.opt.Node, r.from))
 		} else {
 			log.Info("acquired")
-			s.conflicts.fresh[r.ip] = true
 		}
+		s.conflicts.fresh[r.ip] = true
 	case lease.Handoff:
 		s.a.opt.Metrics.Handoff()
 		log.Info("handed off", "to", r.target)

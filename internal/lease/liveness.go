@@ -25,7 +25,6 @@ import (
 type Liveness struct {
 	self  string
 	tail  time.Duration // the stream must have delivered within this to judge anyone dead
-	grace time.Duration // a silent node is alive this much beyond its lease duration
 	gap   time.Duration // a stream silence longer than this is a break
 	nodes map[string]*observed
 	fresh time.Time // when the latest heartbeat change of any node was observed
@@ -55,15 +54,6 @@ func NewLiveness(self string, tail, breakAfter time.Duration) *Liveness {
 // SetTimings changes tail and break threshold after a configuration edit.
 func (l *Liveness) SetTimings(tail, breakAfter time.Duration) {
 	l.tail, l.gap = tail, breakAfter
-}
-
-// SetExpiryGrace makes a node that stopped renewing count as alive for
-// grace beyond its lease duration: as long as its kernel may still hold
-// addresses whose lifetime ended, so that nobody takes its IPs over while
-// it still answers for them. Renewing is not affected: nothing new is
-// given to such a node.
-func (l *Liveness) SetExpiryGrace(grace time.Duration) {
-	l.grace = grace
 }
 
 // Observe records the current heartbeat of a node as seen at now. Calling it
@@ -126,7 +116,7 @@ func (l *Liveness) Alive(node string, now time.Time) bool {
 	if !ok {
 		return false
 	}
-	if node == l.self || now.Sub(o.at) < o.duration+l.grace {
+	if node == l.self || now.Sub(o.at) < o.duration {
 		return true
 	}
 	return now.Sub(l.fresh) > l.tail
@@ -147,9 +137,9 @@ func (l *Liveness) Renewing(node string, now time.Time) bool {
 }
 
 // NextExpiry returns the earliest time after now at which a verdict on an
-// observed node changes if nothing else does: it stops being seen renewing
-// (the end of its duration), or it is judged dead (the grace later). The
-// owner sets a timer for it.
+// observed node changes if nothing else does: the end of its duration, when
+// it stops being seen renewing and may be judged dead. The owner sets a
+// timer for it.
 func (l *Liveness) NextExpiry(now time.Time) (time.Time, bool) {
 	var next time.Time
 	consider := func(at time.Time) {
@@ -161,23 +151,20 @@ func (l *Liveness) NextExpiry(now time.Time) (time.Time, bool) {
 		if n == l.self {
 			continue
 		}
-		if !o.presumed {
-			consider(o.at.Add(o.duration))
-		}
-		consider(o.at.Add(o.duration + l.grace))
+		consider(o.at.Add(o.duration))
 	}
 	return next, !next.IsZero()
 }
 
 // DeadSince returns when node was judged dead: the end of its last observed
-// lease duration and the grace. ok is false while it is alive or was never
+// lease duration. ok is false while it is alive or was never
 // observed.
 func (l *Liveness) DeadSince(node string, now time.Time) (time.Time, bool) {
 	o, ok := l.nodes[node]
 	if !ok || l.Alive(node, now) {
 		return time.Time{}, false
 	}
-	return o.at.Add(o.duration + l.grace), true
+	return o.at.Add(o.duration), true
 }
 
 // Connected reports whether the heartbeat stream delivered a change within

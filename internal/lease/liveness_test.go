@@ -57,28 +57,6 @@ func TestPeerAliveForItsDurationSinceObservedChange(t *testing.T) {
 	assert.Equal(t, since, at(duration))
 }
 
-// With a grace, a silent peer is alive (keeps its IPs) for the grace beyond
-// its duration, but stops being seen renewing (given new ones) on time.
-func TestExpiryGraceDelaysDeath(t *testing.T) {
-	c := newCluster(t)
-	c.l.SetExpiryGrace(250 * ms)
-	c.renew("peer", 0)
-	c.selfRenews(0, 5*time.Second)
-
-	assert.Assert(t, c.l.Alive("peer", at(duration+249*ms)))
-	assert.Assert(t, !c.l.Renewing("peer", at(duration)))
-	assert.Assert(t, !c.l.Alive("peer", at(duration+250*ms)))
-	next, ok := c.l.NextExpiry(at(time.Second))
-	assert.Assert(t, ok)
-	assert.Equal(t, next, at(duration), "when it stops being seen renewing")
-	next, ok = c.l.NextExpiry(at(duration))
-	assert.Assert(t, ok)
-	assert.Equal(t, next, at(duration+250*ms), "when it is judged dead")
-	since, ok := c.l.DeadSince("peer", at(3*time.Second))
-	assert.Assert(t, ok)
-	assert.Equal(t, since, at(duration+250*ms))
-}
-
 func TestChangeExtendsLife(t *testing.T) {
 	c := newCluster(t)
 	c.renew("peer", 0)

@@ -33,6 +33,16 @@ const (
 	// AnnotationBGP on a heartbeat lists the node's BGP sessions (route
 	// mode), see FormatBGPSessions.
 	AnnotationBGP = "eip.io/bgp"
+	// AnnotationMACs on a heartbeat lists the link-layer addresses of the
+	// node's interfaces, so that nodes tell each other's answers on the
+	// LAN from strangers'; see FormatMACs.
+	AnnotationMACs = "eip.io/macs"
+	// AnnotationConflicts on a heartbeat lists the IPs the node holds but
+	// does not bind because a machine that is not an eip node answers for
+	// them, and AnnotationClaims the IPs it binds that such a machine
+	// claims too; see FormatAnswers.
+	AnnotationConflicts = "eip.io/conflicts"
+	AnnotationClaims    = "eip.io/claims"
 )
 
 // heartbeatPrefix starts every heartbeat Lease name. No IP text starts with

@@ -143,6 +143,12 @@ type Heartbeat struct {
 	Held      int
 	// BGP is the node's BGP sessions, see ParseBGPSessions.
 	BGP string
+	// MACs are the link-layer addresses of the node's interfaces (see
+	// ParseMACs); Conflicts the IPs the node holds but does not bind, each
+	// with the MAC of the stranger answering for it, and Claims the IPs it
+	// binds that a stranger claims too (see ParseAnswers). They are kept
+	// as written, so that a Heartbeat stays comparable.
+	MACs, Conflicts, Claims string
 	// Version changes with every renewal; observers compare it, never times.
 	Version string
 }
@@ -154,11 +160,14 @@ func ParseHeartbeat(l *coordinationv1.Lease) (Heartbeat, error) {
 		return Heartbeat{}, fmt.Errorf("heartbeat %s: name does not start with %s", l.Name, heartbeatPrefix)
 	}
 	h := Heartbeat{
-		Node:     node,
-		Eligible: l.Annotations[AnnotationEligible] == "true",
-		Error:    l.Annotations[AnnotationError],
-		BGP:      l.Annotations[AnnotationBGP],
-		Version:  l.ResourceVersion,
+		Node:      node,
+		Eligible:  l.Annotations[AnnotationEligible] == "true",
+		Error:     l.Annotations[AnnotationError],
+		BGP:       l.Annotations[AnnotationBGP],
+		MACs:      l.Annotations[AnnotationMACs],
+		Conflicts: l.Annotations[AnnotationConflicts],
+		Claims:    l.Annotations[AnnotationClaims],
+		Version:   l.ResourceVersion,
 	}
 	if h.Held, _ = strconv.Atoi(l.Annotations[AnnotationHeld]); h.Held < 0 {
 		h.Held = 0
@@ -183,6 +192,10 @@ type HeartbeatStatus struct {
 	// BGP is FormatBGPSessions of the node's sessions; empty without
 	// route mode.
 	BGP string
+	// MACs is FormatMACs of the node's interfaces; Conflicts and Claims
+	// are FormatAnswers of the IPs it does not bind because a stranger
+	// answers for them, and of those it binds that a stranger claims.
+	MACs, Conflicts, Claims string
 }
 
 // RenewedHeartbeat returns the heartbeat Lease of node renewed at now: a copy
@@ -212,10 +225,12 @@ func RenewedHeartbeat(current *coordinationv1.Lease, namespace, node string, dur
 	} else {
 		l.Annotations[AnnotationError] = st.Error
 	}
-	if st.BGP == "" {
-		delete(l.Annotations, AnnotationBGP)
-	} else {
-		l.Annotations[AnnotationBGP] = st.BGP
+	for key, v := range map[string]string{AnnotationBGP: st.BGP, AnnotationMACs: st.MACs, AnnotationConflicts: st.Conflicts, AnnotationClaims: st.Claims} {
+		if v == "" {
+			delete(l.Annotations, key)
+		} else {
+			l.Annotations[key] = v
+		}
 	}
 	holder := node
 	l.Spec.HolderIdentity = &holder

@@ -1,6 +1,7 @@
 package lease_test
 
 import (
+	"net"
 	"net/netip"
 	"testing"
 	"time"
@@ -189,9 +190,25 @@ func TestHeartbeatRoundTrip(t *testing.T) {
 		Error: "interface eth9 not found", Version: "100",
 	})
 
-	healed := lease.RenewedHeartbeat(renewed, ns, "node-a", time.Second, lease.HeartbeatStatus{Eligible: true}, later)
-	_, ok := healed.Annotations[lease.AnnotationError]
-	assert.Assert(t, !ok, "a cleared error leaves no annotation")
+	lan := lease.RenewedHeartbeat(renewed, ns, "node-a", 2*time.Second, lease.HeartbeatStatus{
+		MACs:      lease.FormatMACs([]net.HardwareAddr{{2, 0, 0, 0, 0, 0xb}, {2, 0, 0, 0, 0, 0xa}, {2, 0, 0, 0, 0, 0xb}}),
+		Conflicts: lease.FormatAnswers(map[netip.Addr]string{netip.MustParseAddr("198.18.0.9"): "02:ee:00:00:00:01", netip.MustParseAddr("198.18.0.10"): "02:ee:00:00:00:02"}),
+		Claims:    lease.FormatAnswers(map[netip.Addr]string{netip.MustParseAddr("2001:db8::5"): "02:ee:00:00:00:03"}),
+	}, later)
+	assert.Equal(t, lan.Annotations[lease.AnnotationMACs], "02:00:00:00:00:0a,02:00:00:00:00:0b")
+	assert.Equal(t, lan.Annotations[lease.AnnotationConflicts], "198.18.0.9=02:ee:00:00:00:01,198.18.0.10=02:ee:00:00:00:02", "sorted by address")
+	lan.Annotations[lease.AnnotationClaims] += ",garbage,198.18.0.1=not-a-mac"
+	h, err = lease.ParseHeartbeat(lan)
+	assert.NilError(t, err)
+	assert.DeepEqual(t, lease.ParseMACs(h.MACs), []string{"02:00:00:00:00:0a", "02:00:00:00:00:0b"})
+	assert.DeepEqual(t, lease.ParseAnswers(h.Conflicts), map[netip.Addr]string{netip.MustParseAddr("198.18.0.9"): "02:ee:00:00:00:01", netip.MustParseAddr("198.18.0.10"): "02:ee:00:00:00:02"})
+	assert.DeepEqual(t, lease.ParseAnswers(h.Claims), map[netip.Addr]string{netip.MustParseAddr("2001:db8::5"): "02:ee:00:00:00:03"}) // malformed entries are skipped
+
+	healed := lease.RenewedHeartbeat(lan, ns, "node-a", time.Second, lease.HeartbeatStatus{Eligible: true}, later)
+	for _, key := range []string{lease.AnnotationError, lease.AnnotationMACs, lease.AnnotationConflicts, lease.AnnotationClaims} {
+		_, ok := healed.Annotations[key]
+		assert.Assert(t, !ok, "a cleared %s leaves no annotation", key)
+	}
 	assert.Equal(t, *healed.Spec.LeaseDurationSeconds, int32(1))
 }
 

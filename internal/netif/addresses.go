@@ -367,6 +367,26 @@ func (a *Addresses) HardwareAddr(iface string) (net.HardwareAddr, error) {
 	return link.Attrs().HardwareAddr, nil
 }
 
+// MACs returns the link-layer addresses of the node's Ethernet interfaces
+// (loopback and tunnels have none): what the LAN sees answering from this
+// node.
+func (a *Addresses) MACs() ([]net.HardwareAddr, error) {
+	if a.err != nil {
+		return nil, a.err
+	}
+	links, err := dump(a.nl.LinkList)
+	if err != nil {
+		return nil, fmt.Errorf("list links: %w", err)
+	}
+	var out []net.HardwareAddr
+	for _, l := range links {
+		if mac := l.Attrs().HardwareAddr; len(mac) == 6 && !slices.Equal(mac, make(net.HardwareAddr, 6)) {
+			out = append(out, mac)
+		}
+	}
+	return out, nil
+}
+
 // Up reports whether iface is administratively up and has carrier.
 func (a *Addresses) Up(iface string) (bool, error) {
 	link, err := a.link(iface)

@@ -191,6 +191,10 @@ func TestAddressesOnVeth(t *testing.T) {
 		n.ip(t, n.b, "link", "set", vethIface, "up")
 		_, err = addrs.Up("nosuch0")
 		assert.ErrorContains(t, err, "nosuch0")
+		macs, err := addrs.MACs()
+		assert.NilError(t, err)
+		assert.Assert(t, slices.ContainsFunc(macs, func(m net.HardwareAddr) bool { return m.String() == mac.String() }), "%v", macs)
+		assert.Assert(t, !slices.ContainsFunc(macs, func(m net.HardwareAddr) bool { return len(m) != 6 || m.String() == "00:00:00:00:00:00" }), "loopback has no MAC: %v", macs)
 	})
 
 	t.Run("interface recreated under the same name", func(t *testing.T) {
