@@ -55,7 +55,7 @@ type Timing struct {
 var (
 	defaultTiming = Timing{Name: "lease 2s", Lease: 2 * time.Second, Renew: 500 * time.Millisecond}
 	tunedTiming   = Timing{Name: "lease 1s", Lease: time.Second, Renew: 250 * time.Millisecond}
-	routedTiming  = Timing{Name: "lease 2s, BGP", Lease: 2 * time.Second, Renew: 500 * time.Millisecond, BGP: true}
+	routedTiming  = Timing{Name: "lease 2s", Lease: 2 * time.Second, Renew: 500 * time.Millisecond, BGP: true}
 )
 
 // routedRange holds the IPs of the bgp scenario: on neither LAN, so the
