@@ -6,6 +6,10 @@
 GO       ?= go
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -s -w -X main.version=$(VERSION)
+# grpcnotrace: GoBGP links gRPC, whose request tracing pulls in html/template;
+# its reflection keeps every method of every type (Kubernetes' API types
+# above all) in the binary. Without it eipd is 38 MB instead of 68 MB.
+EIPD_TAGS := grpcnotrace
 BIN      := $(CURDIR)/bin
 PREFIX   ?= /usr/local
 export GOFLAGS ?= -mod=mod
@@ -24,7 +28,7 @@ prereqs:
 
 ## build: static eipd and kubectl-eip in bin/
 build:
-	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/eipd ./daemon
+	$(GO) build -trimpath -tags $(EIPD_TAGS) -ldflags '$(LDFLAGS)' -o $(BIN)/eipd ./daemon
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/kubectl-eip ./kubectl-eip
 
 ## install: put kubectl-eip (and eipd) on PATH, so `kubectl eip` works;

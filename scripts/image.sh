@@ -32,7 +32,8 @@ for p in $PLATFORMS; do
 	os=${p%/*} arch=${p#*/}
 	bin="bin/image/eipd-$os-$arch"
 	echo "building eipd $VERSION for $p" >&2
-	GOOS=$os GOARCH=$arch go build -trimpath -ldflags "-s -w -X main.version=$VERSION" -o "$bin" ./daemon
+	# grpcnotrace: see EIPD_TAGS in the Makefile.
+	GOOS=$os GOARCH=$arch go build -trimpath -tags grpcnotrace -ldflags "-s -w -X main.version=$VERSION" -o "$bin" ./daemon
 	args+=(--binary "$p=$bin")
 done
 go run ./scripts/image --out "$OUT" --name "$IMAGE" --version "$VERSION" --revision "$revision" "${args[@]}"
