@@ -26,6 +26,15 @@ const maxProbeBackoff = 4 * time.Second
 // it gives the address up when it sees the new holder's announcement.
 const peerAnswerLimit = 2 * time.Second
 
+// recheckEvery and recheckWait pace the probes after an eip node answered:
+// one probe recheckEvery after each answer, and the address is free once
+// recheckWait passes without one. A kernel answers a probe within a
+// millisecond or two; strangers had the whole first probe wait to answer.
+const (
+	recheckEvery = 10 * time.Millisecond
+	recheckWait  = 20 * time.Millisecond
+)
+
 // claimMemory is how long a stranger's claim for an address this node
 // binds is shown in status after the last one seen: a machine using an
 // address sends ARP requests from it whenever it talks to a host it has
@@ -46,8 +55,9 @@ const claimMemory = time.Minute
 //
 //   - An answer from an eip node (a MAC one of them publishes in its
 //     heartbeat) is a holder judged dead whose kernel still has the
-//     address: the node probes again half a wait later, and binds once
-//     nobody answers, or after peerAnswerLimit.
+//     address: the node probes again recheckEvery later, and binds once a
+//     probe goes unanswered for recheckWait (and the first probe wait has
+//     passed), or after peerAnswerLimit.
 //   - An answer from any other MAC means the address is in use: it is not
 //     bound, a Warning event AddressConflict names the MAC, the heartbeat
 //     reports it (kubectl eip status shows the IP as conflict), and it is
@@ -63,9 +73,14 @@ type addrConflicts struct {
 }
 
 type probeRun struct {
-	iface         string
-	started, last time.Time // the first probe (or when it is due) and the latest
+	iface string
+	first time.Time // when probing started
+	// started is when this run's first probe is (or was) due, last when
+	// its latest went out; sent counts them.
+	started, last time.Time
 	sent          int
+	// rechecking: an eip node answered; this run is one probe.
+	rechecking bool
 	// stranger is the MAC of a machine that is not an eip node that
 	// answered; peerSince when an eip node first answered.
 	stranger  string
@@ -124,14 +139,35 @@ func (s *state) startProbe(ip netip.Addr, iface string) {
 	if _, ok := s.conflicts.inUse[ip]; ok {
 		return // probed again when its backoff ends
 	}
-	s.probeStep(ip, probeRun{iface: iface, started: s.a.clk.Now()})
+	s.probeStep(ip, newProbeRun(iface, s.a.clk.Now()))
+}
+
+func newProbeRun(iface string, now time.Time) probeRun {
+	return probeRun{iface: iface, first: now, started: now}
+}
+
+// wants is how many probes the run sends, and how far apart.
+func (p probeRun) wants(wait time.Duration) (int, time.Duration) {
+	if p.rechecking {
+		return 1, 0
+	}
+	return 2, wait / 2
+}
+
+// done is when the run has waited long enough for answers.
+func (p probeRun) done(wait time.Duration) time.Time {
+	if p.rechecking {
+		return later(p.first.Add(wait), p.last.Add(recheckWait))
+	}
+	// Each probe gets at least half a wait for its answer.
+	return later(p.started.Add(wait), p.last.Add(wait/2))
 }
 
 // probeStep sends the probe of run p that is due, if any, and records p.
 func (s *state) probeStep(ip netip.Addr, p probeRun) probeRun {
-	wait := s.a.opt.ProbeWait
+	n, gap := p.wants(s.a.opt.ProbeWait)
 	now := s.a.clk.Now()
-	if p.sent < 2 && !now.Before(p.started.Add(time.Duration(p.sent)*wait/2)) {
+	if p.sent < n && !now.Before(p.started.Add(time.Duration(p.sent)*gap)) {
 		s.watchClaims(p.iface)
 		if err := s.a.opt.Announcer.Probe(p.iface, ip); err != nil {
 			s.log.Warn("probe", "ip", ip, "iface", p.iface, "err", err)
@@ -160,7 +196,7 @@ func (s *state) probed(ip netip.Addr, iface string) bool {
 	}
 	p, ok := c.probing[ip]
 	if !ok || p.iface != iface {
-		p = probeRun{iface: iface, started: now}
+		p = newProbeRun(iface, now)
 	}
 	if p.stranger != "" {
 		s.inUseBy(ip, p)
@@ -171,12 +207,11 @@ func (s *state) probed(ip netip.Addr, iface string) bool {
 		return s.probeDone(ip, iface)
 	}
 	p = s.probeStep(ip, p)
-	if p.sent < 2 {
-		s.wakeAt(p.started.Add(time.Duration(p.sent) * wait / 2))
+	if n, gap := p.wants(wait); p.sent < n {
+		s.wakeAt(p.started.Add(time.Duration(p.sent) * gap))
 		return false
 	}
-	// Each probe gets at least half a wait for its answer.
-	if done := later(p.started.Add(wait), p.last.Add(wait/2)); now.Before(done) {
+	if done := p.done(wait); now.Before(done) {
 		s.wakeAt(done)
 		return false
 	}
@@ -228,7 +263,7 @@ func (s *state) conflictClaim(cl netif.Claim) bool {
 				p.peerSince = now
 				s.log.Info("an eip node still answers for an address being taken over; probing again", "ip", cl.IP, "iface", cl.Iface, "mac", mac)
 			}
-			p.started, p.sent = now.Add(s.a.opt.ProbeWait/2), 0
+			p.rechecking, p.started, p.sent = true, now.Add(recheckEvery), 0
 			s.wakeAt(p.started)
 		} else {
 			p.stranger = mac

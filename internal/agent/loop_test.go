@@ -189,24 +189,29 @@ func takingOver(t *testing.T) (*world, netip.Addr) {
 }
 
 // A takeover is probed too. The dead holder's kernel answering (a MAC its
-// heartbeat published) is no conflict: the survivor probes again half a
-// probe wait later and binds as soon as nobody answers.
+// heartbeat published) is no conflict: the survivor probes again 10 ms
+// after each answer and binds once one goes unanswered for 20 ms, but not
+// before the first probe wait (60 ms) is over.
 func TestLoopTakeoverProbesUntilTheDeadHolderStopsAnswering(t *testing.T) {
 	w, ip := takingOver(t)
 	w.s.claim(netif.Claim{Iface: testIface, IP: ip, MAC: peerMAC("node-b")})
 	w.pass()
 	assert.DeepEqual(t, w.take(), []string(nil)) // an eip node answered: no conflict, no bind
 	assert.Equal(t, len(w.s.conflicts.inUse), 0)
-	w.step(30 * time.Millisecond)
-	w.pass()
-	w.s.claim(netif.Claim{Iface: testIface, IP: ip, MAC: peerMAC("node-b")})
+	w.step(10 * time.Millisecond)
 	w.pass()
 	assert.DeepEqual(t, w.take(), []string{"probe 198.18.100.1"})
-	for range 3 { // 30 ms apart: probed twice, then bound
-		w.step(30 * time.Millisecond)
-		w.pass()
-	}
-	assert.DeepEqual(t, w.take(), []string{"probe 198.18.100.1", "probe 198.18.100.1", "bind 198.18.100.1"})
+	w.s.claim(netif.Claim{Iface: testIface, IP: ip, MAC: peerMAC("node-b")})
+	w.pass()
+	w.step(10 * time.Millisecond)
+	w.pass()
+	assert.DeepEqual(t, w.take(), []string{"probe 198.18.100.1"})
+	w.step(20 * time.Millisecond) // unanswered, but 40 ms since the first probe
+	w.pass()
+	assert.DeepEqual(t, w.take(), []string(nil))
+	w.step(20 * time.Millisecond)
+	w.pass()
+	assert.DeepEqual(t, w.take(), []string{"bind 198.18.100.1"})
 	w.s.claim(netif.Claim{Iface: testIface, IP: ip, MAC: peerMAC("node-b")})
 	w.pass()
 	assert.Equal(t, len(w.s.conflicts.claimed), 0, "an eip node's announcement is not a stranger's claim")
