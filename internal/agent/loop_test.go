@@ -265,3 +265,34 @@ func TestLoopConflictsAndClaimsAreInTheHeartbeat(t *testing.T) {
 	_, ok := w.get(lease.HeartbeatName("node-a")).Annotations[lease.AnnotationClaims]
 	assert.Assert(t, !ok, "a claim not seen again for a minute is forgotten")
 }
+
+// A move of an IP the holder does not bind (a stranger answers for it) is
+// no hand-off, which the target would bind unprobed: the holder releases
+// the lock naming the target as a move, and the target acquires and
+// probes it.
+func TestLoopMoveOfAnIPInConflictReleasesIt(t *testing.T) {
+	w := newWorld(t, "node-a", defaultTestConfig())
+	w.a.opt.ProbeWait = 60 * time.Millisecond
+	ip := testIP(0)
+	w.addNode("node-b")
+	w.heartbeat("node-b", true)
+	w.addService("web", ip)
+	w.pass()
+	for i := 0; i < 4 && len(w.calls) == 0; i++ {
+		w.tick("node-b")
+	}
+	assert.DeepEqual(t, w.take(), []string{"probe 198.18.100.1", "create eip-198-18-100-1 holder=node-a"})
+	w.s.claim(netif.Claim{Iface: testIface, IP: ip, MAC: net.HardwareAddr{2, 0xee, 0, 0, 0, 1}})
+	w.pass()
+	w.step(30 * time.Millisecond)
+	w.pass()
+	assert.Equal(t, w.s.conflicts.inUse[ip].mac, "02:ee:00:00:00:01")
+	w.take()
+
+	l := lease.WithMoveTo(w.get(leaseName(ip)), "node-b")
+	l.ResourceVersion = w.nextRV()
+	w.must(w.leases.Update(l))
+	w.tick("node-b")
+	assert.DeepEqual(t, w.take(), []string{"update eip-198-18-100-1 holder="})
+	assert.Equal(t, w.get(leaseName(ip)).Annotations[lease.AnnotationMoveTo], "node-b")
+}

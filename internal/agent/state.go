@@ -718,6 +718,17 @@ func (s *state) apply(v lease.View, ip netip.Addr, l *coordinationv1.Lease, lk *
 		}
 		w.lease = lease.WithHolder(l, ip, v.Self, e.Services, now)
 	case lease.Handoff, lease.Release:
+		if _, bound := s.bound[ip]; d.Action == lease.Handoff && !bound {
+			// The target binds a handed-off IP without probing, as its
+			// holder removed the address first. One this node never bound
+			// (in use on the LAN, or still being probed) is released
+			// instead, naming the target as a move: it takes the lock at
+			// once, as an acquisition, and probes.
+			w.action = lease.Release
+			w.lease = lease.WithMoveTo(lease.WithHolder(l, ip, "", e.Services, now), d.Target)
+			s.log.Info("releasing an IP not bound here for its new holder to probe", "ip", ip, "node", d.Target, "reason", d.Reason)
+			break
+		}
 		if d.Action == lease.Handoff {
 			w.target = d.Target
 		}

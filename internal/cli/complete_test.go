@@ -26,6 +26,7 @@ func TestCompleteStatusOffersEveryIP(t *testing.T) {
 198.18.100.3	unbound on node-4
 198.18.100.4	unbound
 198.18.100.5	moving on node-1
+198.18.100.6	conflict on node-2
 198.18.100.9	orphan on node-2
 198.18.200.1	out-of-range
 2001:db8::100:1	bound on node-1
@@ -38,12 +39,13 @@ func TestCompleteMoveOffersMovableIPsThenNodes(t *testing.T) {
 198.18.100.2	bound on node-2
 198.18.100.3	unbound on node-4
 198.18.100.5	moving on node-1
+198.18.100.6	conflict on node-2
 :4
 `)
 	// Live and eligible, not the holder: node-3 is cordoned, node-4 dead,
 	// node-5 has an error, node-6 has no daemon, node-7 is excluded.
-	assert.Equal(t, complete(t, "move", "198.18.100.1", ""), "node-2\talive, holds 2\n:4\n")
-	assert.Equal(t, complete(t, "move", "198.18.100.3", ""), "node-1\talive, holds 3\nnode-2\talive, holds 2\n:4\n")
+	assert.Equal(t, complete(t, "move", "198.18.100.1", ""), "node-2\talive, holds 3\n:4\n")
+	assert.Equal(t, complete(t, "move", "198.18.100.3", ""), "node-1\talive, holds 3\nnode-2\talive, holds 3\n:4\n")
 	assert.Equal(t, complete(t, "move", "198.18.100.1", "node-2", ""), ":4\n")
 }
 

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"net"
 	"net/netip"
 	"strconv"
 	"sync"
@@ -31,11 +32,12 @@ const ns = DefaultNamespace
 
 // fixture is a cluster that shows every state:
 //
-//	198.18.100.1     default/web            node-1, bound
+//	198.18.100.1     default/web            node-1, bound, also claimed by a LAN host
 //	198.18.100.2     default/api,web        node-2, bound, moved 3 times
 //	198.18.100.3     shop/front             node-4, whose heartbeat is stale
 //	198.18.100.4     shop/back              no lock yet
 //	198.18.100.5     default/batch          node-1, move to node-2 pending
+//	198.18.100.6     default/printer        node-2, conflict: a LAN host answers for it
 //	198.18.100.9     (none)                 node-2: orphan
 //	198.18.100.0     default/net            network address of the range
 //	198.18.0.11      default/node-ip        node-1's own address
@@ -71,11 +73,13 @@ func fixture() []runtime.Object {
 		externalIPs("default", "net", "198.18.100.0"),
 		externalIPs("default", "node-ip", "198.18.0.11"),
 		externalIPs("default", "outside", "198.18.200.1"),
+		externalIPs("default", "printer", "198.18.100.6"),
 		lock("198.18.100.1", "node-1", 1, now.Add(-5*time.Minute), "default/web"),
 		lock("198.18.100.2", "node-2", 3, now.Add(-2*time.Hour), "default/api", "default/web"),
 		lock("198.18.100.3", "node-4", 0, now.Add(-26*time.Hour), "shop/front"),
 		withMoveTo(lock("198.18.100.5", "node-1", 2, now.Add(-40*time.Second), "default/batch"), "node-2"),
 		lock("198.18.100.9", "node-2", 1, now.Add(-3*time.Minute)),
+		lock("198.18.100.6", "node-2", 0, now.Add(-time.Minute), "default/printer"),
 		lock("2001:db8::100:1", "node-1", 0, now.Add(-10*time.Minute), "default/api"),
 	}
 	damaged := lock("198.18.100.8", "node-3", 0, now.Add(-time.Hour))
@@ -95,8 +99,19 @@ func node(name, ip string) *corev1.Node {
 	}
 }
 
+// heartbeat is node's heartbeat; its MAC is 02:00:00:00:00 and the last
+// digit of its name. node-2 does not bind 198.18.100.6, which a LAN host
+// answers for, and a LAN host claims 198.18.100.1, which node-1 binds.
 func heartbeat(node string, renewed time.Time, eligible bool, errText string, held int) *coordinationv1.Lease {
-	l := lease.RenewedHeartbeat(nil, ns, node, 2*time.Second, lease.HeartbeatStatus{Eligible: eligible, Error: errText, Held: held}, renewed)
+	st := lease.HeartbeatStatus{Eligible: eligible, Error: errText, Held: held,
+		MACs: lease.FormatMACs([]net.HardwareAddr{{2, 0, 0, 0, 0, node[len(node)-1] - '0'}})}
+	switch node {
+	case "node-1":
+		st.Claims = lease.FormatAnswers(map[netip.Addr]string{netip.MustParseAddr("198.18.100.1"): "02:ee:00:00:00:02"})
+	case "node-2":
+		st.Conflicts = lease.FormatAnswers(map[netip.Addr]string{netip.MustParseAddr("198.18.100.6"): "02:ee:00:00:00:01"})
+	}
+	l := lease.RenewedHeartbeat(nil, ns, node, 2*time.Second, st, renewed)
 	l.ResourceVersion = "10"
 	return l
 }

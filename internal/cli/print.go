@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -64,6 +65,10 @@ func printTables(w *bytes.Buffer, st Status, wide bool) error {
 		if routed {
 			header = append(header, "ANNOUNCE")
 		}
+		strangers := slices.ContainsFunc(st.IPs, func(r IP) bool { return r.ConflictMAC != "" || r.ClaimedBy != "" })
+		if strangers {
+			header = append(header, "OTHER MAC")
+		}
 		if wide {
 			header = append(header, "LOCK", "HEARTBEAT", "POLICY", "REASON")
 		}
@@ -77,6 +82,9 @@ func printTables(w *bytes.Buffer, st Status, wide bool) error {
 				yesNo(r.HolderAlive, r.Holder != ""), age(now, r.LastMoveTime), moves(r)}
 			if routed {
 				row = append(row, orDash(r.Announce))
+			}
+			if strangers {
+				row = append(row, orDash(r.ConflictMAC+r.ClaimedBy))
 			}
 			if wide {
 				row = append(row, orDash(r.Lock), age(now, heartbeat[r.Holder]), orDash(st.Config.Policy), orDash(r.Reason))
@@ -111,6 +119,9 @@ func printTables(w *bytes.Buffer, st Status, wide bool) error {
 		}
 	}
 	notes := configNotes(st)
+	if slices.ContainsFunc(st.IPs, func(r IP) bool { return r.ConflictMAC != "" || r.ClaimedBy != "" }) {
+		notes = append(notes, "OTHER MAC: a machine that is not an eip node answers for the IP (conflict: so it is not bound; bound: both answer). See docs/operating.md, Address conflicts.")
+	}
 	if len(notes) > 0 {
 		w.WriteString("\n")
 		for _, n := range notes {

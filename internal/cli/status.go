@@ -46,6 +46,10 @@ const (
 	// StateOrphan: a lock exists but no Service names the IP; its holder
 	// (or the top-ranked live node) deletes the lock.
 	StateOrphan State = "orphan"
+	// StateConflict: the holder does not bind the IP because a machine
+	// that is not an eip node answers for it (IP.ConflictMAC); it probes
+	// again until that machine lets go.
+	StateConflict State = "conflict"
 )
 
 // Status is everything `kubectl eip status` reports. Its JSON form is the
@@ -96,6 +100,12 @@ type IP struct {
 	Lock         string     `json:"lock"`
 	Moves        int32      `json:"moves"`
 	LastMoveTime *time.Time `json:"lastMoveTime"`
+	// ConflictMAC is the MAC of the machine, not an eip node, whose
+	// answer keeps the holder from binding the IP (state conflict);
+	// ClaimedBy the MAC of one that claims the IP while the holder serves
+	// it. Both come from the holder's heartbeat; empty when none.
+	ConflictMAC string `json:"conflictMAC"`
+	ClaimedBy   string `json:"claimedBy"`
 
 	addr netip.Addr // for sorting and filtering; invalid for unparsable text
 }
@@ -122,6 +132,12 @@ type Node struct {
 	Bound int `json:"bound"`
 	// BGPSessions are the node's sessions in route mode (eip.io/bgp).
 	BGPSessions []lease.BGPSession `json:"bgpSessions"`
+	// MACs are the link-layer addresses of the node's interfaces, which
+	// eip nodes tell each other's answers on the LAN by (eip.io/macs).
+	MACs []string `json:"macs"`
+	// conflicts and claims are the heartbeat's eip.io/conflicts and
+	// eip.io/claims.
+	conflicts, claims map[netip.Addr]string
 
 	heartbeat bool
 }
@@ -216,6 +232,7 @@ func buildStatus(s snapshot, now time.Time) Status {
 		fillLock(r, lk, nodes)
 		reason, isRejected := rejected[r.IP]
 		r.State, r.Reason = ipState(named[r.addr], isRejected, reason, lk, r.nodeOf(nodes), known)
+		r.lanAnswers(r.nodeOf(nodes))
 		st.IPs = append(st.IPs, *r)
 	}
 	slices.SortFunc(st.IPs, compareIPs)
@@ -228,6 +245,27 @@ func (r *IP) nodeOf(nodes map[string]*Node) *Node {
 		return nil
 	}
 	return nodes[r.Holder]
+}
+
+// lanAnswers adds what the holder's heartbeat says of machines that are
+// not eip nodes answering for a bound IP.
+func (r *IP) lanAnswers(holder *Node) {
+	if holder == nil || r.State != StateBound {
+		return
+	}
+	if mac, ok := holder.conflicts[r.addr]; ok {
+		r.State, r.ConflictMAC = StateConflict, mac
+		r.Reason = "in use on the LAN by " + mac + ", which is not an eip node; " + holder.Name + " does not bind it and probes again until it is free"
+		return
+	}
+	if mac, ok := holder.claims[r.addr]; ok {
+		r.ClaimedBy = mac
+		why := "also claimed on the LAN by " + mac + ", which is not an eip node: both answer for it until that machine lets go"
+		if r.Reason != "" {
+			why = r.Reason + "; " + why
+		}
+		r.Reason = why
+	}
 }
 
 // compareIPs orders rows numerically, IPv4 before IPv6, and text that is
@@ -356,7 +394,11 @@ func buildNodes(heartbeats map[string]lease.Heartbeat, locks map[string]lease.Lo
 	nodes := map[string]*Node{}
 	for name, hb := range heartbeats {
 		n := &Node{Name: name, heartbeat: true, Error: hb.Error, Bound: hb.Held, LeaseDurationSeconds: int(hb.Duration / time.Second),
-			BGPSessions: lease.ParseBGPSessions(hb.BGP)}
+			BGPSessions: lease.ParseBGPSessions(hb.BGP), MACs: lease.ParseMACs(hb.MACs),
+			conflicts: lease.ParseAnswers(hb.Conflicts), claims: lease.ParseAnswers(hb.Claims)}
+		if n.MACs == nil {
+			n.MACs = []string{}
+		}
 		if n.BGPSessions == nil {
 			n.BGPSessions = []lease.BGPSession{}
 		}
@@ -374,7 +416,7 @@ func buildNodes(heartbeats map[string]lease.Heartbeat, locks map[string]lease.Lo
 		}
 		n, ok := nodes[h]
 		if !ok {
-			n = &Node{Name: h, Reason: "no heartbeat: its daemon is not running", BGPSessions: []lease.BGPSession{}}
+			n = &Node{Name: h, Reason: "no heartbeat: its daemon is not running", BGPSessions: []lease.BGPSession{}, MACs: []string{}}
 			nodes[h] = n
 		}
 		n.Holds++

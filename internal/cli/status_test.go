@@ -75,12 +75,12 @@ func TestStatusJSONSchema(t *testing.T) {
 	assert.DeepEqual(t, keys(doc), []string{"config", "ips", "namespace", "nodes", "observedAt", "schemaVersion", "warnings"})
 	assert.DeepEqual(t, keys(doc["config"]), []string{"error", "found", "name", "policy", "ranges", "warnings"})
 	for _, ip := range doc["ips"].([]any) {
-		assert.DeepEqual(t, keys(ip), []string{"announce", "holder", "holderAlive", "interface", "ip", "lastMoveTime", "lock",
+		assert.DeepEqual(t, keys(ip), []string{"announce", "claimedBy", "conflictMAC", "holder", "holderAlive", "interface", "ip", "lastMoveTime", "lock",
 			"moveTo", "moves", "prefixLength", "range", "reason", "services", "state"})
 	}
 	for _, n := range doc["nodes"].([]any) {
 		assert.DeepEqual(t, keys(n), []string{"alive", "bgpSessions", "bound", "eligible", "error", "holds", "lastRenewTime",
-			"leaseDurationSeconds", "name", "reason"})
+			"leaseDurationSeconds", "macs", "name", "reason"})
 	}
 }
 
