@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -77,6 +78,13 @@ type Agent struct {
 	// hbKick is a renewal of a heartbeat, leaseKick any other Lease change.
 	svcKick, nodeKick, leaseKick, hbKick, cmKick chan struct{}
 	readyCh                                      chan struct{}
+
+	// changes are the lock Leases changed since the loop last took them
+	// (takeLeaseChanges); changedAll says another Lease was added or
+	// deleted (a heartbeat: a node came or went).
+	changesMu  sync.Mutex
+	changes    map[string]bool
+	changedAll bool
 }
 
 // New checks opt and returns an Agent; nothing runs until Run.
@@ -111,7 +119,7 @@ func New(opt Options) (*Agent, error) {
 		opt: opt, log: opt.Log.With("node", opt.Node), clk: opt.Clock,
 		svcKick: make(chan struct{}, 1), nodeKick: make(chan struct{}, 1),
 		leaseKick: make(chan struct{}, 1), hbKick: make(chan struct{}, 1), cmKick: make(chan struct{}, 1),
-		readyCh: make(chan struct{}),
+		readyCh: make(chan struct{}), changes: map[string]bool{},
 	}, nil
 }
 
@@ -138,16 +146,43 @@ func kicker(ch chan struct{}) cache.ResourceEventHandlerFuncs {
 // (leaseKick).
 func (a *Agent) leaseKicker() cache.ResourceEventHandlerFuncs {
 	return cache.ResourceEventHandlerFuncs{
-		AddFunc: func(any) { kick(a.leaseKick) },
+		AddFunc: a.leaseChanged,
 		UpdateFunc: func(old, obj any) {
 			if isHeartbeat(old) && isHeartbeat(obj) {
 				kick(a.hbKick)
 				return
 			}
-			kick(a.leaseKick)
+			a.leaseChanged(obj)
 		},
-		DeleteFunc: func(any) { kick(a.leaseKick) },
+		DeleteFunc: a.leaseChanged,
 	}
+}
+
+// leaseChanged notes which lock changed, so that the loop decides again
+// only its IP, and wakes the loop.
+func (a *Agent) leaseChanged(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	l, ok := obj.(*coordinationv1.Lease)
+	a.changesMu.Lock()
+	if ok && l.Labels[lease.RoleLabel] == lease.RoleLock {
+		a.changes[l.Name] = true
+	} else {
+		a.changedAll = true
+	}
+	a.changesMu.Unlock()
+	kick(a.leaseKick)
+}
+
+// takeLeaseChanges returns the names of the locks changed since the last
+// call, and whether any other Lease was added or deleted.
+func (a *Agent) takeLeaseChanges() (map[string]bool, bool) {
+	a.changesMu.Lock()
+	defer a.changesMu.Unlock()
+	names, all := a.changes, a.changedAll
+	a.changes, a.changedAll = map[string]bool{}, false
+	return names, all
 }
 
 // heartbeats lists the heartbeat Leases in the cache. The informer watches

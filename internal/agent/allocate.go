@@ -369,6 +369,7 @@ func ingress(old []corev1.LoadBalancerIngress, ips []netip.Addr) []corev1.LoadBa
 }
 
 func (s *state) allocDone(r allocResult) {
+	s.needFull = true // allocation weighs every Service
 	al := s.alloc
 	delete(al.inflight, r.key)
 	now := s.a.clk.Now()

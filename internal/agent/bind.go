@@ -214,6 +214,7 @@ func (s *state) addrEvent(ev netif.AddrEvent) {
 func (s *state) linkEvent(ev netif.LinkEvent) {
 	clear(s.autoIface)
 	s.macs = ""
+	s.needFull = true
 	if !ev.Up {
 		if s.linkDown[ev.Iface] {
 			return
@@ -236,6 +237,7 @@ func (s *state) linkEvent(ev netif.LinkEvent) {
 // claim: another machine announced an address. While our renewals fail,
 // peers may have judged us dead and taken the address: give it up at once.
 func (s *state) claim(c netif.Claim) {
+	s.dirty[c.IP] = true
 	if s.conflictClaim(c) {
 		return
 	}

@@ -142,6 +142,9 @@ func (w *world) heartbeat(node string, eligible bool) {
 	l := lease.RenewedHeartbeat(cur, testNS, node, w.s.cfg.LeaseDuration, lease.HeartbeatStatus{Eligible: eligible, MACs: lease.FormatMACs([]net.HardwareAddr{peerMAC(node)})}, w.clk.Now())
 	l.ResourceVersion = w.nextRV()
 	w.must(w.leases.Update(l))
+	if cur == nil {
+		w.a.leaseChanged(l) // a renewal is the loop's to notice (heartbeatsRenewed)
+	}
 }
 
 // peerMAC is the MAC a peer's heartbeat publishes: 02:00:00:00:01 and the
@@ -155,6 +158,7 @@ func (w *world) lock(ip netip.Addr, holder string) {
 	l := lease.NewLockLease(testNS, ip, holder, nil, w.clk.Now())
 	l.ResourceVersion = w.nextRV()
 	w.must(w.leases.Update(l))
+	w.a.leaseChanged(l)
 }
 
 // take returns the calls logged since the last take.
@@ -175,28 +179,11 @@ func (w *world) pass() {
 // hands it their results, passing again after each round.
 func (w *world) settle() {
 	for range 100 {
-		did := false
-		select {
-		case r := <-w.s.renewReq:
-			sent := w.clk.Now()
-			err := w.s.hb.renew(r)
-			w.s.renewed(renewResult{renewal: r, sent: sent, err: err})
-			did = true
-		default:
-		}
+		did := w.renew()
 		for more := true; more; {
 			select {
 			case j := <-w.s.jobs:
-				res := writeResult{write: j}
-				switch j.action {
-				case lease.Create:
-					res.out, res.err = w.Create(context.Background(), j.lease)
-				case lease.Delete:
-					res.err = w.Delete(context.Background(), j.name, j.rv)
-				default:
-					res.out, res.err = w.Update(context.Background(), j.lease)
-				}
-				w.s.writeDone(res)
+				w.s.writeDone(w.answer(j))
 				did = true
 			default:
 				more = false
@@ -205,9 +192,38 @@ func (w *world) settle() {
 		if !did {
 			return
 		}
-		w.s.reconcile()
+		w.s.pass()
 	}
 	w.t.Fatal("the loop did not settle in 100 rounds")
+}
+
+// renew performs the renewal the loop asked for, if it did, and hands it
+// the result; the renewed heartbeat is in the cache for the next pass.
+func (w *world) renew() bool {
+	select {
+	case r := <-w.s.renewReq:
+		sent := w.clk.Now()
+		err := w.s.hb.renew(r)
+		w.s.renewed(renewResult{renewal: r, sent: sent, err: err})
+		w.s.hbDirty = true
+		return true
+	default:
+		return false
+	}
+}
+
+// answer performs a write the loop queued, as the writers do.
+func (w *world) answer(j write) writeResult {
+	res := writeResult{write: j}
+	switch j.action {
+	case lease.Create:
+		res.out, res.err = w.Create(context.Background(), j.lease)
+	case lease.Delete:
+		res.err = w.Delete(context.Background(), j.name, j.rv)
+	default:
+		res.out, res.err = w.Update(context.Background(), j.lease)
+	}
+	return res
 }
 
 // step advances the clock by d; a peer's renewals are the caller's.
@@ -246,6 +262,7 @@ func (w *world) Create(_ context.Context, l *coordinationv1.Lease) (*coordinatio
 	out := l.DeepCopy()
 	out.ResourceVersion = w.nextRV()
 	w.must(w.leases.Add(out))
+	w.a.leaseChanged(out)
 	w.log("create", out)
 	return out.DeepCopy(), nil
 }
@@ -261,6 +278,11 @@ func (w *world) Update(_ context.Context, l *coordinationv1.Lease) (*coordinatio
 	out := l.DeepCopy()
 	out.ResourceVersion = w.nextRV()
 	w.must(w.leases.Update(out))
+	if l.Labels[lease.RoleLabel] == lease.RoleHeartbeat {
+		w.s.hbDirty = true
+	} else {
+		w.a.leaseChanged(out)
+	}
 	w.log("update", out)
 	return out.DeepCopy(), nil
 }
@@ -274,6 +296,7 @@ func (w *world) Delete(_ context.Context, name, rv string) error {
 		return apierrors.NewConflict(leaseResource, name, fmt.Errorf("version %s is not %s", rv, cur.ResourceVersion))
 	}
 	w.must(w.leases.Delete(cur))
+	w.a.leaseChanged(cur)
 	w.log("delete", cur)
 	return nil
 }

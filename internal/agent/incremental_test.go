@@ -2,10 +2,13 @@ package agent
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
 
 // The loop runs a reconcile pass only for inputs that may change a decision
@@ -23,27 +26,8 @@ func TestSkippedPassesWouldActNot(t *testing.T) {
 
 func skippedPassesWouldActNot(t *testing.T, seed uint64) {
 	rnd := rand.New(rand.NewPCG(seed, 15))
-	cfg := defaultTestConfig()
-	if seed%2 == 1 { // the tuned lease, whose expiry has a grace
-		cfg["lease-duration"], cfg["renew-interval"] = "1s", "250ms"
-	}
-	w := newWorld(t, "node-a", cfg)
-	peers := []string{"node-b", "node-c", "node-d"}
-	silent := map[string]bool{}
-	for _, p := range peers {
-		w.addNode(p)
-		w.heartbeat(p, true)
-	}
-	nextIP, svcs := 0, []string{}
-	addService := func() {
-		name := fmt.Sprintf("svc-%d", nextIP)
-		w.addService(name, testIP(nextIP))
-		svcs = append(svcs, name)
-		nextIP++
-	}
-	for range 12 {
-		addService()
-	}
+	w, rw := newRandomWorld(t, seed, []string{"node-b", "node-c", "node-d"}, 12)
+	peers, silent := rw.peers, map[string]bool{}
 	w.pass()
 	passes, skipped := 0, 0
 	// either runs the pass the loop decided on, or checks that a full
@@ -101,16 +85,13 @@ func skippedPassesWouldActNot(t *testing.T, seed uint64) {
 			p := peers[rnd.IntN(len(peers))]
 			silent[p] = !silent[p]
 		case r < 17:
-			addService()
+			rw.addService()
 			either(true, "a new Service")
-		case r < 18 && len(svcs) > 0:
-			k := rnd.IntN(len(svcs))
-			w.must(w.svcs.Delete(w.svcObj(svcs[k])))
-			svcs = slices.Delete(svcs, k, k+1)
-			w.s.dirtySvc = true
+		case r < 18 && len(rw.svcs) > 0:
+			rw.deleteService(rnd.IntN(len(rw.svcs)))
 			either(true, "a deleted Service")
 		default: // a live peer takes a lock this node does not hold
-			ip := testIP(rnd.IntN(nextIP))
+			ip := testIP(rnd.IntN(rw.next))
 			p := peers[rnd.IntN(len(peers))]
 			if l := w.get(leaseName(ip)); !silent[p] && (l == nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != "node-a") {
 				w.lock(ip, p)
@@ -120,5 +101,169 @@ func skippedPassesWouldActNot(t *testing.T, seed uint64) {
 	}
 	if skipped == 0 || passes == 0 {
 		t.Fatalf("seed %d: %d passes, %d skipped: the sequence did not exercise both", seed, passes, skipped)
+	}
+}
+
+// randomWorld is node-a with live peers and Services named svc-N, each
+// naming testIP(N), for the random sequences below.
+type randomWorld struct {
+	w     *world
+	peers []string
+	next  int      // the next Service's N
+	svcs  []string // the Services that exist
+}
+
+// newRandomWorld runs odd seeds at the tuned lease, whose expiry has a
+// grace.
+func newRandomWorld(t *testing.T, seed uint64, peers []string, services int) (*world, *randomWorld) {
+	cfg := defaultTestConfig()
+	if seed%2 == 1 {
+		cfg["lease-duration"], cfg["renew-interval"] = "1s", "250ms"
+	}
+	w := newWorld(t, "node-a", cfg)
+	for _, p := range peers {
+		w.addNode(p)
+		w.heartbeat(p, true)
+	}
+	r := &randomWorld{w: w, peers: peers}
+	for range services {
+		r.addService()
+	}
+	return w, r
+}
+
+func (r *randomWorld) deleteService(k int) {
+	r.w.must(r.w.svcs.Delete(r.w.svcObj(r.svcs[k])))
+	r.svcs = slices.Delete(r.svcs, k, k+1)
+	r.w.s.dirtySvc = true
+}
+
+func (r *randomWorld) addService() {
+	name := fmt.Sprintf("svc-%d", r.next)
+	r.w.addService(name, testIP(r.next))
+	r.svcs = append(r.svcs, name)
+	r.next++
+}
+
+// Between full passes the loop decides again only the IPs whose lock,
+// write or own decision time changed (reconcileSome). Over random
+// sequences of inputs (Services created and deleted, peers taking and
+// deleting locks, falling silent and coming back, this node's writes
+// answered late and in any order, some lost to a peer's race or timed
+// out, two writers so that acquisitions wait for room), after every input the loop
+// answers as it would, and then a full pass must act not at all: no API
+// write, no address change. So the incremental loop reaches the decisions
+// of a loop that passes over every IP on every input.
+func TestIncrementalPassDecidesAsTheFullPass(t *testing.T) {
+	for seed := range uint64(60) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { incrementalDecidesAsFull(t, seed) })
+	}
+}
+
+func incrementalDecidesAsFull(t *testing.T, seed uint64) {
+	rnd := rand.New(rand.NewPCG(seed, 16))
+	w, rw := newRandomWorld(t, seed, []string{"node-b", "node-c"}, 30)
+	w.a.opt.Writers = 2
+	peers, silent := rw.peers, map[string]bool{}
+	var jobs []write // taken from the loop, not yet answered
+	takeJobs := func() {
+		for more := true; more; {
+			select {
+			case j := <-w.s.jobs:
+				jobs = append(jobs, j)
+			default:
+				more = false
+			}
+		}
+	}
+	incremental, checks := 0, 0
+	// check runs a full pass on a copy of what the loop remembers and
+	// requires it to act not at all, then puts the loop's memory back.
+	check := func(what string) {
+		t.Helper()
+		takeJobs()
+		w.take()
+		checks++
+		saved := *w.s
+		freeSince, waiting, ipWake, staleAdds := maps.Clone(w.s.freeSince), maps.Clone(w.s.waiting), maps.Clone(w.s.ipWake), maps.Clone(w.s.staleAdds)
+		w.s.reconcile()
+		calls, queued := w.take(), len(w.s.jobs)
+		*w.s = saved
+		w.s.freeSince, w.s.waiting, w.s.ipWake, w.s.staleAdds = freeSince, waiting, ipWake, staleAdds
+		if len(calls) > 0 || queued > 0 {
+			t.Fatalf("seed %d: after %s at %s the loop left something a full pass does: %v, %d writes",
+				seed, what, w.clk.Now().Sub(t0), calls, queued)
+		}
+	}
+	// loop answers an input as the owner loop does.
+	loop := func(pass bool, what string) {
+		if pass {
+			if !w.s.fullDue(w.clk.Now()) {
+				incremental++
+			}
+			w.s.pass()
+		}
+		check(what)
+	}
+	w.s.reconcile()
+	for range 400 {
+		next := w.s.nextWake(w.clk.Now())
+		w.step(time.Duration(rnd.IntN(200)) * time.Millisecond)
+		if !next.IsZero() && !w.clk.Now().Before(next) {
+			loop(w.s.passDue(w.clk.Now()), "the timer")
+		}
+		switch r := rnd.IntN(24); {
+		case r < 5: // the tick, and our renewal answered at once
+			w.s.tick()
+			loop(w.s.passDue(w.clk.Now()), "the tick")
+			if w.renew() {
+				loop(true, "a renewal")
+			}
+		case r < 9: // the peers that are not silent renew
+			for _, p := range peers {
+				if !silent[p] {
+					w.heartbeat(p, true)
+				}
+			}
+			w.s.hbDirty = true
+			loop(true, "peers' renewals")
+		case r < 10:
+			p := peers[rnd.IntN(len(peers))]
+			silent[p] = !silent[p]
+		case r < 16 && len(jobs) > 0: // a write of ours is answered
+			k := rnd.IntN(len(jobs))
+			j := jobs[k]
+			jobs = slices.Delete(jobs, k, k+1)
+			res := writeResult{write: j, err: apierrors.NewTimeoutError("no answer", 1)}
+			if rnd.IntN(5) > 0 { // else timed out, nothing written
+				res = w.answer(j)
+			}
+			w.s.writeDone(res)
+			loop(true, "a write's result ("+j.action.String()+")")
+		case r < 18:
+			rw.addService()
+			loop(true, "a new Service")
+		case r < 19 && len(rw.svcs) > 0:
+			rw.deleteService(rnd.IntN(len(rw.svcs)))
+			loop(true, "a deleted Service")
+		case r < 22: // a live peer takes an IP this node neither holds nor writes
+			ip := testIP(rnd.IntN(rw.next))
+			p := peers[rnd.IntN(len(peers))]
+			l := w.get(leaseName(ip))
+			if !silent[p] && !w.s.inflight[leaseName(ip)] && (l == nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != "node-a") {
+				w.lock(ip, p)
+				loop(true, "a lock written by "+p)
+			}
+		default: // a peer deletes a lock it holds
+			ip := testIP(rnd.IntN(rw.next))
+			if l := w.get(leaseName(ip)); l != nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "node-a" {
+				w.must(w.leases.Delete(l))
+				w.a.leaseChanged(l)
+				loop(true, "a lock deleted by its holder")
+			}
+		}
+	}
+	if incremental == 0 || checks == 0 {
+		t.Fatalf("seed %d: %d incremental passes, %d checks: the sequence did not exercise the incremental pass", seed, incremental, checks)
 	}
 }

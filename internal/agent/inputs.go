@@ -11,6 +11,7 @@ import (
 
 	"github.com/eip-project/eip/internal/config"
 	"github.com/eip-project/eip/internal/ipset"
+	"github.com/eip-project/eip/internal/lease"
 )
 
 // AnnotationPreferredNodes on a Service lists the nodes its IPs should live
@@ -104,8 +105,10 @@ func (s *state) computeEntries() {
 	s.entries = make(map[netip.Addr]ipset.Entry, len(entries))
 	s.order = s.order[:0]
 	s.preferred = map[netip.Addr][]string{}
+	s.names = make(map[string]netip.Addr, len(entries))
 	for _, e := range entries {
 		s.entries[e.IP] = e
+		s.names[lease.NameFor(e.IP)] = e.IP
 		s.order = append(s.order, e.IP)
 		if p := s.preferredFor(e); len(p) > 0 {
 			s.preferred[e.IP] = p

@@ -106,6 +106,21 @@ type state struct {
 	passWritable bool
 	passVerdicts map[string]verdict
 
+	// The incremental pass (see pass): needFull says an input since the
+	// last pass changed something every IP reads; hbDirty that a
+	// heartbeat was renewed. dirty are the IPs whose lock, write or
+	// address changed, names maps each managed IP's lock name to it.
+	// ipWake holds each IP's own decision time (ipWakeMin the earliest),
+	// and waiting the acquisitions decided while all were in flight,
+	// each with whether it goes first (see reconcile).
+	needFull, hbDirty bool
+	dirty             map[netip.Addr]bool
+	names             map[string]netip.Addr
+	ipWake            map[netip.Addr]time.Time
+	ipWakeMin         time.Time
+	waiting           map[netip.Addr]bool
+	deciding          netip.Addr // the IP whose decision wakeAt times, if valid
+
 	renewReq  chan renewal
 	renewRes  chan renewResult
 	jobs      chan write
@@ -134,6 +149,10 @@ func newState(a *Agent) *state {
 		claimWatch:  map[string]context.CancelFunc{},
 		autoIface:   map[netip.Addr]string{},
 		staleAdds:   map[netip.Addr]bool{},
+		dirty:       map[netip.Addr]bool{},
+		names:       map[string]netip.Addr{},
+		ipWake:      map[netip.Addr]time.Time{},
+		waiting:     map[netip.Addr]bool{},
 		needBarrier: true,
 		dirtySvc:    true, dirtyNodes: true, dirtyCM: true,
 		renewReq:  make(chan renewal, 1),
@@ -179,6 +198,7 @@ func (s *state) run(ctx context.Context, stop chan struct{}) error {
 		case <-s.a.leaseKick:
 		case <-s.a.hbKick:
 			pass = s.heartbeatsRenewed()
+			s.needFull = s.needFull || pass
 		case <-s.a.cmKick:
 			s.dirtyCM = true
 		case <-ticker.C():
@@ -192,7 +212,10 @@ func (s *state) run(ctx context.Context, stop chan struct{}) error {
 		case r := <-s.alloc.results:
 			s.allocDone(r)
 		case ev := <-s.a.opt.AddrEvents:
+			// It restores what it can at once; what it cannot waits
+			// for the loop to be on time (staleAdds, passDue).
 			s.addrEvent(ev)
+			pass = false
 		case ev := <-s.a.opt.LinkEvents:
 			s.linkEvent(ev)
 		case c := <-s.claims:
@@ -202,7 +225,7 @@ func (s *state) run(ctx context.Context, stop chan struct{}) error {
 		}
 		if pass {
 			s.drain(ticker.C())
-			s.reconcile()
+			s.pass()
 		}
 		if s.cfg.RenewInterval != interval {
 			ticker.Stop()
@@ -232,7 +255,8 @@ func (s *state) drain(tick <-chan time.Time) {
 		case <-s.a.nodeKick:
 			s.dirtyNodes = true
 		case <-s.a.leaseKick:
-		case <-s.a.hbKick: // the pass that follows observes every heartbeat
+		case <-s.a.hbKick:
+			s.hbDirty = true
 		case <-s.a.cmKick:
 			s.dirtyCM = true
 		case <-tick:
@@ -399,6 +423,7 @@ func (s *state) tick() {
 // four times a second.
 func (s *state) passDue(now time.Time) bool {
 	return !s.wake.IsZero() && !now.Before(s.wake) ||
+		!s.ipWakeMin.IsZero() && !now.Before(s.ipWakeMin) ||
 		len(s.staleAdds) > 0 && !s.loopLate(now) && s.mayAdd(now) ||
 		s.writable(now) != s.passWritable ||
 		!maps.Equal(s.passVerdicts, s.verdicts(now)) ||
@@ -409,6 +434,9 @@ func (s *state) passDue(now time.Time) bool {
 // the next moment a node's verdict changes if no heartbeat does.
 func (s *state) nextWake(now time.Time) time.Time {
 	next := s.wake
+	if t := s.ipWakeMin; !t.IsZero() && (next.IsZero() || t.Before(next)) {
+		next = t
+	}
 	if t, ok := s.live.NextExpiry(now); ok && (next.IsZero() || t.Before(next)) {
 		next = t
 	}
@@ -440,10 +468,155 @@ func (s *state) fence(now time.Time) {
 	s.fenced = true
 }
 
+// pass answers the inputs handled since the last one. Only a change of
+// something every IP reads needs a pass over every IP (reconcile): the
+// configuration, a Service or a Node, a node's verdict, whether this node
+// may write, a time the pass itself set, the policy spread (whose plan
+// weighs every IP against the others), and the resync period. Otherwise
+// only the IPs whose lock, write or address changed, or whose own
+// decision time came, are decided again (reconcileSome): at 10,000 IPs a
+// full pass costs tens of milliseconds, and at a cold start or a mass
+// failover every few write results asked for one.
+func (s *state) pass() {
+	now := s.a.clk.Now()
+	s.takeLockChanges()
+	if s.hbDirty {
+		s.hbDirty = false
+		s.needFull = s.heartbeatsRenewed() || s.needFull
+	}
+	if s.fullDue(now) {
+		s.reconcile()
+		return
+	}
+	s.reconcileSome(now)
+}
+
+func (s *state) fullDue(now time.Time) bool {
+	return s.needFull || s.dirtySvc || s.dirtyNodes || s.dirtyCM || s.cfg.Policy == config.PolicySpread ||
+		!s.wake.IsZero() && !now.Before(s.wake) ||
+		s.writable(now) != s.passWritable ||
+		!maps.Equal(s.passVerdicts, s.verdicts(now)) ||
+		now.Sub(s.lastPass) >= s.a.opt.Resync
+}
+
+// takeLockChanges marks dirty the IPs of the locks the informer saw
+// change since the last pass.
+func (s *state) takeLockChanges() {
+	names, all := s.a.takeLeaseChanges()
+	s.needFull = s.needFull || all
+	for name := range names {
+		if ip, ok := s.names[name]; ok {
+			s.dirty[ip] = true
+			continue
+		}
+		l := s.cachedLock(name)
+		if l == nil {
+			continue // an orphan's lock is gone: nothing is left to decide
+		}
+		if lk, err := lease.ParseLock(l); err == nil {
+			s.dirty[lk.IP] = true
+		} else {
+			s.needFull = true // the full pass warns about it
+		}
+	}
+}
+
+// cachedLock is the lock Lease named name in the cache, or nil.
+func (s *state) cachedLock(name string) *coordinationv1.Lease {
+	l, err := s.a.leases.Get(name)
+	if err != nil || l.Labels[lease.RoleLabel] != lease.RoleLock {
+		return nil
+	}
+	return l
+}
+
+// reconcileSome decides again the dirty IPs, those whose own decision
+// time came, the held IPs waiting to be bound again (staleAdds), and as
+// many waiting acquisitions as there is room for, those that go first
+// first. TestIncrementalPassDecidesAsTheFullPass checks that a full pass
+// after it would act not at all.
+func (s *state) reconcileSome(now time.Time) {
+	s.fence(now)
+	v := s.view(now)
+	if v.Writable {
+		s.fenced = false
+		s.stalled = false
+	}
+	s.ipWakeMin = time.Time{}
+	for ip, at := range s.ipWake {
+		if !now.Before(at) {
+			s.dirty[ip] = true
+			delete(s.ipWake, ip)
+		} else if s.ipWakeMin.IsZero() || at.Before(s.ipWakeMin) {
+			s.ipWakeMin = at
+		}
+	}
+	if !s.loopLate(now) && s.mayAdd(now) {
+		for ip := range s.staleAdds {
+			s.dirty[ip] = true
+		}
+		clear(s.staleAdds)
+	}
+	for ip := range s.dirty {
+		s.decideOne(v, ip, now)
+	}
+	clear(s.dirty)
+	for _, first := range []bool{true, false} {
+		for ip, f := range s.waiting {
+			if s.acquisitionsFull() {
+				break
+			}
+			if f == first {
+				s.decideOne(v, ip, now)
+			}
+		}
+	}
+	s.a.opt.Metrics.Held(len(s.bound))
+}
+
+// decideOne decides one IP as the full pass would.
+func (s *state) decideOne(v lease.View, ip netip.Addr, now time.Time) {
+	name := lease.NameFor(ip)
+	cached := s.cachedLock(name)
+	if _, named := s.entries[ip]; named {
+		l := s.effective(name, cached, now)
+		s.decide(v, ip, l, true, s.planOne(v, ip, name, l))
+		return
+	}
+	delete(s.waiting, ip)
+	delete(s.ipWake, ip)
+	if cached != nil {
+		s.decideOrphan(v, cached, now)
+	} else if _, bound := s.bound[ip]; bound {
+		s.unbind(ip, "not named by any Service")
+	}
+}
+
+// decideOrphan decides the lock l of an IP no Service names.
+func (s *state) decideOrphan(v lease.View, l *coordinationv1.Lease, now time.Time) {
+	if l = s.effective(l.Name, l, now); l == nil {
+		return
+	}
+	lk, err := lease.ParseLock(l)
+	if err != nil {
+		s.warnBadLock(l, err, "no Service names its IP, so it is ignored")
+		return
+	}
+	if s.reservationSpared(l, lk.IP, now) {
+		return
+	}
+	s.decide(v, lk.IP, l, false, "")
+}
+
 // reconcile is one pass over everything; it is idempotent.
 func (s *state) reconcile() {
 	now := s.a.clk.Now()
 	s.wake = time.Time{}
+	s.needFull = false
+	clear(s.dirty)
+	clear(s.ipWake)
+	s.ipWakeMin = time.Time{}
+	clear(s.waiting)
 	s.fence(now)
 	changed := false
 	if s.dirtyCM {
@@ -502,19 +675,8 @@ func (s *state) reconcile() {
 		s.decide(v, t.ip, s.effective(t.name, locks[t.name], now), true, plan[t.ip])
 		delete(locks, t.name)
 	}
-	for name, l := range locks {
-		if l = s.effective(name, l, now); l == nil {
-			continue
-		}
-		lk, err := lease.ParseLock(l)
-		if err != nil {
-			s.warnBadLock(l, err, "no Service names its IP, so it is ignored")
-			continue
-		}
-		if s.reservationSpared(l, lk.IP, now) {
-			continue
-		}
-		s.decide(v, lk.IP, l, false, "")
+	for _, l := range locks {
+		s.decideOrphan(v, l, now)
 	}
 	for ip := range s.bound {
 		if _, named := s.entries[ip]; !named {
@@ -531,7 +693,18 @@ func (s *state) reconcile() {
 	s.a.opt.Metrics.Managed(len(s.entries))
 }
 
+// wakeAt asks for a pass at t: a pass over the IP being decided when the
+// time is that IP's, a full pass otherwise.
 func (s *state) wakeAt(t time.Time) {
+	if ip := s.deciding; ip.IsValid() {
+		if cur, ok := s.ipWake[ip]; !ok || t.Before(cur) {
+			s.ipWake[ip] = t
+		}
+		if s.ipWakeMin.IsZero() || t.Before(s.ipWakeMin) {
+			s.ipWakeMin = t
+		}
+		return
+	}
 	if s.wake.IsZero() || t.Before(s.wake) {
 		s.wake = t
 	}
@@ -660,6 +833,10 @@ func (s *state) lockOf(ip netip.Addr, l *coordinationv1.Lease) *lease.Lock {
 }
 
 func (s *state) decide(v lease.View, ip netip.Addr, l *coordinationv1.Lease, named bool, planned string) {
+	s.deciding = ip
+	defer func() { s.deciding = netip.Addr{} }()
+	delete(s.waiting, ip)
+	delete(s.ipWake, ip)
 	name := lease.NameFor(ip)
 	lk := s.lockOf(ip, l)
 	if lk == nil || lk.Holder == "" || !s.live.Known(lk.Holder) {
@@ -680,6 +857,12 @@ func (s *state) decide(v lease.View, ip netip.Addr, l *coordinationv1.Lease, nam
 	if named && bound && lk != nil && lk.Holder == v.Self {
 		s.rebindIfMoved(ip)
 	}
+	if (d.Action == lease.Create || d.Action == lease.Acquire) && s.acquisitionsFull() {
+		// Decided again when one in flight completes, those the policy
+		// gives this node or that it ranks first for before the others.
+		s.waiting[ip] = planned == v.Self || (lk == nil || lk.Holder == "") && lease.Rank(ip, v.Self, v.Live) == 0
+		return
+	}
 	s.apply(v, ip, l, lk, d)
 	if !named {
 		delete(s.freeSince, ip)
@@ -689,9 +872,6 @@ func (s *state) decide(v lease.View, ip netip.Addr, l *coordinationv1.Lease, nam
 func (s *state) apply(v lease.View, ip netip.Addr, l *coordinationv1.Lease, lk *lease.Lock, d lease.Decision) {
 	if !d.At.IsZero() {
 		s.wakeAt(d.At)
-	}
-	if (d.Action == lease.Create || d.Action == lease.Acquire) && s.acquisitionsFull() {
-		return // decided again when one in flight completes
 	}
 	e := s.entries[ip]
 	w := write{ip: ip, name: lease.NameFor(ip), action: d.Action, timeout: max(s.cfg.LeaseDuration, 2*time.Second)}
@@ -773,6 +953,9 @@ func (s *state) dispatch(w write) {
 func (s *state) acquisitionsFull() bool { return s.acquiring >= s.a.opt.Writers }
 
 func (s *state) writeDone(r writeResult) {
+	if r.ip.IsValid() {
+		s.dirty[r.ip] = true
+	}
 	delete(s.inflight, r.name)
 	if r.action == lease.Create || r.action == lease.Acquire {
 		s.acquiring--
@@ -820,26 +1003,37 @@ func (s *state) writeDone(r writeResult) {
 
 // plan asks the policy where IPs should be.
 func (s *state) plan(v lease.View, locks map[string]*coordinationv1.Lease) map[netip.Addr]string {
-	live := map[string]bool{}
-	for _, n := range v.Live {
-		live[n] = true
-	}
 	holders := make(map[netip.Addr]string, len(s.order))
 	for _, ip := range s.order {
 		name := lease.NameFor(ip)
-		h, moving := s.pending[name]
-		// An ownership write in flight counts at the holder it names:
-		// planning again from the old holder would hand off other IPs
-		// for a move that is already under way.
-		if l := s.effective(name, locks[name], v.Now); !moving && l != nil && l.Spec.HolderIdentity != nil {
-			h = *l.Spec.HolderIdentity
-		}
-		if !live[h] {
-			h = ""
-		}
-		holders[ip] = h
+		s.deciding = ip
+		holders[ip] = s.plannedHolder(v, name, s.effective(name, locks[name], v.Now))
 	}
+	s.deciding = netip.Addr{}
 	return policy.Plan(policy.Input{Policy: s.cfg.Policy, Live: v.Live, Holders: holders, Preferred: s.preferred})
+}
+
+// plannedHolder is the holder the policy plans from: the lock's, or the
+// one an ownership write in flight names (planning again from the old
+// holder would hand off other IPs for a move already under way); "" when
+// not live.
+func (s *state) plannedHolder(v lease.View, name string, l *coordinationv1.Lease) string {
+	h, moving := s.pending[name]
+	if !moving && l != nil && l.Spec.HolderIdentity != nil {
+		h = *l.Spec.HolderIdentity
+	}
+	if !slices.Contains(v.Live, h) {
+		return ""
+	}
+	return h
+}
+
+// planOne is plan for one IP. Only the sticky plan of an IP depends on
+// that IP alone; under spread every pass is a full one (fullDue).
+func (s *state) planOne(v lease.View, ip netip.Addr, name string, l *coordinationv1.Lease) string {
+	in := policy.Input{Policy: s.cfg.Policy, Live: v.Live,
+		Holders: map[netip.Addr]string{ip: s.plannedHolder(v, name, l)}, Preferred: map[netip.Addr][]string{ip: s.preferred[ip]}}
+	return policy.Plan(in)[ip]
 }
 
 func (s *state) view(now time.Time) lease.View {
