@@ -354,9 +354,10 @@ func (c *Cluster) Node(name string) (Node, error) {
 	return e.node(), nil
 }
 
-// NodeMAC is the hardware address of the node's eth0.
+// NodeMAC is the hardware address of the eth0 of a node, or of
+// ControlPlane, Client or Router.
 func (c *Cluster) NodeMAC(name string) (net.HardwareAddr, error) {
-	e, err := c.nodeEndpoint(name)
+	e, err := c.endpoint(name)
 	if err != nil {
 		return nil, err
 	}

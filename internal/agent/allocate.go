@@ -49,8 +49,12 @@ type allocator struct {
 	// filled by the current pass.
 	settled, next map[string]string
 	settledCfg    string
-	jobs          chan allocJob
-	results       chan allocResult
+	// probedFree and inUse are new addresses probed before they were
+	// given to a Service: when they went unanswered, and until when one
+	// that a machine answered for is skipped (see candidatesFree).
+	probedFree, inUse map[netip.Addr]time.Time
+	jobs              chan allocJob
+	results           chan allocResult
 }
 
 // lostRace is a lock this node tried to create and found, until the cache
@@ -71,6 +75,7 @@ func newAllocator() *allocator {
 		written: map[string]statusWrite{}, lost: map[netip.Addr]lostRace{}, refused: map[string]string{},
 		wanted: map[netip.Addr]string{}, firstSeen: map[string]time.Time{},
 		settled: map[string]string{}, next: map[string]string{},
+		probedFree: map[netip.Addr]time.Time{}, inUse: map[netip.Addr]time.Time{},
 		jobs: make(chan allocJob, 256), results: make(chan allocResult, 64),
 	}
 }
@@ -233,7 +238,7 @@ func (s *state) allocate(v lease.View, locks map[string]*coordinationv1.Lease) {
 				continue // refused: nothing to do until something changes
 			}
 			waiting[w.req.Service] = true
-			if s.mayAllocate(v, w.svc) {
+			if s.mayAllocate(v, w.svc) && s.candidatesFree(w.svc, res.Reserve, v.Now) {
 				s.dispatchAlloc(w.svc, res, v.Now)
 			}
 		}
@@ -285,6 +290,13 @@ func (s *state) space(svcs []*corev1.Service, locks map[string]*coordinationv1.L
 			sp.Lock(ip, k)
 		}
 	}
+	for ip, until := range al.inUse {
+		if !now.Before(until) {
+			delete(al.inUse, ip)
+			continue
+		}
+		sp.Lock(ip, "")
+	}
 	for ip, l := range al.lost {
 		if now.Sub(l.at) >= s.cfg.LeaseDuration {
 			delete(al.lost, ip)
@@ -294,6 +306,69 @@ func (s *state) space(svcs []*corev1.Service, locks map[string]*coordinationv1.L
 		sp.Lock(ip, l.reservedFor)
 	}
 	return sp
+}
+
+// Probing new addresses before they are given to a Service: a free answer
+// is good for probedFreeFor, and an address a machine answered for is
+// skipped for inUseFor, then probed again when it is a candidate.
+const (
+	probedFreeFor = 10 * time.Second
+	inUseFor      = time.Minute
+)
+
+// candidatesFree says whether the new addresses ips may be given to svc:
+// each was probed on the LAN (as before a bind, see addrConflicts) and
+// nobody answered. It sends the probes that are due. An address that a
+// machine answers for is skipped from then on (space), so the next pass
+// gives svc the next free address; the Service gets a Warning event
+// naming the MAC.
+func (s *state) candidatesFree(svc *corev1.Service, ips []netip.Addr, now time.Time) bool {
+	al, c := s.alloc, &s.conflicts
+	for ip, at := range al.probedFree {
+		if now.Sub(at) >= probedFreeFor {
+			delete(al.probedFree, ip)
+		}
+	}
+	free := true
+	for _, ip := range ips {
+		if _, ok := al.probedFree[ip]; ok || s.a.opt.ProbeWait <= 0 {
+			continue
+		}
+		b, inRange := s.cfg.Lookup(ip)
+		iface, err := s.ifaceFor(ip, b)
+		if !inRange || err != nil {
+			continue // not bindable either: the holder reports that
+		}
+		free = false
+		p, ok := c.probing[ip]
+		if !ok || p.iface != iface {
+			s.startProbe(ip, iface)
+			continue
+		}
+		if mac := cmp.Or(p.stranger, p.answeredBy); mac != "" {
+			delete(c.probing, ip)
+			al.inUse[ip] = now.Add(inUseFor)
+			s.wakeAt(now)
+			s.a.opt.Metrics.AddressConflict()
+			s.log.Warn("a new address answers on the LAN; giving the Service another", "service", key(svc), "ip", ip, "mac", mac)
+			s.a.recorder.Event(svc, corev1.EventTypeWarning, "AddressConflict",
+				fmt.Sprintf("%s is in use on the LAN by %s: not assigned; %s assigns the next free address", ip, mac, s.a.opt.Node))
+			continue
+		}
+		p = s.probeStep(ip, p)
+		if n, gap := p.wants(s.a.opt.ProbeWait); p.sent < n {
+			s.wakeAt(p.started.Add(time.Duration(p.sent) * gap))
+			continue
+		}
+		if done := p.done(s.a.opt.ProbeWait); now.Before(done) {
+			s.wakeAt(done)
+			continue
+		}
+		delete(c.probing, ip)
+		al.probedFree[ip] = now
+		s.wakeAt(now)
+	}
+	return free
 }
 
 // mayAllocate: this node may act for svc now, its turn by rank having come.

@@ -82,9 +82,10 @@ type probeRun struct {
 	// rechecking: an eip node answered; this run is one probe.
 	rechecking bool
 	// stranger is the MAC of a machine that is not an eip node that
-	// answered; peerSince when an eip node first answered.
-	stranger  string
-	peerSince time.Time
+	// answered; answeredBy the MAC of the eip node that did, peerSince
+	// when one first did.
+	stranger, answeredBy string
+	peerSince            time.Time
 }
 
 type inUse struct {
@@ -259,6 +260,7 @@ func (s *state) conflictClaim(cl netif.Claim) bool {
 		if peer {
 			// A holder judged dead whose kernel still has the address:
 			// probe again once it may have let go.
+			p.answeredBy = mac
 			if p.peerSince.IsZero() {
 				p.peerSince = now
 				s.log.Info("an eip node still answers for an address being taken over; probing again", "ip", cl.IP, "iface", cl.Iface, "mac", mac)

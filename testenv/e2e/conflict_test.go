@@ -3,11 +3,15 @@ package e2e
 import (
 	"bytes"
 	"fmt"
+	"net"
+	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
 	"gotest.tools/v3/assert"
 
+	"github.com/eip-project/eip/internal/cli"
 	"github.com/eip-project/eip/testenv"
 )
 
@@ -33,10 +37,22 @@ func TestAddressInUseOnTheLANIsNotBound(t *testing.T) {
 	assert.Equal(t, len(macs), 1, "the LAN host answers for %s: %v", ip, macs)
 	hostMAC := macs[0]
 
+	// The host's own traffic: the client pings it at the address
+	// throughout, and only the host answers.
+	traffic := e.probe(ip)
 	created := time.Now()
 	e.service("inuse", ip)
 	msg := e.warningSince("Service", "inuse", "AddressConflict", created, ip.String(), hostMAC.String())
 	t.Logf("event: %s", msg)
+	e.eventually("kubectl eip status says conflict with the host's MAC", func() (bool, string) {
+		for _, r := range e.statusJSON().IPs {
+			if r.IP == ip.String() {
+				return r.State == cli.StateConflict && r.ConflictMAC == hostMAC.String(), fmt.Sprintf("%s %q %s", r.State, r.ConflictMAC, r.Reason)
+			}
+		}
+		return false, "no row"
+	})
+	e.statusShows(hostMAC.String())
 	e.throughout(ip.String()+" answered by the LAN host alone", 2*leaseDuration, func() string {
 		if on := e.boundOn(ip); len(on) > 0 {
 			return fmt.Sprintf("bound on %v", on)
@@ -50,6 +66,10 @@ func TestAddressInUseOnTheLANIsNotBound(t *testing.T) {
 		}
 		return ""
 	})
+	r := traffic.Stop()
+	e.noTwoMACs(r)
+	assert.DeepEqual(t, r.MACs(), []net.HardwareAddr{hostMAC})
+	assert.Assert(t, r.Lost() <= 2, "the host's traffic was disturbed: %d of %d pings lost", r.Lost(), r.Sent)
 
 	_, err = cluster.Exec(e.ctx, testenv.ControlPlane, "ip", "addr", "del", hostAddr, "dev", "eth0")
 	e.must(err)
@@ -58,4 +78,95 @@ func TestAddressInUseOnTheLANIsNotBound(t *testing.T) {
 	holder := e.served(ip)
 	t.Logf("bound on %s %s after the host dropped it", holder, time.Since(freed).Round(time.Millisecond))
 	e.warningSince("Service", "inuse", "AddressConflict", created, hostMAC.String()) // still on record
+}
+
+// A machine that is not an eip node announces an address eip serves
+// (issue 14, (e)): a gratuitous ARP from the control-plane namespace, whose
+// MAC no eip node publishes. The holder records AddressClaimed naming the
+// MAC, status shows it, and, as documented, the holder keeps the address
+// and the lock and sends no announcement back: on the wire the stranger's
+// GARPs are the only ones, so there is no ping-pong.
+func TestForeignGARPForAHeldIP(t *testing.T) {
+	e := newEnv(t, defaultConfig())
+	ip := testenv.ServiceIP(173)
+	e.service("claimed", ip)
+	holder := e.served(ip)
+	strangerMAC, err := cluster.NodeMAC(testenv.ControlPlane)
+	e.must(err)
+	// The holder announces a bound IP for 2 s; wait that out.
+	e.eventually("the holder's announcements are over", func() (bool, string) {
+		n, err := cluster.CountAnnouncements(e.ctx, testenv.Client, ip, time.Second)
+		e.must(err)
+		return len(n) == 0, fmt.Sprint(n)
+	})
+
+	const garps = 3
+	since := time.Now()
+	counted := make(chan map[string]int, 1)
+	go func() {
+		n, err := cluster.CountAnnouncements(e.ctx, testenv.Client, ip, 5*time.Second)
+		if err != nil {
+			t.Error(err)
+		}
+		counted <- n
+	}()
+	time.Sleep(200 * time.Millisecond) // the listener is up
+	e.must(cluster.SendGARP(e.ctx, testenv.ControlPlane, ip, garps, 300*time.Millisecond))
+	msg := e.warningSince("Service", "claimed", "AddressClaimed", since, ip.String(), strangerMAC.String())
+	t.Logf("event: %s", msg)
+	e.eventually("kubectl eip status shows the claim", func() (bool, string) {
+		for _, r := range e.statusJSON().IPs {
+			if r.IP == ip.String() {
+				return r.State == cli.StateBound && r.ClaimedBy == strangerMAC.String(), fmt.Sprintf("%s %q", r.State, r.ClaimedBy)
+			}
+		}
+		return false, "no row"
+	})
+	n := <-counted
+	t.Logf("announcements of %s on the wire: %v", ip, n)
+	assert.DeepEqual(t, n, map[string]int{strangerMAC.String(): garps})
+	assert.DeepEqual(t, e.boundOn(ip), []string{holder})
+	assert.Equal(t, e.holder(ip), holder)
+}
+
+// Auto-assignment skips addresses in use (issue 14, (c)): twenty
+// LoadBalancer Services in a pool where a LAN host (the control-plane
+// namespace) uses some addresses get only free ones, and the host keeps
+// answering for its own.
+func TestAllocationSkipsAddressesInUse(t *testing.T) {
+	e := newEnv(t, allocConfig())
+	var used []netip.Addr
+	for _, n := range []int{1, 2, 5, 9} {
+		ip := pool.Addr().Next()
+		for range n - 1 {
+			ip = ip.Next()
+		}
+		used = append(used, ip)
+		addr := ip.String() + "/16"
+		_, err := cluster.Exec(e.ctx, testenv.ControlPlane, "ip", "addr", "add", addr, "dev", "eth0")
+		e.must(err)
+		t.Cleanup(func() { _, _ = cluster.Exec(e.ctx, testenv.ControlPlane, "ip", "addr", "del", addr, "dev", "eth0") })
+	}
+	hostMAC, err := cluster.NodeMAC(testenv.ControlPlane)
+	e.must(err)
+	const services = 20
+	for i := range services {
+		e.lbService(fmt.Sprintf("lb-%02d", i))
+	}
+	got := map[netip.Addr]string{}
+	for i := range services {
+		name := fmt.Sprintf("lb-%02d", i)
+		ip := e.lbIPs(name, 1)[0]
+		assert.Assert(t, !slices.Contains(used, ip), "%s got %s, which the LAN host uses", name, ip)
+		assert.Equal(t, got[ip], "", "%s and %s both got %s", got[ip], name, ip)
+		got[ip] = name
+	}
+	for ip := range got {
+		e.served(ip)
+	}
+	for _, ip := range used {
+		macs, err := cluster.WhoAnswers(ip)
+		e.must(err)
+		assert.DeepEqual(t, macs, []net.HardwareAddr{hostMAC})
+	}
 }
