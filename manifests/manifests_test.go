@@ -166,6 +166,7 @@ func TestRBACIsMinimal(t *testing.T) {
 		{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: read},
 		{APIGroups: []string{""}, Resources: []string{"services/status"}, Verbs: []string{"update"}},
 		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: read},
+		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: read},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 	})
 	role := one[*rbacv1.Role](t, objs)

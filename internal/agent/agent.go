@@ -17,11 +17,13 @@ import (
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
 	"github.com/eip-project/eip/internal/lease"
+	"github.com/eip-project/eip/internal/listwatch"
 	"github.com/eip-project/eip/internal/netif"
 )
 
@@ -72,7 +74,9 @@ type Agent struct {
 	leases    coordinationlisters.LeaseNamespaceLister
 	leaseIdx  cache.Indexer // the Leases' cache, indexed by role (roleIndex)
 	configMap corelisters.ConfigMapNamespaceLister
-	synced    []cache.InformerSynced
+	// apiEndpoints are the kubernetes Service's EndpointSlices.
+	apiEndpoints discoverylisters.EndpointSliceNamespaceLister
+	synced       []cache.InformerSynced
 
 	// kicks: informers only signal which kind of object changed;
 	// hbKick is a renewal of a heartbeat, leaseKick any other Lease change.
@@ -204,8 +208,9 @@ func isHeartbeat(obj any) bool {
 }
 
 // startInformers starts the watches the agent needs: Services and Nodes
-// cluster-wide, and in its namespace the Leases eip manages and its one
-// ConfigMap. They run until stop is closed.
+// cluster-wide, the kubernetes Service's EndpointSlices (a change counts as
+// a Node's: both change the addresses never bound), and in its namespace
+// the Leases eip manages and its one ConfigMap. They run until stop is closed.
 func (a *Agent) startInformers(stop <-chan struct{}) error {
 	all := informers.NewSharedInformerFactory(a.opt.Client, 0)
 	a.usePatientInformers(all)
@@ -214,10 +219,12 @@ func (a *Agent) startInformers(stop <-chan struct{}) error {
 	node := all.Core().V1().Nodes()
 	ls := all.Coordination().V1().Leases()
 	cms := all.Core().V1().ConfigMaps()
+	eps := all.Discovery().V1().EndpointSlices()
 	for _, h := range []struct {
 		inf     cache.SharedIndexInformer
 		handler cache.ResourceEventHandlerFuncs
-	}{{svc.Informer(), kicker(a.svcKick)}, {node.Informer(), kicker(a.nodeKick)}, {ls.Informer(), a.leaseKicker()}, {cms.Informer(), kicker(a.cmKick)}} {
+	}{{svc.Informer(), kicker(a.svcKick)}, {node.Informer(), kicker(a.nodeKick)}, {ls.Informer(), a.leaseKicker()}, {cms.Informer(), kicker(a.cmKick)},
+		{eps.Informer(), kicker(a.nodeKick)}} {
 		if _, err := h.inf.AddEventHandler(h.handler); err != nil {
 			return fmt.Errorf("watch: %w", err)
 		}
@@ -228,6 +235,7 @@ func (a *Agent) startInformers(stop <-chan struct{}) error {
 	a.leases = ls.Lister().Leases(a.opt.Namespace)
 	a.leaseIdx = ls.Informer().GetIndexer()
 	a.configMap = cms.Lister().ConfigMaps(a.opt.Namespace)
+	a.apiEndpoints = eps.Lister().EndpointSlices(listwatch.APIServiceNamespace)
 	all.Start(stop)
 	return nil
 }

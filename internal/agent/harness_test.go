@@ -20,11 +20,13 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/eip-project/eip/internal/lease"
+	"github.com/eip-project/eip/internal/listwatch"
 	"github.com/eip-project/eip/internal/netif"
 )
 
@@ -40,12 +42,12 @@ type world struct {
 	a   *Agent
 	s   *state
 
-	svcs, nodes, leases, cms cache.Indexer
-	rv                       int
-	addrs                    map[netip.Prefix]string // bound prefix → iface
-	calls                    []string
-	renewals                 []string
-	refreshes                int
+	svcs, nodes, leases, cms, eps cache.Indexer
+	rv                            int
+	addrs                         map[netip.Prefix]string // bound prefix → iface
+	calls                         []string
+	renewals                      []string
+	refreshes                     int
 }
 
 const (
@@ -62,7 +64,7 @@ func newWorld(t testing.TB, self string, cfg map[string]string) *world {
 	idx := func() cache.Indexer {
 		return cache.NewIndexer(cache.MetaNamespaceKeyFunc, indexers())
 	}
-	w.svcs, w.nodes, w.leases, w.cms = idx(), idx(), idx(), idx()
+	w.svcs, w.nodes, w.leases, w.cms, w.eps = idx(), idx(), idx(), idx(), idx()
 	a, err := New(Options{
 		Node: self, Namespace: testNS, ConfigMap: testCM,
 		Client: fake.NewClientset(), Leases: w, Addresser: w, Links: w, Announcer: w,
@@ -77,6 +79,7 @@ func newWorld(t testing.TB, self string, cfg map[string]string) *world {
 	a.leases = coordinationlisters.NewLeaseLister(w.leases).Leases(testNS)
 	a.leaseIdx = w.leases
 	a.configMap = corelisters.NewConfigMapLister(w.cms).ConfigMaps(testNS)
+	a.apiEndpoints = discoverylisters.NewEndpointSliceLister(w.eps).EndpointSlices(listwatch.APIServiceNamespace)
 	a.recorder = record.NewFakeRecorder(1 << 16)
 	w.a = a
 	w.must(w.cms.Add(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: testCM, ResourceVersion: "1"}, Data: cfg}))

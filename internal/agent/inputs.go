@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"strings"
 
@@ -83,11 +84,14 @@ func truncate(s string, n int) string {
 	return s[:n] + "…"
 }
 
-// reservedAddresses are the addresses of every Node and of the API server,
-// each with what it is: never bound for a Service.
+// reservedAddresses are the addresses of every Node and of the API server
+// (those eipd connects to and the kubernetes Service's endpoints), each
+// with what it is: never bound for a Service.
 func (s *state) reservedAddresses() map[netip.Addr]string {
 	nodes, _ := s.a.nodes.List(labels.Everything())
 	out := ipset.NodeAddresses(nodes)
+	eps, _ := s.a.apiEndpoints.List(labels.Everything())
+	maps.Copy(out, ipset.APIEndpoints(eps))
 	for _, ip := range s.a.opt.APIServer {
 		out[ip] = config.APIServerAddress
 	}

@@ -7,6 +7,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -84,6 +85,7 @@ func (a *Agent) usePatientInformers(f informers.SharedInformerFactory) {
 	for obj, lw := range map[runtime.Object]*cache.ListWatch{
 		&corev1.Service{}: set.Services, &corev1.Node{}: set.Nodes,
 		&coordinationv1.Lease{}: set.Leases, &corev1.ConfigMap{}: set.ConfigMap,
+		&discoveryv1.EndpointSlice{}: set.APIEndpoints,
 	} {
 		f.InformerFor(obj, func(_ kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
 			inf := cache.NewSharedIndexInformer(patient{lw: lw, every: apiRetry, clk: a.clk}, obj, resync, indexers())

@@ -4,10 +4,13 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"gotest.tools/v3/assert"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/eip-project/eip/internal/lease"
 	"github.com/eip-project/eip/internal/netif"
@@ -295,4 +298,33 @@ func TestLoopMoveOfAnIPInConflictReleasesIt(t *testing.T) {
 	w.tick("node-b")
 	assert.DeepEqual(t, w.take(), []string{"update eip-198-18-100-1 holder="})
 	assert.Equal(t, w.get(leaseName(ip)).Annotations[lease.AnnotationMoveTo], "node-b")
+}
+
+// The kubernetes Service's endpoints are the API server's addresses: a
+// Service naming one is rejected, and a ConfigMap whose range comes to
+// contain one is refused, the last good configuration staying in force.
+func TestLoopAPIServerEndpointsAreNeverBound(t *testing.T) {
+	w := newWorld(t, "node-a", map[string]string{"ranges": "198.18.100.0/24", "iface": testIface})
+	w.addService("web", testIP(0))
+	w.pass()
+	for i := 0; i < 4 && len(w.calls) == 0; i++ {
+		w.tick()
+	}
+	assert.DeepEqual(t, w.take(), []string{"create eip-198-18-100-1 holder=node-a", "bind 198.18.100.1"})
+
+	api := testIP(7)
+	w.must(w.eps.Add(&discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: "default", Name: "kubernetes", Labels: map[string]string{discoveryv1.LabelServiceName: "kubernetes"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{api.String()}}},
+	}))
+	w.s.dirtyNodes = true
+	w.addService("api", api)
+	for range 4 {
+		w.tick()
+	}
+	assert.DeepEqual(t, w.take(), []string(nil))
+	assert.Assert(t, strings.Contains(w.s.cfgErr, "contains 198.18.100.8, an address of the API server"), w.s.cfgErr)
+	assert.Equal(t, len(w.s.cfg.Ranges), 1, "the last good configuration stays in force")
+	assert.Assert(t, w.s.rejected["default/api 198.18.100.8 an address of the API server"], "%v", w.s.rejected)
 }

@@ -631,7 +631,14 @@ func (s *state) reconcile() {
 	}
 	locks := s.observe(all, now)
 	if s.dirtyNodes {
-		s.reserved = s.reservedAddresses()
+		reserved := s.reservedAddresses()
+		if s.reserved != nil && !maps.Equal(reserved, s.reserved) {
+			// A range may now contain an address never to be bound: the
+			// ConfigMap is checked again, and refused if so.
+			s.cfgRV = ""
+			changed = s.loadConfig() || changed
+		}
+		s.reserved = reserved
 	}
 	if s.dirtySvc || s.dirtyNodes || changed {
 		s.computeEntries()

@@ -14,9 +14,10 @@ import (
 	"github.com/eip-project/eip/internal/listwatch"
 )
 
-// readSnapshot reads everything status needs with four requests, sent at
+// readSnapshot reads everything status needs with five requests, sent at
 // once: a list of eip's Leases, a list of Services in every namespace, a
-// get of the ConfigMap and a list of Nodes. There are no per-IP requests,
+// get of the ConfigMap, a list of Nodes and one of the kubernetes
+// Service's EndpointSlices. There are no per-IP requests,
 // so the cost does not grow with the number of IPs beyond the size of the
 // lists, and the wait is that of the longest list.
 func readSnapshot(ctx context.Context, c kubernetes.Interface, namespace, configMap string) (snapshot, error) {
@@ -63,6 +64,22 @@ func readSnapshot(ctx context.Context, c kubernetes.Interface, namespace, config
 		s.nodes = make([]*corev1.Node, len(nodes.Items))
 		for i := range nodes.Items {
 			s.nodes[i] = &nodes.Items[i]
+		}
+		return nil
+	})
+	g.Go(func() error {
+		// The API server's addresses, which the daemons never bind. A
+		// user who may not read them sees such an address as the
+		// daemons' events describe it instead.
+		eps, err := c.DiscoveryV1().EndpointSlices(listwatch.APIServiceNamespace).List(ctx, metav1.ListOptions{LabelSelector: listwatch.APIEndpointsSelector})
+		switch {
+		case apierrors.IsForbidden(err):
+		case err != nil:
+			return fmt.Errorf("list endpointslices of %s/%s: %w", listwatch.APIServiceNamespace, listwatch.APIService, err)
+		default:
+			for i := range eps.Items {
+				s.apiEndpoints = append(s.apiEndpoints, &eps.Items[i])
+			}
 		}
 		return nil
 	})

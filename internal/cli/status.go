@@ -4,12 +4,14 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 
 	"github.com/eip-project/eip/internal/config"
 	"github.com/eip-project/eip/internal/ipset"
@@ -162,6 +164,9 @@ type snapshot struct {
 	services  []*corev1.Service
 	cm        *corev1.ConfigMap // nil when it does not exist
 	nodes     []*corev1.Node
+	// apiEndpoints are the kubernetes Service's EndpointSlices: the API
+	// server's addresses, which eip never binds.
+	apiEndpoints []*discoveryv1.EndpointSlice
 }
 
 // buildStatus computes the status from what was read, as of now.
@@ -179,6 +184,7 @@ func buildStatus(s snapshot, now time.Time) Status {
 		nodeObjs[n.Name] = n
 	}
 	reserved := ipset.NodeAddresses(s.nodes)
+	maps.Copy(reserved, ipset.APIEndpoints(s.apiEndpoints))
 	cfg, known := readConfig(&st, s, reserved)
 	heartbeats, locks, byName := readLeases(&st, s.leases)
 

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -144,7 +145,8 @@ func (o *StatusOptions) watch(ctx context.Context, c kubernetes.Interface) error
 	services := informer(ctx, c, &corev1.Service{}, notify, set.Services)
 	configMaps := informer(ctx, c, &corev1.ConfigMap{}, notify, set.ConfigMap)
 	nodes := informer(ctx, c, &corev1.Node{}, notify, set.Nodes)
-	if !cache.WaitForCacheSync(ctx.Done(), leases.HasSynced, services.HasSynced, configMaps.HasSynced, nodes.HasSynced) {
+	eps := informer(ctx, c, &discoveryv1.EndpointSlice{}, notify, set.APIEndpoints)
+	if !cache.WaitForCacheSync(ctx.Done(), leases.HasSynced, services.HasSynced, configMaps.HasSynced, nodes.HasSynced, eps.HasSynced) {
 		if err := ctx.Err(); err != nil {
 			return nil // interrupted
 		}
@@ -160,6 +162,8 @@ func (o *StatusOptions) watch(ctx context.Context, c kubernetes.Interface) error
 			leases:    items[*coordinationv1.Lease](leases.GetStore()),
 			services:  items[*corev1.Service](services.GetStore()),
 			nodes:     items[*corev1.Node](nodes.GetStore()),
+
+			apiEndpoints: items[*discoveryv1.EndpointSlice](eps.GetStore()),
 		}
 		for _, cm := range items[*corev1.ConfigMap](configMaps.GetStore()) {
 			if cm.Name == o.configMap && cm.Namespace == ns {

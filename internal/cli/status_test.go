@@ -16,6 +16,7 @@ import (
 	"gotest.tools/v3/poll"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
@@ -151,7 +152,27 @@ func TestStatusRequests(t *testing.T) {
 		got = append(got, a.GetVerb()+" "+a.GetResource().Resource)
 	}
 	slices.Sort(got) // sent at once, in any order
-	assert.DeepEqual(t, got, []string{"get configmaps", "list leases", "list nodes", "list services"})
+	assert.DeepEqual(t, got, []string{"get configmaps", "list endpointslices", "list leases", "list nodes", "list services"})
+}
+
+// The kubernetes Service's endpoints are the API server's addresses, as
+// the daemons see them: a Service naming one is refused, and a range
+// holding one makes the ConfigMap invalid.
+func TestStatusAPIServerEndpointIsRefused(t *testing.T) {
+	eps := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: "default", Name: "kubernetes", Labels: map[string]string{discoveryv1.LabelServiceName: "kubernetes"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"198.18.100.4"}}},
+	}
+	h := newHarness(t, append(fixture(), eps)...)
+	out, err := h.run(context.Background(), "status", "-o", "json", "198.18.100.4")
+	assert.NilError(t, err)
+	var st Status
+	assert.NilError(t, json.Unmarshal([]byte(out), &st))
+	assert.Assert(t, strings.Contains(st.Config.Error, `contains 198.18.100.4, an address of the API server`), st.Config.Error)
+	assert.Equal(t, len(st.IPs), 1)
+	assert.Equal(t, st.IPs[0].State, StateRefused)
+	assert.Equal(t, st.IPs[0].Reason, "an address of the API server")
 }
 
 func TestStatusWatch(t *testing.T) {

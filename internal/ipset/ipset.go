@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 
 	"github.com/eip-project/eip/internal/config"
 )
@@ -145,6 +146,22 @@ func NodeAddresses(nodes []*corev1.Node) map[netip.Addr]string {
 			}
 			if ip, err := netip.ParseAddr(a.Address); err == nil {
 				out[ip.Unmap()] = config.NodeAddress(n.Name)
+			}
+		}
+	}
+	return out
+}
+
+// APIEndpoints returns the addresses the EndpointSlices of the kubernetes
+// Service list, each as an address of the API server: never bound.
+func APIEndpoints(slices []*discoveryv1.EndpointSlice) map[netip.Addr]string {
+	out := map[netip.Addr]string{}
+	for _, s := range slices {
+		for _, ep := range s.Endpoints {
+			for _, a := range ep.Addresses {
+				if ip, err := netip.ParseAddr(a); err == nil {
+					out[ip.Unmap()] = config.APIServerAddress
+				}
 			}
 		}
 	}

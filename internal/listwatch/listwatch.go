@@ -3,6 +3,7 @@ package listwatch
 import (
 	"context"
 
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -19,10 +20,24 @@ const LeaseSelector = lease.ManagedByLabel + "=" + lease.ManagedBy
 // Set is one ListWatch for each kind of object eip reads.
 type Set struct {
 	Services, Nodes, Leases, ConfigMap *cache.ListWatch
+	// APIEndpoints is the EndpointSlices of the kubernetes Service in
+	// default: the API server's own addresses.
+	APIEndpoints *cache.ListWatch
 }
 
+// APIServiceNamespace and APIService name the Service through which pods
+// reach the API server; its EndpointSlices list the API server's addresses.
+const (
+	APIServiceNamespace = "default"
+	APIService          = "kubernetes"
+)
+
+// APIEndpointsSelector selects the EndpointSlices of the kubernetes Service.
+const APIEndpointsSelector = discoveryv1.LabelServiceName + "=" + APIService
+
 // For returns the ListWatches of client c: Services and Nodes everywhere,
-// eip's Leases in namespace and the ConfigMap named configMap there.
+// the kubernetes Service's EndpointSlices in default, eip's Leases in
+// namespace and the ConfigMap named configMap there.
 func For(c kubernetes.Interface, namespace, configMap string) Set {
 	byName := fields.OneTermEqualSelector("metadata.name", configMap).String()
 	return Set{
@@ -46,6 +61,13 @@ func For(c kubernetes.Interface, namespace, configMap string) Set {
 			},
 			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 				return c.CoordinationV1().Leases(namespace).Watch(ctx, o)
+			}),
+		APIEndpoints: of(func(o *metav1.ListOptions) { o.LabelSelector = APIEndpointsSelector },
+			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				return c.DiscoveryV1().EndpointSlices(APIServiceNamespace).List(ctx, o)
+			},
+			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				return c.DiscoveryV1().EndpointSlices(APIServiceNamespace).Watch(ctx, o)
 			}),
 		ConfigMap: of(func(o *metav1.ListOptions) { o.FieldSelector = byName },
 			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {

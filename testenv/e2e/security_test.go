@@ -124,10 +124,11 @@ var unusedOnPurpose = func() map[permission]string {
 		"against an API server that cannot, they fall back to LIST"
 	ns := testenv.Namespace
 	return map[permission]string{
-		{"", "", "services", "list"}:                  listFallback,
-		{"", "", "nodes", "list"}:                     listFallback,
-		{ns, "coordination.k8s.io", "leases", "list"}: listFallback,
-		{ns, "", "configmaps", "list"}:                listFallback,
+		{"", "", "services", "list"}:                       listFallback,
+		{"", "", "nodes", "list"}:                          listFallback,
+		{ns, "coordination.k8s.io", "leases", "list"}:      listFallback,
+		{ns, "", "configmaps", "list"}:                     listFallback,
+		{"", "discovery.k8s.io", "endpointslices", "list"}: listFallback,
 	}
 }()
 
