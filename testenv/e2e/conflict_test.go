@@ -69,7 +69,7 @@ func TestAddressInUseOnTheLANIsNotBound(t *testing.T) {
 	r := traffic.Stop()
 	e.noTwoMACs(r)
 	assert.DeepEqual(t, r.MACs(), []net.HardwareAddr{hostMAC})
-	assert.Assert(t, r.Lost() <= 2, "the host's traffic was disturbed: %d of %d pings lost", r.Lost(), r.Sent)
+	assert.Assert(t, r.Lost()*50 <= r.Sent, "the host's traffic was disturbed: %d of %d pings lost", r.Lost(), r.Sent)
 
 	_, err = cluster.Exec(e.ctx, testenv.ControlPlane, "ip", "addr", "del", hostAddr, "dev", "eth0")
 	e.must(err)
