@@ -36,43 +36,29 @@ func (s *state) ifaceFor(ip netip.Addr, b config.Binding) (string, error) {
 }
 
 // canBind: binding anything new needs a working API connection (so the
-// lock we act on is current), the interface's carrier, and a renewal
-// recent enough (mayAdd).
+// lock we act on is current) and the interface's carrier.
 func (s *state) canBind(iface string) bool {
-	now := s.a.clk.Now()
-	return !s.linkDown[iface] && !s.fenced && s.writable(now) && s.mayAdd(now)
+	return !s.linkDown[iface] && !s.fenced && s.writable(s.a.clk.Now())
 }
 
-// addWindow is how long after sending a renewal that succeeded this node
-// may still put an address on an interface. No peer judges this node dead
-// before lease-duration has passed since it saw that renewal, which was
-// sent before; an address added within the window, with its lifetime and
-// the kernel's expiry slack, is gone by then even if no renewal follows
-// (the loop stalls behind a long pass, the API server stops answering).
-// 0.75 s at the defaults. At a 1 s lease that margin is below 0, and the
-// window is one renew interval: an address added late in it outlives the
-// lease by at most that much, and only when every renewal after it fails;
-// the peer taking it over probes first and waits for it to go.
-func (s *state) addWindow() time.Duration {
-	return max(s.cfg.LeaseDuration-s.cfg.AddressLifetime()-addressExpirySlack, s.cfg.RenewInterval)
-}
-
-// mayAdd: an address added now is gone before any peer may take it over,
-// even if this node renews nothing more. Otherwise the bind waits for the
-// next renewal (staleAdds).
-func (s *state) mayAdd(now time.Time) bool {
-	return !s.lastRenewOK.IsZero() && now.Sub(s.lastRenewOK) <= s.addWindow()
+// lateAfter is how long after the loop's last tick the next one counts as
+// late (loopLate): lease-duration − lifetime − the kernel's expiry slack,
+// the keeper's own margin (0.75 s at the defaults), and at least one and a
+// half renew intervals, so that a tick a little late is not (a 1 s lease,
+// where that margin is below 0: 375 ms).
+func (s *state) lateAfter() time.Duration {
+	return max(s.cfg.LeaseDuration-s.cfg.AddressLifetime()-addressExpirySlack, s.cfg.RenewInterval*3/2)
 }
 
 // loopLate: the loop's last tick, which renews the heartbeat, is longer
-// ago than addWindow, or the loop has not re-read the locks since a late
+// ago than lateAfter, or the loop has not re-read the locks since a late
 // tick (tick). A loop that runs late renews nothing meanwhile: its peers
 // may have judged it dead and taken over IPs its cache still shows as its
 // own. While it is late it puts no address back, and the keeper refreshes
 // none. (An API-server outage is not lateness: the loop ticks on time,
 // and api-loss decides.)
 func (s *state) loopLate(now time.Time) bool {
-	return s.stalled || s.lastTick.IsZero() || now.Sub(s.lastTick) > s.addWindow()
+	return s.stalled || !s.lastTick.IsZero() && now.Sub(s.lastTick) > s.lateAfter()
 }
 
 func (s *state) bind(ip netip.Addr, e ipset.Entry, why string) {
@@ -83,9 +69,6 @@ func (s *state) bind(ip netip.Addr, e ipset.Entry, why string) {
 		return
 	}
 	if !s.canBind(iface) {
-		if !s.mayAdd(s.a.clk.Now()) {
-			s.staleAdds[ip] = true
-		}
 		return
 	}
 	if !s.probed(ip, iface) {
@@ -190,11 +173,11 @@ func (s *state) addrEvent(ev netif.AddrEvent) {
 		// Its lifetime ran out because this loop ran late (a long pass, a
 		// starved process): it renewed nothing meanwhile, and a peer may
 		// have taken the IP over. Putting it back now would bind it on two
-		// live nodes. A pass binds it again if the lock still names this
-		// node, once the loop is on time and has re-read the locks.
+		// live nodes. Its next tick is late too, so the loop re-reads the
+		// locks before it binds anything, and the full pass that follows
+		// binds it again if the lock still names this node.
 		s.forgetBinding(b.prefix.Addr())
-		s.staleAdds[b.prefix.Addr()] = true
-		s.log.Warn("an address this node held expired while its loop ran late; binding it again only if its lock still names this node", "ip", b.prefix.Addr(), "iface", b.iface)
+		s.log.Debug("an address this node held expired while its loop ran late; binding it again only if its lock still names this node", "ip", b.prefix.Addr(), "iface", b.iface)
 		return
 	}
 	if err := s.a.opt.Addresser.Add(b.iface, b.prefix, s.cfg.AddressLifetime()); err != nil {

@@ -185,11 +185,11 @@ func incrementalDecidesAsFull(t *testing.T, seed uint64) {
 		w.take()
 		checks++
 		saved := *w.s
-		freeSince, waiting, ipWake, staleAdds := maps.Clone(w.s.freeSince), maps.Clone(w.s.waiting), maps.Clone(w.s.ipWake), maps.Clone(w.s.staleAdds)
+		freeSince, waiting, ipWake := maps.Clone(w.s.freeSince), maps.Clone(w.s.waiting), maps.Clone(w.s.ipWake)
 		w.s.reconcile()
 		calls, queued := w.take(), len(w.s.jobs)
 		*w.s = saved
-		w.s.freeSince, w.s.waiting, w.s.ipWake, w.s.staleAdds = freeSince, waiting, ipWake, staleAdds
+		w.s.freeSince, w.s.waiting, w.s.ipWake = freeSince, waiting, ipWake
 		if len(calls) > 0 || queued > 0 {
 			t.Fatalf("seed %d: after %s at %s the loop left something a full pass does: %v, %d writes",
 				seed, what, w.clk.Now().Sub(t0), calls, queued)

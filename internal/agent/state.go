@@ -74,19 +74,16 @@ type state struct {
 	// late and the locks were not re-read since (loopLate), stallAt when.
 	lastTick, stallAt time.Time
 	stalled           bool
-	// staleAdds are held IPs not bound because the loop ran late or its
-	// last renewal is too old (mayAdd); a pass decides them again.
-	staleAdds   map[netip.Addr]bool
-	linkDown    map[string]bool
-	claimWatch  map[string]context.CancelFunc
-	autoIface   map[netip.Addr]string // "auto" resolved, see ifaceFor
-	macs        string                // ownMACs; "" until listed, and after a link changed
-	fenced      bool
-	shutting    bool
-	routerErr   string // why the route-mode configuration was refused
-	bgpSessions string // lease.FormatBGPSessions of the sessions, for the heartbeat
-	sessions    map[netip.Addr]sessionSeen
-	routes      int // routes announced
+	linkDown          map[string]bool
+	claimWatch        map[string]context.CancelFunc
+	autoIface         map[netip.Addr]string // "auto" resolved, see ifaceFor
+	macs              string                // ownMACs; "" until listed, and after a link changed
+	fenced            bool
+	shutting          bool
+	routerErr         string // why the route-mode configuration was refused
+	bgpSessions       string // lease.FormatBGPSessions of the sessions, for the heartbeat
+	sessions          map[netip.Addr]sessionSeen
+	routes            int // routes announced
 
 	selfEligible bool
 	// peersKnownAt: until then this node has not watched heartbeats for a
@@ -148,7 +145,6 @@ func newState(a *Agent) *state {
 		linkDown:    map[string]bool{},
 		claimWatch:  map[string]context.CancelFunc{},
 		autoIface:   map[netip.Addr]string{},
-		staleAdds:   map[netip.Addr]bool{},
 		dirty:       map[netip.Addr]bool{},
 		names:       map[string]netip.Addr{},
 		ipWake:      map[netip.Addr]time.Time{},
@@ -212,8 +208,8 @@ func (s *state) run(ctx context.Context, stop chan struct{}) error {
 		case r := <-s.alloc.results:
 			s.allocDone(r)
 		case ev := <-s.a.opt.AddrEvents:
-			// It restores what it can at once; what it cannot waits
-			// for the loop to be on time (staleAdds, passDue).
+			// It restores what it can at once; what it cannot, a late
+			// loop, waits for the barrier that its late tick sets.
 			s.addrEvent(ev)
 			pass = false
 		case ev := <-s.a.opt.LinkEvents:
@@ -389,7 +385,7 @@ func (s *state) renewed(r renewResult) {
 // (see keeper), renew the heartbeat, and now and then resync.
 func (s *state) tick() {
 	now := s.a.clk.Now()
-	if !s.lastTick.IsZero() && now.Sub(s.lastTick) > s.addWindow() {
+	if !s.lastTick.IsZero() && now.Sub(s.lastTick) > s.lateAfter() {
 		// Late: peers may have judged this node dead meanwhile. Refresh
 		// no lifetime and bind nothing until a renewal sent from now on
 		// came back through the watch, with every lock change before it.
@@ -424,7 +420,6 @@ func (s *state) tick() {
 func (s *state) passDue(now time.Time) bool {
 	return !s.wake.IsZero() && !now.Before(s.wake) ||
 		!s.ipWakeMin.IsZero() && !now.Before(s.ipWakeMin) ||
-		len(s.staleAdds) > 0 && !s.loopLate(now) && s.mayAdd(now) ||
 		s.writable(now) != s.passWritable ||
 		!maps.Equal(s.passVerdicts, s.verdicts(now)) ||
 		now.Sub(s.lastPass) >= s.a.opt.Resync
@@ -531,9 +526,8 @@ func (s *state) cachedLock(name string) *coordinationv1.Lease {
 }
 
 // reconcileSome decides again the dirty IPs, those whose own decision
-// time came, the held IPs waiting to be bound again (staleAdds), and as
-// many waiting acquisitions as there is room for, those that go first
-// first. TestIncrementalPassDecidesAsTheFullPass checks that a full pass
+// time came, and as many waiting acquisitions as there is room for, those
+// that go first first. TestIncrementalPassDecidesAsTheFullPass checks that a full pass
 // after it would act not at all.
 func (s *state) reconcileSome(now time.Time) {
 	s.fence(now)
@@ -550,12 +544,6 @@ func (s *state) reconcileSome(now time.Time) {
 		} else if s.ipWakeMin.IsZero() || at.Before(s.ipWakeMin) {
 			s.ipWakeMin = at
 		}
-	}
-	if !s.loopLate(now) && s.mayAdd(now) {
-		for ip := range s.staleAdds {
-			s.dirty[ip] = true
-		}
-		clear(s.staleAdds)
 	}
 	for ip := range s.dirty {
 		s.decideOne(v, ip, now)
@@ -655,7 +643,6 @@ func (s *state) reconcile() {
 		s.fenced = false
 		s.stalled = false
 	}
-	clear(s.staleAdds) // every IP is decided again
 	plan := s.plan(v, locks)
 	s.allocate(v, locks)
 

@@ -48,6 +48,22 @@ type Addresses struct {
 	// refreshMu serializes Refresh, which owns refreshFD (-1: not open).
 	refreshMu sync.Mutex
 	refreshFD int
+
+	// subnets caches, per family, the addresses IfaceFor chooses among
+	// (host addresses left out), for subnetsTTL.
+	subnetsMu sync.Mutex
+	subnets   map[int]subnetList
+}
+
+// subnetsTTL is how long IfaceFor trusts the node's subnets as listed.
+// Listing dumps every address, the agent's own included, and the agent
+// resolves every new IP: at a cold start of thousands of IPs that was a
+// dump of thousands of addresses per IP.
+const subnetsTTL = time.Second
+
+type subnetList struct {
+	at    time.Time
+	addrs []ifAddr
 }
 
 type knownAddrs struct {
@@ -337,15 +353,9 @@ func (a *Addresses) IfaceFor(ip netip.Addr) (string, error) {
 		return "", fmt.Errorf("find interface for %s: %w", ip, a.err)
 	}
 	ip = ip.Unmap()
-	addrs, err := a.list(nil, family(ip))
+	all, err := a.subnetsOf(family(ip))
 	if err != nil {
 		return "", fmt.Errorf("find interface for %s: %w", ip, err)
-	}
-	var all []ifAddr
-	for _, ad := range addrs {
-		if ia, ok := toIfAddr(ad); ok {
-			all = append(all, ia)
-		}
 	}
 	index, ok := connectedLink(all, ip)
 	if !ok {
@@ -356,6 +366,31 @@ func (a *Addresses) IfaceFor(ip netip.Addr) (string, error) {
 		return "", fmt.Errorf("find interface for %s: link %d: %w", ip, index, err)
 	}
 	return link.Attrs().Name, nil
+}
+
+// subnetsOf returns the node's addresses of family fam that are not host
+// addresses, listed at most subnetsTTL ago.
+func (a *Addresses) subnetsOf(fam int) ([]ifAddr, error) {
+	a.subnetsMu.Lock()
+	defer a.subnetsMu.Unlock()
+	if l, ok := a.subnets[fam]; ok && time.Since(l.at) < subnetsTTL {
+		return l.addrs, nil
+	}
+	addrs, err := a.list(nil, fam)
+	if err != nil {
+		return nil, err
+	}
+	var out []ifAddr
+	for _, ad := range addrs {
+		if ia, ok := toIfAddr(ad); ok && ia.prefix.Bits() < ia.prefix.Addr().BitLen() {
+			out = append(out, ia)
+		}
+	}
+	if a.subnets == nil {
+		a.subnets = map[int]subnetList{}
+	}
+	a.subnets[fam] = subnetList{at: time.Now(), addrs: out}
+	return out, nil
 }
 
 // HardwareAddr returns iface's link-layer address.
