@@ -3,6 +3,7 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -205,6 +206,20 @@ func (c *Cluster) RestartBGPSession(ctx context.Context, node string) error {
 		return fmt.Errorf("restart the router's session with %s: %w: %s", node, err, out)
 	}
 	return nil
+}
+
+// RouterMAC is the hardware address of the router on the routed LAN: the
+// source of every reply the routed client gets.
+func (c *Cluster) RouterMAC() (net.HardwareAddr, error) {
+	if c.rt == nil {
+		return nil, fmt.Errorf("cluster %s has no router (Options.Router)", c.id)
+	}
+	h, link, err := c.device(c.rt, "eth1")
+	if err != nil {
+		return nil, err
+	}
+	defer h.Close()
+	return link.Attrs().HardwareAddr, nil
 }
 
 // BGPPath is one path the router knows for a prefix.

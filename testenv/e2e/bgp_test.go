@@ -399,8 +399,9 @@ func TestRouteModeSpread(t *testing.T) {
 // throughRouter is reach for the routed client, which sees only the
 // router's MAC: an IP answers through its holder when the router's one
 // best path for it is the holder's.
-func (e *env) throughRouter() reach {
+func (e *env) throughRouter(ips ...netip.Addr) reach {
 	return reach{
+		ips:   ips,
 		serve: e.routed,
 		probe: func(ip netip.Addr, _ string) *testenv.Probe {
 			p := e.routedProbe(ip)
@@ -421,19 +422,6 @@ func (e *env) throughRouter() reach {
 			}
 		},
 	}
-}
-
-// The API server stopped for 60 s under api-loss=hold, in route mode: the
-// routes stay at the router, the routed client keeps being answered
-// through each holder, and nothing moves, then or after.
-func TestRouteModeAPIServerStoppedHold(t *testing.T) {
-	longFault(t)
-	e := newRouteEnv(t, "api-loss", "hold")
-	e.guardAPIServer()
-	st := e.startPointVia(e.throughRouter(), testenv.RoutedServiceIP(70), testenv.RoutedServiceIP(71))
-	e.holdThrough("kube-apiserver", st, 60*time.Second,
-		func() error { return cluster.StopAPIServer(syscall.SIGTERM) },
-		func() error { return cluster.StartAPIServer(e.ctx) })
 }
 
 // Preferred nodes and sticky in a BGP range: an IP whose Service prefers a

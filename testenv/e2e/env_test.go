@@ -183,6 +183,9 @@ func (e *env) nodeOfMAC(mac net.HardwareAddr) string {
 			return n
 		}
 	}
+	if rt, err := cluster.RouterMAC(); err == nil && bytes.Equal(rt, mac) {
+		return "router"
+	}
 	return "unknown MAC " + mac.String()
 }
 

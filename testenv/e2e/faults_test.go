@@ -49,12 +49,15 @@ func serviceIPs(first, n int) []netip.Addr {
 // duration when its own watch resumes. The stop is graceful (SIGTERM): the
 // API server stops listening at once but keeps the daemons' open
 // connections hanging until it exits (here it waits out its 30 s grace
-// with eipd's watches open and is then killed).
+// with eipd's watches open and is then killed). Two of the IPs are in a
+// route-mode range: their routes stay at the router and the routed client
+// keeps being answered through their holders (one outage for both modes).
 func TestFaultAPIServerStoppedHold(t *testing.T) {
 	longFault(t)
-	e := newEnv(t, defaultConfig())
+	e := newRouteEnv(t, "api-loss", "hold")
 	e.guardAPIServer()
-	e.holdThrough("kube-apiserver", e.startPoint(serviceIPs(101, 3)...), 60*time.Second,
+	st := e.startPointVia(e.onLAN(serviceIPs(101, 3)...), e.throughRouter(testenv.RoutedServiceIP(70), testenv.RoutedServiceIP(71)))
+	e.holdThrough("kube-apiserver", st, 60*time.Second,
 		func() error { return cluster.StopAPIServer(syscall.SIGTERM) },
 		func() error { return cluster.StartAPIServer(e.ctx) })
 }

@@ -503,22 +503,25 @@ type startPoint struct {
 	answering func() string
 }
 
-// reach is how a test's client reaches the IPs: on the LAN, or through the
-// router (route mode).
+// reach is how a test's client reaches some IPs: on the LAN, or through
+// the router (route mode).
 type reach struct {
+	ips []netip.Addr
 	// serve waits until ip is served and returns its holder.
 	serve func(ip netip.Addr) string
 	// probe starts a 10 ms probe of ip and waits until it is answered
 	// through holder.
 	probe func(ip netip.Addr, holder string) *testenv.Probe
-	// answering is the throughout condition of startPoint.answering.
+	// answering is the throughout condition of startPoint.answering for
+	// these IPs.
 	answering func(probes map[netip.Addr]*testenv.Probe, holders map[netip.Addr]string) func() string
 }
 
 // onLAN is reach for the client on the nodes' LAN, which sees the MAC
 // that answers.
-func (e *env) onLAN() reach {
+func (e *env) onLAN(ips ...netip.Addr) reach {
 	return reach{
+		ips:   ips,
 		serve: e.served,
 		probe: func(ip netip.Addr, holder string) *testenv.Probe {
 			p := e.probe(ip)
@@ -535,23 +538,43 @@ func (e *env) onLAN() reach {
 // every heartbeat is fresh and each IP answers the client from its holder.
 func (e *env) startPoint(ips ...netip.Addr) startPoint {
 	e.t.Helper()
-	return e.startPointVia(e.onLAN(), ips...)
+	return e.startPointVia(e.onLAN(ips...))
 }
 
-// startPointVia is startPoint for a client that reaches the IPs by r.
-func (e *env) startPointVia(r reach, ips ...netip.Addr) startPoint {
+// startPointVia is startPoint for IPs that clients reach in different
+// ways: one Service "web" with all of them, each reached as its group says.
+func (e *env) startPointVia(groups ...reach) startPoint {
 	e.t.Helper()
+	var ips []netip.Addr
+	for _, g := range groups {
+		ips = append(ips, g.ips...)
+	}
 	e.service("web", ips...)
 	st := startPoint{holders: map[netip.Addr]string{}, probes: map[netip.Addr]*testenv.Probe{}}
-	for _, ip := range ips {
-		st.holders[ip] = r.serve(ip)
+	for _, g := range groups {
+		for _, ip := range g.ips {
+			st.holders[ip] = g.serve(ip)
+		}
 	}
 	e.heartbeatsFresh(e.nodes...)
 	st.before = e.lockStates(ips...)
-	for _, ip := range ips {
-		st.probes[ip] = r.probe(ip, st.holders[ip])
+	var conds []func() string
+	for _, g := range groups {
+		probes := map[netip.Addr]*testenv.Probe{}
+		for _, ip := range g.ips {
+			probes[ip] = g.probe(ip, st.holders[ip])
+			st.probes[ip] = probes[ip]
+		}
+		conds = append(conds, g.answering(probes, st.holders))
 	}
-	st.answering = r.answering(st.probes, st.holders)
+	st.answering = func() string {
+		for _, c := range conds {
+			if msg := c(); msg != "" {
+				return msg
+			}
+		}
+		return ""
+	}
 	st.w = e.watchBindings(ips...)
 	st.mark = e.markLogs()
 	return st
