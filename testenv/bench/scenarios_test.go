@@ -64,3 +64,45 @@ func TestScaleScenariosShort(t *testing.T) {
 		assert.Check(t, f.Summary.N > 0, "figure %q not measured: %s", f.Name, f.Note)
 	}
 }
+
+// The bgp scenario in miniature: two failovers and two moves through the
+// router. It asserts what must hold at any speed (every sample taken, the
+// dead holder's route still at the router when the client was answered
+// again, a move never on two nodes, every figure measured), never a time.
+func TestBGPScenarioShort(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for network namespaces")
+	}
+	if os.Getenv("EIP_K8S_BIN") == "" {
+		t.Skip("EIP_K8S_BIN is not set (run scripts/build-k8s.sh, or make test)")
+	}
+	ctx := context.Background()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	c, err := testenv.Start(ctx, testenv.Options{Nodes: 3, Router: true, Logger: log})
+	assert.NilError(t, err)
+	defer func() {
+		if t.Failed() {
+			c.Keep()
+		}
+		assert.Check(t, c.Close())
+	}()
+	r, err := Run(ctx, Options{
+		Cluster: c, Log: log, Only: []string{ScenarioBGP}, BGPReps: 2,
+		EipdArgs: []string{"-v=0"}, KubectlEip: os.Getenv("KUBECTL_EIP_BIN"),
+	})
+	assert.NilError(t, err)
+	assert.Check(t, len(r.Errors) == 0, "%v", r.Errors)
+	assert.Equal(t, len(r.BGP), 4)
+	for _, s := range r.BGP {
+		assert.Check(t, s.Error == "" && s.From != "" && s.To != "" && s.From != s.To, "%+v", s)
+		if s.Kind == BGPFailover {
+			assert.Check(t, s.StalePath && s.Answered > 0, "%+v", s)
+		} else {
+			assert.Check(t, s.DoubleBound == 0, "%+v", s)
+		}
+	}
+	assert.Equal(t, r.RouterHoldTime, testenv.RouterHoldTime)
+	for _, f := range r.figures() {
+		assert.Check(t, f.Summary.N > 0, "figure %q not measured: %s", f.Name, f.Note)
+	}
+}
