@@ -58,8 +58,8 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.metricsAddr, "metrics-addr", ":9402", "address serving /metrics, /healthz and /readyz; empty disables")
 	fs.BoolVar(&o.pprof, "pprof", false, "also serve /debug/pprof/ on --metrics-addr")
 	fs.IntVar(&o.verbosity, "v", 0, "log verbosity: 0 info, 1 debug (per-IP decisions), 2 also client-go's own logs")
-	fs.Float64Var(&o.qps, "kube-api-qps", 200, "queries per second allowed to the API server")
-	fs.IntVar(&o.burst, "kube-api-burst", 400, "burst of queries allowed to the API server")
+	fs.Float64Var(&o.qps, "kube-api-qps", 500, "queries per second allowed to the API server")
+	fs.IntVar(&o.burst, "kube-api-burst", 1000, "burst of queries allowed to the API server")
 	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		return o, err

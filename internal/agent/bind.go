@@ -36,27 +36,38 @@ func (s *state) ifaceFor(ip netip.Addr, b config.Binding) (string, error) {
 }
 
 // canBind: binding anything new needs a working API connection (so the
-// lock we act on is current) and the interface's carrier.
+// lock we act on is current), the interface's carrier, and a loop on time
+// (loopLate).
 func (s *state) canBind(iface string) bool {
-	return !s.linkDown[iface] && !s.fenced && s.writable(s.a.clk.Now())
+	now := s.a.clk.Now()
+	return !s.linkDown[iface] && !s.fenced && s.writable(now) && !s.loopLate(now)
 }
 
-// lateAfter is how long after the loop's last tick the next one counts as
-// late (loopLate): lease-duration − lifetime − the kernel's expiry slack,
-// the keeper's own margin (0.75 s at the defaults), and at least one and a
-// half renew intervals, so that a tick a little late is not (a 1 s lease,
-// where that margin is below 0: 375 ms).
+// lateAfter is how long after the loop's last tick it counts as late
+// (loopLate): the keeper's own margin between ticks, lease-duration −
+// lifetime − the kernel's expiry slack (0.75 s at the defaults), and at
+// least one and a half renew intervals (375 ms at a 1 s lease, where that
+// margin is below 0), so that a pass between two ticks may still bind.
 func (s *state) lateAfter() time.Duration {
 	return max(s.cfg.LeaseDuration-s.cfg.AddressLifetime()-addressExpirySlack, s.cfg.RenewInterval*3/2)
 }
 
+// stallAfter is how long after the one before a tick marks the loop
+// stalled (tick): lease-duration − renew-interval (1.5 s at the
+// defaults), and at least lateAfter. Its peers saw no renewal for that
+// long, and the next one may not reach them before they judge this node
+// dead.
+func (s *state) stallAfter() time.Duration {
+	return max(s.cfg.LeaseDuration-s.cfg.RenewInterval, s.lateAfter())
+}
+
 // loopLate: the loop's last tick, which renews the heartbeat, is longer
-// ago than lateAfter, or the loop has not re-read the locks since a late
-// tick (tick). A loop that runs late renews nothing meanwhile: its peers
-// may have judged it dead and taken over IPs its cache still shows as its
-// own. While it is late it puts no address back, and the keeper refreshes
-// none. (An API-server outage is not lateness: the loop ticks on time,
-// and api-loss decides.)
+// ago than lateAfter, or the loop stalled and has not re-read the locks
+// since. A loop that runs late renews nothing meanwhile: its peers may
+// judge it dead and take over IPs its cache still shows as its own. While
+// it is late it binds nothing and puts no address back (lateBinds waits
+// for its next tick). An API-server outage is not lateness: the loop
+// ticks on time, and api-loss decides.
 func (s *state) loopLate(now time.Time) bool {
 	return s.stalled || !s.lastTick.IsZero() && now.Sub(s.lastTick) > s.lateAfter()
 }
@@ -69,6 +80,9 @@ func (s *state) bind(ip netip.Addr, e ipset.Entry, why string) {
 		return
 	}
 	if !s.canBind(iface) {
+		if s.loopLate(s.a.clk.Now()) {
+			s.lateBinds[ip] = true
+		}
 		return
 	}
 	if !s.probed(ip, iface) {
@@ -173,10 +187,10 @@ func (s *state) addrEvent(ev netif.AddrEvent) {
 		// Its lifetime ran out because this loop ran late (a long pass, a
 		// starved process): it renewed nothing meanwhile, and a peer may
 		// have taken the IP over. Putting it back now would bind it on two
-		// live nodes. Its next tick is late too, so the loop re-reads the
-		// locks before it binds anything, and the full pass that follows
-		// binds it again if the lock still names this node.
+		// live nodes. It is decided again once the loop is on time, and
+		// bound again if the lock still names this node.
 		s.forgetBinding(b.prefix.Addr())
+		s.lateBinds[b.prefix.Addr()] = true
 		s.log.Debug("an address this node held expired while its loop ran late; binding it again only if its lock still names this node", "ip", b.prefix.Addr(), "iface", b.iface)
 		return
 	}

@@ -328,3 +328,25 @@ func TestLoopAPIServerEndpointsAreNeverBound(t *testing.T) {
 	assert.Equal(t, len(w.s.cfg.Ranges), 1, "the last good configuration stays in force")
 	assert.Assert(t, w.s.rejected["default/api 198.18.100.8 an address of the API server"], "%v", w.s.rejected)
 }
+
+// A loop a second late at the defaults (a slow pass on a loaded machine)
+// has not stalled: its peers, who wait two seconds, see the renewal this
+// tick sends in time, so it keeps refreshing and binding. Treating it as
+// stalled made a loaded 5,000-IP cluster stall every second, and bind
+// nothing.
+func TestLoopASecondLateHasNotStalled(t *testing.T) {
+	w := newWorld(t, "node-a", defaultTestConfig())
+	w.addService("web", testIP(0))
+	w.pass()
+	for range 4 {
+		w.tick()
+	}
+	assert.DeepEqual(t, w.take(), []string{"create eip-198-18-100-1 holder=node-a", "bind 198.18.100.1"})
+	w.step(500 * time.Millisecond)
+	w.tick() // a second after the last tick
+	assert.Assert(t, !w.s.stalled)
+	assert.Equal(t, w.s.lifetime.loopSeen, w.clk.Now())
+	w.addService("api", testIP(1))
+	w.pass()
+	assert.DeepEqual(t, w.take(), []string{"create eip-198-18-100-2 holder=node-a", "bind 198.18.100.2"})
+}

@@ -74,16 +74,19 @@ type state struct {
 	// late and the locks were not re-read since (loopLate), stallAt when.
 	lastTick, stallAt time.Time
 	stalled           bool
-	linkDown          map[string]bool
-	claimWatch        map[string]context.CancelFunc
-	autoIface         map[netip.Addr]string // "auto" resolved, see ifaceFor
-	macs              string                // ownMACs; "" until listed, and after a link changed
-	fenced            bool
-	shutting          bool
-	routerErr         string // why the route-mode configuration was refused
-	bgpSessions       string // lease.FormatBGPSessions of the sessions, for the heartbeat
-	sessions          map[netip.Addr]sessionSeen
-	routes            int // routes announced
+	// lateBinds are held IPs not bound because the loop was late; its
+	// next tick on time decides them again.
+	lateBinds   map[netip.Addr]bool
+	linkDown    map[string]bool
+	claimWatch  map[string]context.CancelFunc
+	autoIface   map[netip.Addr]string // "auto" resolved, see ifaceFor
+	macs        string                // ownMACs; "" until listed, and after a link changed
+	fenced      bool
+	shutting    bool
+	routerErr   string // why the route-mode configuration was refused
+	bgpSessions string // lease.FormatBGPSessions of the sessions, for the heartbeat
+	sessions    map[netip.Addr]sessionSeen
+	routes      int // routes announced
 
 	selfEligible bool
 	// peersKnownAt: until then this node has not watched heartbeats for a
@@ -146,6 +149,7 @@ func newState(a *Agent) *state {
 		claimWatch:  map[string]context.CancelFunc{},
 		autoIface:   map[netip.Addr]string{},
 		dirty:       map[netip.Addr]bool{},
+		lateBinds:   map[netip.Addr]bool{},
 		names:       map[string]netip.Addr{},
 		ipWake:      map[netip.Addr]time.Time{},
 		waiting:     map[netip.Addr]bool{},
@@ -208,8 +212,8 @@ func (s *state) run(ctx context.Context, stop chan struct{}) error {
 		case r := <-s.alloc.results:
 			s.allocDone(r)
 		case ev := <-s.a.opt.AddrEvents:
-			// It restores what it can at once; what it cannot, a late
-			// loop, waits for the barrier that its late tick sets.
+			// It restores what it can at once; what a late loop may
+			// not, its next tick on time decides again (lateBinds).
 			s.addrEvent(ev)
 			pass = false
 		case ev := <-s.a.opt.LinkEvents:
@@ -385,18 +389,23 @@ func (s *state) renewed(r renewResult) {
 // (see keeper), renew the heartbeat, and now and then resync.
 func (s *state) tick() {
 	now := s.a.clk.Now()
-	if !s.lastTick.IsZero() && now.Sub(s.lastTick) > s.lateAfter() {
-		// Late: peers may have judged this node dead meanwhile. Refresh
-		// no lifetime and bind nothing until a renewal sent from now on
-		// came back through the watch, with every lock change before it.
+	if !s.lastTick.IsZero() && now.Sub(s.lastTick) > s.stallAfter() {
+		// Stalled: peers may judge this node dead before they see the
+		// renewal this tick sends. Refresh no lifetime and bind nothing
+		// until that renewal came back through the watch, with every
+		// lock change made before it.
 		if !s.stalled {
-			s.log.Warn("the loop ran late; re-reading the locks before binding or refreshing anything", "since", now.Sub(s.lastTick))
+			s.log.Warn("the loop stalled; re-reading the locks before binding or refreshing anything", "since", now.Sub(s.lastTick))
 		}
 		s.stalled, s.stallAt, s.needBarrier = true, now, true
 	}
 	s.lastTick = now
 	if !s.loopLate(now) {
 		s.lifetime.loopTicked(now)
+		for ip := range s.lateBinds {
+			s.dirty[ip] = true
+		}
+		clear(s.lateBinds)
 	}
 	s.observeSessions()
 	if s.renewDue(now) {
@@ -419,7 +428,7 @@ func (s *state) tick() {
 // four times a second.
 func (s *state) passDue(now time.Time) bool {
 	return !s.wake.IsZero() && !now.Before(s.wake) ||
-		!s.ipWakeMin.IsZero() && !now.Before(s.ipWakeMin) ||
+		!s.ipWakeMin.IsZero() && !now.Before(s.ipWakeMin) || len(s.dirty) > 0 ||
 		s.writable(now) != s.passWritable ||
 		!maps.Equal(s.passVerdicts, s.verdicts(now)) ||
 		now.Sub(s.lastPass) >= s.a.opt.Resync
@@ -605,6 +614,7 @@ func (s *state) reconcile() {
 	clear(s.ipWake)
 	s.ipWakeMin = time.Time{}
 	clear(s.waiting)
+	clear(s.lateBinds)
 	s.fence(now)
 	changed := false
 	if s.dirtyCM {
