@@ -18,22 +18,8 @@ import (
 // size and speed (everything bound once, every lost IP on a survivor and
 // answering, never two MACs, every figure measured), never a time.
 func TestScaleScenariosShort(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for network namespaces")
-	}
-	if os.Getenv("EIP_K8S_BIN") == "" {
-		t.Skip("EIP_K8S_BIN is not set (run scripts/build-k8s.sh, or make test)")
-	}
 	ctx := context.Background()
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	c, err := testenv.Start(ctx, testenv.Options{Nodes: 5, Logger: log})
-	assert.NilError(t, err)
-	defer func() {
-		if t.Failed() {
-			c.Keep()
-		}
-		assert.Check(t, c.Close())
-	}()
+	c, log := shortCluster(t, testenv.Options{Nodes: 5})
 	r, err := Run(ctx, Options{
 		Cluster: c, Log: log, Only: []string{ScenarioScale, ScenarioNodes},
 		ScaleIPs: []int{120}, NodeCounts: []int{5}, NodeIPs: 60,
@@ -70,22 +56,8 @@ func TestScaleScenariosShort(t *testing.T) {
 // dead holder's route still at the router when the client was answered
 // again, a move never on two nodes, every figure measured), never a time.
 func TestBGPScenarioShort(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for network namespaces")
-	}
-	if os.Getenv("EIP_K8S_BIN") == "" {
-		t.Skip("EIP_K8S_BIN is not set (run scripts/build-k8s.sh, or make test)")
-	}
 	ctx := context.Background()
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	c, err := testenv.Start(ctx, testenv.Options{Nodes: 3, Router: true, Logger: log})
-	assert.NilError(t, err)
-	defer func() {
-		if t.Failed() {
-			c.Keep()
-		}
-		assert.Check(t, c.Close())
-	}()
+	c, log := shortCluster(t, testenv.Options{Nodes: 3, Router: true})
 	r, err := Run(ctx, Options{
 		Cluster: c, Log: log, Only: []string{ScenarioBGP}, BGPReps: 2,
 		EipdArgs: []string{"-v=0"}, KubectlEip: os.Getenv("KUBECTL_EIP_BIN"),
@@ -105,4 +77,26 @@ func TestBGPScenarioShort(t *testing.T) {
 	for _, f := range r.figures() {
 		assert.Check(t, f.Summary.N > 0, "figure %q not measured: %s", f.Name, f.Note)
 	}
+}
+
+// shortCluster starts a cluster for a miniature scenario, torn down when
+// the test ends (kept when it failed), or skips the test where none can run.
+func shortCluster(t *testing.T, opts testenv.Options) (*testenv.Cluster, *slog.Logger) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for network namespaces")
+	}
+	if os.Getenv("EIP_K8S_BIN") == "" {
+		t.Skip("EIP_K8S_BIN is not set (run scripts/build-k8s.sh, or make test)")
+	}
+	opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	c, err := testenv.Start(context.Background(), opts)
+	assert.NilError(t, err)
+	t.Cleanup(func() {
+		if t.Failed() {
+			c.Keep()
+		}
+		assert.Check(t, c.Close())
+	})
+	return c, opts.Logger
 }
