@@ -135,7 +135,7 @@ func New(opt Options) (*Metrics, error) {
 		}),
 		conflicted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "eip_address_conflicts_total",
-			Help: "Probes before a bind answered by a machine that is not an eip node: the address is in use on the LAN and was not bound.",
+			Help: "Probes before a bind, or before a load-balancer address is assigned, answered by a machine that is not an eip node: the address is in use on the LAN and was not bound or assigned.",
 		}),
 		foreign: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "eip_foreign_claims_total",

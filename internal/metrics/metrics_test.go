@@ -75,7 +75,7 @@ func TestMetricsCount(t *testing.T) {
 # TYPE eip_acquisitions_total counter
 eip_acquisitions_total{kind="new"} 2
 eip_acquisitions_total{kind="takeover"} 1
-# HELP eip_address_conflicts_total Probes before a bind answered by a machine that is not an eip node: the address is in use on the LAN and was not bound.
+# HELP eip_address_conflicts_total Probes before a bind, or before a load-balancer address is assigned, answered by a machine that is not an eip node: the address is in use on the LAN and was not bound or assigned.
 # TYPE eip_address_conflicts_total counter
 eip_address_conflicts_total 1
 # HELP eip_announcements_sent_total Gratuitous ARP and unsolicited neighbour advertisement packets sent.
