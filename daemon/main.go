@@ -27,6 +27,7 @@ import (
 
 	"github.com/eip-project/eip/internal/agent"
 	"github.com/eip-project/eip/internal/bgp"
+	"github.com/eip-project/eip/internal/lanlive"
 	"github.com/eip-project/eip/internal/lease"
 	"github.com/eip-project/eip/internal/metrics"
 	"github.com/eip-project/eip/internal/netif"
@@ -191,6 +192,9 @@ func run(o options) error {
 			return netif.WatchClaims(ctx, log, iface, out)
 		},
 		AddrEvents: addrEvents, LinkEvents: linkEvents, APIServer: apiServer, ProbeWait: probeWait,
+		ListenLAN: func(port uint16, out chan<- lanlive.Received) (agent.LANConn, error) {
+			return lanlive.Listen(port, out)
+		},
 		Clock: clk, Log: log, Metrics: m,
 	})
 	if err != nil {

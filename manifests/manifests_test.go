@@ -257,7 +257,12 @@ func TestDaemonSet(t *testing.T) {
 	}
 	assert.DeepEqual(t, env, map[string]string{"NODE_NAME": "spec.nodeName", "POD_NAMESPACE": "metadata.namespace"})
 
-	assert.DeepEqual(t, c.Ports, []corev1.ContainerPort{{Name: "metrics", ContainerPort: metricsPort, Protocol: corev1.ProtocolTCP}})
+	// The liveness port is the default of liveness-port, which the
+	// ConfigMap leaves as it is.
+	assert.DeepEqual(t, c.Ports, []corev1.ContainerPort{
+		{Name: "metrics", ContainerPort: metricsPort, Protocol: corev1.ProtocolTCP},
+		{Name: "liveness", ContainerPort: config.DefaultLivenessPort, Protocol: corev1.ProtocolUDP},
+	})
 	assert.Check(t, slices.Contains(c.Args, "--metrics-addr=:9402"), "%q", c.Args)
 	for probe, path := range map[*corev1.Probe]string{c.LivenessProbe: "/healthz", c.ReadinessProbe: "/readyz"} {
 		assert.Assert(t, probe != nil && probe.HTTPGet != nil, path)

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 )
 
 // blockTable is the nftables table BlockAPI installs in a node namespace.
@@ -101,3 +102,56 @@ func (c *Cluster) Kubectl(ctx context.Context, args ...string) ([]byte, error) {
 
 // KubectlPath is the kubectl built with the control plane.
 func (c *Cluster) KubectlPath() string { return filepath.Join(c.opts.K8sBinDir, "kubectl") }
+
+// udpTable is the nftables table BlockUDP installs in a node namespace.
+const udpTable = "eip_testenv_udp"
+
+// BlockUDP drops, inside the node's namespace, the UDP datagrams to port
+// that the node sends (out) and those it receives (in); with peers, only
+// those to and from these nodes. Everything else, the API server and ARP
+// included, still works: a firewall rule or a lossy queue for one kind of
+// traffic.
+func (c *Cluster) BlockUDP(ctx context.Context, node string, port uint16, out, in bool, peers ...string) error {
+	n, err := c.nodeEndpoint(node)
+	if err != nil {
+		return err
+	}
+	var match, from string
+	if len(peers) > 0 {
+		var v4 []string
+		for _, p := range peers {
+			pe, err := c.nodeEndpoint(p)
+			if err != nil {
+				return err
+			}
+			v4 = append(v4, pe.ipv4.String())
+		}
+		match = "ip daddr { " + strings.Join(v4, ", ") + " } "
+		from = "ip saddr { " + strings.Join(v4, ", ") + " } "
+	}
+	var rules strings.Builder
+	fmt.Fprintf(&rules, "table inet %s {\n", udpTable)
+	if out {
+		fmt.Fprintf(&rules, "\tchain output {\n\t\ttype filter hook output priority 0; policy accept;\n\t\t%sudp dport %d drop\n\t}\n", match, port)
+	}
+	if in {
+		fmt.Fprintf(&rules, "\tchain input {\n\t\ttype filter hook input priority 0; policy accept;\n\t\t%sudp dport %d drop\n\t}\n", from, port)
+	}
+	rules.WriteString("}\n")
+	if err := run(ctx, []byte(rules.String()), "ip", "netns", "exec", n.ns.name, "nft", "-f", "-"); err != nil {
+		return fmt.Errorf("block UDP port %d for %s: %w", port, node, err)
+	}
+	return nil
+}
+
+// UnblockUDP undoes BlockUDP.
+func (c *Cluster) UnblockUDP(ctx context.Context, node string) error {
+	n, err := c.nodeEndpoint(node)
+	if err != nil {
+		return err
+	}
+	if err := run(ctx, nil, "ip", "netns", "exec", n.ns.name, "nft", "delete", "table", "inet", udpTable); err != nil {
+		return fmt.Errorf("unblock UDP for %s: %w", node, err)
+	}
+	return nil
+}

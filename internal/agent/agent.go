@@ -51,6 +51,9 @@ type Options struct {
 	// APIServer are the addresses eipd reaches the API server at: never
 	// bound, like the nodes' own addresses.
 	APIServer []netip.Addr
+	// ListenLAN opens the port of liveness over the LAN (lanlive.Listen);
+	// nil leaves this node on heartbeat liveness alone.
+	ListenLAN ListenLAN
 
 	Clock clock.WithTicker
 	Log   *slog.Logger

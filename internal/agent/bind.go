@@ -40,7 +40,7 @@ func (s *state) ifaceFor(ip netip.Addr, b config.Binding) (string, error) {
 // (loopLate).
 func (s *state) canBind(iface string) bool {
 	now := s.a.clk.Now()
-	return !s.linkDown[iface] && !s.fenced && s.writable(now) && !s.loopLate(now)
+	return !s.linkDown[iface] && !s.fenced && !s.unheard && s.writable(now) && !s.loopLate(now)
 }
 
 // lateAfter is how long after the loop's last tick it counts as late

@@ -18,6 +18,7 @@ import (
 	"github.com/eip-project/eip/internal/bgp"
 	"github.com/eip-project/eip/internal/config"
 	"github.com/eip-project/eip/internal/ipset"
+	"github.com/eip-project/eip/internal/lanlive"
 	"github.com/eip-project/eip/internal/lease"
 	"github.com/eip-project/eip/internal/netif"
 	"github.com/eip-project/eip/internal/policy"
@@ -130,6 +131,18 @@ type state struct {
 	alloc     *allocator
 	lifetime  *keeper
 	conflicts addrConflicts
+
+	// Liveness over the LAN (lan.go): the socket and its port, what
+	// arrives on it, and whether a peer no longer hears this node (and
+	// when it may stop hearing it).
+	lanConn   LANConn
+	lanPort   uint16
+	lanIn     chan lanlive.Received
+	unheard   bool
+	unheardAt time.Time
+	// slowUntil: until then the watch is judged at the pace of slow
+	// heartbeats (setLANTimings).
+	slowUntil time.Time
 }
 
 func newState(a *Agent) *state {
@@ -160,6 +173,7 @@ func newState(a *Agent) *state {
 		jobs:      make(chan write, 4096),
 		results:   make(chan writeResult, 64),
 		claims:    make(chan netif.Claim, 64),
+		lanIn:     make(chan lanlive.Received, 256),
 		hb:        &heartbeater{a: a},
 		alloc:     newAllocator(),
 		conflicts: newAddrConflicts(),
@@ -177,6 +191,7 @@ func (s *state) run(ctx context.Context, stop chan struct{}) error {
 	s.lifetime.configure(s.cfg)
 	go s.lifetime.run(stop)
 	s.live = lease.NewLiveness(s.a.opt.Node, s.cfg.RenewInterval, 2*s.cfg.RenewInterval)
+	s.configureLAN()
 	ticker := s.a.clk.NewTicker(s.cfg.RenewInterval)
 	interval := s.cfg.RenewInterval
 	timer := s.a.clk.NewTimer(time.Hour)
@@ -220,8 +235,10 @@ func (s *state) run(ctx context.Context, stop chan struct{}) error {
 			s.linkEvent(ev)
 		case c := <-s.claims:
 			s.claim(c)
+		case rx := <-s.lanIn:
+			pass = s.lanDatagram(rx)
 		case <-timer.C():
-			pass = s.passDue(s.a.clk.Now())
+			pass = s.checkUnheard(s.a.clk.Now()) || s.passDue(s.a.clk.Now())
 		}
 		if pass {
 			s.drain(ticker.C())
@@ -273,6 +290,8 @@ func (s *state) drain(tick <-chan time.Time) {
 			s.linkEvent(ev)
 		case c := <-s.claims:
 			s.claim(c)
+		case rx := <-s.lanIn:
+			s.lanDatagram(rx)
 		default:
 			return
 		}
@@ -285,9 +304,14 @@ func (s *state) writable(now time.Time) bool {
 	return s.cfgLoaded && s.apiOK(now) && !s.needBarrier && s.live.SelfSeenSince(s.barrier) && s.live.Connected(now)
 }
 
-// apiOK: the last renewal succeeded, recently enough.
+// apiOK: the last renewal succeeded, recently enough: within half of the
+// duration it was renewed with (a slow heartbeat lasts renewFactor lease
+// durations). Judged against the fast pace alone, a node on slow
+// heartbeats could write and bind only in the second after each renewal,
+// and a takeover or a hand-off would wait for the next one.
 func (s *state) apiOK(now time.Time) bool {
-	return !s.renewFailing && !s.lastRenewOK.IsZero() && now.Sub(s.lastRenewOK) <= s.cfg.LeaseDuration/2
+	window := s.cfg.LeaseDuration / 2 * time.Duration(s.renewFactor(now))
+	return !s.renewFailing && !s.lastRenewOK.IsZero() && now.Sub(s.lastRenewOK) <= window
 }
 
 func (s *state) requestRenew() {
@@ -317,33 +341,48 @@ func (s *state) renewal() renewal {
 	conflicts, claims := s.conflicts.report(s.a.clk.Now())
 	r := renewal{
 		status: lease.HeartbeatStatus{Eligible: s.selfEligible && !s.shutting, Error: s.statusError(), Held: len(s.bound), BGP: s.bgpSessions,
-			MACs: s.ownMACs(), Conflicts: conflicts, Claims: claims},
+			MACs: s.ownMACs(), Conflicts: conflicts, Claims: claims, LivenessPort: s.lanPort},
 		// Neither the duration nor the timeout may be shorter than what
 		// peers need to see the renewal; a renewal slower than half a
 		// lease is a failure as far as holding addresses goes.
 		duration: s.cfg.LeaseDuration,
 		timeout:  max(s.cfg.LeaseDuration/2, s.cfg.RenewInterval),
 	}
-	if s.idle() {
-		r.duration *= idleRenewFactor
-	}
+	r.duration *= time.Duration(s.renewFactor(s.a.clk.Now()))
 	return r
 }
 
-// renewDue: the tick renews every renew interval, an idle node every
-// idleRenewFactor of them, and any node at once when what it says of
-// itself changed (it became eligible, say).
+// renewFactor is how many renew intervals this node's heartbeat lasts: one,
+// or more when nobody needs it renewed often: the node is idle, or its
+// liveness goes over the LAN (lanSlow).
+func (s *state) renewFactor(now time.Time) int {
+	switch {
+	case s.lanSlow(now):
+		return s.slowFactor()
+	case s.idle():
+		return idleRenewFactor
+	}
+	return 1
+}
+
+// renewDue: the tick renews every renew interval, a slow heartbeat every
+// renewFactor of them, and any node at once when what it says of itself
+// changed (it became eligible, say).
 func (s *state) renewDue(now time.Time) bool {
-	if !s.idle() || s.lastRenewAsked.IsZero() || s.renewFailing {
+	factor := s.renewFactor(now)
+	if factor == 1 || s.lastRenewAsked.IsZero() || s.renewFailing {
 		return true
 	}
 	if hb, ok := s.live.Heartbeat(s.a.opt.Node); ok {
 		want := s.renewal()
-		if hb.Eligible != want.status.Eligible || hb.Error != want.status.Error || hb.BGP != want.status.BGP || hb.Duration != want.duration.Truncate(time.Second) {
+		st := want.status
+		if hb.Eligible != st.Eligible || hb.Error != st.Error || hb.BGP != st.BGP || hb.MACs != st.MACs ||
+			hb.Conflicts != st.Conflicts || hb.Claims != st.Claims || hb.LivenessPort != st.LivenessPort ||
+			hb.Duration != want.duration.Truncate(time.Second) {
 			return true
 		}
 	}
-	return now.Sub(s.lastRenewAsked) >= idleRenewFactor*s.cfg.RenewInterval-s.cfg.RenewInterval/2
+	return now.Sub(s.lastRenewAsked) >= time.Duration(factor)*s.cfg.RenewInterval-s.cfg.RenewInterval/2
 }
 
 func (s *state) statusError() string {
@@ -408,6 +447,9 @@ func (s *state) tick() {
 		clear(s.lateBinds)
 	}
 	s.observeSessions()
+	s.sendLiveness(now)
+	s.checkUnheard(now)
+	s.setLANTimings()
 	if s.renewDue(now) {
 		s.requestRenew()
 	}
@@ -437,12 +479,12 @@ func (s *state) passDue(now time.Time) bool {
 // nextWake is when the timer should wake the loop: a decision's time, or
 // the next moment a node's verdict changes if no heartbeat does.
 func (s *state) nextWake(now time.Time) time.Time {
+	expiry, _ := s.live.NextExpiry(now)
 	next := s.wake
-	if t := s.ipWakeMin; !t.IsZero() && (next.IsZero() || t.Before(next)) {
-		next = t
-	}
-	if t, ok := s.live.NextExpiry(now); ok && (next.IsZero() || t.Before(next)) {
-		next = t
+	for _, t := range []time.Time{s.ipWakeMin, expiry, s.unheardAt} {
+		if !t.IsZero() && (next.IsZero() || t.Before(next)) {
+			next = t
+		}
 	}
 	return next
 }
@@ -621,6 +663,7 @@ func (s *state) reconcile() {
 		s.dirtyCM = false
 		changed = s.loadConfig()
 		s.lifetime.configure(s.cfg)
+		s.configureLAN()
 	}
 	all, err := s.a.leases.List(labels.Everything())
 	if err != nil {
@@ -1109,6 +1152,9 @@ func (s *state) eligibleSelf() (ok bool, why string, missingIface bool) {
 	if !s.cfgLoaded {
 		return false, "no valid configuration", false
 	}
+	if s.unheard {
+		return false, fmt.Sprintf("peers do not hear this node's liveness datagrams (UDP port %d)", s.lanPort), false
+	}
 	if len(s.cfg.Ranges) == 0 {
 		// Without ranges this node manages no IP: peers must not hand it any.
 		return false, "no ranges are configured", false
@@ -1219,6 +1265,7 @@ func (s *state) shutdown() error {
 	if err := s.heartbeatNow(renewal{remove: true, timeout: s.cfg.LeaseDuration}); err != nil {
 		s.log.Warn("delete heartbeat", "err", err)
 	}
+	s.closeLAN()
 	s.log.Info("stopped")
 	return nil
 }

@@ -118,6 +118,10 @@ type Config struct {
 	// FenceAfter is, with APILossFence, how long after its last successful
 	// renewal was sent a node unbinds everything.
 	FenceAfter time.Duration
+	// LivenessPort is the UDP port on which eipds tell each other they are
+	// alive (docs/design.md, Liveness over the LAN); 0 when off, and then
+	// liveness is judged from the heartbeat Leases alone.
+	LivenessPort uint16
 	// PreferredNodes are node names in order of preference.
 	PreferredNodes []string
 	// Ranges are the address ranges eip may bind, sorted by First (IPv4
@@ -143,8 +147,19 @@ func Default() Config {
 		RenewInterval: 500 * time.Millisecond,
 		APILoss:       APILossHold,
 		FenceAfter:    defaultFenceAfter(lease),
+		LivenessPort:  DefaultLivenessPort,
 	}
 }
+
+// DefaultLivenessPort is the UDP port of liveness over the LAN, next to the
+// metrics port (9402).
+const DefaultLivenessPort = 9403
+
+// LANLiveness reports whether peers' liveness is carried over the LAN: a
+// liveness port is set and api-loss is hold. Fencing is timed against the
+// last renewal sent, so with api-loss=fence heartbeats stay the only
+// liveness, renewed every renew-interval.
+func (c Config) LANLiveness() bool { return c.LivenessPort != 0 && c.APILoss == APILossHold }
 
 func defaultFenceAfter(lease time.Duration) time.Duration { return lease / 4 * 3 }
 
@@ -207,7 +222,7 @@ func (c Config) Equal(o Config) bool {
 	return c.Iface == o.Iface && c.Netmask4 == o.Netmask4 && c.Netmask6 == o.Netmask6 &&
 		c.Policy == o.Policy && selectorString(c.NodeSelector) == selectorString(o.NodeSelector) &&
 		c.LeaseDuration == o.LeaseDuration && c.RenewInterval == o.RenewInterval &&
-		c.APILoss == o.APILoss && c.FenceAfter == o.FenceAfter &&
+		c.APILoss == o.APILoss && c.FenceAfter == o.FenceAfter && c.LivenessPort == o.LivenessPort &&
 		slices.Equal(c.PreferredNodes, o.PreferredNodes) &&
 		slices.EqualFunc(c.Ranges, o.Ranges, Range.sameEffect) && c.BGP.Equal(o.BGP)
 }

@@ -33,6 +33,11 @@
 //	api-loss        "hold" (default) or "fence".
 //	fence-after     same syntax; longer than renew-interval and shorter than
 //	                lease-duration. Default 3/4 of lease-duration.
+//	liveness-port   UDP port, 1024 to 65535, on which eipds tell each other
+//	                over the LAN that they are alive, or "off" (also "0"):
+//	                liveness from heartbeat Leases alone, each renewed every
+//	                renew-interval. Default 9403. No effect with
+//	                api-loss=fence.
 //	preferred-nodes node names separated by commas or whitespace, in order of
 //	                preference. Default none.
 //	ranges          the address ranges eip may bind, one a line (below).

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -23,6 +24,7 @@ const (
 	keyRenewInterval  = "renew-interval"
 	keyAPILoss        = "api-loss"
 	keyFenceAfter     = "fence-after"
+	keyLivenessPort   = "liveness-port"
 	keyPreferredNodes = "preferred-nodes"
 	keyRanges         = "ranges"
 )
@@ -37,7 +39,7 @@ const (
 // Keys returns the ConfigMap keys Parse understands, in the order it reads them.
 func Keys() []string {
 	return []string{keyIface, keyNetmask, keyNetmask6, keyPolicy, keyNodeSelector,
-		keyLeaseDuration, keyRenewInterval, keyAPILoss, keyFenceAfter, keyPreferredNodes, keyRanges,
+		keyLeaseDuration, keyRenewInterval, keyAPILoss, keyFenceAfter, keyLivenessPort, keyPreferredNodes, keyRanges,
 		keyBGPASN, keyBGPRouterID, keyBGPPeers}
 }
 
@@ -102,6 +104,13 @@ func Parse(data map[string]string) (Config, error) {
 		}
 	}
 	errs = errors.Join(errs, c.parseDurations(value))
+	if v, ok := value(keyLivenessPort); ok {
+		if p, err := parseLivenessPort(v); err != nil {
+			bad(keyLivenessPort, v, err)
+		} else {
+			c.LivenessPort = p
+		}
+	}
 	if v, ok := value(keyPreferredNodes); ok {
 		errs = errors.Join(errs, c.parsePreferredNodes(v))
 	}
@@ -125,6 +134,10 @@ func Parse(data map[string]string) (Config, error) {
 	}
 	if _, set := value(keyFenceAfter); set && c.APILoss != APILossFence {
 		c.Warnings = append(c.Warnings, fmt.Sprintf("%s has no effect unless %s is %q", keyFenceAfter, keyAPILoss, APILossFence))
+	}
+	if _, set := value(keyLivenessPort); set && c.LivenessPort != 0 && c.APILoss == APILossFence {
+		c.Warnings = append(c.Warnings, fmt.Sprintf("%s has no effect with %s %q: fencing is timed against heartbeats renewed every renew-interval, so liveness is judged from them alone",
+			keyLivenessPort, keyAPILoss, APILossFence))
 	}
 	if errs != nil {
 		return Config{Warnings: c.Warnings}, errs
@@ -214,4 +227,17 @@ func (c *Config) parsePreferredNodes(v string) error {
 		c.PreferredNodes = append(c.PreferredNodes, n)
 	}
 	return errs
+}
+
+// parseLivenessPort reads liveness-port: a UDP port from 1024 to 65535, or
+// "off" (also "0") for liveness judged from heartbeat Leases alone.
+func parseLivenessPort(v string) (uint16, error) {
+	if v == "off" || v == "0" {
+		return 0, nil
+	}
+	p, err := strconv.ParseUint(v, 10, 16)
+	if err != nil || p < 1024 {
+		return 0, errors.New(`is not a port: use a UDP port from 1024 to 65535 (eipd binds it without privileges), or "off"`)
+	}
+	return uint16(p), nil
 }

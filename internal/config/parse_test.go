@@ -36,6 +36,8 @@ func TestDefault(t *testing.T) {
 	assert.Equal(t, d.RenewInterval, 500*time.Millisecond)
 	assert.Equal(t, d.APILoss, config.APILossHold)
 	assert.Equal(t, d.FenceAfter, 1500*time.Millisecond)
+	assert.Equal(t, d.LivenessPort, uint16(9403))
+	assert.Assert(t, d.LANLiveness())
 	assert.Equal(t, len(d.PreferredNodes), 0)
 }
 
@@ -165,6 +167,20 @@ func TestParseKeys(t *testing.T) {
 			err: []string{`fence-after "500ms" must be longer than renew-interval "500ms": otherwise a healthy node fences between two renewals`}},
 		{name: "fence-after bad", data: map[string]string{"fence-after": "soon"}, err: []string{`fence-after "soon" is not a duration`}},
 
+		// liveness-port
+		{name: "liveness port", data: map[string]string{"liveness-port": "17946"}, want: func(c *config.Config) { c.LivenessPort = 17946 }},
+		{name: "liveness off", data: map[string]string{"liveness-port": "off"}, want: func(c *config.Config) { c.LivenessPort = 0 }},
+		{name: "liveness zero", data: map[string]string{"liveness-port": "0"}, want: func(c *config.Config) { c.LivenessPort = 0 }},
+		{name: "liveness privileged", data: map[string]string{"liveness-port": "80"},
+			err: []string{`liveness-port "80" is not a port: use a UDP port from 1024 to 65535 (eipd binds it without privileges), or "off"`}},
+		{name: "liveness too big", data: map[string]string{"liveness-port": "65536"}, err: []string{`liveness-port "65536" is not a port`}},
+		{name: "liveness words", data: map[string]string{"liveness-port": "udp"}, err: []string{`liveness-port "udp" is not a port`}},
+		{name: "liveness with fence", data: map[string]string{"api-loss": "fence", "liveness-port": "9403"},
+			want: func(c *config.Config) {
+				c.APILoss = config.APILossFence
+				c.Warnings = []string{`liveness-port has no effect with api-loss "fence": fencing is timed against heartbeats renewed every renew-interval, so liveness is judged from them alone`}
+			}},
+
 		// preferred-nodes
 		{name: "preferred", data: map[string]string{"preferred-nodes": "node-b, node-a\n\tnode-c.example.com,,"},
 			want: func(c *config.Config) { c.PreferredNodes = []string{"node-b", "node-a", "node-c.example.com"} }},
@@ -255,5 +271,5 @@ func TestKeys(t *testing.T) {
 	c, err := config.Parse(data)
 	assert.NilError(t, err)
 	assert.Equal(t, len(c.Warnings), 0, fmt.Sprint(c.Warnings))
-	assert.Equal(t, len(config.Keys()), 14)
+	assert.Equal(t, len(config.Keys()), 15)
 }

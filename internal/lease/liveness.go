@@ -31,6 +31,7 @@ type Liveness struct {
 	// selfRenew is the renewTime of our own heartbeat as last observed
 	// through the stream; it is our own clock, so we may compare it.
 	selfRenew time.Time
+	lan       lanState // liveness over the LAN, see lan.go
 }
 
 type observed struct {
@@ -40,6 +41,10 @@ type observed struct {
 	status   Heartbeat
 	// presumed: at was granted by a break of the stream, not by a change.
 	presumed bool
+	// sign is the latest sign of life over the LAN: a datagram of the
+	// node, or a peer's report of one. granted is when a break of the LAN
+	// (or the node's first heartbeat) granted it a fresh duration.
+	sign, granted time.Time
 }
 
 // NewLiveness returns a tracker for the node named self. Nobody is judged
@@ -66,7 +71,9 @@ func (l *Liveness) Observe(h Heartbeat, now time.Time) {
 		return
 	}
 	if !ok {
-		o = &observed{}
+		// Over the LAN too, a node seen for the first time gets a whole
+		// lease duration before it can be judged dead.
+		o = &observed{granted: now}
 		l.nodes[h.Node] = o
 	}
 	o.version, o.duration, o.at, o.status, o.presumed = h.Version, h.Duration, now, h, false
@@ -116,7 +123,13 @@ func (l *Liveness) Alive(node string, now time.Time) bool {
 	if !ok {
 		return false
 	}
-	if node == l.self || now.Sub(o.at) < o.duration {
+	if node == l.self {
+		return true
+	}
+	if l.onLAN(o, now) {
+		return now.Sub(lastSign(o)) < l.lan.duration
+	}
+	if now.Sub(o.at) < o.duration {
 		return true
 	}
 	return now.Sub(l.fresh) > l.tail
@@ -133,7 +146,13 @@ func (l *Liveness) Renewing(node string, now time.Time) bool {
 	if !ok {
 		return false
 	}
-	return node == l.self || !o.presumed && now.Sub(o.at) < o.duration
+	if node == l.self {
+		return true
+	}
+	if l.onLAN(o, now) {
+		return now.Sub(seen(o)) < l.lan.duration
+	}
+	return !o.presumed && now.Sub(o.at) < o.duration
 }
 
 // NextExpiry returns the earliest time after now at which a verdict on an
@@ -152,6 +171,14 @@ func (l *Liveness) NextExpiry(now time.Time) (time.Time, bool) {
 			continue
 		}
 		consider(o.at.Add(o.duration))
+		if l.lan.duration > 0 && o.status.LivenessPort != 0 {
+			consider(seen(o).Add(l.lan.duration))
+			consider(lastSign(o).Add(l.lan.duration))
+		}
+	}
+	if l.lan.duration > 0 && !l.lan.fresh.IsZero() {
+		// Verdicts fall back to the heartbeats when the LAN goes quiet.
+		consider(l.lan.fresh.Add(l.lan.tail))
 	}
 	return next, !next.IsZero()
 }
@@ -163,6 +190,9 @@ func (l *Liveness) DeadSince(node string, now time.Time) (time.Time, bool) {
 	o, ok := l.nodes[node]
 	if !ok || l.Alive(node, now) {
 		return time.Time{}, false
+	}
+	if l.onLAN(o, now) {
+		return lastSign(o).Add(l.lan.duration), true
 	}
 	return o.at.Add(o.duration), true
 }

@@ -43,6 +43,9 @@ const (
 	// claims too; see FormatAnswers.
 	AnnotationConflicts = "eip.io/conflicts"
 	AnnotationClaims    = "eip.io/claims"
+	// AnnotationLivenessPort on a heartbeat is the UDP port on which the
+	// node sends and hears liveness over the LAN; absent when it does not.
+	AnnotationLivenessPort = "eip.io/liveness-port"
 )
 
 // heartbeatPrefix starts every heartbeat Lease name. No IP text starts with

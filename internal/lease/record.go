@@ -149,6 +149,9 @@ type Heartbeat struct {
 	// binds that a stranger claims too (see ParseAnswers). They are kept
 	// as written, so that a Heartbeat stays comparable.
 	MACs, Conflicts, Claims string
+	// LivenessPort is the UDP port of the node's liveness over the LAN, 0
+	// when it has none (docs/design.md, Liveness over the LAN).
+	LivenessPort uint16
 	// Version changes with every renewal; observers compare it, never times.
 	Version string
 }
@@ -168,6 +171,9 @@ func ParseHeartbeat(l *coordinationv1.Lease) (Heartbeat, error) {
 		Conflicts: l.Annotations[AnnotationConflicts],
 		Claims:    l.Annotations[AnnotationClaims],
 		Version:   l.ResourceVersion,
+	}
+	if p, err := strconv.ParseUint(l.Annotations[AnnotationLivenessPort], 10, 16); err == nil {
+		h.LivenessPort = uint16(p)
 	}
 	if h.Held, _ = strconv.Atoi(l.Annotations[AnnotationHeld]); h.Held < 0 {
 		h.Held = 0
@@ -196,6 +202,8 @@ type HeartbeatStatus struct {
 	// are FormatAnswers of the IPs it does not bind because a stranger
 	// answers for them, and of those it binds that a stranger claims.
 	MACs, Conflicts, Claims string
+	// LivenessPort is the UDP port of liveness over the LAN; 0 without.
+	LivenessPort uint16
 }
 
 // RenewedHeartbeat returns the heartbeat Lease of node renewed at now: a copy
@@ -231,6 +239,11 @@ func RenewedHeartbeat(current *coordinationv1.Lease, namespace, node string, dur
 		} else {
 			l.Annotations[key] = v
 		}
+	}
+	if st.LivenessPort == 0 {
+		delete(l.Annotations, AnnotationLivenessPort)
+	} else {
+		l.Annotations[AnnotationLivenessPort] = strconv.Itoa(int(st.LivenessPort))
 	}
 	holder := node
 	l.Spec.HolderIdentity = &holder

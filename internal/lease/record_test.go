@@ -162,7 +162,7 @@ func TestWithMoveTo(t *testing.T) {
 
 func TestHeartbeatRoundTrip(t *testing.T) {
 	created := lease.RenewedHeartbeat(nil, ns, "node-a", 1500*time.Millisecond,
-		lease.HeartbeatStatus{Eligible: true, Held: 12}, at(0))
+		lease.HeartbeatStatus{Eligible: true, Held: 12, LivenessPort: 9403}, at(0))
 	assert.Equal(t, created.Name, "eip-node-node-a")
 	assert.Equal(t, created.Namespace, ns)
 	assert.Equal(t, created.Labels[lease.RoleLabel], lease.RoleHeartbeat)
@@ -175,7 +175,7 @@ func TestHeartbeatRoundTrip(t *testing.T) {
 	assert.NilError(t, err)
 	assert.DeepEqual(t, h, lease.Heartbeat{
 		Node: "node-a", Duration: 2 * time.Second, RenewTime: at(0),
-		Eligible: true, Held: 12, Version: "100",
+		Eligible: true, Held: 12, LivenessPort: 9403, Version: "100",
 	})
 
 	later := at(500 * time.Millisecond)
@@ -209,6 +209,8 @@ func TestHeartbeatRoundTrip(t *testing.T) {
 		_, ok := healed.Annotations[key]
 		assert.Assert(t, !ok, "a cleared %s leaves no annotation", key)
 	}
+	_, ok := lan.Annotations[lease.AnnotationLivenessPort]
+	assert.Assert(t, !ok, "a node without liveness over the LAN names no port")
 	assert.Equal(t, *healed.Spec.LeaseDurationSeconds, int32(1))
 }
 

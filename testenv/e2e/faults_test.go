@@ -184,12 +184,39 @@ func TestFaultAPIServerStoppedFence(t *testing.T) {
 }
 
 // 2. The holder loses only its path to the API server; its LAN link stays
-// up. A survivor takes the IP over once the holder's heartbeat has not
-// changed for a lease duration, and the old holder, which cannot renew,
-// unbinds as soon as it hears the survivor's gratuitous ARP. When its API
-// path returns it takes nothing back.
-func TestFaultHolderLosesAPIServerOnly(t *testing.T) {
+// up. With liveness over the LAN (the default) its peers still hear it:
+// it keeps serving, nobody takes over, and nothing moves when its API path
+// returns.
+func TestFaultHolderLosesAPIServerOnlyLAN(t *testing.T) {
 	e := newEnv(t, defaultConfig())
+	ip := testenv.ServiceIP(116)
+	st := e.startPoint(ip)
+	old := st.holders[ip]
+
+	unblock := e.blockAPI(old)
+	e.throughout(old+" cut off the API server: still heard on the LAN, nothing moves", 4*leaseDuration,
+		e.stillAnswering(st.probes, st.holders, time.Second))
+	e.logged(st.mark, old, "heartbeat renewal failed; holding what is bound")
+	unblock()
+	e.heartbeatsFresh(e.nodes...)
+	e.throughout(old+" back on the API: nothing moves", 2*leaseDuration, e.stillAnswering(st.probes, st.holders, time.Second))
+	e.assertNothingMoved(st.before, e.lockStates(ip))
+	r := st.probes[ip].Stop()
+	e.clientView("holder "+old+" cut off the API server (LAN liveness)", r)
+	e.noTwoMACs(r)
+	assert.Check(t, r.Lost() <= r.Sent/100, "%d of %d requests lost", r.Lost(), r.Sent)
+	rep := st.w.report()[ip]
+	assert.Check(t, len(rep.double) == 0 && len(rep.unbound) == 0, "%s", rep)
+}
+
+// 2a. The same with liveness-port off: a survivor takes the IP over once
+// the holder's heartbeat has not changed for a lease duration, and the old
+// holder, which cannot renew, unbinds as soon as it hears the survivor's
+// gratuitous ARP. When its API path returns it takes nothing back.
+func TestFaultHolderLosesAPIServerOnly(t *testing.T) {
+	cfg := defaultConfig()
+	cfg["liveness-port"] = "off"
+	e := newEnv(t, cfg)
 	ip := testenv.ServiceIP(113)
 	st := e.startPoint(ip)
 	old, p, w, mark := st.holders[ip], st.probes[ip], st.w, st.mark

@@ -316,8 +316,10 @@ func (e *env) probeAll(ips ...netip.Addr) map[netip.Addr]*testenv.Probe {
 }
 
 // heartbeatsFresh waits until every running daemon's heartbeat was renewed
-// within the last second (its renewTime is the node's clock, which is this
-// machine's).
+// within its last renewal period and a second (its renewTime is the node's
+// clock, which is this machine's). A heartbeat is renewed four times per
+// lease duration: every 500 ms, or every 5 s while liveness goes over the
+// LAN and the heartbeat lasts 20 s.
 func (e *env) heartbeatsFresh(nodes ...string) {
 	e.t.Helper()
 	e.eventually("heartbeats renewed", func() (bool, string) {
@@ -326,7 +328,11 @@ func (e *env) heartbeatsFresh(nodes ...string) {
 			if err != nil {
 				return false, err.Error()
 			}
-			if l.Spec.RenewTime == nil || time.Since(l.Spec.RenewTime.Time) > time.Second {
+			var period time.Duration
+			if d := l.Spec.LeaseDurationSeconds; d != nil {
+				period = time.Duration(*d) * time.Second / 4
+			}
+			if l.Spec.RenewTime == nil || time.Since(l.Spec.RenewTime.Time) > period+time.Second {
 				return false, n + " not renewed recently"
 			}
 		}

@@ -1,0 +1,224 @@
+package agent
+
+import (
+	"fmt"
+	"net/netip"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/eip-project/eip/internal/lanlive"
+)
+
+// LANConn sends liveness datagrams to peers (lanlive.Conn).
+type LANConn interface {
+	Send(to netip.AddrPort, b []byte) error
+	Close() error
+}
+
+// ListenLAN opens the liveness port, delivering what arrives to out
+// (lanlive.Listen).
+type ListenLAN func(port uint16, out chan<- lanlive.Received) (LANConn, error)
+
+// configureLAN opens, moves or closes the liveness socket after the
+// configuration changed (docs/design.md, Liveness over the LAN). A port
+// that cannot be opened leaves this node on heartbeat liveness alone: its
+// heartbeat names no port and it renews every renew interval, so peers
+// still judge it, only through the API server.
+func (s *state) configureLAN() {
+	want := uint16(0)
+	if s.cfg.LANLiveness() && s.a.opt.ListenLAN != nil {
+		want = s.cfg.LivenessPort
+	}
+	if want == s.lanPort && (want == 0) == (s.lanConn == nil) {
+		s.setLANTimings()
+		return
+	}
+	s.closeLAN()
+	if want != 0 {
+		conn, err := s.a.opt.ListenLAN(want, s.lanIn)
+		if err != nil {
+			s.log.Error("liveness over the LAN is off on this node; peers judge it from its heartbeat alone", "port", want, "err", err)
+		} else {
+			s.lanConn, s.lanPort = conn, want
+			s.log.Info("liveness over the LAN", "port", want)
+		}
+	}
+	s.setLANTimings()
+}
+
+func (s *state) closeLAN() {
+	if s.lanConn != nil {
+		if err := s.lanConn.Close(); err != nil {
+			s.log.Warn("close the liveness port", "err", err)
+		}
+	}
+	s.lanConn, s.lanPort, s.unheard = nil, 0, false
+}
+
+// setLANTimings tells the liveness tracker what this node's LAN and
+// heartbeat look like now. A peer heard within a lease duration is alive;
+// the LAN counts as connected while some peer was heard within two renew
+// intervals. Heartbeats renewed slowly come back through the watch only
+// once per slow period, which is then what "the watch delivers" means.
+func (s *state) setLANTimings() {
+	r := s.cfg.RenewInterval
+	if s.lanConn == nil {
+		s.live.SetLAN(0, 0, 0, time.Time{})
+		s.live.SetTimings(r, 2*r)
+		return
+	}
+	now := s.a.clk.Now()
+	s.live.SetLAN(s.cfg.LeaseDuration, 2*r, 4*r, now)
+	slow := r * time.Duration(s.slowFactor())
+	if s.lanSlow(now) {
+		s.slowUntil = now.Add(2 * slow)
+	}
+	// Back to renewing every renew interval (a peer died, two are left),
+	// the heartbeats in the watch keep their slow pace for a while yet:
+	// judged against the fast one, their silence would look like a break
+	// of the watch, and a break grants every node a fresh lease duration,
+	// which would delay the very failover that made this node fast.
+	if now.Before(s.slowUntil) {
+		r = slow
+	}
+	s.live.SetTimings(r, 2*r)
+}
+
+// lanSlow: this node's liveness goes over the LAN and it hears at least two
+// peers, so a peer that loses one of them still judges it over the LAN.
+// Its heartbeat is then renewed slowly. With fewer peers (two nodes, or
+// the last survivors) a peer that hears nobody would judge it from its
+// heartbeat alone, so the heartbeat is renewed every renew interval.
+func (s *state) lanSlow(now time.Time) bool {
+	return s.lanConn != nil && !s.unheard && s.live.LANPeers(now) >= 2
+}
+
+// slowFactor is how many renew intervals a slow heartbeat lasts: ten, or a
+// fifth of the nodes when that is more. Beyond fifty nodes the slow
+// heartbeats together make five writes per renew interval whatever the
+// number of nodes, and the watch events they cause (one per write and
+// eipd) grow with nodes, not nodes².
+func (s *state) slowFactor() int {
+	return max(idleRenewFactor, len(s.live.Nodes())/5)
+}
+
+// sendLiveness sends this node's datagram to every peer whose heartbeat
+// names a liveness port. It runs on the renew tick, from the owner loop:
+// a stuck loop falls silent, as its heartbeat would.
+func (s *state) sendLiveness(now time.Time) {
+	if s.lanConn == nil {
+		return
+	}
+	msg := lanlive.Encode(lanlive.Message{From: s.a.opt.Node, Ages: s.live.Report(now)})
+	for _, n := range s.live.Nodes() {
+		hb, _ := s.live.Heartbeat(n)
+		if n == s.a.opt.Node || hb.LivenessPort == 0 {
+			continue
+		}
+		to, ok := s.peerAddr(n)
+		if !ok {
+			continue
+		}
+		if err := s.lanConn.Send(netip.AddrPortFrom(to, hb.LivenessPort), msg); err != nil {
+			s.log.Debug("liveness datagram not sent", "to", n, "err", err)
+		}
+	}
+}
+
+// peerAddr is where node hears datagrams: its first InternalIP, IPv4
+// first, or else its first ExternalIP.
+func (s *state) peerAddr(node string) (netip.Addr, bool) {
+	var best netip.Addr
+	rank := func(t corev1.NodeAddressType, ip netip.Addr) int {
+		r := 0
+		if t != corev1.NodeInternalIP {
+			r += 2
+		}
+		if !ip.Is4() {
+			r++
+		}
+		return r
+	}
+	bestRank := 4
+	for _, a := range s.nodeAddresses(node) {
+		if r := rank(a.Type, a.IP); r < bestRank {
+			best, bestRank = a.IP, r
+		}
+	}
+	return best, best.IsValid()
+}
+
+type nodeAddr struct {
+	Type corev1.NodeAddressType
+	IP   netip.Addr
+}
+
+// nodeAddresses are the InternalIP and ExternalIP addresses of node.
+func (s *state) nodeAddresses(node string) []nodeAddr {
+	n, err := s.a.nodes.Get(node)
+	if err != nil {
+		return nil
+	}
+	var out []nodeAddr
+	for _, a := range n.Status.Addresses {
+		if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
+			continue
+		}
+		if ip, err := netip.ParseAddr(a.Address); err == nil {
+			out = append(out, nodeAddr{a.Type, ip.Unmap()})
+		}
+	}
+	return out
+}
+
+// lanDatagram takes in a datagram. It counts only when it comes from an
+// address of the Node it names: another machine on the LAN cannot speak for
+// a node (it could still keep a dead node alive by forging its source;
+// liveness-port can be closed to the LAN's other hosts, see
+// docs/operating.md). It reports whether a pass is needed.
+func (s *state) lanDatagram(rx lanlive.Received) bool {
+	if s.lanConn == nil || rx.Msg.From == s.a.opt.Node {
+		return false
+	}
+	from := false
+	for _, a := range s.nodeAddresses(rx.Msg.From) {
+		from = from || a.IP == rx.Source
+	}
+	if !from {
+		s.log.Debug("liveness datagram from an address that is not its node's; dropped", "node", rx.Msg.From, "source", rx.Source)
+		return false
+	}
+	now := s.a.clk.Now()
+	changed := s.live.Datagram(rx.Msg.From, rx.Msg.Ages, now)
+	return s.checkUnheard(now) || changed
+}
+
+// checkUnheard unbinds everything when a peer that hears others no longer
+// hears this node: it will judge this node dead a lease duration after its
+// last sign of it and take its IPs over, so they must be off this node's
+// interfaces before (fence-after, ¾ of the lease duration by default,
+// after that sign). Drop before you release, for a node whose datagrams
+// are lost one way. While unheard, the node is not eligible: it binds
+// nothing, and hands what it holds to peers that are heard. It reports
+// whether that changed.
+func (s *state) checkUnheard(now time.Time) bool {
+	un, next := s.live.Unheard(now, s.cfg.FenceAfter)
+	s.unheardAt = next
+	if un == s.unheard || s.lanConn == nil {
+		return false
+	}
+	s.unheard = un
+	s.wakeAt(now) // a pass now: eligibility changed
+	if !un {
+		s.log.Info("peers hear this node over the LAN again")
+		return true
+	}
+	s.log.Warn("a peer no longer hears this node over the LAN and will judge it dead; unbinding everything", "port", s.lanPort)
+	s.a.opt.Metrics.Fenced()
+	for ip := range s.bound {
+		s.event(ip, corev1.EventTypeWarning, "Fenced", fmt.Sprintf("unbound %s from %s: peers do not hear its liveness datagrams (UDP port %d)", ip, s.a.opt.Node, s.lanPort))
+		s.unbind(ip, "unheard over the LAN")
+	}
+	return true
+}

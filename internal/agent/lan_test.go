@@ -1,0 +1,203 @@
+package agent
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/eip-project/eip/internal/lanlive"
+	"github.com/eip-project/eip/internal/lease"
+)
+
+// lanNet is the fake LAN of a world: what the loop sends, by destination.
+type lanNet struct {
+	port uint16
+	sent []string
+}
+
+func (n *lanNet) Send(to netip.AddrPort, b []byte) error {
+	m, err := lanlive.Decode(b)
+	if err != nil {
+		return err
+	}
+	n.sent = append(n.sent, fmt.Sprintf("%s from %s", to, m.From))
+	return nil
+}
+
+func (n *lanNet) Close() error { return nil }
+
+// lanWorld is node-a with liveness over the LAN, and peers node-b, node-c
+// and node-d (198.18.0.12 to .14) whose heartbeats name the liveness port.
+func lanWorld(t *testing.T) (*world, *lanNet) {
+	w := newWorld(t, "node-a", defaultTestConfig())
+	net := &lanNet{}
+	w.a.opt.ListenLAN = func(port uint16, _ chan<- lanlive.Received) (LANConn, error) {
+		net.port = port
+		return net, nil
+	}
+	w.s.configureLAN()
+	for i, n := range []string{"node-a", "node-b", "node-c", "node-d"} {
+		if n != "node-a" {
+			w.addNode(n)
+		}
+		node := w.nodeObj(n)
+		node.Status.Addresses = []corev1.NodeAddress{
+			{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("2001:db8::%d", 11+i)},
+			{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("198.18.0.%d", 11+i)},
+		}
+		w.must(w.nodes.Update(node))
+	}
+	for _, n := range []string{"node-b", "node-c", "node-d"} {
+		w.lanHeartbeat(n)
+	}
+	return w, net
+}
+
+// lanHeartbeat renews node's heartbeat as a slow peer would: it names the
+// liveness port and lasts ten lease durations.
+func (w *world) lanHeartbeat(node string) {
+	var cur *coordinationv1.Lease
+	if obj, ok, _ := w.leases.GetByKey(testNS + "/" + lease.HeartbeatName(node)); ok {
+		cur = obj.(*coordinationv1.Lease)
+	}
+	l := lease.RenewedHeartbeat(cur, testNS, node, 10*w.s.cfg.LeaseDuration,
+		lease.HeartbeatStatus{Eligible: true, LivenessPort: 9403}, w.clk.Now())
+	l.ResourceVersion = w.nextRV()
+	w.must(w.leases.Update(l))
+}
+
+// hear delivers a datagram from node, sent from source, with ages.
+func (w *world) hear(node, source string, ages map[string]time.Duration) {
+	w.s.lanDatagram(lanlive.Received{Source: netip.MustParseAddr(source), Msg: lanlive.Message{From: node, Ages: ages}})
+}
+
+// hearing is what the peers that speak send: each reports a fresh sign of
+// node-a and of every other speaker.
+func hearing(peers ...string) map[string]map[string]time.Duration {
+	out := map[string]map[string]time.Duration{}
+	for _, p := range peers {
+		out[p] = map[string]time.Duration{"node-a": 100 * time.Millisecond}
+		for _, q := range peers {
+			if q != p {
+				out[p][q] = 0
+			}
+		}
+	}
+	return out
+}
+
+// lanTick is one renew interval on the LAN: the loop's tick, then a
+// datagram from each of the peers that speak, then a pass.
+func (w *world) lanTick(speak map[string]map[string]time.Duration) {
+	w.step(w.s.cfg.RenewInterval)
+	w.s.tick()
+	for _, n := range slices.Sorted(func(yield func(string) bool) {
+		for n := range speak {
+			if !yield(n) {
+				return
+			}
+		}
+	}) {
+		w.hear(n, map[string]string{"node-b": "198.18.0.12", "node-c": "198.18.0.13", "node-d": "198.18.0.14"}[n], speak[n])
+	}
+	w.pass()
+}
+
+// Peers heard: node-a sends each its datagram at its IPv4 InternalIP
+// every tick, and renews its heartbeat every ten ticks, naming its port,
+// with a duration of ten lease durations.
+func TestLoopLANSlowHeartbeat(t *testing.T) {
+	w, net := lanWorld(t)
+	assert.Equal(t, net.port, uint16(9403))
+	both := hearing("node-b", "node-c", "node-d")
+	w.pass()
+	for range 22 {
+		w.lanTick(both)
+	}
+	first := slices.Sorted(slices.Values(net.sent[:3]))
+	assert.DeepEqual(t, first, []string{
+		"198.18.0.12:9403 from node-a", "198.18.0.13:9403 from node-a", "198.18.0.14:9403 from node-a",
+	})
+	hb := w.get(lease.HeartbeatName("node-a"))
+	assert.Equal(t, hb.Annotations[lease.AnnotationLivenessPort], "9403")
+	assert.DeepEqual(t, w.renewals, []string{
+		"500ms create eligible=true duration=2s",
+		"1s update eligible=true duration=20s",
+		"6s update eligible=true duration=20s",
+		"11s update eligible=true duration=20s",
+	})
+}
+
+// node-b holds an IP and falls silent on the LAN; its slow heartbeat is
+// not due for seconds yet. node-c and node-d still speak, so node-a judges
+// over the LAN, keeps its own slow heartbeat, and takes the IP over a
+// lease duration after node-b's last datagram, exactly once, without
+// waiting for its next renewal. A datagram naming node-b from another
+// address changes nothing.
+func TestLoopLANTakeoverFromSilentPeer(t *testing.T) {
+	w, _ := lanWorld(t)
+	w.lock(testIP(0), "node-b")
+	w.addService("web", testIP(0))
+	w.pass()
+	all := hearing("node-b", "node-c", "node-d")
+	for range 4 {
+		w.lanTick(all)
+	}
+	assert.DeepEqual(t, w.take(), []string(nil))
+	others := hearing("node-c", "node-d")
+	for range 3 {
+		w.lanTick(others)
+		w.hear("node-b", "198.18.0.99", nil)
+		w.pass()
+	}
+	assert.DeepEqual(t, w.take(), []string(nil)) // node-b silent for 1.5 s: alive
+	for range 3 {
+		w.lanTick(others)
+	}
+	assert.DeepEqual(t, w.take(), []string{"update eip-198-18-100-1 holder=node-a", "bind 198.18.100.1"})
+	assert.DeepEqual(t, w.renewals, []string{
+		"500ms create eligible=true duration=2s",
+		"1s update eligible=true duration=20s",
+	})
+}
+
+// A peer that still hears node-c, but whose last sign of node-a grows old,
+// will judge node-a dead: node-a unbinds before (at fence-after, ¾ of the
+// lease duration after that sign) and releases the IP for a peer it hears
+// to take (and probe, as nobody handed it a bound address).
+func TestLoopLANUnheardHandsOff(t *testing.T) {
+	w, _ := lanWorld(t)
+	w.lock(testIP(0), "node-a")
+	w.addService("web", testIP(0))
+	w.pass()
+	hears := func(lastOfA time.Duration) map[string]map[string]time.Duration {
+		return map[string]map[string]time.Duration{
+			"node-b": {"node-a": lastOfA, "node-c": 0},
+			"node-c": {"node-a": lastOfA, "node-b": 0},
+			"node-d": {"node-a": lastOfA, "node-b": 0},
+		}
+	}
+	for range 4 {
+		w.lanTick(hears(100 * time.Millisecond))
+	}
+	assert.DeepEqual(t, w.take(), []string{"bind 198.18.100.1"})
+	// From now on node-a's datagrams are lost: the peers' last sign of it
+	// grows by a renew interval a tick.
+	for i := range 2 {
+		w.lanTick(hears(time.Duration(i+1) * w.s.cfg.RenewInterval))
+	}
+	assert.DeepEqual(t, w.take(), []string(nil)) // 1 s without node-a: not yet
+	w.lanTick(hears(3 * w.s.cfg.RenewInterval))
+	assert.DeepEqual(t, w.take(), []string{"unbind 198.18.100.1", "update eip-198-18-100-1 holder="})
+	assert.Equal(t, w.get(leaseName(testIP(0))).Annotations[lease.AnnotationMoveTo], "node-d")
+	w.lanTick(hears(4 * w.s.cfg.RenewInterval)) // the renewal that says why
+	hb := w.get(lease.HeartbeatName("node-a"))
+	assert.Equal(t, hb.Annotations[lease.AnnotationEligible], "false")
+	assert.Assert(t, hb.Annotations[lease.AnnotationError] != "")
+}

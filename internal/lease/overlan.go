@@ -1,0 +1,194 @@
+package lease
+
+import "time"
+
+// Liveness over the LAN (docs/design.md): every eipd sends each peer, once
+// per renew interval, a datagram that says it is alive and how long ago it
+// last had a sign of life of every other node (heard directly, or reported
+// by a third node). Heartbeat Leases are then renewed slowly and stay the
+// fallback. The rules, on top of those of Liveness:
+//   - a peer whose heartbeat names a liveness port is judged over the LAN
+//     while the LAN is connected: a datagram of some peer arrived within
+//     the LAN tail. It is alive while its latest sign, over the LAN or a
+//     change of its heartbeat, is younger than the lease duration, and seen
+//     renewing while a sign that was not presumed is;
+//   - a peer's report counts as a sign: a node that one peer cannot hear
+//     (a one-way loss, a firewall between two nodes) is not judged dead
+//     while another peer hears it;
+//   - when the LAN comes back after a silence longer than the LAN gap, every
+//     node is granted a fresh lease duration, as after a break of the watch;
+//   - while the LAN is not connected (this node hears nobody), verdicts come
+//     from the heartbeats alone, as without liveness over the LAN.
+
+// lanState is what this node heard over the LAN.
+type lanState struct {
+	duration  time.Duration // a peer's signs are judged against this; 0: off
+	tail, gap time.Duration
+	fresh     time.Time // when the latest datagram arrived
+	started   time.Time // when this node started sending
+	peers     map[string]*peerReport
+}
+
+// peerReport is what a peer's latest datagram told us.
+type peerReport struct {
+	at time.Time // when it arrived
+	// ofSelf is the peer's latest sign of this node (zero: it had none);
+	// others is whether it had a fresh sign of another node, that is,
+	// whether it can judge us dead without hearing us.
+	ofSelf time.Time
+	others bool
+}
+
+// SetLAN turns liveness over the LAN on (duration > 0: the lease duration)
+// or off. A peer is judged over the LAN only while a datagram of some peer
+// arrived within tail; a silence longer than gap is a break. started is
+// when this node began sending: a peer that never heard us counts from then.
+func (l *Liveness) SetLAN(duration, tail, gap time.Duration, started time.Time) {
+	if duration > 0 && l.lan.duration == 0 {
+		l.lan.started = started
+	}
+	l.lan.duration, l.lan.tail, l.lan.gap = duration, tail, gap
+	if duration == 0 {
+		l.lan.fresh, l.lan.peers = time.Time{}, nil
+	}
+}
+
+// Datagram records a datagram from node that arrived at now, with the ages
+// of the signs of life it had of other nodes when it sent it. A node whose
+// heartbeat has not been observed is ignored. It reports whether a node may
+// have started to be seen renewing, which the caller answers with a pass;
+// verdicts that expire are found by NextExpiry.
+func (l *Liveness) Datagram(node string, ages map[string]time.Duration, now time.Time) bool {
+	o, ok := l.nodes[node]
+	if l.lan.duration == 0 || !ok || node == l.self {
+		return false
+	}
+	if l.lan.fresh.IsZero() || now.Sub(l.lan.fresh) > l.lan.gap {
+		// The LAN was silent: whatever we heard before says nothing about
+		// who stopped meanwhile.
+		for _, p := range l.nodes {
+			p.granted = now
+		}
+	}
+	l.lan.fresh = latest(l.lan.fresh, now)
+	if l.lan.peers == nil {
+		l.lan.peers = map[string]*peerReport{}
+	}
+	rep := &peerReport{at: now}
+	l.lan.peers[node] = rep
+	changed := l.sign(o, now, now)
+	for n, age := range ages {
+		if n == l.self {
+			rep.ofSelf = now.Add(-age)
+			continue
+		}
+		if n != node && age < l.lan.tail {
+			rep.others = true
+		}
+		if p, ok := l.nodes[n]; ok && n != node {
+			changed = l.sign(p, now.Add(-age), now) || changed
+		}
+	}
+	return changed
+}
+
+// sign records a sign of life of o at t and reports whether o was not seen
+// renewing over the LAN before it.
+func (l *Liveness) sign(o *observed, t, now time.Time) bool {
+	if t.After(now) || !t.After(o.sign) {
+		return false
+	}
+	was := now.Sub(seen(o)) < l.lan.duration
+	o.sign = t
+	return !was && now.Sub(t) < l.lan.duration
+}
+
+// Report returns the ages at now of this node's latest signs of life of
+// every node, for the next datagram: only signs heard or reported, never
+// presumed ones, and none older than two lease durations.
+func (l *Liveness) Report(now time.Time) map[string]time.Duration {
+	out := make(map[string]time.Duration, len(l.nodes))
+	for n, o := range l.nodes {
+		if n == l.self || o.sign.IsZero() {
+			continue
+		}
+		if age := now.Sub(o.sign); age >= 0 && age < 2*l.lan.duration {
+			out[n] = age
+		}
+	}
+	return out
+}
+
+// LANConnected reports whether a datagram of some peer arrived within the
+// LAN tail: peers are judged over the LAN.
+func (l *Liveness) LANConnected(now time.Time) bool {
+	return l.lan.duration > 0 && !l.lan.fresh.IsZero() && now.Sub(l.lan.fresh) <= l.lan.tail
+}
+
+// LANPeers counts the peers seen renewing over the LAN at now.
+func (l *Liveness) LANPeers(now time.Time) int {
+	if !l.LANConnected(now) {
+		return 0
+	}
+	n := 0
+	for name, o := range l.nodes {
+		if name != l.self && o.status.LivenessPort != 0 && now.Sub(seen(o)) < l.lan.duration {
+			n++
+		}
+	}
+	return n
+}
+
+// Unheard reports whether some peer may judge this node dead soon: a peer
+// that we still hear (its datagram arrived within the LAN tail), that hears
+// another node, and whose latest sign of us is at least fenceAfter old. Such
+// a node must unbind before that peer takes its IPs over. Otherwise next is
+// when that would first be true if nothing changes (zero when never).
+// A peer we no longer hear is not counted: it may be dead, and a node
+// cut off from one peer is still reported alive to it by the others.
+func (l *Liveness) Unheard(now time.Time, fenceAfter time.Duration) (unheard bool, next time.Time) {
+	if l.lan.duration == 0 {
+		return false, time.Time{}
+	}
+	for _, p := range l.lan.peers {
+		if !p.others || now.Sub(p.at) > l.lan.tail {
+			continue
+		}
+		deadline := latest(p.ofSelf, l.lan.started).Add(fenceAfter)
+		if !now.Before(deadline) {
+			return true, time.Time{}
+		}
+		if exp := p.at.Add(l.lan.tail); deadline.Before(exp) && (next.IsZero() || deadline.Before(next)) {
+			next = deadline
+		}
+	}
+	return false, next
+}
+
+// onLAN: o is judged over the LAN at now.
+func (l *Liveness) onLAN(o *observed, now time.Time) bool {
+	return o.status.LivenessPort != 0 && l.LANConnected(now)
+}
+
+// seen is the latest sign of life of o that was not presumed: a datagram,
+// a report or a change of its heartbeat.
+func seen(o *observed) time.Time {
+	if o.presumed {
+		return o.sign
+	}
+	return latest(o.sign, o.at)
+}
+
+// lastSign is what keeps o alive over the LAN: its latest sign of life, or
+// a fresh duration granted since by a break of the LAN. A break of the
+// watch grants nothing here: the LAN watched meanwhile.
+func lastSign(o *observed) time.Time {
+	return latest(o.granted, seen(o))
+}
+
+func latest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}

@@ -1,0 +1,142 @@
+package lease_test
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+
+	"github.com/eip-project/eip/internal/lease"
+)
+
+// slowDuration is the duration of a heartbeat renewed slowly because
+// liveness goes over the LAN.
+const slowDuration = 20 * time.Second
+
+// lanCluster is a cluster whose nodes name a liveness port and renew their
+// heartbeats slowly; liveness comes in datagrams.
+type lanCluster struct{ *cluster }
+
+func newLANCluster(t *testing.T, nodes ...string) lanCluster {
+	c := lanCluster{newCluster(t)}
+	c.l.SetLAN(duration, 2*renew, 4*renew, at(0))
+	for _, n := range append([]string{"self"}, nodes...) {
+		c.versions[n]++
+		c.l.Observe(lease.Heartbeat{Node: n, Duration: slowDuration, LivenessPort: 9403, Version: strconv.Itoa(c.versions[n])}, at(0))
+	}
+	return c
+}
+
+// hear delivers a datagram from node at d with the given ages.
+func (c lanCluster) hear(node string, d time.Duration, ages map[string]time.Duration) bool {
+	return c.l.Datagram(node, ages, at(d))
+}
+
+// every delivers a datagram from each node every renew interval in [from, to].
+func (c lanCluster) every(from, to time.Duration, nodes ...string) {
+	for d := from; d <= to; d += renew {
+		for _, n := range nodes {
+			c.hear(n, d, nil)
+		}
+	}
+}
+
+func TestLANPeerDeadAfterDurationOfSilence(t *testing.T) {
+	c := newLANCluster(t, "a", "b")
+	c.every(0, time.Second, "a", "b")
+	c.every(time.Second+renew, 5*time.Second, "a")
+
+	assert.Assert(t, c.l.Alive("b", at(time.Second+duration-ms)), "heard within the duration")
+	assert.Assert(t, !c.l.Alive("b", at(time.Second+duration)), "the slow heartbeat does not keep it alive")
+	assert.Assert(t, !c.l.Renewing("b", at(time.Second+duration)))
+	since, ok := c.l.DeadSince("b", at(4*time.Second))
+	assert.Assert(t, ok)
+	assert.Equal(t, since, at(time.Second+duration))
+	next, ok := c.l.NextExpiry(at(time.Second + 100*ms))
+	assert.Assert(t, ok)
+	assert.Equal(t, next, at(time.Second+duration), "the timer wakes the loop when b dies")
+}
+
+// A peer that one node cannot hear is alive while another reports it.
+func TestLANPeerReportedByAnother(t *testing.T) {
+	c := newLANCluster(t, "a", "b")
+	c.every(0, time.Second, "b")
+	for d := time.Duration(0); d <= 5*time.Second; d += renew {
+		c.hear("a", d, map[string]time.Duration{"b": 100 * ms})
+	}
+	assert.Assert(t, c.l.Alive("b", at(5*time.Second)))
+	assert.Assert(t, c.l.Renewing("b", at(5*time.Second)))
+}
+
+// Reports do not make a sign older than one already known.
+func TestLANReportOlderThanDirectIgnored(t *testing.T) {
+	c := newLANCluster(t, "a", "b")
+	c.every(0, 3*time.Second, "a", "b")
+	c.hear("a", 3*time.Second+100*ms, map[string]time.Duration{"b": 1900 * ms})
+	assert.Assert(t, c.l.Alive("b", at(3*time.Second+duration-ms)))
+}
+
+// A node that hears nobody cannot tell a dead peer from its own deafness:
+// it judges from the heartbeats, whose slow duration keeps everyone alive.
+func TestLANQuietFallsBackToHeartbeats(t *testing.T) {
+	c := newLANCluster(t, "a", "b")
+	c.every(0, time.Second, "a", "b")
+	c.selfRenews(0, 10*time.Second)
+	assert.Assert(t, !c.l.LANConnected(at(5*time.Second)))
+	assert.Assert(t, c.l.Alive("a", at(5*time.Second)))
+	assert.Assert(t, c.l.Alive("b", at(5*time.Second)))
+}
+
+// After a silence of the LAN longer than the gap, every node gets a fresh
+// duration: it is alive but not seen renewing until it is heard.
+func TestLANBreakGrantsFreshDuration(t *testing.T) {
+	c := newLANCluster(t, "a", "b")
+	c.every(0, time.Second, "a", "b")
+	c.hear("a", 10*time.Second, nil)
+	assert.Assert(t, c.l.Alive("b", at(10*time.Second+duration-ms)))
+	assert.Assert(t, !c.l.Renewing("b", at(10*time.Second)))
+	assert.Assert(t, c.l.Renewing("a", at(10*time.Second)))
+	assert.Assert(t, c.hear("b", 10*time.Second+100*ms, nil), "b heard: a pass sees it renewing")
+	assert.Assert(t, !c.hear("b", 10*time.Second+200*ms, nil), "nothing changed")
+}
+
+func TestLANReportAges(t *testing.T) {
+	c := newLANCluster(t, "a", "b", "c")
+	c.hear("a", time.Second, map[string]time.Duration{"b": 300 * ms, "self": 0})
+	got := c.l.Report(at(time.Second + 100*ms))
+	assert.DeepEqual(t, got, map[string]time.Duration{"a": 100 * ms, "b": 400 * ms})
+}
+
+func TestUnheard(t *testing.T) {
+	const fence = 1500 * ms
+	c := newLANCluster(t, "a", "b")
+	// a hears b and us.
+	for d := time.Duration(0); d <= time.Second; d += renew {
+		c.hear("a", d, map[string]time.Duration{"b": 0, "self": 100 * ms})
+	}
+	un, _ := c.l.Unheard(at(time.Second), fence)
+	assert.Assert(t, !un)
+	// From 1s, a hears b but no longer us: our datagrams are lost.
+	for d := time.Second + renew; d <= 3*time.Second; d += renew {
+		c.hear("a", d, map[string]time.Duration{"b": 0, "self": d - 900*ms})
+	}
+	un, next := c.l.Unheard(at(2*time.Second), fence)
+	assert.Assert(t, !un)
+	assert.Equal(t, next, at(900*ms+fence), "a last had a sign of us at 0.9 s")
+	un, _ = c.l.Unheard(at(2400*ms), fence)
+	assert.Assert(t, un, "a judges us dead at 2.9 s: we must have unbound by then")
+}
+
+// A peer that hears nobody but us judges nobody dead; one we no longer
+// hear may be dead: neither makes us unbind.
+func TestUnheardIgnoresDeafAndSilentPeers(t *testing.T) {
+	const fence = 1500 * ms
+	c := newLANCluster(t, "a", "b")
+	for d := time.Duration(0); d <= 5*time.Second; d += renew {
+		c.hear("a", d, nil) // a hears nobody
+	}
+	c.hear("b", 0, map[string]time.Duration{"a": 0, "self": 0})
+	un, _ := c.l.Unheard(at(5*time.Second), fence)
+	assert.Assert(t, !un)
+}
