@@ -34,6 +34,9 @@ type renewResult struct {
 type heartbeater struct {
 	a       *Agent
 	current *coordinationv1.Lease
+	// failed: the last write failed. One that timed out may still have
+	// been applied, and then the next one meets a newer version.
+	failed bool
 }
 
 func (h *heartbeater) run(requests <-chan renewal, results chan<- renewResult, stop <-chan struct{}) {
@@ -65,14 +68,22 @@ func (h *heartbeater) renew(r renewal) error {
 	err := h.write(ctx, r)
 	if rewritten(err) {
 		// Someone deleted or rewrote our heartbeat (by hand, or a peer's
-		// garbage collection): read it again and write it now, rather than
-		// fail this renewal.
-		h.a.log.Warn("heartbeat Lease was deleted or changed by someone else; writing it again", "lease", lease.HeartbeatName(h.a.opt.Node), "err", err)
+		// garbage collection), or a renewal of ours that timed out was
+		// applied after all: read it again and write it now, rather than
+		// fail this renewal. Only the first is worth a warning; the second
+		// is common on a loaded API server.
+		log := h.a.log.Warn
+		msg := "heartbeat Lease was deleted or changed by someone else; writing it again"
+		if h.failed && apierrors.IsConflict(err) {
+			log, msg = h.a.log.Info, "a heartbeat renewal that failed was applied after all; writing it again"
+		}
+		log(msg, "lease", lease.HeartbeatName(h.a.opt.Node), "err", err)
 		h.current = nil
 		if err = h.write(ctx, r); rewritten(err) {
 			h.current = nil
 		}
 	}
+	h.failed = err != nil
 	return err
 }
 
