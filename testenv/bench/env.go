@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
 	"strconv"
@@ -92,15 +93,16 @@ type env struct {
 	k       kubernetes.Interface
 	log     *slog.Logger
 	nodes   []testenv.Node
-	args    []string // extra eipd flags
-	plugin  string   // kubectl-eip binary, "" when there is none
+	args    []string          // extra eipd flags
+	config  map[string]string // extra ConfigMap keys, over every timing's
+	plugin  string            // kubectl-eip binary, "" when there is none
 	pingSeq int
 	// routedSeq numbers the IPs of routedRange used so far.
 	routedSeq int
 	svcSeq    int
 }
 
-func newEnv(c *testenv.Cluster, nodes []testenv.Node, log *slog.Logger, args []string, plugin string) (*env, error) {
+func newEnv(c *testenv.Cluster, nodes []testenv.Node, log *slog.Logger, args []string, config map[string]string, plugin string) (*env, error) {
 	// The API server warns that spec.externalIPs is deprecated on each of
 	// the thousands of Services created here.
 	cfg := c.AdminConfig()
@@ -109,7 +111,7 @@ func newEnv(c *testenv.Cluster, nodes []testenv.Node, log *slog.Logger, args []s
 	if err != nil {
 		return nil, fmt.Errorf("admin client: %w", err)
 	}
-	return &env{c: c, k: k, log: log, nodes: nodes, args: args, plugin: plugin, pingSeq: firstPingIP}, nil
+	return &env{c: c, k: k, log: log, nodes: nodes, args: args, config: config, plugin: plugin, pingSeq: firstPingIP}, nil
 }
 
 // onNodes is e on the cluster's first n nodes (all of them when it has
@@ -270,7 +272,9 @@ func (e *env) reset(ctx context.Context, timing Timing, start bool) error {
 	}); err != nil {
 		return err
 	}
-	if err := e.setConfig(ctx, timing.configMap()); err != nil {
+	cm := timing.configMap()
+	maps.Copy(cm, e.config)
+	if err := e.setConfig(ctx, cm); err != nil {
 		return err
 	}
 	if !start {

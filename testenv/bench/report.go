@@ -3,6 +3,8 @@ package bench
 import (
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"time"
 )
 
@@ -321,8 +323,12 @@ func (r *Report) WriteTable(w io.Writer) error {
 		return err
 	}
 	m := r.Machine
-	_, err := fmt.Fprintf(w, "\n%d nodes; %s, %d CPUs, %d MiB, %s, %s; load %s → %s; took %s\n",
-		r.Nodes, m.CPU, m.CPUs, m.MemoryMiB, m.Kernel, m.GoVersion, m.LoadStart, m.LoadEnd, r.Took.Round(time.Second))
+	var extra string
+	for _, k := range slices.Sorted(maps.Keys(r.Config)) {
+		extra += fmt.Sprintf("; %s: %s", k, r.Config[k])
+	}
+	_, err := fmt.Fprintf(w, "\n%d nodes; %s, %d CPUs, %d MiB, %s, %s; load %s → %s; took %s%s\n",
+		r.Nodes, m.CPU, m.CPUs, m.MemoryMiB, m.Kernel, m.GoVersion, m.LoadStart, m.LoadEnd, r.Took.Round(time.Second), extra)
 	if r.PluginNote != "" && err == nil {
 		_, err = fmt.Fprintf(w, "kubectl eip not used: %s\n", r.PluginNote)
 	}

@@ -70,6 +70,9 @@ type Options struct {
 	Window, Settle time.Duration
 	// EipdArgs are extra eipd flags.
 	EipdArgs []string
+	// Config are extra keys of eip-config, over each scenario's timing
+	// (liveness-port: off, say).
+	Config map[string]string
 	// KubectlEip is the plugin binary, for kubectl eip status and move.
 	KubectlEip string
 	// StarvedQuota, when above 0, runs each scale a second time with every
@@ -123,14 +126,16 @@ func (o *Options) setDefaults() {
 
 // Report is everything one run measured.
 type Report struct {
-	Machine  Machine          `json:"machine"`
-	Started  time.Time        `json:"started"`
-	Took     time.Duration    `json:"took"`
-	Nodes    int              `json:"nodes"`
-	Timings  []Timing         `json:"timings"`
-	Figures  []Figure         `json:"figures"`
-	Failover []FailoverSample `json:"failover,omitempty"`
-	Moves    []MoveSample     `json:"moves,omitempty"`
+	Machine Machine       `json:"machine"`
+	Started time.Time     `json:"started"`
+	Took    time.Duration `json:"took"`
+	Nodes   int           `json:"nodes"`
+	Timings []Timing      `json:"timings"`
+	// Config are the extra eip-config keys of the run (Options.Config).
+	Config   map[string]string `json:"config,omitempty"`
+	Figures  []Figure          `json:"figures"`
+	Failover []FailoverSample  `json:"failover,omitempty"`
+	Moves    []MoveSample      `json:"moves,omitempty"`
 	// BGP are the route-mode samples; RouterHoldTime is the hold time the
 	// router proposes to the nodes, after which it would drop a dead
 	// holder's route by itself.
@@ -160,12 +165,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	o.setDefaults()
 	nodes := o.Cluster.Nodes()
 	nodes = nodes[:min(3, len(nodes))]
-	r := &Report{Machine: DescribeMachine(), Started: time.Now(), Nodes: len(nodes), Timings: []Timing{defaultTiming, tunedTiming}}
+	r := &Report{Machine: DescribeMachine(), Started: time.Now(), Nodes: len(nodes), Timings: []Timing{defaultTiming, tunedTiming}, Config: o.Config}
 	plugin := o.KubectlEip
 	if ok, why := pluginWorks(ctx, plugin); !ok {
 		plugin, r.PluginNote = "", why
 	}
-	e, err := newEnv(o.Cluster, nodes, o.Log, o.EipdArgs, plugin)
+	e, err := newEnv(o.Cluster, nodes, o.Log, o.EipdArgs, o.Config, plugin)
 	if err != nil {
 		return nil, err
 	}

@@ -56,6 +56,15 @@ func run(args []string) error {
 	profile := fs.Bool("profile", false, "run eipd with --pprof and save CPU and heap profiles at each scale")
 	verbose := fs.Bool("v", false, "log each sample")
 	keep := fs.Bool("keep", false, "keep the cluster's run directory (logs) even when everything worked")
+	config := map[string]string{}
+	fs.Func("config", "an extra eip-config key for every scenario, KEY=VALUE (repeatable), e.g. liveness-port=off", func(v string) error {
+		k, val, ok := strings.Cut(v, "=")
+		if !ok || k == "" {
+			return fmt.Errorf("want KEY=VALUE, got %q", v)
+		}
+		config[k] = val
+		return nil
+	})
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -119,7 +128,7 @@ func run(args []string) error {
 		Cluster: c, Log: log, Only: strings.Split(*only, ","),
 		Reps: *reps, Faults: faultList, Leases: leaseList, MoveReps: *moveReps, BindReps: *bindReps, BGPReps: *bgpReps, RealNodeReps: *realReps,
 		LoadIPs: loadIPs, ScaleIPs: scaleIPs, NodeCounts: nodeCounts, NodeIPs: *nodeIPs, Window: *window, Settle: *settle, StarvedQuota: *starve,
-		KubectlEip: os.Getenv("KUBECTL_EIP_BIN"),
+		KubectlEip: os.Getenv("KUBECTL_EIP_BIN"), Config: config,
 	}
 	if *profile {
 		eipdArgs = append(eipdArgs, "--pprof")
