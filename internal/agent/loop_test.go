@@ -20,6 +20,16 @@ import (
 // A lone node takes a new Service's IP: one create naming itself, then the
 // bind, and nothing more on the following ticks.
 func TestLoopLoneNodeTakesAnIP(t *testing.T) {
+	w := loneNodeWithIP(t)
+	for range 10 {
+		w.tick()
+	}
+	assert.DeepEqual(t, w.take(), []string(nil))
+}
+
+// loneNodeWithIP is node-a alone, once it took a Service's IP: one create
+// naming itself, then the bind.
+func loneNodeWithIP(t *testing.T) *world {
 	w := newWorld(t, "node-a", defaultTestConfig())
 	w.addService("web", testIP(0))
 	w.pass()
@@ -27,10 +37,7 @@ func TestLoopLoneNodeTakesAnIP(t *testing.T) {
 		w.tick()
 	}
 	assert.DeepEqual(t, w.take(), []string{"create eip-198-18-100-1 holder=node-a", "bind 198.18.100.1"})
-	for range 10 {
-		w.tick()
-	}
-	assert.DeepEqual(t, w.take(), []string(nil))
+	return w
 }
 
 // A peer that stops renewing loses its IP to the survivor exactly once,
@@ -335,13 +342,7 @@ func TestLoopAPIServerEndpointsAreNeverBound(t *testing.T) {
 // stalled made a loaded 5,000-IP cluster stall every second, and bind
 // nothing.
 func TestLoopASecondLateHasNotStalled(t *testing.T) {
-	w := newWorld(t, "node-a", defaultTestConfig())
-	w.addService("web", testIP(0))
-	w.pass()
-	for range 4 {
-		w.tick()
-	}
-	assert.DeepEqual(t, w.take(), []string{"create eip-198-18-100-1 holder=node-a", "bind 198.18.100.1"})
+	w := loneNodeWithIP(t)
 	w.step(500 * time.Millisecond)
 	w.tick() // a second after the last tick
 	assert.Assert(t, !w.s.stalled)
