@@ -267,3 +267,64 @@ func incrementalDecidesAsFull(t *testing.T, seed uint64) {
 		t.Fatalf("seed %d: %d incremental passes, %d checks: the sequence did not exercise the incremental pass", seed, incremental, checks)
 	}
 }
+
+// A mass failover answered the way the loop answers it: 400 IPs of a
+// peer that dies, two writers, each write result answered with a pass of
+// the loop's choosing and full passes only when the loop asks for one.
+// Every IP is taken over and bound, each with one write.
+func TestIncrementalMassFailoverTakesEveryIP(t *testing.T) {
+	w := newWorld(t, "node-a", defaultTestConfig())
+	w.a.opt.Writers = 2
+	w.addNode("node-c")
+	w.heartbeat("node-c", true)
+	const n = 400
+	for i := range n {
+		w.lock(testIP(i), "node-c")
+		w.addService(fmt.Sprintf("svc-%d", i), testIP(i))
+	}
+	w.pass()
+	for range 4 {
+		w.tick("node-c")
+	}
+	w.take()
+	full := 0
+	for range 200 { // node-c is silent from now on
+		w.step(50 * time.Millisecond)
+		if w.clk.Now().Sub(w.s.lastTick) >= w.s.cfg.RenewInterval {
+			w.s.tick()
+			if w.renew() && w.s.heartbeatsRenewed() { // our renewal's watch event
+				w.s.needFull = true
+				full++
+				w.s.pass()
+			}
+		}
+		if w.s.passDue(w.clk.Now()) {
+			full += boolInt(w.s.fullDue(w.clk.Now()))
+			w.s.pass()
+		}
+		for more := true; more; {
+			select {
+			case j := <-w.s.jobs:
+				w.s.writeDone(w.answer(j))
+				full += boolInt(w.s.fullDue(w.clk.Now()))
+				w.s.pass()
+			default:
+				more = false
+			}
+		}
+	}
+	calls := w.take()
+	if len(w.addrs) != n || len(calls) != 2*n {
+		t.Fatalf("%d of %d IPs bound after 10 s, %d calls", len(w.addrs), n, len(calls))
+	}
+	if full > 40 {
+		t.Fatalf("%d full passes for %d write results", full, n)
+	}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
