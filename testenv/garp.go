@@ -76,54 +76,64 @@ func garpFrame(mac net.HardwareAddr, ip netip.Addr) []byte {
 	return f
 }
 
-// CountAnnouncements listens on the eth0 of the namespace name for d and
-// counts, per sender MAC, the ARP frames that announce ip: requests and
-// replies whose sender address is ip. A probe (sender 0.0.0.0) claims
-// nothing and is not counted; neither is a request for ip from another
-// address.
-func (c *Cluster) CountAnnouncements(ctx context.Context, name string, ip netip.Addr, d time.Duration) (map[string]int, error) {
+// Announcements counts, per sender MAC, the ARP frames seen on the eth0
+// of a namespace that announce one IP: requests and replies whose sender
+// address is that IP. A probe (sender 0.0.0.0) claims nothing and is not
+// counted; neither is a request for the IP from another address.
+type Announcements struct {
+	conn *packet.Conn
+	ip   [4]byte
+}
+
+// ListenAnnouncements starts counting announcements of ip on the eth0 of
+// the namespace name; frames are queued from the moment it returns.
+func (c *Cluster) ListenAnnouncements(name string, ip netip.Addr) (*Announcements, error) {
 	e, err := c.endpoint(name)
 	if err != nil {
 		return nil, err
 	}
-	var conn *packet.Conn
+	if !ip.Is4() {
+		return nil, fmt.Errorf("listen for announcements: %s is not IPv4", ip)
+	}
+	a := &Announcements{ip: ip.As4()}
 	err = e.ns.do(func() error {
 		ifi, err := net.InterfaceByName("eth0")
 		if err != nil {
 			return err
 		}
-		conn, err = packet.Listen(ifi, packet.Raw, unix.ETH_P_ARP, nil)
+		a.conn, err = packet.Listen(ifi, packet.Raw, unix.ETH_P_ARP, nil)
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("listen for announcements in %s: %w", name, err)
 	}
-	defer conn.Close()
-	end := time.Now().Add(d)
-	if dl, ok := ctx.Deadline(); ok && dl.Before(end) {
-		end = dl
-	}
-	if err := conn.SetReadDeadline(end); err != nil {
+	return a, nil
+}
+
+// Count reads for d and returns the announcements seen since the listener
+// started, per sender MAC, then closes the listener.
+func (a *Announcements) Count(d time.Duration) (map[string]int, error) {
+	defer a.conn.Close()
+	if err := a.conn.SetReadDeadline(time.Now().Add(d)); err != nil {
 		return nil, err
 	}
-	want := ip.As4()
 	out := map[string]int{}
 	buf := make([]byte, 1500)
 	for {
-		n, _, err := conn.ReadFrom(buf)
+		n, _, err := a.conn.ReadFrom(buf)
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			return out, nil
 		}
 		if err != nil {
-			return out, fmt.Errorf("listen for announcements in %s: %w", name, err)
+			return out, fmt.Errorf("listen for announcements: %w", err)
 		}
 		// Raw frames: the Ethernet header, then the ARP packet.
 		if n < 14+28 {
 			continue
 		}
-		a := buf[14:n]
-		if [4]byte(a[14:18]) == want {
-			out[net.HardwareAddr(a[8:14]).String()]++
+		arp := buf[14:n]
+		if [4]byte(arp[14:18]) == a.ip {
+			out[net.HardwareAddr(arp[8:14]).String()]++
 		}
 	}
 }

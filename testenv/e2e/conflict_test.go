@@ -95,22 +95,25 @@ func TestForeignGARPForAHeldIP(t *testing.T) {
 	e.must(err)
 	// The holder announces a bound IP for 2 s; wait that out.
 	e.eventually("the holder's announcements are over", func() (bool, string) {
-		n, err := cluster.CountAnnouncements(e.ctx, testenv.Client, ip, time.Second)
+		l, err := cluster.ListenAnnouncements(testenv.Client, ip)
+		e.must(err)
+		n, err := l.Count(time.Second)
 		e.must(err)
 		return len(n) == 0, fmt.Sprint(n)
 	})
 
 	const garps = 3
 	since := time.Now()
+	l, err := cluster.ListenAnnouncements(testenv.Client, ip)
+	e.must(err)
 	counted := make(chan map[string]int, 1)
 	go func() {
-		n, err := cluster.CountAnnouncements(e.ctx, testenv.Client, ip, 5*time.Second)
+		n, err := l.Count(5 * time.Second)
 		if err != nil {
 			t.Error(err)
 		}
 		counted <- n
 	}()
-	time.Sleep(200 * time.Millisecond) // the listener is up
 	e.must(cluster.SendGARP(e.ctx, testenv.ControlPlane, ip, garps, 300*time.Millisecond))
 	msg := e.warningSince("Service", "claimed", "AddressClaimed", since, ip.String(), strangerMAC.String())
 	t.Logf("event: %s", msg)
