@@ -179,6 +179,8 @@ func run(o options) error {
 	// after the shutdown handoff withdrew every route.
 	defer router.Close()
 
+	lanKey, lanKeyErr := loadLivenessKey(ctx, log, client, o.namespace)
+
 	m, err := metrics.New(metrics.Options{Clock: clk, Announced: announcer.Sent, Version: version})
 	if err != nil {
 		return err
@@ -193,7 +195,10 @@ func run(o options) error {
 		},
 		AddrEvents: addrEvents, LinkEvents: linkEvents, APIServer: apiServer, ProbeWait: probeWait,
 		ListenLAN: func(port uint16, out chan<- lanlive.Received) (agent.LANConn, error) {
-			return lanlive.Listen(port, out)
+			if lanKeyErr != nil {
+				return nil, lanKeyErr
+			}
+			return lanlive.Listen(port, lanKey, out)
 		},
 		Clock: clk, Log: log, Metrics: m,
 	})
@@ -212,6 +217,30 @@ func run(o options) error {
 	}
 	return a.Run(ctx)
 }
+
+// loadLivenessKey reads (or makes) the key that signs liveness datagrams,
+// trying for keyBudget: eipd has no use for a key before it reaches the API
+// server anyway. Without one, liveness over the LAN stays off on this node
+// until it restarts, and its peers judge it from its heartbeat alone.
+func loadLivenessKey(ctx context.Context, log *slog.Logger, client kubernetes.Interface, namespace string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, keyBudget)
+	defer cancel()
+	for {
+		key, err := lanlive.LoadKey(ctx, client, namespace)
+		if err == nil {
+			return key, nil
+		}
+		log.Warn("cannot read the liveness key yet", "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// keyBudget bounds how long eipd tries to read the liveness key at start.
+const keyBudget = 30 * time.Second
 
 // probeWait is how long eipd listens for an answer to its probes before it
 // binds an IP no eip node was serving: a LAN host answers an ARP probe in

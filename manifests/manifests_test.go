@@ -26,6 +26,7 @@ import (
 	is "gotest.tools/v3/assert/cmp"
 
 	"github.com/eip-project/eip/internal/config"
+	"github.com/eip-project/eip/internal/lanlive"
 )
 
 const (
@@ -173,6 +174,8 @@ func TestRBACIsMinimal(t *testing.T) {
 	assert.DeepEqual(t, role.Rules, []rbacv1.PolicyRule{
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: read},
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{lanlive.KeySecret}, Verbs: []string{"get"}},
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}},
 	})
 
 	sa := []rbacv1.Subject{{Kind: "ServiceAccount", Name: serviceAccount, Namespace: namespace}}

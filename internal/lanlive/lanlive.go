@@ -2,12 +2,19 @@
 // UDP datagram per peer and renew interval, saying "I am alive" and how
 // long ago the sender last had a sign of life of every other node. What
 // the datagrams mean is package lease's (Liveness.Datagram, Report); this
-// package only encodes them and moves them.
+// package only encodes, authenticates and moves them.
+//
+// Every datagram carries an HMAC-SHA256 under a key that only eipds hold
+// (the Secret of key.go). A datagram's source address alone proves little:
+// a pod whose traffic leaves its node masqueraded has the node's address,
+// and a forged report that a node went unheard would make it drop its IPs.
 package lanlive
 
 import (
 	"bufio"
 	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"net"
@@ -21,7 +28,8 @@ import (
 // not eip's and is dropped.
 const magic = "eip-liveness 1"
 
-// MaxSize is the largest datagram read; larger ones are cut and dropped.
+// MaxSize is the largest datagram read, its signature included; larger
+// ones are cut and dropped.
 const MaxSize = 64 << 10
 
 // maxAge is the largest age a datagram carries: older signs say nothing.
@@ -82,22 +90,35 @@ type Received struct {
 	Msg    Message
 }
 
-// Conn is a UDP socket on every address of the host (IPv4 and IPv6).
+// Conn is a UDP socket on every address of the host (IPv4 and IPv6) that
+// signs what it sends and drops what was not signed with its key.
 type Conn struct {
 	udp *net.UDPConn
+	key []byte
 }
 
 // Listen binds port on every address and delivers each well-formed
-// datagram to out until Close; out is dropped to when full, as a lost
-// datagram is. Binding a port from 1024 up needs no privilege.
-func Listen(port uint16, out chan<- Received) (*Conn, error) {
+// datagram signed with key to out until Close; out is dropped to when
+// full, as a lost datagram is. Binding a port from 1024 up needs no
+// privilege.
+func Listen(port uint16, key []byte, out chan<- Received) (*Conn, error) {
+	if len(key) < minKeySize {
+		return nil, fmt.Errorf("liveness over the LAN: a key of %d bytes, want at least %d", len(key), minKeySize)
+	}
 	udp, err := net.ListenUDP("udp", &net.UDPAddr{Port: int(port)})
 	if err != nil {
 		return nil, fmt.Errorf("liveness over the LAN: listen on UDP port %d: %w", port, err)
 	}
-	c := &Conn{udp: udp}
+	c := &Conn{udp: udp, key: key}
 	go c.read(out)
 	return c, nil
+}
+
+// sign returns the HMAC of b under the connection's key.
+func (c *Conn) sign(b []byte) []byte {
+	h := hmac.New(sha256.New, c.key)
+	h.Write(b)
+	return h.Sum(nil)
 }
 
 func (c *Conn) read(out chan<- Received) {
@@ -107,10 +128,10 @@ func (c *Conn) read(out chan<- Received) {
 		if errors.Is(err, net.ErrClosed) {
 			return
 		}
-		if err != nil {
+		if err != nil || n < sha256.Size || !hmac.Equal(buf[:sha256.Size], c.sign(buf[sha256.Size:n])) {
 			continue
 		}
-		m, err := Decode(buf[:n])
+		m, err := Decode(buf[sha256.Size:n])
 		if err != nil {
 			continue
 		}
@@ -121,9 +142,9 @@ func (c *Conn) read(out chan<- Received) {
 	}
 }
 
-// Send sends b to to.
+// Send sends b (an Encode'd message) to to, signed.
 func (c *Conn) Send(to netip.AddrPort, b []byte) error {
-	_, err := c.udp.WriteToUDPAddrPort(b, to)
+	_, err := c.udp.WriteToUDPAddrPort(append(c.sign(b), b...), to)
 	return err
 }
 

@@ -1,6 +1,8 @@
 package lanlive_test
 
 import (
+	"bytes"
+	"net"
 	"net/netip"
 	"testing"
 	"time"
@@ -36,7 +38,7 @@ func TestDecodeRejects(t *testing.T) {
 // TestLoopback sends a datagram through a real socket on loopback.
 func TestLoopback(t *testing.T) {
 	out := make(chan lanlive.Received, 4)
-	c, err := lanlive.Listen(0, out)
+	c, err := lanlive.Listen(0, testKey("a"), out)
 	assert.NilError(t, err)
 	defer c.Close()
 	port := c.Port()
@@ -51,4 +53,53 @@ func TestLoopback(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("no datagram arrived")
 	}
+}
+
+func testKey(s string) []byte { return bytes.Repeat([]byte(s), 32) }
+
+// TestForgedDatagramsAreDropped: a datagram signed with another key, or
+// changed after it was signed, never arrives; one signed with the shared
+// key does.
+func TestForgedDatagramsAreDropped(t *testing.T) {
+	out := make(chan lanlive.Received, 4)
+	c, err := lanlive.Listen(0, testKey("a"), out)
+	assert.NilError(t, err)
+	defer c.Close()
+	to := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), c.Port())
+	forged := lanlive.Message{From: "node-b", Ages: map[string]time.Duration{"node-a": time.Hour}}
+
+	stranger, err := lanlive.Listen(0, testKey("b"), make(chan lanlive.Received))
+	assert.NilError(t, err)
+	defer stranger.Close()
+	assert.NilError(t, stranger.Send(to, lanlive.Encode(forged)))
+
+	// A datagram of the right length whose signature does not match.
+	raw, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(to))
+	assert.NilError(t, err)
+	defer raw.Close()
+	_, err = raw.Write(append(bytes.Repeat([]byte{0}, 32), lanlive.Encode(forged)...))
+	assert.NilError(t, err)
+
+	peer, err := lanlive.Listen(0, testKey("a"), make(chan lanlive.Received))
+	assert.NilError(t, err)
+	defer peer.Close()
+	real := lanlive.Message{From: "node-c", Ages: map[string]time.Duration{"node-a": 0}}
+	assert.NilError(t, peer.Send(to, lanlive.Encode(real)))
+	select {
+	case r := <-out:
+		// Loopback keeps order: the forged datagrams, sent first, were dropped.
+		assert.DeepEqual(t, r.Msg, real)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the signed datagram did not arrive")
+	}
+	select {
+	case r := <-out:
+		t.Fatalf("a second datagram arrived: %+v", r)
+	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+func TestListenRefusesAShortKey(t *testing.T) {
+	_, err := lanlive.Listen(0, []byte("short"), make(chan lanlive.Received))
+	assert.ErrorContains(t, err, "a key of 5 bytes, want at least 16")
 }

@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/eip-project/eip/internal/lanlive"
 	"github.com/eip-project/eip/internal/lease"
 	"github.com/eip-project/eip/testenv"
 )
@@ -65,6 +66,10 @@ func newEnv(t *testing.T, cfg map[string]string) *env {
 		e.must(e.k.CoreV1().Services(svcNamespace).Delete(e.ctx, s.Name, metav1.DeleteOptions{}))
 	}
 	e.must(e.k.CoordinationV1().Leases(testenv.Namespace).DeleteCollection(e.ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: lease.ManagedByLabel}))
+	// Like a fresh install, the first eipd to start makes the liveness key.
+	if err := e.k.CoreV1().Secrets(testenv.Namespace).Delete(e.ctx, lanlive.KeySecret, metav1.DeleteOptions{}); !apierrors.IsNotFound(err) {
+		e.must(err)
+	}
 	for _, n := range e.nodes {
 		_, _ = cluster.Exec(e.ctx, n, "ip", "link", "del", "eip0")
 	}
