@@ -351,3 +351,22 @@ func TestLoopASecondLateHasNotStalled(t *testing.T) {
 	w.pass()
 	assert.DeepEqual(t, w.take(), []string{"create eip-198-18-100-2 holder=node-a", "bind 198.18.100.2"})
 }
+
+// A peer's renewal that changes only how many IPs it holds asks for no
+// pass: passes never read it, and in a cold start every renewal of every
+// node changes it.
+func TestLoopRenewalChangingHeldAsksNoPass(t *testing.T) {
+	w := newWorld(t, "node-a", defaultTestConfig())
+	w.addNode("node-b")
+	w.heartbeat("node-b", true)
+	w.pass()
+	for range 4 {
+		w.tick("node-b")
+	}
+	l := w.get(lease.HeartbeatName("node-b"))
+	st := lease.HeartbeatStatus{Eligible: true, Held: 1234, MACs: lease.FormatMACs([]net.HardwareAddr{peerMAC("node-b")})}
+	l = lease.RenewedHeartbeat(l, testNS, "node-b", w.s.cfg.LeaseDuration, st, w.clk.Now())
+	l.ResourceVersion = w.nextRV()
+	w.must(w.leases.Update(l))
+	assert.Assert(t, !w.s.heartbeatsRenewed())
+}

@@ -811,14 +811,17 @@ func (s *state) heartbeatsRenewed() bool {
 // verdict is what a reconcile pass reads about a node from its heartbeat.
 type verdict struct {
 	alive, renewing bool
-	status          lease.Heartbeat // Version and RenewTime cleared: they change with every renewal
+	status          lease.Heartbeat // Version, RenewTime and Held cleared: they change with every renewal
 }
 
 func (s *state) verdicts(now time.Time) map[string]verdict {
 	out := map[string]verdict{}
 	for _, n := range s.live.Nodes() {
 		hb, _ := s.live.Heartbeat(n)
-		hb.Version, hb.RenewTime = "", time.Time{}
+		// Held is read by kubectl eip status, never by a pass, and during
+		// a cold start or a mass failover it changes with every renewal
+		// of every node: it made each a pass over every IP.
+		hb.Version, hb.RenewTime, hb.Held = "", time.Time{}, 0
 		out[n] = verdict{alive: s.live.Alive(n, now), renewing: s.live.Renewing(n, now), status: hb}
 	}
 	return out
