@@ -505,8 +505,14 @@ func (s *state) reservationSpared(l *coordinationv1.Lease, ip netip.Addr, now ti
 	if _, err := s.a.services.Services(ns).Get(name); !apierrors.IsNotFound(err) {
 		return false
 	}
+	// The grace counts from the first sighting, whichever pass made it: an
+	// incremental pass may meet a reservation before allocate does.
 	first, ok := s.alloc.firstSeen[l.Name]
-	if ok && now.Sub(first) < s.reservationGrace() {
+	if !ok {
+		first = now
+		s.alloc.firstSeen[l.Name] = now
+	}
+	if now.Sub(first) < s.reservationGrace() {
 		s.wakeAt(first.Add(s.reservationGrace()))
 		return true
 	}

@@ -12,6 +12,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/eip-project/eip/internal/alloc"
 	"github.com/eip-project/eip/internal/lease"
 	"github.com/eip-project/eip/internal/netif"
 	"github.com/eip-project/eip/internal/policy"
@@ -369,4 +370,28 @@ func TestLoopRenewalChangingHeldAsksNoPass(t *testing.T) {
 	l.ResourceVersion = w.nextRV()
 	w.must(w.leases.Update(l))
 	assert.Assert(t, !w.s.heartbeatsRenewed())
+}
+
+// A reservation left by a node that died before writing the Service's
+// status, for a Service this node does not know yet, is kept a lease
+// duration from its first sighting, also when an incremental pass is the
+// first to see it, and deleted after.
+func TestLoopReservationKeptFromItsFirstSighting(t *testing.T) {
+	w := loneNodeWithIP(t)
+	ip := testIP(5)
+	l := lease.NewLockLease(testNS, ip, "node-gone", []string{"default/late"}, w.clk.Now())
+	l.Annotations[alloc.AnnotationReservedFor] = "default/late"
+	l.ResourceVersion = w.nextRV()
+	w.must(w.leases.Update(l))
+	w.a.leaseChanged(l)
+	w.s.pass()
+	w.settle()
+	for range 3 {
+		w.tick() // 1.5 s of the 2 s lease duration
+	}
+	assert.DeepEqual(t, w.take(), []string(nil))
+	for range 2 {
+		w.tick()
+	}
+	assert.DeepEqual(t, w.take(), []string{"delete " + leaseName(ip) + " holder=node-gone"})
 }
