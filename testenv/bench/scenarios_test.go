@@ -23,7 +23,9 @@ func TestScaleScenariosShort(t *testing.T) {
 	r, err := Run(ctx, Options{
 		Cluster: c, Log: log, Only: []string{ScenarioScale, ScenarioNodes},
 		ScaleIPs: []int{120}, NodeCounts: []int{5}, NodeIPs: 60,
-		Window: 2 * time.Second, Settle: time.Second, EipdArgs: []string{"-v=0"}, KubectlEip: os.Getenv("KUBECTL_EIP_BIN"),
+		// A window longer than a slow heartbeat's period (5 s with liveness
+		// over the LAN), so that every node renews within it.
+		Window: 6 * time.Second, Settle: time.Second, EipdArgs: []string{"-v=0"}, KubectlEip: os.Getenv("KUBECTL_EIP_BIN"),
 	})
 	assert.NilError(t, err)
 	assert.Check(t, len(r.Errors) == 0, "%v", r.Errors)
