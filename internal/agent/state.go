@@ -557,7 +557,11 @@ func (s *state) takeLockChanges() {
 		}
 		l := s.cachedLock(name)
 		if l == nil {
-			continue // an orphan's lock is gone: nothing is left to decide
+			// An orphan's lock is gone: nothing is left to decide for its
+			// IP, but a Service's allocation may have waited for it to be
+			// released, and only the full pass allocates.
+			s.needFull = true
+			continue
 		}
 		if lk, err := lease.ParseLock(l); err == nil {
 			s.dirty[lk.IP] = true
