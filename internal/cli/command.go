@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -55,14 +56,48 @@ func newEnv(streams genericiooptions.IOStreams) *env {
 	return e
 }
 
-// namespace is eip's namespace: -n when given, else DefaultNamespace. The
+// eipNamespace is eip's namespace: -n when given, else DefaultNamespace. The
 // kubeconfig context's namespace is deliberately not used: it says where the
 // user works, not where eip is installed.
-func (e *env) namespace() string {
+func (e *env) eipNamespace() string {
 	if ns := e.flags.Namespace; ns != nil && *ns != "" {
 		return *ns
 	}
 	return DefaultNamespace
+}
+
+// invocation is what every subcommand takes from its command line before
+// validating: the arguments and eip's namespace.
+type invocation struct {
+	args      []string
+	namespace string
+}
+
+// complete takes the arguments and the namespace from the flags.
+func (i *invocation) complete(e *env, args []string) {
+	i.args = args
+	i.namespace = e.eipNamespace()
+}
+
+// options is a subcommand's flags and arguments, run the kubectl way:
+// complete, validate, then run.
+type options interface {
+	Complete(args []string) error
+	Validate() error
+	Run(ctx context.Context) error
+}
+
+// runE runs o as a cobra command's RunE.
+func runE(o options) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := o.Complete(args); err != nil {
+			return err
+		}
+		if err := o.Validate(); err != nil {
+			return err
+		}
+		return o.Run(cmd.Context())
+	}
 }
 
 // NewCommand returns the kubectl-eip command tree, printing to streams.

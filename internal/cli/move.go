@@ -31,10 +31,9 @@ type MoveOptions struct {
 	Timeout time.Duration
 	Wait    bool
 
-	args      []string
-	ip        netip.Addr
-	node      string
-	namespace string
+	invocation
+	ip   netip.Addr
+	node string
 }
 
 func newMoveCommand(e *env) *cobra.Command {
@@ -58,15 +57,7 @@ On timeout the request is withdrawn, so it cannot take effect later.`,
   kubectl eip move 2001:db8::100:1 node-3 --timeout 30s
   kubectl eip move 198.18.100.1 node-2 --wait=false`,
 		ValidArgsFunction: e.completeFrom(moveChoices),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := o.Complete(args); err != nil {
-				return err
-			}
-			if err := o.Validate(); err != nil {
-				return err
-			}
-			return o.Run(cmd.Context())
-		},
+		RunE:              runE(o),
 	}
 	cmd.Flags().DurationVar(&o.Timeout, "timeout", o.Timeout, "how long to wait for the node to hold the IP")
 	cmd.Flags().BoolVar(&o.Wait, "wait", o.Wait, "wait until the node holds the IP; false returns once the request is written")
@@ -75,8 +66,7 @@ On timeout the request is withdrawn, so it cannot take effect later.`,
 
 // Complete takes the arguments and the namespace from the flags.
 func (o *MoveOptions) Complete(args []string) error {
-	o.args = args
-	o.namespace = o.env.namespace()
+	o.complete(o.env, args)
 	return nil
 }
 

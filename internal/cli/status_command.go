@@ -28,9 +28,8 @@ type StatusOptions struct {
 	Output string
 	Watch  bool
 
-	args      []string
-	ips       []netip.Addr
-	namespace string
+	invocation
+	ips []netip.Addr
 }
 
 func newStatusCommand(e *env) *cobra.Command {
@@ -56,15 +55,7 @@ judged on this machine's clock.`,
   kubectl eip status -o json | jq '.ips[] | select(.state != "bound")'
   kubectl eip status --watch`,
 		ValidArgsFunction: e.completeFrom(statusChoices),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := o.Complete(args); err != nil {
-				return err
-			}
-			if err := o.Validate(); err != nil {
-				return err
-			}
-			return o.Run(cmd.Context())
-		},
+		RunE:              runE(o),
 	}
 	cmd.Flags().StringVarP(&o.Output, "output", "o", "", "output format: wide, json or yaml (schema in docs/status-schema.md)")
 	cmd.Flags().BoolVarP(&o.Watch, "watch", "w", false, "print the status again whenever it changes")
@@ -74,8 +65,7 @@ judged on this machine's clock.`,
 
 // Complete takes the arguments and the namespace from the flags.
 func (o *StatusOptions) Complete(args []string) error {
-	o.args = args
-	o.namespace = o.env.namespace()
+	o.complete(o.env, args)
 	return nil
 }
 

@@ -132,9 +132,9 @@ func TestVersion(t *testing.T) {
 // The namespace is eip's, not the kubeconfig context's, unless -n says.
 func TestNamespace(t *testing.T) {
 	h := newHarness(t)
-	assert.Equal(t, h.env.namespace(), DefaultNamespace)
+	assert.Equal(t, h.env.eipNamespace(), DefaultNamespace)
 	_, _ = h.run(context.Background(), "status", "-n", "other")
-	assert.Equal(t, h.env.namespace(), "other")
+	assert.Equal(t, h.env.eipNamespace(), "other")
 	for _, a := range h.client.Actions() {
 		if a.GetResource().Resource == "leases" {
 			assert.Equal(t, a.GetNamespace(), "other")
