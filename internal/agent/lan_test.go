@@ -94,6 +94,9 @@ func hearing(peers ...string) map[string]map[string]time.Duration {
 	return out
 }
 
+// lanPeerIPs are the addresses the peers' datagrams come from.
+var lanPeerIPs = map[string]string{"node-b": "198.18.0.12", "node-c": "198.18.0.13", "node-d": "198.18.0.14"}
+
 // lanTick is one renew interval on the LAN: the loop's tick, then a
 // datagram from each of the peers that speak, then a pass.
 func (w *world) lanTick(speak map[string]map[string]time.Duration) {
@@ -106,7 +109,7 @@ func (w *world) lanTick(speak map[string]map[string]time.Duration) {
 			}
 		}
 	}) {
-		w.hear(n, map[string]string{"node-b": "198.18.0.12", "node-c": "198.18.0.13", "node-d": "198.18.0.14"}[n], speak[n])
+		w.hear(n, lanPeerIPs[n], speak[n])
 	}
 	w.pass()
 }
@@ -202,4 +205,51 @@ func TestLoopLANUnheardHandsOff(t *testing.T) {
 	hb := w.get(lease.HeartbeatName("node-a"))
 	assert.Equal(t, hb.Annotations[lease.AnnotationEligible], "false")
 	assert.Assert(t, hb.Annotations[lease.AnnotationError] != "")
+}
+
+// Of three nodes, node-b dies; node-a now hears one peer, so it goes back
+// to renewing every renew interval, but its last slow renewal still holds
+// for the duration it was written with. It takes the IPs it ranks first
+// for the moment it judges node-b dead, between two ticks, without waiting
+// for its next renewal: waiting let whichever survivor ticked first after
+// the verdict take every IP, and the node started first never did.
+// (node-d falls silent with node-b, so that node-a hears only node-c.)
+func TestLoopLANTakeoverBetweenTicksAfterPeerLoss(t *testing.T) {
+	w, _ := lanWorld(t)
+	var ip netip.Addr
+	for i := 0; !ip.IsValid(); i++ {
+		if lease.Order(testIP(i), []string{"node-a", "node-c"})[0] == "node-a" {
+			ip = testIP(i)
+		}
+	}
+	w.lock(ip, "node-b")
+	w.addService("web", ip)
+	w.pass()
+	all := hearing("node-b", "node-c", "node-d")
+	for range 4 {
+		w.lanTick(all)
+	}
+	// node-b's and node-d's last datagrams arrive between two ticks.
+	half := w.s.cfg.RenewInterval / 2
+	w.step(half)
+	for _, n := range []string{"node-b", "node-c", "node-d"} {
+		w.hear(n, lanPeerIPs[n], all[n])
+	}
+	w.pass()
+	w.step(half)
+	w.s.tick()
+	others := hearing("node-c")
+	w.hear("node-c", lanPeerIPs["node-c"], others["node-c"])
+	w.pass()
+	for range 3 {
+		w.lanTick(others)
+	}
+	assert.DeepEqual(t, w.take(), []string(nil)) // 1.75 s of silence: alive
+	w.step(half)                                 // node-b's lease duration is up
+	w.pass()
+	assert.DeepEqual(t, w.take(), []string{"update " + leaseName(ip) + " holder=node-a", "bind " + ip.String()})
+	assert.DeepEqual(t, w.renewals, []string{
+		"500ms create eligible=true duration=2s",
+		"1s update eligible=true duration=20s",
+	})
 }

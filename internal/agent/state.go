@@ -66,6 +66,8 @@ type state struct {
 	badLocks  map[string]string // lock name -> resourceVersion already warned about
 
 	lastRenewOK time.Time // when the last successful renewal was sent
+	// lastRenewFor is the lease duration that renewal wrote.
+	lastRenewFor time.Duration
 	// lastRenewAsked is when the heartbeat writer last took a renewal.
 	lastRenewAsked time.Time
 	renewFailing   bool
@@ -308,10 +310,12 @@ func (s *state) writable(now time.Time) bool {
 // duration it was renewed with (a slow heartbeat lasts renewFactor lease
 // durations). Judged against the fast pace alone, a node on slow
 // heartbeats could write and bind only in the second after each renewal,
-// and a takeover or a hand-off would wait for the next one.
+// and a takeover or a hand-off would wait for the next one. Judged against
+// the pace of now, a node that just lost a peer (and so renews fast again)
+// could not take over from it until its next renewal: the survivor that
+// ticked first after the verdict took every IP, ranks notwithstanding.
 func (s *state) apiOK(now time.Time) bool {
-	window := s.cfg.LeaseDuration / 2 * time.Duration(s.renewFactor(now))
-	return !s.renewFailing && !s.lastRenewOK.IsZero() && now.Sub(s.lastRenewOK) <= window
+	return !s.renewFailing && !s.lastRenewOK.IsZero() && now.Sub(s.lastRenewOK) <= s.lastRenewFor/2
 }
 
 func (s *state) requestRenew() {
@@ -421,7 +425,7 @@ func (s *state) renewed(r renewResult) {
 		s.peersKnownAt = r.sent.Add(s.cfg.RenewInterval)
 	}
 	s.renewFailing = false
-	s.lastRenewOK = r.sent
+	s.lastRenewOK, s.lastRenewFor = r.sent, r.duration
 }
 
 // tick runs every renew interval: have the address lifetimes refreshed
