@@ -35,9 +35,7 @@ func (n *lanNet) Close() error { return nil }
 // lanWorld is node-a with liveness over the LAN, and peers node-b, node-c
 // and node-d (198.18.0.12 to .14) whose heartbeats name the liveness port.
 func lanWorld(t *testing.T) (*world, *lanNet) {
-	cfg := defaultTestConfig()
-	cfg["liveness-port"] = "9403"
-	w := newWorld(t, "node-a", cfg)
+	w := newWorld(t, "node-a", defaultTestConfig())
 	net := &lanNet{}
 	w.a.opt.ListenLAN = func(port uint16, _ chan<- lanlive.Received) (LANConn, error) {
 		net.port = port

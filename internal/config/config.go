@@ -147,13 +147,12 @@ func Default() Config {
 		RenewInterval: 500 * time.Millisecond,
 		APILoss:       APILossHold,
 		FenceAfter:    defaultFenceAfter(lease),
+		LivenessPort:  DefaultLivenessPort,
 	}
 }
 
-// DefaultLivenessPort is the UDP port liveness over the LAN is documented
-// and shipped with, next to the metrics port (9402). Liveness over the LAN
-// is off unless liveness-port is set: with it on, a dead holder's IPs were
-// seen going to a survivor other than the best-ranked one (docs/design.md).
+// DefaultLivenessPort is the UDP port of liveness over the LAN, next to the
+// metrics port (9402).
 const DefaultLivenessPort = 9403
 
 // LANLiveness reports whether peers' liveness is carried over the LAN: a

@@ -36,8 +36,8 @@ func TestDefault(t *testing.T) {
 	assert.Equal(t, d.RenewInterval, 500*time.Millisecond)
 	assert.Equal(t, d.APILoss, config.APILossHold)
 	assert.Equal(t, d.FenceAfter, 1500*time.Millisecond)
-	assert.Equal(t, d.LivenessPort, uint16(0), "liveness over the LAN is off unless set")
-	assert.Assert(t, !d.LANLiveness())
+	assert.Equal(t, d.LivenessPort, uint16(9403))
+	assert.Assert(t, d.LANLiveness())
 	assert.Equal(t, len(d.PreferredNodes), 0)
 }
 
@@ -177,7 +177,7 @@ func TestParseKeys(t *testing.T) {
 		{name: "liveness words", data: map[string]string{"liveness-port": "udp"}, err: []string{`liveness-port "udp" is not a port`}},
 		{name: "liveness with fence", data: map[string]string{"api-loss": "fence", "liveness-port": "9403"},
 			want: func(c *config.Config) {
-				c.APILoss, c.LivenessPort = config.APILossFence, 9403
+				c.APILoss = config.APILossFence
 				c.Warnings = []string{`liveness-port has no effect with api-loss "fence": fencing is timed against heartbeats renewed every renew-interval, so liveness is judged from them alone`}
 			}},
 

@@ -37,6 +37,16 @@ func defaultConfig() map[string]string {
 	}
 }
 
+// heartbeatsConfig is defaultConfig with liveness over the LAN off, for the
+// tests of what heartbeats alone do: a holder that loses only its API path
+// is then taken over, and a killed node's heartbeat goes stale within a
+// lease duration.
+func heartbeatsConfig() map[string]string {
+	cfg := defaultConfig()
+	cfg["liveness-port"] = "off"
+	return cfg
+}
+
 // env is one test's handle on the shared cluster.
 type env struct {
 	t     *testing.T

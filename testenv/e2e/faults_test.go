@@ -184,10 +184,11 @@ func TestFaultAPIServerStoppedFence(t *testing.T) {
 }
 
 // 2. The holder loses only its path to the API server; its LAN link stays
-// up. With liveness over the LAN its peers still hear it: it keeps
-// serving, nobody takes over, and nothing moves when its API path returns.
+// up. With liveness over the LAN (the default) its peers still hear it:
+// it keeps serving, nobody takes over, and nothing moves when its API path
+// returns.
 func TestFaultHolderLosesAPIServerOnlyLAN(t *testing.T) {
-	e := newEnv(t, lanConfig())
+	e := newEnv(t, defaultConfig())
 	ip := testenv.ServiceIP(116)
 	st := e.startPoint(ip)
 	old := st.holders[ip]
@@ -208,12 +209,12 @@ func TestFaultHolderLosesAPIServerOnlyLAN(t *testing.T) {
 	assert.Check(t, len(rep.double) == 0 && len(rep.unbound) == 0, "%s", rep)
 }
 
-// 2a. The same with liveness-port off (the default): a survivor takes the IP over once
+// 2a. The same with liveness-port off: a survivor takes the IP over once
 // the holder's heartbeat has not changed for a lease duration, and the old
 // holder, which cannot renew, unbinds as soon as it hears the survivor's
 // gratuitous ARP. When its API path returns it takes nothing back.
 func TestFaultHolderLosesAPIServerOnly(t *testing.T) {
-	e := newEnv(t, defaultConfig())
+	e := newEnv(t, heartbeatsConfig())
 	ip := testenv.ServiceIP(113)
 	st := e.startPoint(ip)
 	old, p, w, mark := st.holders[ip], st.probes[ip], st.w, st.mark

@@ -108,9 +108,10 @@ func TestIPv6MoveFollowsNeighbourCache(t *testing.T) {
 
 // api-loss hold watches the wire for NAs as well as ARP: a holder that
 // loses the API server keeps its IPv6 address until a peer takes it over
-// and announces it, then drops it at once.
+// and announces it, then drops it at once. With heartbeats alone: over the
+// LAN its peers would still hear it, and nobody would take over.
 func TestIPv6HolderWithoutAPIDropsOnNA(t *testing.T) {
-	e := newEnv(t, defaultConfig())
+	e := newEnv(t, heartbeatsConfig())
 	ip := testenv.ServiceIPv6(30)
 	e.service("web6", ip)
 	old := e.served(ip)

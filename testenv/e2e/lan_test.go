@@ -21,18 +21,11 @@ import (
 
 const livenessPort = config.DefaultLivenessPort
 
-// lanConfig is defaultConfig with liveness over the LAN on.
-func lanConfig() map[string]string {
-	cfg := defaultConfig()
-	cfg["liveness-port"] = strconv.Itoa(livenessPort)
-	return cfg
-}
-
 // With three nodes hearing each other, every heartbeat names the liveness
 // port and lasts ten lease durations: the API server sees one renewal per
 // node every five seconds.
 func TestLANHeartbeatsRenewSlowly(t *testing.T) {
-	e := newEnv(t, lanConfig())
+	e := newEnv(t, defaultConfig())
 	e.eventually("slow heartbeats", func() (bool, string) {
 		for _, n := range e.nodes {
 			l, err := e.k.CoordinationV1().Leases(testenv.Namespace).Get(e.ctx, lease.HeartbeatName(n), metav1.GetOptions{})
@@ -57,7 +50,7 @@ func TestLANHeartbeatsRenewSlowly(t *testing.T) {
 // over, and hands its IP to a peer. The client never sees two MACs. When
 // its datagrams flow again it takes nothing back.
 func TestLANHolderUnheard(t *testing.T) {
-	e := newEnv(t, lanConfig())
+	e := newEnv(t, defaultConfig())
 	ip := testenv.ServiceIP(141)
 	st := e.startPoint(ip)
 	old, p, w, mark := st.holders[ip], st.probes[ip], st.w, st.mark
@@ -96,7 +89,7 @@ func TestLANHolderUnheard(t *testing.T) {
 // datagrams only; the third node hears both and reports each to the
 // other. Nobody is judged dead and nothing moves.
 func TestLANPairCutNothingMoves(t *testing.T) {
-	e := newEnv(t, lanConfig())
+	e := newEnv(t, defaultConfig())
 	ip := testenv.ServiceIP(142)
 	st := e.startPoint(ip)
 	old := st.holders[ip]
