@@ -49,7 +49,7 @@ type MassFailover struct {
 // massFailover takes away the node holding the most IPs while the client
 // pings a sample of them and netlink watches all of them, and waits until
 // every one is bound on a survivor. The lost node comes back afterwards.
-func (e *env) massFailover(ctx context.Context, timing Timing) (MassFailover, error) {
+func (e *env) massFailover(ctx context.Context, timing Timing, profileDir, profileTag string) (MassFailover, error) {
 	var res MassFailover
 	held := map[string][]netip.Addr{}
 	for _, n := range e.nodes {
@@ -106,6 +106,23 @@ func (e *env) massFailover(ctx context.Context, timing Timing) (MassFailover, er
 	if err := errors.Join(e.c.StopDaemon(res.Node, syscall.SIGKILL), e.c.CutLink(ctx, res.Node)); err != nil {
 		return res, err
 	}
+	// A survivor's CPU profile and execution trace, of the same seconds.
+	kinds := []string{"cpu", "trace"}
+	profiled := make(chan error, len(kinds))
+	for _, kind := range kinds {
+		if profileDir == "" {
+			profiled <- nil
+			continue
+		}
+		go func() { profiled <- e.profile(ctx, e.survivor(res.Node), profileDir, profileTag, kind) }()
+	}
+	defer func() {
+		for range kinds {
+			if err := <-profiled; err != nil {
+				e.log.Warn("profile", "err", err)
+			}
+		}
+	}()
 	survivor := func(ip netip.Addr) bool {
 		on := w.BoundOn(ip)
 		return len(on) > 0 && (len(on) > 1 || on[0] != res.Node)
@@ -176,4 +193,14 @@ func (e *env) massFailover(ctx context.Context, timing Timing) (MassFailover, er
 		return res, fmt.Errorf("mass failover of %s: %w", res.Node, err)
 	}
 	return res, w.Err()
+}
+
+// survivor is the first node other than lost.
+func (e *env) survivor(lost string) string {
+	for _, n := range e.nodes {
+		if n.Name != lost {
+			return n.Name
+		}
+	}
+	return lost
 }

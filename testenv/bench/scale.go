@@ -203,7 +203,7 @@ func (e *env) scale(ctx context.Context, run scaleRun) (ScaleResult, error) {
 		}
 	}
 	if run.massFailover {
-		m, err := e.massFailover(ctx, defaultTiming)
+		m, err := e.massFailover(ctx, defaultTiming, run.profileDir, fmt.Sprintf("%d-massfailover", run.ips))
 		if err != nil {
 			m.Error = err.Error()
 		}
@@ -350,7 +350,8 @@ func (e *env) timeStatus(ctx context.Context, res *ScaleResult) {
 }
 
 // profile saves profiles of eipd on node, served with --pprof on its
-// metrics address: "cpu" (10 seconds from now) or "heap". A daemon that
+// metrics address: "cpu" or "trace" (an execution trace), each of the 10
+// seconds from when it is asked for, or "heap". A daemon that
 // is just starting is waited for.
 func (e *env) profile(ctx context.Context, node, dir, tag string, kinds ...string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -369,7 +370,7 @@ func (e *env) profile(ctx context.Context, node, dir, tag string, kinds ...strin
 	}); err != nil {
 		return err
 	}
-	paths := map[string]string{"cpu": "/debug/pprof/profile?seconds=10", "heap": "/debug/pprof/heap"}
+	paths := map[string]string{"cpu": "/debug/pprof/profile?seconds=10", "trace": "/debug/pprof/trace?seconds=10", "heap": "/debug/pprof/heap"}
 	for _, kind := range kinds {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+paths[kind], nil)
 		if err != nil {
