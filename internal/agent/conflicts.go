@@ -266,7 +266,9 @@ func (s *state) conflictClaim(cl netif.Claim) bool {
 				s.log.Info("an eip node still answers for an address being taken over; probing again", "ip", cl.IP, "iface", cl.Iface, "mac", mac)
 			}
 			p.rechecking, p.started, p.sent = true, now.Add(recheckEvery), 0
-			s.wakeAt(p.started)
+			// Only this IP's decision waits for it: a full pass for
+			// each, in a mass failover, held every takeover back.
+			s.wakeIPAt(cl.IP, p.started)
 		} else {
 			p.stranger = mac
 		}

@@ -206,6 +206,8 @@ func takingOver(t *testing.T) (*world, netip.Addr) {
 func TestLoopTakeoverProbesUntilTheDeadHolderStopsAnswering(t *testing.T) {
 	w, ip := takingOver(t)
 	w.s.claim(netif.Claim{Iface: testIface, IP: ip, MAC: peerMAC("node-b")})
+	assert.Assert(t, w.s.wake.IsZero(), "the recheck wakes a pass over this IP alone")
+	assert.Equal(t, w.s.ipWake[ip], w.clk.Now().Add(recheckEvery))
 	w.pass()
 	assert.DeepEqual(t, w.take(), []string(nil)) // an eip node answered: no conflict, no bind
 	assert.Equal(t, len(w.s.conflicts.inUse), 0)
@@ -394,4 +396,110 @@ func TestLoopReservationKeptFromItsFirstSighting(t *testing.T) {
 		w.tick()
 	}
 	assert.DeepEqual(t, w.take(), []string{"delete " + leaseName(ip) + " holder=node-gone"})
+}
+
+// In a mass failover the survivors' renewals queue behind thousands of
+// lock changes on the same watch. A lock change proves the watch delivers
+// as well as a heartbeat does: the dead holder stays dead and the next
+// takeover goes ahead, though no heartbeat changed for longer than the
+// tail.
+func TestLoopLockChangesKeepTheDeadDead(t *testing.T) {
+	w := newWorld(t, "node-a", defaultTestConfig())
+	w.a.opt.ProbeWait = 0
+	for _, n := range []string{"node-b", "node-c"} {
+		w.addNode(n)
+		w.heartbeat(n, true)
+	}
+	// An IP node-c takes first (node-a waits a rank step), and an IP of
+	// node-c's whose lock changes later.
+	var ip netip.Addr
+	for n := 0; !ip.IsValid(); n++ {
+		if lease.Rank(testIP(n), "node-a", []string{"node-a", "node-c"}) == 1 {
+			ip = testIP(n)
+		}
+	}
+	other := testIP(1000)
+	w.lock(ip, "node-b")
+	w.lock(other, "node-c")
+	w.addService("web", ip, other)
+	w.pass()
+	for range 4 {
+		w.tick("node-b", "node-c")
+	}
+	for i := 0; i < 8 && w.s.live.Alive("node-b", w.clk.Now()); i++ {
+		w.tick("node-c")
+	}
+	assert.Assert(t, !w.s.live.Alive("node-b", w.clk.Now()))
+	assert.DeepEqual(t, w.take(), []string(nil)) // node-c's turn first
+	// No heartbeat for 600 ms, longer than the tail; a lock changes.
+	w.step(600 * time.Millisecond)
+	w.lock(other, "node-c")
+	w.s.pass()
+	w.settle()
+	assert.Assert(t, !w.s.live.Alive("node-b", w.clk.Now()))
+	assert.DeepEqual(t, w.take(), []string{"update " + leaseName(ip) + " holder=node-a", "bind " + ip.String()})
+}
+
+// While its writers are busy, a survivor first takes the dead holder's IPs
+// it ranks first for, and only then races for those another survivor
+// ranks first for: in a mass failover each takes its own share without
+// Lease conflicts.
+func TestLoopTakeoverOwnShareFirst(t *testing.T) {
+	w := newWorld(t, "node-a", defaultTestConfig())
+	w.a.opt.ProbeWait, w.a.opt.Writers = 0, 1
+	for _, n := range []string{"node-b", "node-c"} {
+		w.addNode(n)
+		w.heartbeat(n, true)
+	}
+	var mine, theirs []netip.Addr
+	for n := 0; len(mine) < 4 || len(theirs) < 4; n++ {
+		ip := testIP(n)
+		if lease.Rank(ip, "node-a", []string{"node-a", "node-c"}) == 0 {
+			mine = append(mine, ip)
+		} else {
+			theirs = append(theirs, ip)
+		}
+	}
+	mine, theirs = mine[:4], theirs[:4]
+	// Listed in the Service with node-c's first, so that the order of the
+	// Service is not what puts node-a's first.
+	ips := append(slices.Clone(theirs), mine...)
+	for _, ip := range ips {
+		w.lock(ip, "node-b")
+	}
+	w.addService("web", ips...)
+	// node-a is cordoned until node-b has been dead for longer than the
+	// rank step: then every IP of node-b is node-a's to race for at once.
+	n := w.nodeObj("node-a").DeepCopy()
+	n.Spec.Unschedulable = true
+	w.must(w.nodes.Update(n))
+	w.s.dirtyNodes = true
+	w.pass()
+	for range 4 {
+		w.tick("node-b", "node-c")
+	}
+	for range 6 {
+		w.tick("node-c")
+	}
+	assert.Assert(t, !w.s.live.Alive("node-b", w.clk.Now()))
+	assert.DeepEqual(t, w.take(), []string(nil))
+	n = n.DeepCopy()
+	n.Spec.Unschedulable = false
+	w.must(w.nodes.Update(n))
+	w.s.dirtyNodes = true
+	w.tick("node-c")
+	w.tick("node-c")
+	var order []string
+	for _, c := range w.take() {
+		if strings.HasPrefix(c, "update ") {
+			order = append(order, c)
+		}
+	}
+	want := []string{}
+	for _, ip := range append(slices.Clone(mine), theirs...) {
+		want = append(want, "update "+leaseName(ip)+" holder=node-a")
+	}
+	assert.Equal(t, len(order), 8, "%v", order)
+	first := slices.Sorted(slices.Values(order[:4]))
+	assert.DeepEqual(t, first, slices.Sorted(slices.Values(want[:4])))
 }

@@ -529,10 +529,15 @@ func (s *state) fence(now time.Time) {
 // failover every few write results asked for one.
 func (s *state) pass() {
 	now := s.a.clk.Now()
-	s.takeLockChanges()
-	if s.hbDirty {
+	delivered := s.takeLockChanges()
+	if s.hbDirty || delivered {
 		s.hbDirty = false
 		s.needFull = s.heartbeatsRenewed() || s.needFull
+	}
+	if delivered {
+		// The watch that carries the heartbeats delivered a Lease, and
+		// every heartbeat the cache held after it was just observed.
+		s.live.Delivered(now)
 	}
 	if s.fullDue(now) {
 		s.reconcile()
@@ -550,8 +555,8 @@ func (s *state) fullDue(now time.Time) bool {
 }
 
 // takeLockChanges marks dirty the IPs of the locks the informer saw
-// change since the last pass.
-func (s *state) takeLockChanges() {
+// change since the last pass, and says whether it saw any Lease change.
+func (s *state) takeLockChanges() bool {
 	names, all := s.a.takeLeaseChanges()
 	s.needFull = s.needFull || all
 	for name := range names {
@@ -573,6 +578,7 @@ func (s *state) takeLockChanges() {
 			s.needFull = true // the full pass warns about it
 		}
 	}
+	return all || len(names) > 0
 }
 
 // cachedLock is the lock Lease named name in the cache, or nil.
@@ -718,9 +724,11 @@ func (s *state) reconcile() {
 	var later []todo
 	for _, ip := range s.order {
 		t := todo{ip: ip, name: lease.NameFor(ip)}
-		l := locks[t.name]
-		free := l == nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == ""
-		if plan[ip] == v.Self || free && lease.Rank(ip, v.Self, v.Live) == 0 {
+		var holder string
+		if l := locks[t.name]; l != nil && l.Spec.HolderIdentity != nil {
+			holder = *l.Spec.HolderIdentity
+		}
+		if goesFirst(v, ip, holder, plan[ip]) {
 			first = append(first, t)
 		} else {
 			later = append(later, t)
@@ -752,17 +760,32 @@ func (s *state) reconcile() {
 // time is that IP's, a full pass otherwise.
 func (s *state) wakeAt(t time.Time) {
 	if ip := s.deciding; ip.IsValid() {
-		if cur, ok := s.ipWake[ip]; !ok || t.Before(cur) {
-			s.ipWake[ip] = t
-		}
-		if s.ipWakeMin.IsZero() || t.Before(s.ipWakeMin) {
-			s.ipWakeMin = t
-		}
+		s.wakeIPAt(ip, t)
 		return
 	}
 	if s.wake.IsZero() || t.Before(s.wake) {
 		s.wake = t
 	}
+}
+
+// wakeIPAt asks for a pass over ip at t.
+func (s *state) wakeIPAt(ip netip.Addr, t time.Time) {
+	if cur, ok := s.ipWake[ip]; !ok || t.Before(cur) {
+		s.ipWake[ip] = t
+	}
+	if s.ipWakeMin.IsZero() || t.Before(s.ipWakeMin) {
+		s.ipWakeMin = t
+	}
+}
+
+// wakeLockAt asks for a pass at t over the IP of the lock named name, or
+// a full pass if it is not a managed IP's.
+func (s *state) wakeLockAt(name string, t time.Time) {
+	if ip, ok := s.names[name]; ok {
+		s.wakeIPAt(ip, t)
+		return
+	}
+	s.wakeAt(t)
 }
 
 // observe feeds heartbeats to the liveness tracker and returns the locks
@@ -852,7 +875,7 @@ func (s *state) effective(name string, cached *coordinationv1.Lease, now time.Ti
 		// Our write created it; the cache will show it in milliseconds.
 		// If it never does, someone deleted it since.
 		if now.Sub(w.at) < s.cfg.LeaseDuration {
-			s.wakeAt(w.at.Add(s.cfg.LeaseDuration))
+			s.wakeLockAt(name, w.at.Add(s.cfg.LeaseDuration))
 			return w.lease
 		}
 	} else if lease.Newer(w.lease.ResourceVersion, cached.ResourceVersion) {
@@ -918,13 +941,29 @@ func (s *state) decide(v lease.View, ip netip.Addr, l *coordinationv1.Lease, nam
 	if (d.Action == lease.Create || d.Action == lease.Acquire) && s.acquisitionsFull() {
 		// Decided again when one in flight completes, those the policy
 		// gives this node or that it ranks first for before the others.
-		s.waiting[ip] = planned == v.Self || (lk == nil || lk.Holder == "") && lease.Rank(ip, v.Self, v.Live) == 0
+		var holder string
+		if lk != nil {
+			holder = lk.Holder
+		}
+		s.waiting[ip] = goesFirst(v, ip, holder, planned)
 		return
 	}
 	s.apply(v, ip, l, lk, d)
 	if !named {
 		delete(s.freeSince, ip)
 	}
+}
+
+// goesFirst: an acquisition of ip, held by holder ("" if free), is one
+// this node makes before the others while its writers are all busy: the
+// policy gives it the IP, or nobody live holds it and this node ranks
+// first among the live ones. A dead holder's IPs count as free: in a mass
+// failover each survivor first takes those it ranks first for, and races
+// for the others' only when its own are under way, rather than spending
+// its writers on Lease conflicts.
+func goesFirst(v lease.View, ip netip.Addr, holder, planned string) bool {
+	free := holder == "" || !v.Alive(holder)
+	return planned == v.Self || free && lease.Rank(ip, v.Self, v.Live) == 0
 }
 
 func (s *state) apply(v lease.View, ip netip.Addr, l *coordinationv1.Lease, lk *lease.Lock, d lease.Decision) {

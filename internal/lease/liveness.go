@@ -13,12 +13,13 @@ import (
 //     moment of observation (never from the renewTime inside the Lease);
 //   - a peer is judged dead only while the observer is connected: the watch
 //     that delivers heartbeats must itself be seen delivering. Any heartbeat
-//     change, the observer's own included, proves the stream delivered
-//     everything written before it, so "fresh" is the time the latest change
-//     of any heartbeat was observed. A peer is dead when its lease duration
-//     has passed since its last change AND the stream delivered something
-//     within the last tail (a renew interval): the whole duration was then
-//     watched, up to at most one renew interval ago;
+//     change, the observer's own included, or any other object on the same
+//     watch (Delivered), proves the stream delivered everything written
+//     before it, so "fresh" is the time the latest of them was observed. A
+//     peer is dead when its lease duration has passed since its last change
+//     AND the stream delivered something within the last tail (a renew
+//     interval): the whole duration was then watched, up to at most one
+//     renew interval ago;
 //   - when the stream resumes after a silence longer than the break
 //     threshold, every peer is granted a fresh lease duration, so that an
 //     API-server restart does not make every node look dead to every other.
@@ -27,7 +28,7 @@ type Liveness struct {
 	tail  time.Duration // the stream must have delivered within this to judge anyone dead
 	gap   time.Duration // a stream silence longer than this is a break
 	nodes map[string]*observed
-	fresh time.Time // when the latest heartbeat change of any node was observed
+	fresh time.Time // when the stream was last seen delivering (a heartbeat change, or Delivered)
 	// selfRenew is the renewTime of our own heartbeat as last observed
 	// through the stream; it is our own clock, so we may compare it.
 	selfRenew time.Time
@@ -77,6 +78,27 @@ func (l *Liveness) Observe(h Heartbeat, now time.Time) {
 		l.nodes[h.Node] = o
 	}
 	o.version, o.duration, o.at, o.status, o.presumed = h.Version, h.Duration, now, h, false
+	l.delivered(now, o)
+	if h.Node == l.self {
+		l.selfRenew = h.RenewTime
+	}
+}
+
+// Delivered records that the stream carrying the heartbeats delivered
+// another object at now: a lock, which the same watch carries in the same
+// order. It proves as much as a heartbeat change does, provided the caller
+// observed every heartbeat its cache held when that object arrived. In a
+// mass failover the survivors' own renewals queue behind thousands of lock
+// changes, and judged by heartbeats alone the stream looked quiet for
+// longer than the tail: the dead node's verdict was withdrawn again and
+// again, and every takeover waited.
+func (l *Liveness) Delivered(now time.Time) {
+	l.delivered(now, nil)
+}
+
+// delivered moves fresh to now; o, if not nil, is the node whose change
+// was just observed.
+func (l *Liveness) delivered(now time.Time, o *observed) {
 	if !l.fresh.IsZero() && now.Sub(l.fresh) > l.gap {
 		// The stream was silent for longer than a break: whatever we saw
 		// before says nothing about who stopped renewing meanwhile.
@@ -85,9 +107,6 @@ func (l *Liveness) Observe(h Heartbeat, now time.Time) {
 		}
 	}
 	l.fresh = now
-	if h.Node == l.self {
-		l.selfRenew = h.RenewTime
-	}
 }
 
 // Known reports whether a heartbeat of node has been observed.

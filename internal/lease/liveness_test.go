@@ -247,3 +247,36 @@ func TestSetTimings(t *testing.T) {
 	c.l.SetTimings(time.Second, 2*time.Second)
 	assert.Assert(t, !c.l.Alive("peer", at(duration)), "quiet for 1 s, within the new 1 s tail")
 }
+
+// Other objects on the same watch (locks) prove it delivers as well as a
+// heartbeat does: with them arriving, a peer silent for its duration is
+// dead though no heartbeat changed within the tail, and stays dead.
+func TestDeliveredKeepsTheStreamFresh(t *testing.T) {
+	c := newCluster(t)
+	c.renew("peer", 0)
+	c.selfRenews(0, 1000*ms)
+	for d := 1100 * ms; d <= 4*time.Second; d += 300 * ms {
+		c.l.Delivered(at(d))
+	}
+	assert.Assert(t, !c.l.Alive("peer", at(duration+ms)), "a lock arrived within the tail")
+	assert.Assert(t, !c.l.Alive("peer", at(4*time.Second)))
+	assert.Assert(t, c.l.Connected(at(4*time.Second)))
+	assert.Assert(t, c.l.Alive("peer", at(4*time.Second+renew+ms)), "nothing delivered for longer than the tail")
+}
+
+// A lock arriving after a silence longer than the break is a resumed
+// stream, as a heartbeat would be: every peer gets a fresh duration.
+func TestDeliveredAfterABreakGrantsAFreshDuration(t *testing.T) {
+	c := newCluster(t)
+	c.renew("peer", 0)
+	c.selfRenews(0, 1000*ms)
+	c.l.Delivered(at(10 * time.Second))
+	for d := 10*time.Second + 300*ms; d <= 13*time.Second; d += 300 * ms {
+		c.l.Delivered(at(d))
+	}
+	assert.Assert(t, c.l.Alive("peer", at(12*time.Second-ms)))
+	assert.Assert(t, !c.l.Renewing("peer", at(11*time.Second)), "presumed, not seen renewing")
+	since, ok := c.l.DeadSince("peer", at(12*time.Second))
+	assert.Assert(t, ok)
+	assert.Equal(t, since, at(12*time.Second))
+}
