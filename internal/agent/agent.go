@@ -59,7 +59,10 @@ type Options struct {
 	Log   *slog.Logger
 	// Metrics receives counts; nil discards them.
 	Metrics Metrics
-	// Writers is the number of concurrent Lease writes (default 8).
+	// Writers is the number of concurrent Lease writes (default 32). A
+	// write is mostly a round trip: with 8, a survivor of a mass failover
+	// spent its time waiting on them, at a fraction of the API server's
+	// rate (docs/benchmarks.md).
 	Writers int
 	// Resync is the period of the full address resync (default 10s).
 	Resync time.Duration
@@ -117,7 +120,7 @@ func New(opt Options) (*Agent, error) {
 		opt.Router = nopRouter{}
 	}
 	if opt.Writers <= 0 {
-		opt.Writers = 8
+		opt.Writers = 32
 	}
 	if opt.Resync <= 0 {
 		opt.Resync = 10 * time.Second
