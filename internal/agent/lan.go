@@ -10,9 +10,10 @@ import (
 	"github.com/eip-project/eip/internal/lanlive"
 )
 
-// LANConn sends liveness datagrams to peers (lanlive.Conn).
+// LANConn sends liveness datagrams to peers (lanlive.Conn): one message to
+// every address of to.
 type LANConn interface {
-	Send(to netip.AddrPort, b []byte) error
+	Send(to []netip.AddrPort, b []byte) error
 	Close() error
 }
 
@@ -110,19 +111,22 @@ func (s *state) sendLiveness(now time.Time) {
 	if s.lanConn == nil {
 		return
 	}
-	msg := lanlive.Encode(lanlive.Message{From: s.a.opt.Node, Ages: s.live.Report(now)})
+	var to []netip.AddrPort
 	for _, n := range s.live.Nodes() {
 		hb, _ := s.live.Heartbeat(n)
 		if n == s.a.opt.Node || hb.LivenessPort == 0 {
 			continue
 		}
-		to, ok := s.peerAddr(n)
-		if !ok {
-			continue
+		if addr, ok := s.peerAddr(n); ok {
+			to = append(to, netip.AddrPortFrom(addr, hb.LivenessPort))
 		}
-		if err := s.lanConn.Send(netip.AddrPortFrom(to, hb.LivenessPort), msg); err != nil {
-			s.log.Debug("liveness datagram not sent", "to", n, "err", err)
-		}
+	}
+	if len(to) == 0 {
+		return
+	}
+	msg := lanlive.Encode(lanlive.Message{From: s.a.opt.Node, Ages: s.live.Report(now)})
+	if err := s.lanConn.Send(to, msg); err != nil {
+		s.log.Debug("liveness datagrams not sent", "err", err)
 	}
 }
 

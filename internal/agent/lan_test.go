@@ -21,12 +21,14 @@ type lanNet struct {
 	sent []string
 }
 
-func (n *lanNet) Send(to netip.AddrPort, b []byte) error {
+func (n *lanNet) Send(to []netip.AddrPort, b []byte) error {
 	m, err := lanlive.Decode(b)
 	if err != nil {
 		return err
 	}
-	n.sent = append(n.sent, fmt.Sprintf("%s from %s", to, m.From))
+	for _, a := range to {
+		n.sent = append(n.sent, fmt.Sprintf("%s from %s", a, m.From))
+	}
 	return nil
 }
 

@@ -44,8 +44,9 @@ func TestLoopback(t *testing.T) {
 	port := c.Port()
 	m := lanlive.Message{From: "node-a", Ages: map[string]time.Duration{"node-b": time.Second}}
 	// Garbage first: it is dropped, the datagram after it arrives.
-	assert.NilError(t, c.Send(netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port), []byte("hello")))
-	assert.NilError(t, c.Send(netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port), lanlive.Encode(m)))
+	to := []netip.AddrPort{netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port)}
+	assert.NilError(t, c.Send(to, []byte("hello")))
+	assert.NilError(t, c.Send(to, lanlive.Encode(m)))
 	select {
 	case r := <-out:
 		assert.Equal(t, r.Source, netip.MustParseAddr("127.0.0.1"))
@@ -71,7 +72,7 @@ func TestForgedDatagramsAreDropped(t *testing.T) {
 	stranger, err := lanlive.Listen(0, testKey("b"), make(chan lanlive.Received))
 	assert.NilError(t, err)
 	defer stranger.Close()
-	assert.NilError(t, stranger.Send(to, lanlive.Encode(forged)))
+	assert.NilError(t, stranger.Send([]netip.AddrPort{to}, lanlive.Encode(forged)))
 
 	// A datagram of the right length whose signature does not match.
 	raw, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(to))
@@ -84,7 +85,7 @@ func TestForgedDatagramsAreDropped(t *testing.T) {
 	assert.NilError(t, err)
 	defer peer.Close()
 	real := lanlive.Message{From: "node-c", Ages: map[string]time.Duration{"node-a": 0}}
-	assert.NilError(t, peer.Send(to, lanlive.Encode(real)))
+	assert.NilError(t, peer.Send([]netip.AddrPort{to}, lanlive.Encode(real)))
 	select {
 	case r := <-out:
 		// Loopback keeps order: the forged datagrams, sent first, were dropped.
@@ -102,4 +103,36 @@ func TestForgedDatagramsAreDropped(t *testing.T) {
 func TestListenRefusesAShortKey(t *testing.T) {
 	_, err := lanlive.Listen(0, []byte("short"), make(chan lanlive.Received))
 	assert.ErrorContains(t, err, "a key of 5 bytes, want at least 16")
+}
+
+// One message goes to every address given; an address that cannot be sent
+// to is named in the error and does not keep the others from theirs.
+func TestSendToMany(t *testing.T) {
+	key := testKey("a")
+	var peers []<-chan lanlive.Received
+	var to []netip.AddrPort
+	for range 3 {
+		out := make(chan lanlive.Received, 1)
+		c, err := lanlive.Listen(0, key, out)
+		assert.NilError(t, err)
+		defer c.Close()
+		peers = append(peers, out)
+		to = append(to, netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), c.Port()))
+	}
+	bad := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), 0)
+	to = append(to[:1], append([]netip.AddrPort{bad}, to[1:]...)...)
+	sender, err := lanlive.Listen(0, key, make(chan lanlive.Received))
+	assert.NilError(t, err)
+	defer sender.Close()
+	m := lanlive.Message{From: "node-a", Ages: map[string]time.Duration{"node-b": 0}}
+	err = sender.Send(to, lanlive.Encode(m))
+	assert.ErrorContains(t, err, bad.String())
+	for _, out := range peers {
+		select {
+		case r := <-out:
+			assert.DeepEqual(t, r.Msg, m)
+		case <-time.After(30 * time.Second):
+			t.Fatal("a peer got no datagram")
+		}
+	}
 }
