@@ -164,6 +164,13 @@ func run(o options) error {
 	clk := clock.RealClock{}
 	addrs := netif.NewAddresses(log)
 	defer addrs.Close()
+	// The device lives as long as this process: on any exit, SIGKILL
+	// included, the kernel removes it with the addresses bound on it.
+	tun, err := netif.OpenTun(log)
+	if err != nil {
+		return fmt.Errorf("%w (eipd needs /dev/net/tun: see docs/operating.md)", err)
+	}
+	defer func() { _ = tun.Close() }()
 	announcer := netif.NewAnnouncer(log, clk, []time.Duration{100 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second})
 	defer announcer.Close()
 	addrEvents := make(chan netif.AddrEvent, 256)
@@ -189,7 +196,11 @@ func run(o options) error {
 		Node: o.node, Namespace: o.namespace, ConfigMap: o.configMap,
 		Client:    client,
 		Leases:    lease.NewStore(client.CoordinationV1(), o.namespace),
-		Addresser: addrs, Links: addrs, Announcer: announcer, Router: router,
+		Addresser: addrs, Links: addrs, Device: tun, Announcer: announcer, Router: router,
+		Hung: func(quiet time.Duration) {
+			log.Error("the owner loop has not ticked; exiting so that this node's addresses go with eipd and peers take its IPs over", "since", quiet)
+			os.Exit(3)
+		},
 		Claims: func(ctx context.Context, iface string, out chan<- netif.Claim) error {
 			return netif.WatchClaims(ctx, log, iface, out)
 		},

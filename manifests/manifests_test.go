@@ -251,7 +251,12 @@ func TestDaemonSet(t *testing.T) {
 	assert.DeepEqual(t, sc.ReadOnlyRootFilesystem, ptr(true))
 	assert.Check(t, spec.SecurityContext.SeccompProfile != nil && spec.SecurityContext.SeccompProfile.Type == corev1.SeccompProfileTypeRuntimeDefault)
 	assert.Check(t, !spec.HostPID && !spec.HostIPC)
-	assert.Check(t, is.Len(spec.Volumes, 0), "eipd needs no volume besides its token")
+	// One volume: the host's /dev/net/tun, for the device eipd's
+	// addresses live on; nothing else of the host.
+	charDev := corev1.HostPathCharDev
+	assert.DeepEqual(t, spec.Volumes, []corev1.Volume{{Name: "dev-net-tun", VolumeSource: corev1.VolumeSource{
+		HostPath: &corev1.HostPathVolumeSource{Path: "/dev/net/tun", Type: &charDev}}}})
+	assert.DeepEqual(t, c.VolumeMounts, []corev1.VolumeMount{{Name: "dev-net-tun", MountPath: "/dev/net/tun"}})
 
 	env := map[string]string{}
 	for _, e := range c.Env {

@@ -183,14 +183,26 @@ func neighState(s int) string {
 	return "NONE"
 }
 
-// NodeAddrs lists the addresses on the node's eth0, except IPv6 link-local
-// ones: its own LAN addresses and whatever eipd bound.
+// EipdDevice is the device eipd binds most addresses on (netif.Tun), as the
+// first eipd in a node's namespace names it.
+const EipdDevice = "eipd0"
+
+// NodeAddrs lists the addresses on the node's eth0 and on eipd's device,
+// except IPv6 link-local ones: its own LAN addresses and whatever eipd
+// bound.
 func (c *Cluster) NodeAddrs(node string) ([]netip.Prefix, error) {
-	return c.NodeAddrsOn(node, "eth0")
+	out, err := c.NodeAddrsOn(node, "eth0")
+	if err != nil {
+		return nil, err
+	}
+	dev, err := c.NodeAddrsOn(node, EipdDevice)
+	if errors.As(err, &netlink.LinkNotFoundError{}) {
+		return out, nil // no eipd running
+	}
+	return append(out, dev...), err
 }
 
-// NodeAddrsOn is NodeAddrs for the node's device dev, such as lo, where
-// eipd binds the IPs of route-mode ranges.
+// NodeAddrsOn is NodeAddrs for the node's device dev.
 func (c *Cluster) NodeAddrsOn(node, dev string) ([]netip.Prefix, error) {
 	n, err := c.nodeEndpoint(node)
 	if err != nil {
@@ -217,7 +229,8 @@ func (c *Cluster) NodeAddrsOn(node, dev string) ([]netip.Prefix, error) {
 	return out, nil
 }
 
-// NodeHasAddr reports whether ip is bound on the node's eth0.
+// NodeHasAddr reports whether ip is bound on the node's eth0 or eipd's
+// device.
 func (c *Cluster) NodeHasAddr(node string, ip netip.Addr) (bool, error) {
 	addrs, err := c.NodeAddrs(node)
 	if err != nil {

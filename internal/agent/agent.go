@@ -37,9 +37,14 @@ type Options struct {
 	Leases    LeaseWriter
 	Addresser Addresser
 	Links     Links
+	// Device holds the addresses that need no lifetime (see placeOnDevice).
+	Device Device
+	// Hung is called, once, when the owner loop has not ticked for
+	// loopHungAfter (see watchdog); eipd exits there.
+	Hung      func(quiet time.Duration)
 	Announcer Announcer
 	// Router announces routes in route mode; nil when eipd has none, and
-	// then a range with announce=bgp binds its IPs on lo unannounced.
+	// then a range with announce=bgp binds its IPs unannounced.
 	Router Router
 	Claims ClaimWatcher
 	// AddrEvents and LinkEvents come from netif.Watch.
@@ -103,7 +108,7 @@ func New(opt Options) (*Agent, error) {
 	for name, missing := range map[string]bool{
 		"node name": opt.Node == "", "namespace": opt.Namespace == "", "config map name": opt.ConfigMap == "",
 		"client": opt.Client == nil, "lease writer": opt.Leases == nil, "addresser": opt.Addresser == nil,
-		"links": opt.Links == nil, "announcer": opt.Announcer == nil, "claim watcher": opt.Claims == nil,
+		"links": opt.Links == nil, "device": opt.Device == nil, "hung": opt.Hung == nil, "announcer": opt.Announcer == nil, "claim watcher": opt.Claims == nil,
 		"clock": opt.Clock == nil, "logger": opt.Log == nil,
 	} {
 		if missing {

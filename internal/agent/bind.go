@@ -89,13 +89,16 @@ func (s *state) bind(ip netip.Addr, e ipset.Entry, why string) {
 		return
 	}
 	p := e.Binding.Prefix(ip)
-	if err := s.a.opt.Addresser.Add(iface, p, s.cfg.AddressLifetime()); err != nil {
-		log.Error("bind", "iface", iface, "err", err)
-		s.event(ip, corev1.EventTypeWarning, "BindFailed", fmt.Sprintf("bind %s on %s/%s: %v", p, s.a.opt.Node, iface, err))
+	dev := s.devFor(iface, p, e.Binding.Announce)
+	if err := s.a.opt.Addresser.Add(dev, p, s.lifetimeOn(dev)); err != nil {
+		log.Error("bind", "iface", dev, "err", err)
+		s.event(ip, corev1.EventTypeWarning, "BindFailed", fmt.Sprintf("bind %s on %s/%s: %v", p, s.a.opt.Node, dev, err))
 		return
 	}
-	b := binding{iface: iface, prefix: p, announce: e.Binding.Announce}
-	s.lifetime.keep(ip, netif.Bound{Iface: iface, Prefix: p})
+	b := binding{iface: iface, dev: dev, prefix: p, announce: e.Binding.Announce}
+	if dev == iface {
+		s.lifetime.keep(ip, netif.Bound{Iface: dev, Prefix: p})
+	}
 	if b.announce.ARP() {
 		if err := s.a.opt.Announcer.Announce(iface, ip); err != nil {
 			log.Warn("announce", "iface", iface, "err", err)
@@ -108,8 +111,75 @@ func (s *state) bind(ip netip.Addr, e ipset.Entry, why string) {
 	}
 	s.bound[ip] = b
 	s.a.opt.Metrics.Bound()
-	log.Info("bound", "iface", iface, "prefix", p, "reason", why)
+	log.Info("bound", "iface", iface, "device", dev, "prefix", p, "reason", why)
 	s.event(ip, corev1.EventTypeNormal, "Bound", fmt.Sprintf("%s bound on %s (%s)", p, s.a.opt.Node, iface))
+}
+
+// placeOnDevice says whether an address lives on eipd's own device, which
+// dies with the process and needs no lifetime, rather than on the
+// interface it is announced on, with a lifetime the keeper refreshes:
+//   - an address announced over BGP alone: on the device; traffic routed
+//     to the node reaches a local address on any device;
+//   - an IPv4 host address (/32) announced with ARP: on the device while
+//     the kernel answers ARP on the interface for another device's
+//     addresses (arp_ignore 0, the default; kube-proxy's IPVS strictARP
+//     sets 1), else on the interface;
+//   - IPv6: on the interface, since the kernel answers a neighbour
+//     solicitation only for an address of the interface it arrived on;
+//   - a shorter netmask: on the interface, whose connected subnet it is.
+func placeOnDevice(p netip.Prefix, a config.Announce, arpAnswered bool) bool {
+	if !a.ARP() {
+		return true
+	}
+	return p.Addr().Is4() && p.IsSingleIP() && arpAnswered
+}
+
+// devFor is the device ip's address p goes on when it is announced on
+// iface.
+func (s *state) devFor(iface string, p netip.Prefix, a config.Announce) string {
+	if !a.ARP() || p.Addr().Is4() && p.IsSingleIP() {
+		if placeOnDevice(p, a, s.answersARP(iface)) {
+			return s.a.opt.Device.Name()
+		}
+	}
+	return iface
+}
+
+// lifetimeOn is the lifetime of an address bound on dev: none on eipd's
+// own device.
+func (s *state) lifetimeOn(dev string) time.Duration {
+	if dev == s.a.opt.Device.Name() {
+		return 0
+	}
+	return s.cfg.AddressLifetime()
+}
+
+// answersARP is Links.AnswersARP, read once per interface and again at
+// each resync (checkARP).
+func (s *state) answersARP(iface string) bool {
+	if v, ok := s.arpAnswers[iface]; ok {
+		return v
+	}
+	v, err := s.a.opt.Links.AnswersARP(iface)
+	switch {
+	case err != nil:
+		s.log.Warn("cannot tell whether the kernel answers ARP for addresses on eipd's device; binding IPv4 addresses on the interface itself", "iface", iface, "err", err)
+	case !v:
+		s.log.Info("arp_ignore is not 0: the kernel answers ARP only for addresses of the interface itself, so IPv4 addresses are bound there, with a lifetime", "iface", iface)
+	}
+	s.arpAnswers[iface] = v
+	return v
+}
+
+// checkARP reads arp_ignore again: a change moves the addresses affected
+// at the next full pass (rebindIfMoved).
+func (s *state) checkARP() {
+	for iface, was := range s.arpAnswers {
+		delete(s.arpAnswers, iface)
+		if s.answersARP(iface) != was {
+			s.needFull = true
+		}
+	}
 }
 
 // probeEarly starts probing ip as the write that acquires it is sent (see
@@ -125,8 +195,8 @@ func (s *state) unbind(ip netip.Addr, why string) {
 	if !ok {
 		return
 	}
-	if err := s.a.opt.Addresser.Del(b.iface, b.prefix); err != nil {
-		s.log.Error("unbind", "ip", ip, "iface", b.iface, "err", err)
+	if err := s.a.opt.Addresser.Del(b.dev, b.prefix); err != nil {
+		s.log.Error("unbind", "ip", ip, "iface", b.dev, "err", err)
 	}
 	s.a.opt.Metrics.Unbound()
 	s.log.Info("unbound", "ip", ip, "iface", b.iface, "reason", why)
@@ -149,17 +219,21 @@ func (s *state) forgetBinding(ip netip.Addr) (binding, bool) {
 	}
 	s.a.opt.Announcer.Stop(ip)
 	delete(s.bound, ip)
-	s.lifetime.forget(ip)
+	if b.dev == b.iface {
+		s.lifetime.forget(ip)
+	}
 	return b, true
 }
 
 // rebindIfMoved moves a held, bound address whose interface or prefix
-// length changed with the configuration; the lock is untouched.
+// length changed with the configuration, or whose device changed with
+// arp_ignore; the lock is untouched.
 func (s *state) rebindIfMoved(ip netip.Addr) {
 	b := s.bound[ip]
 	e := s.entries[ip]
 	iface, err := s.ifaceFor(ip, e.Binding)
-	if err != nil || (iface == b.iface && e.Binding.Prefix(ip) == b.prefix && e.Binding.Announce == b.announce) || !s.canBind(iface) {
+	p := e.Binding.Prefix(ip)
+	if err != nil || (iface == b.iface && p == b.prefix && e.Binding.Announce == b.announce && s.devFor(iface, p, e.Binding.Announce) == b.dev) || !s.canBind(iface) {
 		if err == nil {
 			s.reannounceIfChanged(ip, b, e)
 		}
@@ -179,10 +253,17 @@ func (s *state) addrEvent(ev netif.AddrEvent) {
 		return
 	}
 	b, ok := s.bound[ev.Prefix.Addr()]
-	if !ok || b.iface != ev.Iface {
+	if !ok || b.dev != ev.Iface {
 		return
 	}
-	s.a.opt.Metrics.Vanished()
+	if !b.missing {
+		// Counted once until it is back: a deleted device's addresses
+		// are reported gone, and missing again at the resync that
+		// restores them.
+		s.a.opt.Metrics.Vanished()
+		b.missing = true
+		s.bound[b.prefix.Addr()] = b
+	}
 	if s.loopLate(s.a.clk.Now()) {
 		// Its lifetime ran out because this loop ran late (a long pass, a
 		// starved process): it renewed nothing meanwhile, and a peer may
@@ -191,24 +272,30 @@ func (s *state) addrEvent(ev netif.AddrEvent) {
 		// bound again if the lock still names this node.
 		s.forgetBinding(b.prefix.Addr())
 		s.lateBinds[b.prefix.Addr()] = true
-		s.log.Debug("an address this node held expired while its loop ran late; binding it again only if its lock still names this node", "ip", b.prefix.Addr(), "iface", b.iface)
+		s.log.Debug("an address this node held expired while its loop ran late; binding it again only if its lock still names this node", "ip", b.prefix.Addr(), "iface", b.dev)
 		return
 	}
-	if err := s.a.opt.Addresser.Add(b.iface, b.prefix, s.cfg.AddressLifetime()); err != nil {
-		s.log.Error("restore address", "ip", b.prefix.Addr(), "iface", b.iface, "err", err)
+	if err := s.a.opt.Addresser.Add(b.dev, b.prefix, s.lifetimeOn(b.dev)); err != nil {
+		s.log.Error("restore address", "ip", b.prefix.Addr(), "iface", b.dev, "err", err)
 		return
 	}
+	b.missing = false
+	s.bound[b.prefix.Addr()] = b
 	if b.announce.ARP() {
 		if err := s.a.opt.Announcer.Announce(b.iface, b.prefix.Addr()); err != nil {
 			s.log.Warn("announce", "ip", b.prefix.Addr(), "iface", b.iface, "err", err)
 		}
 	}
-	s.log.Info("restored an address removed from the interface", "ip", b.prefix.Addr(), "iface", b.iface)
+	s.log.Info("restored an address removed from the interface", "ip", b.prefix.Addr(), "iface", b.dev)
 }
 
 // linkEvent: a link that loses carrier loses its addresses at once, and
 // binds nothing again until this node re-read the locks after it returned.
 func (s *state) linkEvent(ev netif.LinkEvent) {
+	if ev.Iface == s.a.opt.Device.Name() {
+		s.deviceEvent(ev)
+		return
+	}
 	clear(s.autoIface)
 	s.macs = ""
 	s.needFull = true
@@ -231,18 +318,54 @@ func (s *state) linkEvent(ev netif.LinkEvent) {
 	}
 }
 
+// deviceEvent: eipd's own device went down or away, by hand; it is brought
+// back, and the addresses it lost are bound again. Each is counted as
+// vanished by its own removal event, which the kernel sends before or
+// after the link's (addrEvent).
+func (s *state) deviceEvent(ev netif.LinkEvent) {
+	if ev.Up {
+		return
+	}
+	again, err := s.a.opt.Device.Ensure()
+	if err != nil {
+		s.log.Error("restore eipd's address device", "iface", ev.Iface, "err", err)
+		return
+	}
+	if !again {
+		return
+	}
+	n := 0
+	for ip, b := range s.bound {
+		if b.dev != ev.Iface {
+			continue
+		}
+		if err := s.a.opt.Addresser.Add(b.dev, b.prefix, 0); err != nil {
+			s.log.Error("restore address", "ip", ip, "iface", b.dev, "err", err)
+			continue
+		}
+		b.missing = false
+		s.bound[ip] = b
+		n++
+	}
+	s.log.Info("restored eipd's address device and its addresses", "iface", ev.Iface, "addresses", n)
+}
+
 // claim: another machine announced an address. While our renewals fail,
 // peers may have judged us dead and taken the address: give it up at once.
+// An eip node that probes for an address we hold has taken its lock over
+// and binds it once we stop answering (addrConflicts), so its probe counts
+// as its claim; a stranger's probe is answered by our kernel, and claims
+// nothing.
 func (s *state) claim(c netif.Claim) {
 	s.dirty[c.IP] = true
 	if s.conflictClaim(c) {
 		return
 	}
-	if _, ok := s.bound[c.IP]; !ok || s.apiOK(s.a.clk.Now()) {
+	if _, ok := s.bound[c.IP]; !ok || s.apiOK(s.a.clk.Now()) || c.Probe && !s.eipMAC(c.MAC.String()) {
 		return
 	}
-	s.log.Warn("another node announced an address we hold while the API is unreachable; unbinding", "ip", c.IP, "iface", c.Iface, "mac", c.MAC.String())
-	s.unbind(c.IP, "announced by "+c.MAC.String())
+	s.log.Warn("another node claimed an address we hold while the API is unreachable; unbinding", "ip", c.IP, "iface", c.Iface, "mac", c.MAC.String(), "probe", c.Probe)
+	s.unbind(c.IP, "claimed by "+c.MAC.String())
 }
 
 func (s *state) watchClaims(iface string) {
@@ -264,9 +387,10 @@ func (s *state) watchClaims(iface string) {
 // pass that may bind will refresh it.
 func (s *state) resync(startup bool) {
 	s.lastResync = s.a.clk.Now()
+	s.checkARP()
 	ifaces := map[string]bool{}
 	for _, b := range s.bound {
-		ifaces[b.iface] = true
+		ifaces[b.dev] = true
 	}
 	// Resolving "auto" for an IP not resolved before lists every address
 	// of the node; one IP per range finds that range's interface.
@@ -300,7 +424,7 @@ func (s *state) resync(startup bool) {
 		for _, p := range have {
 			ip := p.Addr()
 			present[ip] = true
-			if b, ok := s.bound[ip]; ok && b.iface == iface {
+			if b, ok := s.bound[ip]; ok && b.dev == iface {
 				continue
 			}
 			if _, inRange := s.cfg.Lookup(ip); !inRange || s.reserved[ip] != "" || (startup && heldByLock[ip]) {
@@ -312,7 +436,7 @@ func (s *state) resync(startup bool) {
 			}
 		}
 		for ip, b := range s.bound {
-			if b.iface == iface && !present[ip] {
+			if b.dev == iface && !present[ip] {
 				s.addrEvent(netif.AddrEvent{Iface: iface, Prefix: b.prefix})
 			}
 		}

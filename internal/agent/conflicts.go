@@ -16,24 +16,25 @@ import (
 // so that eip binds it within a few seconds of its other user letting go.
 const maxProbeBackoff = 4 * time.Second
 
-// peerAnswerLimit is how long a probe waits for an eip node that keeps
-// answering for the address. A holder judged dead stops answering once
-// its kernel removes the address: the lifetime ends before its lease does,
-// and the kernel may remove an expired address up to about 1.25 s late
-// (its lifetime timer is rounded up by up to HZ/4, and deferred by up to a
-// second when another address changed just before). A node that answers
-// longer is alive but cut off from the API server; under api-loss: hold
-// it gives the address up when it sees the new holder's announcement.
-const peerAnswerLimit = 2 * time.Second
-
 // recheckEvery and recheckWait pace the probes after an eip node answered:
-// one probe recheckEvery after each answer, and the address is free once
-// recheckWait passes without one. A kernel answers a probe within a
-// millisecond or two; strangers had the whole first probe wait to answer.
+// one probe after each answer, recheckEvery later at first and then an
+// eighth of the time the node has answered for, up to recheckMax; the
+// address is free once recheckWait passes without an answer. A kernel
+// answers a probe within a millisecond or two; strangers had the whole
+// first probe wait to answer.
 const (
 	recheckEvery = 10 * time.Millisecond
+	recheckMax   = time.Second
 	recheckWait  = 20 * time.Millisecond
 )
+
+// recheckAfter is when to probe again after an eip node that has answered
+// for the given time answered once more: a holder whose address goes away
+// within a second costs a few probes, one that answers for minutes one a
+// second.
+func recheckAfter(answering time.Duration) time.Duration {
+	return min(max(answering/8, recheckEvery), recheckMax)
+}
 
 // claimMemory is how long a stranger's claim for an address this node
 // binds is shown in status after the last one seen: a machine using an
@@ -54,10 +55,15 @@ const claimMemory = time.Minute
 // not probed: its previous holder removed it before naming this node.
 //
 //   - An answer from an eip node (a MAC one of them publishes in its
-//     heartbeat) is a holder judged dead whose kernel still has the
-//     address: the node probes again recheckEvery later, and binds once a
-//     probe goes unanswered for recheckWait (and the first probe wait has
-//     passed), or after peerAnswerLimit.
+//     heartbeat) is a holder judged dead that still has the address: the
+//     node probes again (recheckAfter), and binds once a probe goes
+//     unanswered for recheckWait (and the first probe wait has passed),
+//     never before. So two eip nodes never answer for one IP, whatever
+//     the timing: an eipd killed or crashed loses its addresses with its
+//     device at once (those on a LAN interface when their lifetime ends);
+//     a live holder whose loop ran late, or that was cut off from the API
+//     server, unbinds once it sees the lock name another node; a hung
+//     loop's eipd exits (watchdog).
 //   - An answer from any other MAC means the address is in use: it is not
 //     bound, a Warning event AddressConflict names the MAC, the heartbeat
 //     reports it (kubectl eip status shows the IP as conflict), and it is
@@ -181,8 +187,7 @@ func (s *state) probeStep(ip netip.Addr, p probeRun) probeRun {
 }
 
 // probed says whether ip may be bound on iface now: it needs no probe, or
-// a probe wait passed without an answer (or with only an eip node's, for
-// longer than peerAnswerLimit). Otherwise it sends the probes that are due
+// a probe wait passed without an answer. Otherwise it sends the probes that are due
 // and wakes the loop when the next step is.
 func (s *state) probed(ip netip.Addr, iface string) bool {
 	wait := s.a.opt.ProbeWait
@@ -202,10 +207,6 @@ func (s *state) probed(ip netip.Addr, iface string) bool {
 	if p.stranger != "" {
 		s.inUseBy(ip, p)
 		return false
-	}
-	if !p.peerSince.IsZero() && now.Sub(p.peerSince) >= peerAnswerLimit {
-		s.log.Warn("an eip node still answers for an address this node took over; binding it anyway", "ip", ip, "iface", iface, "since", now.Sub(p.peerSince))
-		return s.probeDone(ip, iface)
 	}
 	p = s.probeStep(ip, p)
 	if n, gap := p.wants(wait); p.sent < n {
@@ -257,6 +258,11 @@ func (s *state) conflictClaim(cl netif.Claim) bool {
 	mac := cl.MAC.String()
 	peer := s.eipMAC(mac)
 	if p, ok := c.probing[cl.IP]; ok && p.iface == cl.Iface {
+		if cl.Probe && peer {
+			// Another eip node probes too: the lock decides which of
+			// us binds, not the wire.
+			return true
+		}
 		if peer {
 			// A holder judged dead whose kernel still has the address:
 			// probe again once it may have let go.
@@ -265,7 +271,7 @@ func (s *state) conflictClaim(cl netif.Claim) bool {
 				p.peerSince = now
 				s.log.Info("an eip node still answers for an address being taken over; probing again", "ip", cl.IP, "iface", cl.Iface, "mac", mac)
 			}
-			p.rechecking, p.started, p.sent = true, now.Add(recheckEvery), 0
+			p.rechecking, p.started, p.sent = true, now.Add(recheckAfter(now.Sub(p.peerSince))), 0
 			// Only this IP's decision waits for it: a full pass for
 			// each, in a mass failover, held every takeover back.
 			s.wakeIPAt(cl.IP, p.started)
@@ -275,7 +281,7 @@ func (s *state) conflictClaim(cl netif.Claim) bool {
 		c.probing[cl.IP] = p
 		return true
 	}
-	if _, bound := s.bound[cl.IP]; !bound || peer || !s.apiOK(now) {
+	if _, bound := s.bound[cl.IP]; !bound || peer || cl.Probe || !s.apiOK(now) {
 		return false
 	}
 	// A stranger's claim for an address this node holds while its

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -48,12 +49,22 @@ type world struct {
 	calls                         []string
 	renewals                      []string
 	refreshes                     int
+	// arpIgnored: the kernel does not answer ARP for another device's
+	// addresses (Links.AnswersARP), so IPv4 goes on the interface.
+	arpIgnored bool
+	// deviceGone: eipd's device was deleted (Device.Ensure).
+	deviceGone bool
+	// failAdd: Add fails.
+	failAdd bool
+	// hung is how long the loop was quiet when the watchdog fired.
+	hung time.Duration
 }
 
 const (
 	testNS    = "eip-system"
 	testCM    = "eip-config"
 	testIface = "eth0"
+	testDev   = "eipd0"
 )
 
 var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
@@ -67,7 +78,8 @@ func newWorld(t testing.TB, self string, cfg map[string]string) *world {
 	w.svcs, w.nodes, w.leases, w.cms, w.eps = idx(), idx(), idx(), idx(), idx()
 	a, err := New(Options{
 		Node: self, Namespace: testNS, ConfigMap: testCM,
-		Client: fake.NewClientset(), Leases: w, Addresser: w, Links: w, Announcer: w,
+		Client: fake.NewClientset(), Leases: w, Addresser: w, Links: w, Device: w, Announcer: w,
+		Hung:   func(quiet time.Duration) { w.hung = quiet },
 		Claims: func(ctx context.Context, _ string, _ chan<- netif.Claim) error { <-ctx.Done(); return nil },
 		Clock:  w.clk, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
@@ -311,9 +323,20 @@ func (w *world) Get(_ context.Context, name string) (*coordinationv1.Lease, erro
 	return nil, apierrors.NewNotFound(leaseResource, name)
 }
 
-// The fake interface (Addresser, Links, Announcer).
+// The fake interface (Addresser, Links, Device, Announcer).
+
+// Ensure: a test deletes the device by removing its addresses from addrs
+// and setting deviceGone.
+func (w *world) Ensure() (bool, error) {
+	gone := w.deviceGone
+	w.deviceGone = false
+	return gone, nil
+}
 
 func (w *world) Add(iface string, p netip.Prefix, _ time.Duration) error {
+	if w.failAdd {
+		return errors.New("no such device")
+	}
 	if _, ok := w.addrs[p]; ok {
 		w.refreshes++
 		return nil
@@ -350,6 +373,8 @@ func (w *world) Up(string) (bool, error)             { return true, nil }
 func (w *world) MACs() ([]net.HardwareAddr, error) {
 	return []net.HardwareAddr{{2, 0, 0, 0, 0, 1}}, nil
 }
+func (w *world) AnswersARP(string) (bool, error)   { return !w.arpIgnored, nil }
+func (w *world) Name() string                      { return testDev }
 func (w *world) Announce(string, netip.Addr) error { return nil }
 func (w *world) Stop(netip.Addr)                   {}
 func (w *world) Probe(_ string, ip netip.Addr) error {

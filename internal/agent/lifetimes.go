@@ -17,14 +17,10 @@ import (
 // the keeper: an unbind waits at most for one chunk, a few milliseconds.
 const lifetimeChunk = 256
 
-// keeper renews the kernel lifetimes of the addresses this node has bound,
-// on a goroutine of its own. It used to be the owner loop's job, one
-// netlink round trip per address on each tick: at 5,000 IPs that was about
-// 145 ms of CPU per renew interval, done only when a reconcile pass let
-// the loop get to its tick, so under load the kernel removed addresses
-// eipd held (the 5,000-IP cold start lost ~3,000 of them for seconds).
-// Now a refresh sends a chunk of addresses per system call, on this
-// goroutine, and the loop's tick only says that the loop is alive.
+// keeper renews the kernel lifetimes of the addresses this node has bound
+// on a LAN interface (those that cannot live on eipd's device, see
+// placeOnDevice), on a goroutine of its own, a chunk of addresses per
+// system call; the loop's tick only says that the loop is alive.
 //
 // A loop that hangs must still lose its addresses before peers, who stop
 // seeing its heartbeat (renewed on the same tick), take them over. So the

@@ -137,6 +137,7 @@ func TestLoopProbesBeforeBindingAndBacksOffOnConflict(t *testing.T) {
 // it re-read the locks, and only if the lock still names it.
 func TestLoopLateLoopPutsNoAddressBack(t *testing.T) {
 	w := newWorld(t, "node-a", defaultTestConfig())
+	w.arpIgnored = true // on the interface, with a lifetime
 	w.addNode("node-b")
 	w.heartbeat("node-b", true)
 	taken, kept := testIP(0), testIP(1)
@@ -230,22 +231,26 @@ func TestLoopTakeoverProbesUntilTheDeadHolderStopsAnswering(t *testing.T) {
 	assert.Equal(t, len(w.s.conflicts.claimed), 0, "an eip node's announcement is not a stranger's claim")
 }
 
-// An eip node that answers for longer than peerAnswerLimit is alive but
-// cut off from the API server: the survivor binds all the same.
-func TestLoopTakeoverBindsAfterThePeerAnswerLimit(t *testing.T) {
+// An eip node that keeps answering (its loop ran late, or it is cut off
+// from the API server and holds) keeps the survivor from binding for as
+// long as it answers, probed less and less often; the survivor binds once
+// it stops.
+func TestLoopTakeoverNeverBindsWhileAnEipNodeAnswers(t *testing.T) {
 	w, ip := takingOver(t)
-	first := w.clk.Now()
-	var boundAfter time.Duration
-	for range 10 {
+	probes := 0
+	for range 60 {
 		w.s.claim(netif.Claim{Iface: testIface, IP: ip, MAC: peerMAC("node-b")})
 		w.pass()
 		w.tick()
-		if slices.Contains(w.take(), "bind 198.18.100.1") {
-			boundAfter = w.clk.Now().Sub(first)
-			break
-		}
+		calls := w.take()
+		assert.Assert(t, !slices.Contains(calls, "bind 198.18.100.1"), "bound while node-b answers, after %s", w.clk.Now().Sub(t0))
+		probes += len(calls)
 	}
-	assert.Equal(t, boundAfter, peerAnswerLimit)
+	assert.Assert(t, probes < 60, "%d probes in 60 renew intervals", probes)
+	for range 8 {
+		w.tick()
+	}
+	assert.Assert(t, slices.Contains(w.take(), "bind 198.18.100.1"), "not bound once node-b stopped answering")
 }
 
 // A stranger answering the probe of a takeover is a conflict like any
@@ -502,4 +507,26 @@ func TestLoopTakeoverOwnShareFirst(t *testing.T) {
 	assert.Equal(t, len(order), 8, "%v", order)
 	first := slices.Sorted(slices.Values(order[:4]))
 	assert.DeepEqual(t, first, slices.Sorted(slices.Values(want[:4])))
+}
+
+// A holder cut off from the API server gives an IP up when an eip node
+// probes for it (that node took the lock over, and binds once nobody
+// answers), but not for a stranger's probe, which its kernel answers.
+func TestLoopHolderWithoutAPIUnbindsOnAPeersProbe(t *testing.T) {
+	w := newWorld(t, "node-a", defaultTestConfig())
+	w.addNode("node-b")
+	w.heartbeat("node-b", true)
+	ip := testIP(0)
+	w.lock(ip, "node-a")
+	w.addService("web", ip)
+	w.pass()
+	for range 4 {
+		w.tick("node-b")
+	}
+	assert.DeepEqual(t, w.take(), []string{"bind 198.18.100.1"})
+	w.s.renewFailing = true
+	w.s.claim(netif.Claim{Iface: testIface, IP: ip, MAC: net.HardwareAddr{2, 0, 0, 0, 0, 9}, Probe: true})
+	assert.DeepEqual(t, w.take(), []string(nil))
+	w.s.claim(netif.Claim{Iface: testIface, IP: ip, MAC: peerMAC("node-b"), Probe: true})
+	assert.DeepEqual(t, w.take(), []string{"unbind 198.18.100.1"})
 }

@@ -30,6 +30,18 @@ type Links interface {
 	Up(iface string) (bool, error)
 	// MACs are the link-layer addresses of the node's interfaces.
 	MACs() ([]net.HardwareAddr, error)
+	// AnswersARP says whether the kernel answers ARP arriving on iface
+	// for an IPv4 address on another device (arp_ignore is 0).
+	AnswersARP(iface string) (bool, error)
+}
+
+// Device is eipd's own address device, which dies with the process
+// (netif.Tun).
+type Device interface {
+	Name() string
+	// Ensure creates the device again, or sets it up again, after
+	// someone deleted it or set it down; it says whether it had to.
+	Ensure() (bool, error)
 }
 
 // Announcer tells the LAN where an IP lives (netif.Announcer).

@@ -26,7 +26,9 @@ import (
 
 // binding is an address this node has put on an interface.
 type binding struct {
-	iface    string
+	iface    string // where it is announced and probed
+	dev      string // where the address is: iface, or eipd's device
+	missing  bool   // removed by someone else and not restored yet
 	prefix   netip.Prefix
 	announce config.Announce
 	route    bgp.Route // announced when announce.BGP()
@@ -83,6 +85,7 @@ type state struct {
 	linkDown    map[string]bool
 	claimWatch  map[string]context.CancelFunc
 	autoIface   map[netip.Addr]string // "auto" resolved, see ifaceFor
+	arpAnswers  map[string]bool       // per LAN interface, see placeOnDevice
 	macs        string                // ownMACs; "" until listed, and after a link changed
 	fenced      bool
 	shutting    bool
@@ -132,6 +135,7 @@ type state struct {
 	hb        *heartbeater
 	alloc     *allocator
 	lifetime  *keeper
+	watch     *watchdog
 	conflicts addrConflicts
 
 	// Liveness over the LAN (lan.go): the socket and its port, what
@@ -163,6 +167,7 @@ func newState(a *Agent) *state {
 		linkDown:    map[string]bool{},
 		claimWatch:  map[string]context.CancelFunc{},
 		autoIface:   map[netip.Addr]string{},
+		arpAnswers:  map[string]bool{},
 		dirty:       map[netip.Addr]bool{},
 		lateBinds:   map[netip.Addr]bool{},
 		names:       map[string]netip.Addr{},
@@ -180,6 +185,7 @@ func newState(a *Agent) *state {
 		alloc:     newAllocator(),
 		conflicts: newAddrConflicts(),
 		lifetime:  newKeeper(a.log, a.clk, a.opt.Addresser, a.opt.Metrics.RefreshLate),
+		watch:     newWatchdog(a.clk, a.opt.Hung),
 	}
 }
 
@@ -192,6 +198,7 @@ func (s *state) run(ctx context.Context, stop chan struct{}) error {
 	s.loadConfig()
 	s.lifetime.configure(s.cfg)
 	go s.lifetime.run(stop)
+	go s.watch.run(stop)
 	s.live = lease.NewLiveness(s.a.opt.Node, s.cfg.RenewInterval, 2*s.cfg.RenewInterval)
 	s.configureLAN()
 	ticker := s.a.clk.NewTicker(s.cfg.RenewInterval)
@@ -207,6 +214,7 @@ func (s *state) run(ctx context.Context, stop chan struct{}) error {
 		case <-ctx.Done():
 			ticker.Stop()
 			timer.Stop()
+			s.watch.disarm()
 			return s.shutdown()
 		case <-s.a.svcKick:
 			s.dirtySvc = true
@@ -443,6 +451,7 @@ func (s *state) tick() {
 		s.stalled, s.stallAt, s.needBarrier = true, now, true
 	}
 	s.lastTick = now
+	s.watch.ticked(now)
 	if !s.loopLate(now) {
 		s.lifetime.loopTicked(now)
 		for ip := range s.lateBinds {

@@ -15,7 +15,7 @@ type ARPFilter interface {
 }
 
 // Router is route mode on a node: the speaker, and the ARP filter that
-// keeps addresses of bgp-only ranges, which live on lo, off the LAN.
+// keeps addresses of bgp-only ranges, which live on eipd's device, off the LAN.
 type Router struct {
 	*Speaker
 	Filter ARPFilter

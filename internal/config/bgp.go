@@ -18,7 +18,8 @@ const (
 	// gratuitous ARP or unsolicited neighbour advertisements.
 	AnnounceARP Announce = "arp"
 	// AnnounceBGP announces a host route for the IP to the BGP peers. The
-	// address lives on RouteIface, and the node never answers ARP for it.
+	// address is a host address on eipd's own device, and the node never
+	// answers ARP for it.
 	AnnounceBGP Announce = "bgp"
 	// AnnounceBoth does both: the IP is on the LAN interface and routed.
 	AnnounceBoth Announce = "both"
@@ -38,11 +39,12 @@ func (a Announce) ARP() bool { return a != AnnounceBGP }
 // BGP reports whether a host route is announced to the BGP peers.
 func (a Announce) BGP() bool { return a == AnnounceBGP || a == AnnounceBoth }
 
-// RouteIface is where an address of a bgp-only range lives: on loopback,
-// so that traffic routed to the node is accepted, while no LAN interface
-// carries it. (IPv6 neighbour discovery only answers for addresses of the
-// interface asked on; for IPv4 the daemon drops ARP requests for these
-// ranges, see netif.ARPFilter.)
+// RouteIface is the interface a bgp-only range's addresses are announced
+// on: loopback, which is always up, since no LAN interface carries them.
+// The addresses themselves live on eipd's own device, where traffic routed
+// to the node is accepted. (IPv6 neighbour discovery only answers for
+// addresses of the interface asked on; for IPv4 the daemon drops ARP
+// requests for these ranges, see netif.ARPFilter.)
 const RouteIface = "lo"
 
 // Range options of route mode.

@@ -37,7 +37,7 @@ func TestParseBGP(t *testing.T) {
 	routed, ok := c.Lookup(netip.MustParseAddr("198.19.100.5"))
 	assert.Assert(t, ok)
 	assert.Equal(t, routed.Announce, config.AnnounceBGP)
-	assert.Equal(t, routed.Iface, config.RouteIface, "a bgp-only address lives on loopback")
+	assert.Equal(t, routed.Iface, config.RouteIface, "a bgp-only address is announced on no LAN interface")
 	assert.Equal(t, routed.Bits, 32, "as a host address")
 	assert.DeepEqual(t, routed.Range.Communities, []uint32{64512<<16 | 100, 64512<<16 | 200})
 	assert.Equal(t, routed.Range.LocalPref, uint32(200))
@@ -89,7 +89,7 @@ func TestParseBGPErrors(t *testing.T) {
 		{"bgp range without speaker", map[string]string{"ranges": "198.19.100.0/24 announce=bgp"},
 			`ranges line 1 "198.19.100.0/24 announce=bgp": announce=bgp needs bgp-asn and at least one line in bgp-peers`},
 		{"announce mode", with("ranges", "198.19.100.0/24 announce=ospf"), `announce "ospf" is not a mode: use "arp", "bgp" or "both"`},
-		{"iface with bgp", with("ranges", "198.19.100.0/24 announce=bgp iface=eth0"), `option "iface" has no effect with announce=bgp: its addresses live on lo`},
+		{"iface with bgp", with("ranges", "198.19.100.0/24 announce=bgp iface=eth0"), `option "iface" has no effect with announce=bgp: its addresses are host addresses on eipd's own device`},
 		{"netmask with bgp", with("ranges", "198.19.100.0/24 netmask=24 announce=bgp"), `option "netmask" has no effect with announce=bgp`},
 		{"communities without bgp", with("ranges", "198.19.100.0/24 communities=1:1"), `option "communities" needs announce=bgp or announce=both`},
 		{"community", with("ranges", "198.19.100.0/24 announce=bgp communities=1:1,70000:1"), `"70000:1" is not a community: write ASN:VALUE`},

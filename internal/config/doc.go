@@ -19,7 +19,9 @@
 //	                subnet contains the IP. Default "auto".
 //	netmask         prefix length used when binding IPv4 addresses, as a
 //	                length ("24", "/24") or a dotted mask ("255.255.255.0");
-//	                8 to 32. Default 32.
+//	                8 to 32. Default 32: a host address, on eipd's own
+//	                device. A shorter one is the interface's connected
+//	                subnet, so the address is bound on the interface.
 //	netmask6        prefix length used when binding IPv6 addresses; 1 to 128.
 //	                Default 128.
 //	policy          "sticky" (default) or "spread".
@@ -68,10 +70,10 @@
 //	iface=NAME         interface for this range, or "auto". Default: iface.
 //	auto-assign[=BOOL] LoadBalancer Services without an address may be given one
 //	                   from this range. Default false.
-//	announce=MODE      arp (default): bound on the LAN interface, announced by
-//	                   gratuitous ARP/NA; bgp: a host route announced to
-//	                   bgp-peers, the address on lo (no iface or netmask
-//	                   then); both.
+//	announce=MODE      arp (default): answered and announced on the LAN
+//	                   interface by gratuitous ARP/NA; bgp: a host route
+//	                   announced to bgp-peers, the address on eipd's device
+//	                   (no iface or netmask then); both.
 //	communities=LIST   standard communities ASN:VALUE, comma separated, on
 //	                   the range's routes (bgp and both only).
 //	local-pref=N       LOCAL_PREF of the range's routes, for iBGP peers.

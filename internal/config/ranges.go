@@ -167,8 +167,8 @@ func parseRange(line string, c Config) (Range, error) {
 }
 
 // routeMode settles the options that depend on the announce mode. A bgp-only
-// range lives on RouteIface as host addresses, so iface and netmask make no
-// sense there; route attributes make none without BGP.
+// range's addresses are host addresses on eipd's own device, announced on
+// no interface (RouteIface), so iface and netmask make no sense there; route attributes make none without BGP.
 func (r *Range) routeMode(seen map[string]bool) error {
 	if !r.Announce.BGP() {
 		for _, o := range []string{optCommunities, optLocalPref} {
@@ -181,8 +181,8 @@ func (r *Range) routeMode(seen map[string]bool) error {
 	if r.Announce == AnnounceBGP {
 		for _, o := range []string{optIface, optNetmask} {
 			if seen[o] {
-				return fmt.Errorf("option %q has no effect with announce=%s: its addresses live on %s as host addresses; use announce=%s to bind them on a LAN interface too",
-					o, AnnounceBGP, RouteIface, AnnounceBoth)
+				return fmt.Errorf("option %q has no effect with announce=%s: its addresses are host addresses on eipd's own device; use announce=%s to announce them on a LAN interface too",
+					o, AnnounceBGP, AnnounceBoth)
 			}
 		}
 		r.Iface, r.Bits = RouteIface, r.First.BitLen()

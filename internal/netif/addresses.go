@@ -167,10 +167,7 @@ func (a *Addresses) add(link netlink.Link, iface string, p netip.Prefix, secs in
 			return err
 		}
 	}
-	addr := &netlink.Addr{IPNet: ipNet(p), ValidLft: secs, PreferedLft: secs}
-	if p.Addr().Is6() {
-		addr.Flags = unix.IFA_F_NODAD
-	}
+	addr := &netlink.Addr{IPNet: ipNet(p), ValidLft: secs, PreferedLft: secs, Flags: addrFlags(p)}
 	if err := a.nl.AddrReplace(link, addr); err != nil {
 		return err
 	}
@@ -179,6 +176,20 @@ func (a *Addresses) add(link netlink.Link, iface string, p netip.Prefix, secs in
 		a.remember(link, p.Addr(), []int{p.Bits()})
 	}
 	return nil
+}
+
+// addrFlags are the flags an address is bound with: IPv6 addresses skip
+// duplicate address detection, and a host address (/32, /128) makes no
+// route to itself through the device (the local route is enough).
+func addrFlags(p netip.Prefix) int {
+	f := 0
+	if p.Addr().Is6() {
+		f |= unix.IFA_F_NODAD
+	}
+	if p.IsSingleIP() {
+		f |= unix.IFA_F_NOPREFIXROUTE
+	}
+	return f
 }
 
 // lengths returns the prefix lengths ip is known to be bound with on link,
@@ -420,6 +431,35 @@ func (a *Addresses) MACs() ([]net.HardwareAddr, error) {
 		}
 	}
 	return out, nil
+}
+
+// AnswersARP reports whether the kernel answers ARP requests arriving on
+// iface for an IPv4 address bound on another device (a [Tun]): it does
+// while arp_ignore is 0, the default, on the interface and in "all" (the
+// kernel uses the larger). kube-proxy's IPVS mode with strictARP sets it to
+// 1. It reads /proc/sys, which a container may read.
+func (a *Addresses) AnswersARP(iface string) (bool, error) {
+	if a.err != nil {
+		return false, a.err
+	}
+	answers := true
+	err := a.ns.do(func() error {
+		for _, conf := range []string{"all", iface} {
+			path := "/proc/sys/net/ipv4/conf/" + conf + "/arp_ignore"
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return fmt.Errorf("read %s: %w", path, err)
+			}
+			if strings.TrimSpace(string(b)) != "0" {
+				answers = false
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("arp_ignore of %s: %w", iface, err)
+	}
+	return answers, nil
 }
 
 // Up reports whether iface is administratively up and has carrier.

@@ -12,7 +12,7 @@ import (
 const arpFilterTable = "eip-route-mode"
 
 // ARPFilter keeps this node from answering ARP requests for the addresses of
-// route-mode ranges. Those addresses live on lo, so that routed traffic is
+// route-mode ranges. Those addresses live on a [Tun], so that routed traffic is
 // accepted; with the kernel's default arp_ignore=0 the node would otherwise
 // answer for them on every interface, and a LAN host could reach the IP
 // past the router, or take traffic from the routed path. The filter drops

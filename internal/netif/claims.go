@@ -19,18 +19,20 @@ import (
 const linkCheckInterval = time.Second
 
 // Claim says a machine other than this one announced that it holds IP, from
-// MAC, on Iface.
+// MAC, on Iface; or, with Probe, asked whether anyone holds it before it
+// takes it (an ARP probe or a DAD neighbour solicitation).
 type Claim struct {
 	Iface string
 	IP    netip.Addr
 	MAC   net.HardwareAddr
+	Probe bool
 }
 
 // WatchClaims reports, until ctx ends, every address another machine claims
 // on iface (in the calling thread's network namespace): the sender of every
 // ARP request or reply, the target of every neighbour advertisement and the
-// source of every neighbour solicitation, unless the frame comes from
-// iface's own MAC. It sees what reaches iface: broadcasts, ff02::1 and the
+// source of every neighbour solicitation, and the target of every probe,
+// unless the frame comes from iface's own MAC. It sees what reaches iface: broadcasts, ff02::1 and the
 // solicited-node groups of the addresses bound there. The consumer decides
 // which claims matter (those for addresses it holds). It keeps watching
 // while the link is down and after it comes back up. It returns nil when ctx
@@ -99,13 +101,13 @@ func WatchClaims(ctx context.Context, log *slog.Logger, iface string, out chan<-
 		case err != nil:
 			return fmt.Errorf("watch claims on %s: %w", iface, err)
 		}
-		ip, mac, ok := parseClaim(buf[:n], own)
+		ip, mac, probe, ok := parseClaim(buf[:n], own)
 		if !ok {
 			continue
 		}
-		log.Debug("address claimed on the wire", "iface", iface, "ip", ip, "mac", mac.String())
+		log.Debug("address claimed on the wire", "iface", iface, "ip", ip, "mac", mac.String(), "probe", probe)
 		select {
-		case out <- Claim{Iface: iface, IP: ip, MAC: mac}:
+		case out <- Claim{Iface: iface, IP: ip, MAC: mac, Probe: probe}:
 		case <-ctx.Done():
 			return nil
 		}

@@ -44,6 +44,8 @@ func TestAdaptersWithDaemonSetCapabilities(t *testing.T) {
 	// The confined announcer's gratuitous ARP reached the peer.
 	neigh := n.ip(t, n.b, "neigh", "show", "198.18.0.77", "dev", vethIface)
 	assert.Assert(t, strings.Contains(neigh, "lladdr"), "no announcement of 198.18.0.77 reached the peer: %q", neigh)
+	// Its device died with it, addresses and all.
+	assert.Assert(t, !strings.Contains(n.ip(t, n.a, "link", "show"), "eipd0"), "the confined process's tun outlived it")
 }
 
 // TestConfinedAdapters is the confined copy's work: bind, list, watch,
@@ -63,9 +65,22 @@ func TestConfinedAdapters(t *testing.T) {
 
 	a := NewAddresses(log)
 	defer a.Close()
+	// The device, from the /dev/net/tun the manifest mounts; its
+	// address is forever, and the kernel answers ARP for it.
+	tun, err := OpenTun(log)
+	assert.NilError(t, err)
+	onTun := netip.MustParsePrefix("198.18.0.78/32")
+	assert.NilError(t, a.Add(tun.Name(), onTun, 0))
+	got, err := a.List(tun.Name())
+	assert.NilError(t, err)
+	assert.DeepEqual(t, got, []netip.Prefix{onTun}, cmpPrefix())
+	answers, err := a.AnswersARP(vethIface)
+	assert.NilError(t, err)
+	assert.Assert(t, answers)
+
 	p := netip.MustParsePrefix("198.18.0.77/32")
 	assert.NilError(t, a.Add(vethIface, p, 5*time.Second))
-	got, err := a.List(vethIface)
+	got, err = a.List(vethIface)
 	assert.NilError(t, err)
 	assert.Assert(t, slices.Contains(got, p), "listed %v", got)
 	for ev := range events {

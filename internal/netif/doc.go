@@ -1,9 +1,9 @@
 // Package netif is the only part of eip that touches the operating system's
-// network stack: it binds and unbinds addresses with netlink (with a kernel
-// lifetime, so that addresses die with the daemon), streams address and link
-// events, announces bound addresses with gratuitous ARP and unsolicited
-// neighbour advertisements, and watches the wire for other machines
-// announcing them.
+// network stack: it makes the device whose addresses die with the daemon
+// ([Tun]), binds and unbinds addresses with netlink (on that device, or on
+// a LAN interface with a kernel lifetime), streams address and link events,
+// announces bound addresses with gratuitous ARP and unsolicited neighbour
+// advertisements, and watches the wire for other machines announcing them.
 //
 // Guarantees and limits:
 //   - Every adapter acts in the network namespace it was created in

@@ -153,66 +153,73 @@ func probeFrame(mac net.HardwareAddr, ip netip.Addr) ([]byte, error) {
 
 // parseClaim reads an Ethernet frame and returns the address its sender
 // says it holds, and the sender's MAC, unless the sender is own:
-//   - ARP request or reply: sender IP (unless 0.0.0.0, an RFC 5227 probe)
-//     at sender MAC;
+//   - ARP request or reply: sender IP at sender MAC;
 //   - NA, solicited or not: target at the target link-layer option, or at
 //     the frame's source without one;
 //   - NS from an assigned address: that source at the source link-layer
-//     option, or at the frame's source (a DAD probe, from ::, says nothing).
-func parseClaim(frame []byte, own net.HardwareAddr) (netip.Addr, net.HardwareAddr, bool) {
+//     option, or at the frame's source.
+//
+// A probe (an RFC 5227 ARP probe from 0.0.0.0, a DAD neighbour
+// solicitation from ::) claims nothing yet but asks about its target: it
+// returns the target, the sender's MAC, and probe true.
+func parseClaim(frame []byte, own net.HardwareAddr) (ip netip.Addr, mac net.HardwareAddr, probe, ok bool) {
 	var f ethernet.Frame
 	if err := f.UnmarshalBinary(frame); err != nil || bytes.Equal(f.Source, own) {
-		return netip.Addr{}, nil, false
+		return netip.Addr{}, nil, false, false
 	}
-	var ip netip.Addr
-	var mac net.HardwareAddr
 	switch f.EtherType {
 	case ethernet.EtherTypeARP:
-		ip, mac = parseARPClaim(f.Payload)
+		ip, mac, probe = parseARPClaim(f.Payload)
 	case ethernet.EtherTypeIPv6:
-		ip, mac = parseNDPClaim(f.Payload)
+		ip, mac, probe = parseNDPClaim(f.Payload)
 		if ip.IsValid() && mac == nil {
 			mac = f.Source
 		}
 	}
 	if !ip.IsValid() || ip.IsUnspecified() || len(mac) != 6 || bytes.Equal(mac, own) {
-		return netip.Addr{}, nil, false
+		return netip.Addr{}, nil, false, false
 	}
-	return ip, mac, true
+	return ip, mac, probe, true
 }
 
-func parseARPClaim(b []byte) (netip.Addr, net.HardwareAddr) {
+func parseARPClaim(b []byte) (netip.Addr, net.HardwareAddr, bool) {
 	var p arp.Packet
 	if err := p.UnmarshalBinary(b); err != nil ||
 		p.HardwareType != 1 || p.ProtocolType != uint16(ethernet.EtherTypeIPv4) ||
 		p.HardwareAddrLength != 6 || p.IPLength != 4 {
-		return netip.Addr{}, nil
+		return netip.Addr{}, nil, false
 	}
-	return p.SenderIP, p.SenderHardwareAddr
+	if p.SenderIP.IsUnspecified() && p.Operation == arp.OperationRequest {
+		return p.TargetIP, p.SenderHardwareAddr, true
+	}
+	return p.SenderIP, p.SenderHardwareAddr, false
 }
 
 // parseNDPClaim returns the claimed address and, if an option names it, the
 // link-layer address; a nil MAC means "the frame's source".
-func parseNDPClaim(b []byte) (netip.Addr, net.HardwareAddr) {
+func parseNDPClaim(b []byte) (netip.Addr, net.HardwareAddr, bool) {
 	if len(b) < ipv6HeaderLen || b[0]>>4 != 6 || b[6] != protoICMPv6 || b[7] != ndpHopLimit {
-		return netip.Addr{}, nil
+		return netip.Addr{}, nil, false
 	}
 	plen := int(binary.BigEndian.Uint16(b[4:6]))
 	if len(b) < ipv6HeaderLen+plen {
-		return netip.Addr{}, nil
+		return netip.Addr{}, nil, false
 	}
 	src := netip.AddrFrom16([16]byte(b[8:24]))
 	m, err := ndp.ParseMessage(b[ipv6HeaderLen : ipv6HeaderLen+plen])
 	if err != nil {
-		return netip.Addr{}, nil
+		return netip.Addr{}, nil, false
 	}
 	switch m := m.(type) {
 	case *ndp.NeighborAdvertisement:
-		return m.TargetAddress, linkLayerOption(m.Options, ndp.Target)
+		return m.TargetAddress, linkLayerOption(m.Options, ndp.Target), false
 	case *ndp.NeighborSolicitation:
-		return src, linkLayerOption(m.Options, ndp.Source)
+		if src.IsUnspecified() {
+			return m.TargetAddress, nil, true
+		}
+		return src, linkLayerOption(m.Options, ndp.Source), false
 	}
-	return netip.Addr{}, nil
+	return netip.Addr{}, nil, false
 }
 
 func linkLayerOption(opts []ndp.Option, dir ndp.Direction) net.HardwareAddr {

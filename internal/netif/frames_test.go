@@ -119,11 +119,6 @@ func TestParseClaim(t *testing.T) {
 			"198.18.0.9", theirMAC(),
 		},
 		{
-			"probe from 0.0.0.0 claims nothing",
-			arpFrame(t, theirMAC(), arp.OperationRequest, theirMAC(), "0.0.0.0", "198.18.0.5"),
-			"", nil,
-		},
-		{
 			"sent from our MAC on behalf of another",
 			arpFrame(t, ourMAC(), arp.OperationReply, theirMAC(), "198.18.0.5", "198.18.0.5"),
 			"", nil,
@@ -173,27 +168,41 @@ func TestParseClaim(t *testing.T) {
 			}),
 			"2001:db8::9", theirMAC(),
 		},
-		{
-			"DAD probe from :: claims nothing",
-			ndpFrame(t, theirMAC(), net.HardwareAddr{0x33, 0x33, 0xff, 0, 0, 5}, netip.IPv6Unspecified(), solNode, 255,
-				&ndp.NeighborSolicitation{TargetAddress: v6}),
-			"", nil,
-		},
 		{"truncated", theirGARP[0][:20], "", nil},
 		{"too short for Ethernet", []byte{1, 2, 3}, "", nil},
 		{"IPv4 packet", ethFrame(t, theirMAC(), ourMAC(), ethernet.EtherTypeIPv4, make([]byte, 40)), "", nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			ip, mac, ok := parseClaim(tc.frame, ourMAC())
+			ip, mac, probe, ok := parseClaim(tc.frame, ourMAC())
 			if tc.wantIP == "" {
 				assert.Assert(t, !ok, "unexpected claim %s at %s", ip, mac)
 				return
 			}
-			assert.Assert(t, ok)
+			assert.Assert(t, ok && !probe)
 			assert.Equal(t, ip, netip.MustParseAddr(tc.wantIP))
 			assert.DeepEqual(t, mac, tc.wantMAC)
 		})
+	}
+}
+
+// A probe asks about its target: the ARP probe of RFC 5227 (from 0.0.0.0)
+// and the DAD neighbour solicitation (from ::) name the target and the
+// sender's MAC.
+func TestParseClaimOfProbes(t *testing.T) {
+	v6 := netip.MustParseAddr("2001:db8::5")
+	solNode := netip.MustParseAddr("ff02::1:ff00:5")
+	for name, frame := range map[string][]byte{
+		"198.18.0.5": arpFrame(t, theirMAC(), arp.OperationRequest, theirMAC(), "0.0.0.0", "198.18.0.5"),
+		"2001:db8::5": ndpFrame(t, theirMAC(), net.HardwareAddr{0x33, 0x33, 0xff, 0, 0, 5}, netip.IPv6Unspecified(), solNode, 255,
+			&ndp.NeighborSolicitation{TargetAddress: v6}),
+	} {
+		ip, mac, probe, ok := parseClaim(frame, ourMAC())
+		assert.Assert(t, ok && probe, name)
+		assert.Equal(t, ip, netip.MustParseAddr(name))
+		assert.DeepEqual(t, mac, theirMAC())
+		_, _, _, ok = parseClaim(frame, theirMAC())
+		assert.Assert(t, !ok, "our own probe of %s", name)
 	}
 }
 

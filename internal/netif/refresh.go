@@ -144,9 +144,6 @@ func addrRequest(index int, p netip.Prefix, secs, flags int) *nl.NetlinkRequest 
 	msg := nl.NewIfAddrmsg(family(p.Addr()))
 	msg.Index = uint32(index)
 	msg.Prefixlen = uint8(p.Bits())
-	if p.Addr().Is6() {
-		msg.Flags = unix.IFA_F_NODAD
-	}
 	req.AddData(msg)
 	ip := p.Addr().AsSlice()
 	req.AddData(nl.NewRtAttr(unix.IFA_LOCAL, ip))
@@ -154,6 +151,7 @@ func addrRequest(index int, p netip.Prefix, secs, flags int) *nl.NetlinkRequest 
 	if p.Addr().Is4() && p.Bits() < 31 {
 		req.AddData(nl.NewRtAttr(unix.IFA_BROADCAST, broadcast(p)))
 	}
+	req.AddData(nl.NewRtAttr(unix.IFA_FLAGS, nl.Uint32Attr(uint32(addrFlags(p)))))
 	ci := nl.IfaCacheInfo{IfaCacheinfo: unix.IfaCacheinfo{Valid: uint32(secs), Prefered: uint32(secs)}}
 	req.AddData(nl.NewRtAttr(unix.IFA_CACHEINFO, ci.Serialize()))
 	return req

@@ -41,8 +41,7 @@ type BGPSample struct {
 	// StalePath: when the client was answered again, the router still
 	// listed the dead holder's path beside the new holder's best one.
 	StalePath bool `json:"stalePath,omitempty"`
-	// DoubleBound is how long the IP was on two nodes (a killed daemon
-	// leaves its address on lo until its next start).
+	// DoubleBound is how long the IP was on two nodes.
 	DoubleBound time.Duration `json:"doubleBound"`
 	Error       string        `json:"error,omitempty"`
 }

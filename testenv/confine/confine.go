@@ -24,14 +24,20 @@ import (
 // the manifest itself so that tests cannot drift from it: every process
 // started with them gets exactly these capabilities (and no others, in any of
 // its sets), no_new_privs, a read-only /proc/sys like every container
-// runtime mounts, and a read-only root filesystem when the manifest asks for
-// one. The runtime's seccomp profile is not applied: it forbids system calls
+// runtime mounts, a /dev holding only what a runtime puts there and the
+// character devices the manifest mounts from the host, and a read-only root
+// filesystem when the manifest asks for one. The runtime's seccomp profile is not applied: it forbids system calls
 // eipd has no reason to make, and the real-node tier runs the pod itself.
 type Privileges struct {
 	caps         []string // capability names as in the manifest, e.g. NET_ADMIN
 	mask         uint64   // their bits
 	readOnlyRoot bool
+	devices      []string // host character devices mounted at the same path
 }
+
+// runtimeDevices are the device nodes a container runtime (runc) creates in
+// every container's /dev.
+var runtimeDevices = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty"}
 
 // capabilityBits are the capabilities testenv knows how to grant, by the
 // names Kubernetes uses (linux/capability.h numbers).
@@ -57,7 +63,34 @@ func FromDaemonSet(manifestsDir string) (Privileges, error) {
 	if i < 0 {
 		return Privileges{}, fmt.Errorf("read eipd's privileges from %s: no container named eipd", path)
 	}
-	return privilegesOf(ds.Spec.Template.Spec.Containers[i].SecurityContext)
+	c := ds.Spec.Template.Spec.Containers[i]
+	p, err := privilegesOf(c.SecurityContext)
+	if err != nil {
+		return Privileges{}, err
+	}
+	if p.devices, err = devicesOf(ds.Spec.Template.Spec.Volumes, c.VolumeMounts); err != nil {
+		return Privileges{}, fmt.Errorf("read eipd's privileges from %s: %w", path, err)
+	}
+	return p, nil
+}
+
+// devicesOf accepts only volumes testenv can reproduce: a host character
+// device mounted at its own path.
+func devicesOf(volumes []corev1.Volume, mounts []corev1.VolumeMount) ([]string, error) {
+	byName := map[string]corev1.Volume{}
+	for _, v := range volumes {
+		byName[v.Name] = v
+	}
+	var devs []string
+	for _, m := range mounts {
+		v, ok := byName[m.Name]
+		hp := v.HostPath
+		if !ok || hp == nil || hp.Type == nil || *hp.Type != corev1.HostPathCharDev || hp.Path != m.MountPath {
+			return nil, fmt.Errorf("volume %s is not a host character device mounted at its own path", m.Name)
+		}
+		devs = append(devs, hp.Path)
+	}
+	return devs, nil
 }
 
 // privilegesOf accepts only the shape of security context testenv can
@@ -90,12 +123,22 @@ func privilegesOf(sc *corev1.SecurityContext) (Privileges, error) {
 
 // confineScript runs in the process's own mount namespace (`ip netns exec`
 // makes one), as root with every capability: it makes /proc/sys (and the
-// root filesystem) read-only there, then setpriv drops every capability
+// root filesystem) read-only there, replaces /dev with a tmpfs holding the
+// runtime's devices and the manifest's (the same nodes, by number), then
+// setpriv drops every capability
 // outside the set from all five sets and sets no_new_privs before it execs
 // the daemon, which keeps the pid.
 const confineScript = `set -e
 mount --bind /proc/sys /proc/sys
 mount -o remount,bind,ro /proc/sys
+nodes=
+for d in $EIP_CONFINE_DEVICES; do nodes="$nodes $d:$(stat -c '%t:%T' "$d")"; done
+mount -t tmpfs -o mode=755,nosuid tmpfs /dev
+for n in $nodes; do
+	d=${n%%:*} num=${n#*:}
+	mkdir -p "$(dirname "$d")"
+	mknod -m 666 "$d" c "$((0x${num%%:*}))" "$((0x${num#*:}))"
+done
 if [ "$EIP_CONFINE_RO_ROOT" = 1 ]; then mount -o remount,bind,ro /; fi
 exec setpriv --no-new-privs --inh-caps=-all --ambient-caps=-all --bounding-set="$EIP_CONFINE_CAPS" -- "$@"
 `
@@ -111,8 +154,9 @@ func (p Privileges) Command(bin string, args []string) (prog string, argv, env [
 	if p.readOnlyRoot {
 		ro = "1"
 	}
+	devs := strings.Join(append(slices.Clone(runtimeDevices), p.devices...), " ")
 	return "sh", append([]string{"-c", confineScript, "eip-confine", bin}, args...),
-		[]string{"EIP_CONFINE_CAPS=" + set, "EIP_CONFINE_RO_ROOT=" + ro}
+		[]string{"EIP_CONFINE_CAPS=" + set, "EIP_CONFINE_RO_ROOT=" + ro, "EIP_CONFINE_DEVICES=" + devs}
 }
 
 // Verify waits until pid runs bin, past the fork and the launcher's execs
@@ -180,6 +224,9 @@ func (p Privileges) check(status, mountinfo []byte) error {
 			problems = append(problems, m+" is not mounted read-only")
 		}
 	}
+	if fs := mountedFS(mountinfo, "/dev"); fs != "tmpfs" {
+		problems = append(problems, "/dev is "+fs+", not the tmpfs of a container")
+	}
 	if len(problems) > 0 {
 		return fmt.Errorf("eipd runs with other privileges than the DaemonSet grants: %s", strings.Join(problems, "; "))
 	}
@@ -199,6 +246,21 @@ func mountedReadOnly(mountinfo []byte, target string) bool {
 		ro = slices.Contains(strings.Split(f[5], ","), "ro")
 	}
 	return found && ro
+}
+
+// mountedFS is the filesystem type of the last mount at target.
+func mountedFS(mountinfo []byte, target string) string {
+	fs := "not mounted"
+	for line := range strings.Lines(string(mountinfo)) {
+		f := strings.Fields(line)
+		if len(f) < 6 || f[4] != target {
+			continue
+		}
+		if i := slices.Index(f, "-"); i > 0 && i+1 < len(f) {
+			fs = f[i+1]
+		}
+	}
+	return fs
 }
 
 func procArgv(pid int) ([]string, error) {

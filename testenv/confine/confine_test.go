@@ -1,6 +1,7 @@
 package confine
 
 import (
+	"strings"
 	"testing"
 
 	"gotest.tools/v3/assert"
@@ -14,6 +15,20 @@ func TestDaemonSetPrivileges(t *testing.T) {
 	assert.Check(t, is.DeepEqual(p.caps, []string{"NET_ADMIN", "NET_RAW"}))
 	assert.Check(t, is.Equal(p.mask, uint64(0x3000)))
 	assert.Check(t, p.readOnlyRoot)
+	assert.Check(t, is.DeepEqual(p.devices, []string{"/dev/net/tun"}))
+}
+
+func TestDevicesOfRefusesOtherVolumes(t *testing.T) {
+	charDev, dir := corev1.HostPathCharDev, corev1.HostPathDirectory
+	tun := corev1.Volume{Name: "tun", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/dev/net/tun", Type: &charDev}}}
+	devs, err := devicesOf([]corev1.Volume{tun}, []corev1.VolumeMount{{Name: "tun", MountPath: "/dev/net/tun"}})
+	assert.NilError(t, err)
+	assert.Check(t, is.DeepEqual(devs, []string{"/dev/net/tun"}))
+	_, err = devicesOf([]corev1.Volume{tun}, []corev1.VolumeMount{{Name: "tun", MountPath: "/dev/tun"}})
+	assert.ErrorContains(t, err, "volume tun is not a host character device mounted at its own path")
+	run := corev1.Volume{Name: "run", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/run", Type: &dir}}}
+	_, err = devicesOf([]corev1.Volume{run}, []corev1.VolumeMount{{Name: "run", MountPath: "/run"}})
+	assert.ErrorContains(t, err, "volume run is not")
 }
 
 func TestPrivilegesOfRefusesWhatTestenvCannotReproduce(t *testing.T) {
@@ -44,7 +59,9 @@ func TestPrivilegesCheck(t *testing.T) {
 	}
 	const roMounts = "22 1 254:1 / / ro,relatime shared:1 - ext4 /dev/vda rw\n" +
 		"30 22 0:5 /sys /proc/sys rw,nosuid - proc proc rw\n" +
-		"31 30 0:5 /sys /proc/sys ro,nosuid - proc proc rw\n"
+		"31 30 0:5 /sys /proc/sys ro,nosuid - proc proc rw\n" +
+		"32 22 0:6 / /dev rw,nosuid - devtmpfs udev rw\n" +
+		"33 32 0:7 / /dev rw,nosuid - tmpfs tmpfs rw\n"
 	assert.NilError(t, p.check(status("0000000000003000", "1"), []byte(roMounts)))
 
 	err := p.check(status("0000000000203000", "1"), []byte(roMounts))
@@ -54,4 +71,6 @@ func TestPrivilegesCheck(t *testing.T) {
 	assert.ErrorContains(t, p.check(status("0000000000003000", "1"), []byte(rw)), "/proc/sys is not mounted read-only")
 	rwRoot := "22 1 254:1 / / rw,relatime - ext4 /dev/vda rw\n31 22 0:5 /sys /proc/sys ro - proc proc rw\n"
 	assert.ErrorContains(t, p.check(status("0000000000003000", "1"), []byte(rwRoot)), "/ is not mounted read-only")
+	hostDev := roMounts[:strings.Index(roMounts, "33 32")]
+	assert.ErrorContains(t, p.check(status("0000000000003000", "1"), []byte(hostDev)), "/dev is devtmpfs, not the tmpfs of a container")
 }

@@ -57,7 +57,7 @@ func newRouteEnv(t *testing.T, extra ...string) *env {
 	return e
 }
 
-// routed waits until ip is held, on lo of its holder alone, and the router
+// routed waits until ip is held, bound on its holder alone, and the router
 // has exactly one best path for it: from the holder, via the holder's
 // address. It returns the holder.
 func (e *env) routed(ip netip.Addr) string {
@@ -163,14 +163,14 @@ func TestRouteModeServesThroughRouterOnly(t *testing.T) {
 }
 
 // reachedThroughRouterOnly checks that ip, routed to holder, is on the
-// holder's lo, answers the routed client, and that no node answers ARP or
+// holder's eipd device, answers the routed client, and that no node answers ARP or
 // neighbour solicitations for it on the LAN.
 func (e *env) reachedThroughRouterOnly(ip netip.Addr, holder string) {
 	e.t.Helper()
-	out, err := cluster.Exec(e.ctx, holder, "ip", "-o", "addr", "show", "dev", "lo")
+	out, err := cluster.Exec(e.ctx, holder, "ip", "-o", "addr", "show", "dev", testenv.EipdDevice)
 	e.must(err)
 	host := netip.PrefixFrom(ip, ip.BitLen()).String()
-	assert.Assert(e.t, strings.Contains(string(out), host), "%s not on lo of %s: %s", host, holder, out)
+	assert.Assert(e.t, strings.Contains(string(out), host), "%s not on %s of %s: %s", host, testenv.EipdDevice, holder, out)
 
 	p := e.routedProbe(ip)
 	e.routedReplies(p, time.Now())

@@ -152,13 +152,15 @@ func TestServiceDeletedAndCreatedWhileDown(t *testing.T) {
 	e.served(ip2)
 }
 
-// 7. An address removed by hand comes back at once.
+// 7. An address removed by hand comes back at once, and so does eipd's
+// device deleted by hand, with its addresses; both count as held addresses
+// that vanished.
 func TestAddressRemovedByHandIsRestored(t *testing.T) {
 	e := newEnv(t, defaultConfig())
 	ip := testenv.ServiceIP(60)
 	e.service("web", ip)
 	holder := e.served(ip)
-	_, err := cluster.Exec(e.ctx, holder, "ip", "addr", "del", ip.String()+"/32", "dev", "eth0")
+	_, err := cluster.Exec(e.ctx, holder, "ip", "addr", "del", ip.String()+"/32", "dev", testenv.EipdDevice)
 	assert.NilError(t, err)
 	removed := time.Now()
 	e.eventually("address restored", func() (bool, string) {
@@ -166,6 +168,16 @@ func TestAddressRemovedByHandIsRestored(t *testing.T) {
 	})
 	t.Logf("restored within %s", time.Since(removed))
 	assert.Equal(t, e.served(ip), holder)
+
+	_, err = cluster.Exec(e.ctx, holder, "ip", "link", "del", testenv.EipdDevice)
+	assert.NilError(t, err)
+	removed = time.Now()
+	e.eventually("device and address restored", func() (bool, string) {
+		return slices.Contains(e.boundOn(ip), holder), fmt.Sprint(e.boundOn(ip))
+	})
+	t.Logf("restored within %s", time.Since(removed))
+	assert.Equal(t, e.served(ip), holder)
+	assert.Equal(t, e.scrape(holder).samples["eip_held_addresses_vanished_total"], 2.0)
 }
 
 // 8. ConfigMap edits of netmask and interface move the addresses; an

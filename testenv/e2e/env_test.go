@@ -204,15 +204,15 @@ func (e *env) nodeOfMAC(mac net.HardwareAddr) string {
 	return "unknown MAC " + mac.String()
 }
 
-// testAddrs lists the test-range addresses bound on node (eth0, eip0, and
-// lo where route mode puts them).
+// testAddrs lists the test-range addresses bound on node (eth0, eipd's
+// device, and eip0 where a test's configuration puts them).
 func (e *env) testAddrs(node string) []netip.Prefix {
 	e.t.Helper()
 	var out []netip.Prefix
 	all, err := cluster.NodeAddrs(node)
 	e.must(err)
 	out = append(out, inTestRanges(all)...)
-	for _, dev := range []string{"eip0", "lo"} {
+	for _, dev := range []string{"eip0"} {
 		if b, err := cluster.Exec(e.ctx, node, "ip", "-o", "addr", "show", "dev", dev); err == nil {
 			out = append(out, inTestRanges(parseIPAddr(string(b)))...)
 		}

@@ -222,7 +222,7 @@ func TestFaultHolderLosesAPIServerOnly(t *testing.T) {
 	unblock := e.blockAPI(old)
 	blocked := time.Now()
 	next := e.takenOver(ip, old, p)
-	e.logged(mark, old, "another node announced an address we hold", "ip="+ip.String())
+	e.logged(mark, old, "another node claimed an address we hold", "ip="+ip.String())
 	e.eventually(old+" unbound "+ip.String(), func() (bool, string) {
 		has, err := cluster.NodeHasAddr(old, ip)
 		return err == nil && !has, fmt.Sprint(has, err)

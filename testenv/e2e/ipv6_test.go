@@ -140,7 +140,7 @@ func TestIPv6HolderWithoutAPIDropsOnNA(t *testing.T) {
 	// remove the address: its lifetime is refreshed, the lock cannot be
 	// read. (How long that takes is the peer's probe of an address an eip
 	// node still answers for, then its NA.)
-	assert.Assert(t, bytes.Contains([]byte(e.daemonLog(old)), []byte("another node announced an address we hold")))
+	assert.Assert(t, bytes.Contains([]byte(e.daemonLog(old)), []byte("another node claimed an address we hold")))
 }
 
 func (e *env) daemonLog(node string) string {

@@ -39,7 +39,7 @@ type bindingSample struct {
 }
 
 // bindWatch samples, every few milliseconds, which nodes have each watched
-// IP on eth0 or lo (route mode): the node's own view, which the client
+// IP on eth0 or eipd's device: the node's own view, which the client
 // cannot see but which shows an address bound on two nodes however briefly
 // the LAN or the router noticed it.
 type bindWatch struct {
@@ -70,15 +70,13 @@ func (w *bindWatch) run() {
 	for {
 		s := bindingSample{at: time.Now(), on: map[netip.Addr][]string{}}
 		for _, n := range w.e.nodes {
-			for _, dev := range []string{"eth0", "lo"} {
-				addrs, err := cluster.NodeAddrsOn(n, dev)
-				if err != nil {
-					continue
-				}
-				for _, p := range addrs {
-					if slices.Contains(w.ips, p.Addr()) {
-						s.on[p.Addr()] = append(s.on[p.Addr()], n)
-					}
+			addrs, err := cluster.NodeAddrs(n)
+			if err != nil {
+				continue
+			}
+			for _, p := range addrs {
+				if slices.Contains(w.ips, p.Addr()) {
+					s.on[p.Addr()] = append(s.on[p.Addr()], n)
 				}
 			}
 		}

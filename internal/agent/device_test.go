@@ -1,0 +1,142 @@
+package agent
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+
+	"github.com/eip-project/eip/internal/config"
+	"github.com/eip-project/eip/internal/netif"
+)
+
+func TestPlaceOnDevice(t *testing.T) {
+	v4, v6 := netip.MustParseAddr("198.18.100.1"), netip.MustParseAddr("2001:db8::1")
+	for _, c := range []struct {
+		name     string
+		p        netip.Prefix
+		announce config.Announce
+		arp      bool
+		want     bool
+	}{
+		{"IPv4 host address, arp_ignore 0", netip.PrefixFrom(v4, 32), config.AnnounceARP, true, true},
+		{"IPv4, arp_ignore 1", netip.PrefixFrom(v4, 32), config.AnnounceARP, false, false},
+		{"IPv4 with a netmask", netip.PrefixFrom(v4, 24), config.AnnounceARP, true, false},
+		{"IPv6 answers NS only on the interface", netip.PrefixFrom(v6, 128), config.AnnounceARP, true, false},
+		{"ARP and BGP, arp_ignore 0", netip.PrefixFrom(v4, 32), config.AnnounceBoth, true, true},
+		{"ARP and BGP, arp_ignore 1", netip.PrefixFrom(v4, 32), config.AnnounceBoth, false, false},
+		{"BGP alone, IPv4", netip.PrefixFrom(v4, 32), config.AnnounceBGP, false, true},
+		{"BGP alone, IPv6", netip.PrefixFrom(v6, 128), config.AnnounceBGP, false, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			assert.Equal(t, placeOnDevice(c.p, c.announce, c.arp), c.want)
+		})
+	}
+}
+
+// An IPv4 address goes on eipd's device, with no lifetime and nothing to
+// refresh; with arp_ignore set it goes on the interface and is refreshed.
+func TestLoopBindsOnTheDeviceUnlessARPIsIgnored(t *testing.T) {
+	for _, ignored := range []bool{false, true} {
+		w := newWorld(t, "node-a", defaultTestConfig())
+		w.arpIgnored = ignored
+		ip := testIP(0)
+		w.addService("web", ip)
+		w.pass()
+		for range 4 {
+			w.tick()
+		}
+		want, refreshed := testDev, 0
+		if ignored {
+			want, refreshed = testIface, 1
+		}
+		assert.Equal(t, w.addrs[netip.PrefixFrom(ip, 32)], want)
+		assert.Equal(t, len(w.s.lifetime.addrs), refreshed)
+	}
+}
+
+// arp_ignore changing while eipd runs moves the addresses at the next
+// resync.
+func TestLoopMovesAddressesWhenARPIgnoreChanges(t *testing.T) {
+	w := newWorld(t, "node-a", defaultTestConfig())
+	ip := testIP(0)
+	w.addService("web", ip)
+	w.pass()
+	for range 4 {
+		w.tick()
+	}
+	p := netip.PrefixFrom(ip, 32)
+	assert.Equal(t, w.addrs[p], testDev)
+	w.take()
+	w.arpIgnored = true
+	w.s.resync(false)
+	w.pass()
+	assert.DeepEqual(t, w.take(), []string{"unbind 198.18.100.1", "bind 198.18.100.1"})
+	assert.Equal(t, w.addrs[p], testIface)
+}
+
+// Someone deletes eipd's device by hand: it is created again, and the
+// addresses it had are bound again and counted as vanished.
+func TestLoopRestoresADeletedDevice(t *testing.T) {
+	w := newWorld(t, "node-a", defaultTestConfig())
+	m := &countingMetrics{}
+	w.a.opt.Metrics = m
+	ip := testIP(0)
+	w.addService("web", ip)
+	w.pass()
+	for range 4 {
+		w.tick()
+	}
+	w.take()
+	// The address removal may come before the link's, and its restore
+	// fails: the device is not back yet.
+	p := netip.PrefixFrom(ip, 32)
+	delete(w.addrs, p)
+	w.failAdd = true
+	w.s.addrEvent(netif.AddrEvent{Iface: testDev, Prefix: p})
+	w.failAdd = false
+	w.deviceGone = true
+	w.s.linkEvent(netif.LinkEvent{Iface: testDev, Up: false})
+	assert.DeepEqual(t, w.take(), []string{"bind 198.18.100.1"})
+	assert.Equal(t, w.addrs[p], testDev)
+	assert.Equal(t, m.vanished, 1)
+
+	// Or it comes after: counted once all the same.
+	delete(w.addrs, p)
+	w.deviceGone = true
+	w.s.linkEvent(netif.LinkEvent{Iface: testDev, Up: false})
+	w.s.addrEvent(netif.AddrEvent{Iface: testDev, Prefix: p})
+	assert.DeepEqual(t, w.take(), []string{"bind 198.18.100.1"})
+	assert.Equal(t, m.vanished, 2)
+	assert.Equal(t, len(w.s.linkDown), 0, "the device is not a LAN link")
+}
+
+type countingMetrics struct {
+	nopMetrics
+	vanished int
+}
+
+func (m *countingMetrics) Vanished() { m.vanished++ }
+
+// The watchdog fires once, loopHungAfter after the loop's last tick, and
+// never before the first tick or after a shutdown disarmed it.
+func TestWatchdog(t *testing.T) {
+	var fired []time.Duration
+	w := newWatchdog(nil, func(q time.Duration) { fired = append(fired, q) })
+	w.check(t0.Add(time.Hour))
+	assert.Equal(t, len(fired), 0, "fired before the first tick")
+	w.ticked(t0)
+	w.check(t0.Add(loopHungAfter - time.Millisecond))
+	assert.Equal(t, len(fired), 0)
+	w.check(t0.Add(loopHungAfter))
+	w.check(t0.Add(2 * loopHungAfter))
+	assert.DeepEqual(t, fired, []time.Duration{loopHungAfter})
+
+	fired = nil
+	w = newWatchdog(nil, func(q time.Duration) { fired = append(fired, q) })
+	w.ticked(t0)
+	w.disarm()
+	w.check(t0.Add(time.Hour))
+	assert.Equal(t, len(fired), 0, "fired during a shutdown")
+}

@@ -1,0 +1,68 @@
+package netif
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+
+	"gotest.tools/v3/assert"
+)
+
+// An IPv4 address on the Tun is answered on the LAN interface (ARP and
+// ping from the peer, with the interface's MAC) while arp_ignore is 0,
+// and not once it is 1; the Tun makes no route of its own; deleting it
+// by hand is repaired by Ensure; closing it removes it with its
+// addresses.
+func TestTunAddressesAnsweredOnTheLAN(t *testing.T) {
+	n := newTestNet(t)
+	n.ip(t, n.a, "addr", "add", "198.18.0.1/24", "dev", vethIface)
+	n.ip(t, n.b, "addr", "add", "198.18.0.2/24", "dev", vethIface)
+	p := netip.MustParsePrefix("198.18.0.100/32")
+	var tun *Tun
+	var a *Addresses
+	n.in(t, n.a, func() {
+		var err error
+		tun, err = OpenTun(testLogger(t))
+		assert.NilError(t, err)
+		a = NewAddresses(testLogger(t))
+		answers, err := a.AnswersARP(vethIface)
+		assert.NilError(t, err)
+		assert.Assert(t, answers)
+	})
+	defer a.Close()
+	assert.Equal(t, tun.Name(), "eipd0")
+	assert.NilError(t, a.Add(tun.Name(), p, 0))
+	shown := n.addr(t, n.a, tun.Name(), "198.18.0.100")
+	assert.Equal(t, len(shown), 1)
+	assert.Equal(t, shown[0].PrefixLen, 32)
+	assert.Equal(t, shown[0].ValidLft, uint32(foreverLifetime))
+	routes := n.ip(t, n.a, "route", "show", "dev", tun.Name()) + n.ip(t, n.a, "-6", "route", "show", "dev", tun.Name())
+	assert.Equal(t, strings.TrimSpace(routes), "", "routes through the tun")
+
+	run(t, "ip", "netns", "exec", n.b, "ping", "-c1", "-W2", "198.18.0.100")
+	mac, _ := n.neigh(t, n.b, "198.18.0.100")
+	assert.Equal(t, mac, n.mac(t, n.a).String())
+
+	n.sysctl(t, n.a, "net.ipv4.conf.all.arp_ignore=1")
+	answers, err := a.AnswersARP(vethIface)
+	assert.NilError(t, err)
+	assert.Assert(t, !answers)
+	n.sysctl(t, n.a, "net.ipv4.conf.all.arp_ignore=0")
+
+	n.ip(t, n.a, "link", "del", tun.Name())
+	again, err := tun.Ensure()
+	assert.NilError(t, err)
+	assert.Assert(t, again)
+	again, err = tun.Ensure()
+	assert.NilError(t, err)
+	assert.Assert(t, !again)
+	assert.NilError(t, a.Add(tun.Name(), p, 0))
+	n.ip(t, n.a, "link", "set", tun.Name(), "down")
+	again, err = tun.Ensure()
+	assert.NilError(t, err)
+	assert.Assert(t, again)
+	assert.Assert(t, strings.Contains(n.ip(t, n.a, "link", "show", tun.Name()), ",UP"))
+
+	assert.NilError(t, tun.Close())
+	assert.Assert(t, !strings.Contains(n.ip(t, n.a, "link", "show"), "eipd0"), "the tun outlived its file")
+}
