@@ -80,8 +80,15 @@ func (s *state) bind(ip netip.Addr, e ipset.Entry, why string) {
 		return
 	}
 	if !s.canBind(iface) {
-		if s.loopLate(s.a.clk.Now()) {
+		if now := s.a.clk.Now(); s.loopLate(now) {
 			s.lateBinds[ip] = true
+		} else {
+			// Not writable, say, for a moment within a pass: decided
+			// again a renew interval on. A full pass would decide it
+			// when writability changes, but one that flips back before
+			// any pass sees it asks for none, and the IP stayed held and
+			// unbound until the resync's full pass, 10 s later.
+			s.wakeAt(now.Add(s.cfg.RenewInterval))
 		}
 		return
 	}

@@ -530,3 +530,24 @@ func TestLoopHolderWithoutAPIUnbindsOnAPeersProbe(t *testing.T) {
 	w.s.claim(netif.Claim{Iface: testIface, IP: ip, MAC: peerMAC("node-b"), Probe: true})
 	assert.DeepEqual(t, w.take(), []string{"unbind 198.18.100.1"})
 }
+
+// A held IP whose bind is refused while this node may not write, for a
+// moment that no full pass saw, is decided again a renew interval later;
+// it used to wait for the next full pass (the resync's, 10 s).
+func TestLoopRefusedBindIsRetried(t *testing.T) {
+	w := loneNodeWithIP(t)
+	ip := testIP(1)
+	w.addService("api", ip)
+	w.s.reconcile()
+	j := <-w.s.jobs
+	assert.Equal(t, j.ip, ip)
+	w.s.renewFailing = true // not writable, and no pass compares it
+	w.s.writeDone(w.answer(j))
+	w.s.reconcileSome(w.clk.Now())
+	assert.DeepEqual(t, w.take(), []string{"create " + leaseName(ip) + " holder=node-a"})
+	w.s.renewFailing = false
+	w.step(w.s.cfg.RenewInterval)
+	assert.Assert(t, w.s.passDue(w.clk.Now()))
+	w.s.pass()
+	assert.DeepEqual(t, w.take(), []string{"bind " + ip.String()})
+}
