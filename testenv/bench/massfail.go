@@ -39,6 +39,10 @@ type MassFailover struct {
 	// its link is cut: nobody can reach them).
 	TwoMACs     int `json:"twoMACs"`
 	DoubleBound int `json:"doubleBound"`
+	// DoubleBoundSpans says, for each IP DoubleBound counts, on which
+	// survivor it was bound and when, from the fault: what looking into
+	// one needs, with the cluster's logs (-keep).
+	DoubleBoundSpans []string `json:"doubleBoundSpans,omitempty"`
 	// Conflicts are the Lease writes the API server refused with 409
 	// during the failover; Writes all Lease writes.
 	Conflicts int     `json:"conflicts"`
@@ -170,6 +174,7 @@ func (e *env) massFailover(ctx context.Context, timing Timing, profileDir, profi
 		}
 		if multiBound(live, t0, end) > 0 {
 			res.DoubleBound++
+			res.DoubleBoundSpans = append(res.DoubleBoundSpans, spansText(ip, live, t0))
 		}
 	}
 	for _, p := range probes {
@@ -203,4 +208,13 @@ func (e *env) survivor(lost string) string {
 		}
 	}
 	return lost
+}
+
+// spansText is ip and where it was bound, in seconds from t0.
+func spansText(ip netip.Addr, spans []boundSpan, t0 time.Time) string {
+	out := ip.String() + ":"
+	for _, sp := range spans {
+		out += fmt.Sprintf(" %s %.3f–%.3f s", sp.Node, sp.From.Sub(t0).Seconds(), sp.To.Sub(t0).Seconds())
+	}
+	return out
 }
