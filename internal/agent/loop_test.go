@@ -551,3 +551,41 @@ func TestLoopRefusedBindIsRetried(t *testing.T) {
 	w.s.pass()
 	assert.DeepEqual(t, w.take(), []string{"bind " + ip.String()})
 }
+
+// An IP whose rank's turn came takes no writer while IPs this node goes
+// first for wait for one: it would race the node that ranks first for it.
+func TestLoopRankTurnWaitsForOwnShare(t *testing.T) {
+	w := newWorld(t, "node-a", defaultTestConfig())
+	w.a.opt.ProbeWait, w.a.opt.Writers = 0, 1
+	w.addNode("node-b")
+	w.heartbeat("node-b", true)
+	w.pass()
+	for range 4 {
+		w.tick("node-b")
+	}
+	mine, theirs := map[netip.Addr]bool{}, map[netip.Addr]bool{}
+	var ips []netip.Addr
+	for n := 0; len(mine) < 3 || len(theirs) < 3; n++ {
+		ip := testIP(n)
+		if lease.Rank(ip, "node-a", []string{"node-a", "node-b"}) == 0 {
+			if len(mine) < 3 {
+				mine[ip] = true
+				ips = append(ips, ip)
+			}
+		} else if len(theirs) < 3 {
+			theirs[ip] = true
+			ips = append(ips, ip)
+		}
+	}
+	w.addService("web", ips...)
+	w.s.reconcile()
+	for range 3 {
+		j := <-w.s.jobs
+		assert.Assert(t, mine[j.ip], "%s is node-b's to take first", j.ip)
+		w.step(300 * time.Millisecond) // node-b's IPs are node-a's to race for too
+		w.s.writeDone(w.answer(j))
+		w.s.pass()
+	}
+	j := <-w.s.jobs
+	assert.Assert(t, theirs[j.ip], "then node-b's")
+}

@@ -125,6 +125,7 @@ type state struct {
 	ipWake            map[netip.Addr]time.Time
 	ipWakeMin         time.Time
 	waiting           map[netip.Addr]bool
+	waitingFirst      int
 	deciding          netip.Addr // the IP whose decision wakeAt times, if valid
 
 	renewReq  chan renewal
@@ -645,7 +646,7 @@ func (s *state) decideOne(v lease.View, ip netip.Addr, now time.Time) {
 		s.decide(v, ip, l, true, s.planOne(v, ip, name, l))
 		return
 	}
-	delete(s.waiting, ip)
+	s.unwait(ip)
 	delete(s.ipWake, ip)
 	if cached != nil {
 		s.decideOrphan(v, cached, now)
@@ -679,6 +680,7 @@ func (s *state) reconcile() {
 	clear(s.ipWake)
 	s.ipWakeMin = time.Time{}
 	clear(s.waiting)
+	s.waitingFirst = 0
 	clear(s.lateBinds)
 	s.fence(now)
 	changed := false
@@ -925,7 +927,7 @@ func (s *state) lockOf(ip netip.Addr, l *coordinationv1.Lease) *lease.Lock {
 func (s *state) decide(v lease.View, ip netip.Addr, l *coordinationv1.Lease, named bool, planned string) {
 	s.deciding = ip
 	defer func() { s.deciding = netip.Addr{} }()
-	delete(s.waiting, ip)
+	s.unwait(ip)
 	delete(s.ipWake, ip)
 	name := lease.NameFor(ip)
 	lk := s.lockOf(ip, l)
@@ -947,15 +949,20 @@ func (s *state) decide(v lease.View, ip netip.Addr, l *coordinationv1.Lease, nam
 	if named && bound && lk != nil && lk.Holder == v.Self {
 		s.rebindIfMoved(ip)
 	}
-	if (d.Action == lease.Create || d.Action == lease.Acquire) && s.acquisitionsFull() {
-		// Decided again when one in flight completes, those the policy
-		// gives this node or that it ranks first for before the others.
+	if d.Action == lease.Create || d.Action == lease.Acquire {
 		var holder string
 		if lk != nil {
 			holder = lk.Holder
 		}
-		s.waiting[ip] = goesFirst(v, ip, holder, planned)
-		return
+		// Decided again when one in flight completes, those the policy
+		// gives this node or that it ranks first for before the others;
+		// one whose rank's turn came waits too while any of those does,
+		// or it would take the writer they wait for, racing another
+		// node for its share (a Lease conflict).
+		if first := goesFirst(v, ip, holder, planned); s.acquisitionsFull() || !first && s.waitingFirst > 0 {
+			s.wait(ip, first)
+			return
+		}
 	}
 	s.apply(v, ip, l, lk, d)
 	if !named {
@@ -1057,6 +1064,25 @@ func (s *state) dispatch(w write) {
 }
 
 func (s *state) acquisitionsFull() bool { return s.acquiring >= s.a.opt.Writers }
+
+// wait records an acquisition decided while it may not be sent (see
+// decide), and unwait forgets one; waitingFirst counts those that go first.
+func (s *state) wait(ip netip.Addr, first bool) {
+	s.unwait(ip)
+	s.waiting[ip] = first
+	if first {
+		s.waitingFirst++
+	}
+}
+
+func (s *state) unwait(ip netip.Addr) {
+	if first, ok := s.waiting[ip]; ok {
+		if first {
+			s.waitingFirst--
+		}
+		delete(s.waiting, ip)
+	}
+}
 
 func (s *state) writeDone(r writeResult) {
 	if r.ip.IsValid() {
