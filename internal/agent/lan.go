@@ -104,6 +104,22 @@ func (s *state) slowFactor() int {
 	return max(idleRenewFactor, len(s.live.Nodes())/5)
 }
 
+// takeDatagrams takes in the datagrams that arrived while the loop was busy,
+// before the tick reports its signs of life: a report built from a backlog
+// would tell a peer it has not been heard for as long as the loop was busy,
+// and make it unbind everything for nothing. (What a datagram changes
+// reaches the pass through the verdicts and the wake time.)
+func (s *state) takeDatagrams() {
+	for range cap(s.lanIn) {
+		select {
+		case rx := <-s.lanIn:
+			s.lanDatagram(rx)
+		default:
+			return
+		}
+	}
+}
+
 // sendLiveness sends this node's datagram to every peer whose heartbeat
 // names a liveness port. It runs on the renew tick, from the owner loop:
 // a stuck loop falls silent, as its heartbeat would.

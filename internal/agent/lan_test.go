@@ -19,6 +19,7 @@ import (
 type lanNet struct {
 	port uint16
 	sent []string
+	last lanlive.Message // the latest message sent
 }
 
 func (n *lanNet) Send(to []netip.AddrPort, b []byte) error {
@@ -29,6 +30,7 @@ func (n *lanNet) Send(to []netip.AddrPort, b []byte) error {
 	for _, a := range to {
 		n.sent = append(n.sent, fmt.Sprintf("%s from %s", a, m.From))
 	}
+	n.last = m
 	return nil
 }
 
@@ -252,4 +254,25 @@ func TestLoopLANTakeoverBetweenTicksAfterPeerLoss(t *testing.T) {
 		"500ms create eligible=true duration=2s",
 		"1s update eligible=true duration=20s",
 	})
+}
+
+// The loop was busy for a second and a half while node-b's datagrams
+// queued up. The tick that ends it takes them in before it reports: its
+// datagram tells node-b's peers that node-b was just heard, not that it has
+// been silent for a second and a half, which would make node-b unbind
+// everything for nothing.
+func TestLoopLANReportsAfterTheBacklog(t *testing.T) {
+	w, net := lanWorld(t)
+	all := hearing("node-b", "node-c", "node-d")
+	for range 4 {
+		w.lanTick(all)
+	}
+	assert.Equal(t, net.last.Ages["node-b"], w.s.cfg.RenewInterval) // heard after the last tick
+	for range 3 {
+		w.step(w.s.cfg.RenewInterval)
+		w.s.lanIn <- lanlive.Received{Source: netip.MustParseAddr(lanPeerIPs["node-b"]), Msg: lanlive.Message{From: "node-b", Ages: all["node-b"]}}
+	}
+	w.s.tick()
+	assert.Equal(t, net.last.Ages["node-b"], time.Duration(0))
+	assert.Equal(t, len(w.s.lanIn), 0)
 }

@@ -461,6 +461,7 @@ func (s *state) tick() {
 		clear(s.lateBinds)
 	}
 	s.observeSessions()
+	s.takeDatagrams()
 	s.sendLiveness(now)
 	s.checkUnheard(now)
 	s.setLANTimings()
