@@ -56,6 +56,8 @@ type world struct {
 	deviceGone bool
 	// failAdd: Add fails.
 	failAdd bool
+	// apiDown: every Lease request fails, as when the API server is down.
+	apiDown bool
 	// hung is how long the loop was quiet when the watchdog fired.
 	hung time.Duration
 }
@@ -270,7 +272,13 @@ func (w *world) log(verb string, l *coordinationv1.Lease) {
 	w.calls = append(w.calls, fmt.Sprintf("%s %s holder=%s", verb, l.Name, h))
 }
 
+// errAPIDown is what every Lease request returns while apiDown is set.
+var errAPIDown = errors.New("connect: connection refused")
+
 func (w *world) Create(_ context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+	if w.apiDown {
+		return nil, errAPIDown
+	}
 	if w.get(l.Name) != nil {
 		return nil, apierrors.NewAlreadyExists(leaseResource, l.Name)
 	}
@@ -283,6 +291,9 @@ func (w *world) Create(_ context.Context, l *coordinationv1.Lease) (*coordinatio
 }
 
 func (w *world) Update(_ context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+	if w.apiDown {
+		return nil, errAPIDown
+	}
 	cur := w.get(l.Name)
 	if cur == nil {
 		return nil, apierrors.NewNotFound(leaseResource, l.Name)
@@ -303,6 +314,9 @@ func (w *world) Update(_ context.Context, l *coordinationv1.Lease) (*coordinatio
 }
 
 func (w *world) Delete(_ context.Context, name, rv string) error {
+	if w.apiDown {
+		return errAPIDown
+	}
 	cur := w.get(name)
 	if cur == nil {
 		return apierrors.NewNotFound(leaseResource, name)
@@ -317,6 +331,9 @@ func (w *world) Delete(_ context.Context, name, rv string) error {
 }
 
 func (w *world) Get(_ context.Context, name string) (*coordinationv1.Lease, error) {
+	if w.apiDown {
+		return nil, errAPIDown
+	}
 	if l := w.get(name); l != nil {
 		return l.DeepCopy(), nil
 	}

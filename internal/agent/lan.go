@@ -220,8 +220,9 @@ func (s *state) lanDatagram(rx lanlive.Received) bool {
 // interfaces before (fence-after, ¾ of the lease duration by default,
 // after that sign). Drop before you release, for a node whose datagrams
 // are lost one way. While unheard, the node is not eligible: it binds
-// nothing, and hands what it holds to peers that are heard. It reports
-// whether that changed.
+// nothing, and hands what it holds to peers that are heard. A node that
+// cannot reach the API server keeps what it holds (api-loss: hold). It
+// reports whether that changed.
 func (s *state) checkUnheard(now time.Time) bool {
 	un, next := s.live.Unheard(now, s.cfg.FenceAfter)
 	s.unheardAt = next
@@ -232,6 +233,18 @@ func (s *state) checkUnheard(now time.Time) bool {
 	s.wakeAt(now) // a pass now: eligibility changed
 	if !un {
 		s.log.Info("peers hear this node over the LAN again")
+		return true
+	}
+	if !s.apiOK(now) {
+		// Without the API server this node cannot tell whether its peers
+		// can write either. If they cannot (the API server is down, or the
+		// whole machine stalled and every report is late), nobody takes
+		// anything over and unbinding would only leave IPs dark until the
+		// API server returns. If they can, the one that takes an IP over
+		// probes for it first, and a holder without the API server lets an
+		// IP go when an eip node probes for it (claim): still never
+		// two MACs.
+		s.log.Warn("a peer no longer hears this node over the LAN; without the API server it keeps its IPs until a peer that took one over probes for it", "port", s.lanPort)
 		return true
 	}
 	s.log.Warn("a peer no longer hears this node over the LAN and will judge it dead; unbinding everything", "port", s.lanPort)

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
 	"testing"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/eip-project/eip/internal/lanlive"
 	"github.com/eip-project/eip/internal/lease"
+	"github.com/eip-project/eip/internal/netif"
 )
 
 // lanNet is the fake LAN of a world: what the loop sends, by destination.
@@ -64,14 +66,14 @@ func lanWorld(t *testing.T) (*world, *lanNet) {
 }
 
 // lanHeartbeat renews node's heartbeat as a slow peer would: it names the
-// liveness port and lasts ten lease durations.
+// liveness port and its MAC, and lasts ten lease durations.
 func (w *world) lanHeartbeat(node string) {
 	var cur *coordinationv1.Lease
 	if obj, ok, _ := w.leases.GetByKey(testNS + "/" + lease.HeartbeatName(node)); ok {
 		cur = obj.(*coordinationv1.Lease)
 	}
 	l := lease.RenewedHeartbeat(cur, testNS, node, 10*w.s.cfg.LeaseDuration,
-		lease.HeartbeatStatus{Eligible: true, LivenessPort: 9403}, w.clk.Now())
+		lease.HeartbeatStatus{Eligible: true, LivenessPort: 9403, MACs: lease.FormatMACs([]net.HardwareAddr{peerMAC(node)})}, w.clk.Now())
 	l.ResourceVersion = w.nextRV()
 	w.must(w.leases.Update(l))
 }
@@ -94,6 +96,16 @@ func hearing(peers ...string) map[string]map[string]time.Duration {
 		}
 	}
 	return out
+}
+
+// hearingA is what the peers send while they hear each other and their
+// last sign of node-a is lastOfA old.
+func hearingA(lastOfA time.Duration) map[string]map[string]time.Duration {
+	return map[string]map[string]time.Duration{
+		"node-b": {"node-a": lastOfA, "node-c": 0},
+		"node-c": {"node-a": lastOfA, "node-b": 0},
+		"node-d": {"node-a": lastOfA, "node-b": 0},
+	}
 }
 
 // lanPeerIPs are the addresses the peers' datagrams come from.
@@ -174,36 +186,37 @@ func TestLoopLANTakeoverFromSilentPeer(t *testing.T) {
 	})
 }
 
+// lanHolder is lanWorld with node-a holding and binding testIP(0) while
+// every peer hears it.
+func lanHolder(t *testing.T) *world {
+	t.Helper()
+	w, _ := lanWorld(t)
+	w.lock(testIP(0), "node-a")
+	w.addService("web", testIP(0))
+	w.pass()
+	for range 4 {
+		w.lanTick(hearingA(100 * time.Millisecond))
+	}
+	assert.DeepEqual(t, w.take(), []string{"bind 198.18.100.1"})
+	return w
+}
+
 // A peer that still hears node-c, but whose last sign of node-a grows old,
 // will judge node-a dead: node-a unbinds before (at fence-after, ¾ of the
 // lease duration after that sign) and releases the IP for a peer it hears
 // to take (and probe, as nobody handed it a bound address).
 func TestLoopLANUnheardHandsOff(t *testing.T) {
-	w, _ := lanWorld(t)
-	w.lock(testIP(0), "node-a")
-	w.addService("web", testIP(0))
-	w.pass()
-	hears := func(lastOfA time.Duration) map[string]map[string]time.Duration {
-		return map[string]map[string]time.Duration{
-			"node-b": {"node-a": lastOfA, "node-c": 0},
-			"node-c": {"node-a": lastOfA, "node-b": 0},
-			"node-d": {"node-a": lastOfA, "node-b": 0},
-		}
-	}
-	for range 4 {
-		w.lanTick(hears(100 * time.Millisecond))
-	}
-	assert.DeepEqual(t, w.take(), []string{"bind 198.18.100.1"})
+	w := lanHolder(t)
 	// From now on node-a's datagrams are lost: the peers' last sign of it
 	// grows by a renew interval a tick.
 	for i := range 2 {
-		w.lanTick(hears(time.Duration(i+1) * w.s.cfg.RenewInterval))
+		w.lanTick(hearingA(time.Duration(i+1) * w.s.cfg.RenewInterval))
 	}
 	assert.DeepEqual(t, w.take(), []string(nil)) // 1 s without node-a: not yet
-	w.lanTick(hears(3 * w.s.cfg.RenewInterval))
+	w.lanTick(hearingA(3 * w.s.cfg.RenewInterval))
 	assert.DeepEqual(t, w.take(), []string{"unbind 198.18.100.1", "update eip-198-18-100-1 holder="})
 	assert.Equal(t, w.get(leaseName(testIP(0))).Annotations[lease.AnnotationMoveTo], "node-d")
-	w.lanTick(hears(4 * w.s.cfg.RenewInterval)) // the renewal that says why
+	w.lanTick(hearingA(4 * w.s.cfg.RenewInterval)) // the renewal that says why
 	hb := w.get(lease.HeartbeatName("node-a"))
 	assert.Equal(t, hb.Annotations[lease.AnnotationEligible], "false")
 	assert.Assert(t, hb.Annotations[lease.AnnotationError] != "")
@@ -275,4 +288,25 @@ func TestLoopLANReportsAfterTheBacklog(t *testing.T) {
 	w.s.tick()
 	assert.Equal(t, net.last.Ages["node-b"], time.Duration(0))
 	assert.Equal(t, len(w.s.lanIn), 0)
+}
+
+// The same silence while node-a cannot reach the API server (or while a
+// stall of the whole machine makes every report late): nobody can take the
+// IP over without the API server, so node-a keeps it rather than leaving
+// it dark until the API server returns. A peer that can write and takes it
+// over probes first, and that probe makes node-a let go.
+func TestLoopLANUnheardWithoutAPIKeeps(t *testing.T) {
+	w := lanHolder(t)
+	w.apiDown = true
+	for range 2 * idleRenewFactor { // a slow renewal fails meanwhile
+		w.lanTick(hearingA(100 * time.Millisecond))
+	}
+	assert.Assert(t, !w.s.apiOK(w.clk.Now()))
+	for i := range 4 {
+		w.lanTick(hearingA(time.Duration(i+1) * w.s.cfg.RenewInterval))
+	}
+	assert.Assert(t, w.s.unheard)
+	assert.DeepEqual(t, w.take(), []string(nil))
+	w.s.claim(netif.Claim{Iface: testIface, IP: testIP(0), MAC: peerMAC("node-b"), Probe: true})
+	assert.DeepEqual(t, w.take(), []string{"unbind 198.18.100.1"})
 }

@@ -205,11 +205,13 @@ func TestBadConfigInterfaceMissingOnOneNode(t *testing.T) {
 	})
 	e.statusShows(want)
 	for _, ip := range ips {
-		e.eventually(ip.String()+" served on eip0 by a node that has it", func() (bool, string) {
-			h := e.holder(ip)
-			out, err := cluster.Exec(e.ctx, h, "ip", "-o", "addr", "show", "dev", "eip0")
-			return h != lacking && err == nil && strings.Contains(string(out), ip.String()+"/"), fmt.Sprintf("holder %s: %s %v", h, out, err)
+		var h string
+		e.eventually(ip.String()+" bound by a node that has eip0, and only there", func() (bool, string) {
+			h = e.holder(ip)
+			on := e.boundOn(ip)
+			return h != "" && h != lacking && slices.Equal(on, []string{h}), fmt.Sprintf("holder %s, bound on %v", h, on)
 		})
+		e.logged(mark, h, "msg=bound", "ip="+ip.String()+" ", "iface=eip0")
 	}
 	e.throughout(lacking+" stays out", 2*leaseDuration, func() string {
 		if hb := e.heartbeat(lacking); hb[lease.AnnotationEligible] != "false" {

@@ -78,8 +78,15 @@ func (e *env) holdThrough(what string, st startPoint, outage time.Duration, stop
 	e.t.Helper()
 	ips := slices.Collect(maps.Keys(st.holders))
 
-	stopped := make(chan error, 1)
-	go func() { stopped <- stop() }()
+	stopped, done := make(chan error, 1), make(chan struct{})
+	go func() {
+		defer close(done)
+		stopped <- stop()
+	}()
+	// When a check fails, the guard's cleanup starts it again: only once
+	// the stop has finished, or the start finds it "already running" and
+	// the tests after this one find it gone.
+	e.t.Cleanup(func() { <-done })
 	e.throughout(what+" down: every IP answers from its holder", outage, st.answering)
 	if err := <-stopped; err != nil {
 		// A graceful stop that had to be finished with SIGKILL still stopped.
