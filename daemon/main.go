@@ -198,7 +198,7 @@ func run(o options) error {
 		Leases:    lease.NewStore(client.CoordinationV1(), o.namespace),
 		Addresser: addrs, Links: addrs, Device: tun, Announcer: announcer, Router: router,
 		Hung: func(quiet time.Duration) {
-			log.Error("the owner loop has not ticked; exiting so that this node's addresses go with eipd and peers take its IPs over", "since", quiet)
+			log.Error("the owner loop has made no progress; exiting so that this node's addresses go with eipd and peers take its IPs over", "since", quiet)
 			os.Exit(3)
 		},
 		Claims: func(ctx context.Context, iface string, out chan<- netif.Claim) error {

@@ -39,7 +39,7 @@ type Options struct {
 	Links     Links
 	// Device holds the addresses that need no lifetime (see placeOnDevice).
 	Device Device
-	// Hung is called, once, when the owner loop has not ticked for
+	// Hung is called, once, when the owner loop has made no progress for
 	// loopHungAfter (see watchdog); eipd exits there.
 	Hung      func(quiet time.Duration)
 	Announcer Announcer

@@ -117,6 +117,7 @@ func (s *state) bind(ip netip.Addr, e ipset.Entry, why string) {
 		s.routes++
 	}
 	s.bound[ip] = b
+	s.watch.progressed(s.a.clk.Now())
 	s.a.opt.Metrics.Bound()
 	log.Info("bound", "iface", iface, "device", dev, "prefix", p, "reason", why)
 	s.event(ip, corev1.EventTypeNormal, "Bound", fmt.Sprintf("%s bound on %s (%s)", p, s.a.opt.Node, iface))
@@ -206,6 +207,7 @@ func (s *state) unbind(ip netip.Addr, why string) {
 		s.log.Error("unbind", "ip", ip, "iface", b.dev, "err", err)
 	}
 	s.a.opt.Metrics.Unbound()
+	s.watch.progressed(s.a.clk.Now())
 	s.log.Info("unbound", "ip", ip, "iface", b.iface, "reason", why)
 }
 

@@ -119,14 +119,14 @@ type countingMetrics struct {
 
 func (m *countingMetrics) Vanished() { m.vanished++ }
 
-// The watchdog fires once, loopHungAfter after the loop's last tick, and
-// never before the first tick or after a shutdown disarmed it.
+// The watchdog fires once, loopHungAfter after the loop's last progress,
+// and never before the first or after a shutdown disarmed it.
 func TestWatchdog(t *testing.T) {
 	var fired []time.Duration
 	w := newWatchdog(nil, func(q time.Duration) { fired = append(fired, q) })
 	w.check(t0.Add(time.Hour))
 	assert.Equal(t, len(fired), 0, "fired before the first tick")
-	w.ticked(t0)
+	w.progressed(t0)
 	w.check(t0.Add(loopHungAfter - time.Millisecond))
 	assert.Equal(t, len(fired), 0)
 	w.check(t0.Add(loopHungAfter))
@@ -135,8 +135,26 @@ func TestWatchdog(t *testing.T) {
 
 	fired = nil
 	w = newWatchdog(nil, func(q time.Duration) { fired = append(fired, q) })
-	w.ticked(t0)
+	w.progressed(t0)
 	w.disarm()
 	w.check(t0.Add(time.Hour))
 	assert.Equal(t, len(fired), 0, "fired during a shutdown")
+}
+
+// A loop that keeps binding or unbinding is not hung, however long since
+// its last tick.
+func TestLoopUnbindingIsProgress(t *testing.T) {
+	w := newWorld(t, "node-a", defaultTestConfig())
+	ip := testIP(0)
+	w.addService("web", ip)
+	w.pass()
+	for range 4 {
+		w.tick()
+	}
+	w.step(loopHungAfter)
+	w.s.unbind(ip, "test")
+	w.s.watch.check(w.clk.Now())
+	assert.Equal(t, w.hung, time.Duration(0), "a loop that just unbound was called hung")
+	w.s.watch.check(w.clk.Now().Add(loopHungAfter))
+	assert.Equal(t, w.hung, loopHungAfter)
 }

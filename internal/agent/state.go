@@ -251,6 +251,7 @@ func (s *state) run(ctx context.Context, stop chan struct{}) error {
 		case <-timer.C():
 			pass = s.checkUnheard(s.a.clk.Now()) || s.passDue(s.a.clk.Now())
 		}
+		s.watch.progressed(s.a.clk.Now())
 		if pass {
 			s.drain(ticker.C())
 			s.pass()
@@ -452,7 +453,7 @@ func (s *state) tick() {
 		s.stalled, s.stallAt, s.needBarrier = true, now, true
 	}
 	s.lastTick = now
-	s.watch.ticked(now)
+	s.watch.progressed(now)
 	if !s.loopLate(now) {
 		s.lifetime.loopTicked(now)
 		for ip := range s.lateBinds {

@@ -7,17 +7,16 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// loopHungAfter is how long the owner loop may go without a tick before
-// the watchdog calls it hung. The addresses on eipd's device live as long
-// as the process, and a peer that takes an IP over never binds it while
-// this node still answers for it (addrConflicts), so a loop that hangs
-// with the process alive would keep its IPs answered here and bound
-// nowhere else, and apply no change, forever. The bound is far above
-// lateness: a tick comes every renew interval, a full pass at 10,000 IPs
-// costs well under 100 ms of CPU, and even with a tenth of a core a pass
-// ends within a second or two. A hung loop's IPs go to a peer that much
-// later than a dead eipd's; until then the node's kernel keeps answering
-// for them.
+// loopHungAfter is how long the owner loop may go without progress (a
+// tick, an input handled, an address bound or unbound) before the
+// watchdog calls it hung. The addresses on eipd's device live as long as
+// the process, and a peer that takes an IP over never binds it while this
+// node still answers for it (addrConflicts), so a loop that hangs with the
+// process alive would keep its IPs answered here and bound nowhere else,
+// and apply no change, forever. Ticks alone are not progress enough: with
+// a tenth of a core, a node unbinding 1,700 IPs at once went 30 s without
+// a tick. A hung loop's IPs go to a peer that much later than a dead
+// eipd's; until then the node's kernel keeps answering for them.
 const loopHungAfter = 30 * time.Second
 
 // watchdog reports a hung owner loop, on a goroutine of its own: the loop
@@ -27,7 +26,7 @@ type watchdog struct {
 	hung func(quiet time.Duration)
 
 	mu    sync.Mutex
-	last  time.Time // the loop's last tick; zero: not armed
+	last  time.Time // the loop's last progress; zero: not armed
 	fired bool
 }
 
@@ -35,8 +34,9 @@ func newWatchdog(clk clock.WithTicker, hung func(time.Duration)) *watchdog {
 	return &watchdog{clk: clk, hung: hung}
 }
 
-// ticked is called by the owner loop on every tick, late or not.
-func (w *watchdog) ticked(now time.Time) {
+// progressed is called by the owner loop on every tick, late or not, and
+// whenever it handled an input or bound or unbound an address.
+func (w *watchdog) progressed(now time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.last = now
@@ -50,7 +50,7 @@ func (w *watchdog) disarm() {
 	w.last = time.Time{}
 }
 
-// check calls hung once the loop's last tick is loopHungAfter old.
+// check calls hung once the loop's last progress is loopHungAfter old.
 func (w *watchdog) check(now time.Time) {
 	w.mu.Lock()
 	quiet := now.Sub(w.last)

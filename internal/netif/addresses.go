@@ -241,8 +241,12 @@ func (a *Addresses) remember(link netlink.Link, ip netip.Addr, bits []int) {
 }
 
 // Del removes p's address, with any prefix length, from iface. An address or
-// interface that is not there is not an error. Del always lists the
-// interface: an unbind must not leave a binding behind.
+// interface that is not there is not an error. Del lists the interface, so
+// that an unbind leaves no binding behind, unless p is a host address that
+// Add or a listing left as the only binding of its address there (a host
+// address takes no secondaries with it): unbinding thousands of addresses
+// from eipd's device then costs a request each, not a listing of them all
+// each.
 func (a *Addresses) Del(iface string, p netip.Prefix) error {
 	if err := a.check(p); err != nil {
 		return fmt.Errorf("unbind %s from %s: %w", p, iface, err)
@@ -254,11 +258,27 @@ func (a *Addresses) Del(iface string, p netip.Prefix) error {
 	if err != nil {
 		return fmt.Errorf("unbind %s from %s: find link: %w", p, iface, err)
 	}
+	if p.IsSingleIP() && a.boundOnlyAs(link, p) {
+		err := a.nl.AddrDel(link, &netlink.Addr{IPNet: ipNet(p)})
+		if err == nil || errors.Is(err, unix.EADDRNOTAVAIL) {
+			a.remember(link, p.Addr(), nil)
+			return nil
+		}
+	}
 	if err := a.delMatching(link, p.Addr(), -1); err != nil {
 		return fmt.Errorf("unbind %s from %s: %w", p, iface, err)
 	}
 	a.remember(link, p.Addr(), nil)
 	return nil
+}
+
+// boundOnlyAs says whether p is known to be its address's only binding on
+// link.
+func (a *Addresses) boundOnlyAs(link netlink.Link, p netip.Prefix) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	k, ok := a.known[link.Attrs().Name]
+	return ok && k.link == link.Attrs().Index && slices.Equal(k.bits[p.Addr()], []int{p.Bits()})
 }
 
 // delMatching removes every binding of ip on link except one with keepBits.

@@ -1,6 +1,7 @@
 package netif
 
 import (
+	"log/slog"
 	"net/netip"
 	"strings"
 	"testing"
@@ -65,4 +66,41 @@ func TestTunAddressesAnsweredOnTheLAN(t *testing.T) {
 
 	assert.NilError(t, tun.Close())
 	assert.Assert(t, !strings.Contains(n.ip(t, n.a, "link", "show"), "eipd0"), "the tun outlived its file")
+}
+
+// Unbinding many host addresses from the Tun leaves none behind, one
+// request each; an address bound there with another length by hand is
+// removed too once Del knows of it.
+func TestTunDelManyHostAddresses(t *testing.T) {
+	n := newTestNet(t)
+	var tun *Tun
+	var a *Addresses
+	n.in(t, n.a, func() {
+		var err error
+		tun, err = OpenTun(testLogger(t))
+		assert.NilError(t, err)
+		a = NewAddresses(slog.New(slog.DiscardHandler))
+	})
+	defer a.Close()
+	defer tun.Close()
+	var ps []netip.Prefix
+	for i := range 300 {
+		p := netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, 1 + byte(i/250), byte(1 + i%250)}), 32)
+		assert.NilError(t, a.Add(tun.Name(), p, 0))
+		ps = append(ps, p)
+	}
+	for _, p := range ps {
+		assert.NilError(t, a.Del(tun.Name(), p))
+	}
+	got, err := a.List(tun.Name())
+	assert.NilError(t, err)
+	assert.Equal(t, len(got), 0, "left behind: %v", got)
+
+	p := netip.MustParsePrefix("198.18.9.1/32")
+	assert.NilError(t, a.Add(tun.Name(), p, 0))
+	n.ip(t, n.a, "addr", "add", "198.18.9.1/24", "dev", tun.Name())
+	_, err = a.List(tun.Name()) // what the agent's resync does
+	assert.NilError(t, err)
+	assert.NilError(t, a.Del(tun.Name(), p))
+	assert.Equal(t, len(n.addr(t, n.a, tun.Name(), "198.18.9.1")), 0)
 }
