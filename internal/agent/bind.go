@@ -205,6 +205,8 @@ func (s *state) unbind(ip netip.Addr, why string) {
 	}
 	if err := s.a.opt.Addresser.Del(b.dev, b.prefix); err != nil {
 		s.log.Error("unbind", "ip", ip, "iface", b.dev, "err", err)
+	} else if !b.missing {
+		s.ownRemovals[ip]++
 	}
 	s.a.opt.Metrics.Unbound()
 	s.watch.progressed(s.a.clk.Now())
@@ -255,20 +257,35 @@ func (s *state) rebindIfMoved(ip netip.Addr) {
 // addrEvent restores an address we hold that someone (or an expired
 // lifetime) removed.
 func (s *state) addrEvent(ev netif.AddrEvent) {
-	if _, managed := s.entries[ev.Prefix.Addr()]; !managed {
+	ip := ev.Prefix.Addr()
+	if _, managed := s.entries[ip]; !managed {
 		clear(s.autoIface) // the node's own addresses define the subnets
 	}
 	if ev.Added {
 		return
 	}
-	b, ok := s.bound[ev.Prefix.Addr()]
+	// The first removal of ip reported after an unbind of ours is that
+	// unbind's; a busy loop may read it after it bound ip again. It puts
+	// back what may be missing, but nothing vanished.
+	own := s.ownRemovals[ip] > 0
+	if own {
+		if s.ownRemovals[ip]--; s.ownRemovals[ip] == 0 {
+			delete(s.ownRemovals, ip)
+		}
+	}
+	b, ok := s.bound[ip]
 	if !ok || b.dev != ev.Iface {
 		return
 	}
-	if !b.missing {
-		// Counted once until it is back: a deleted device's addresses
-		// are reported gone, and missing again at the resync that
-		// restores them.
+	s.addrMissing(b, !own)
+}
+
+// addrMissing restores held address b, gone from its device; count says
+// it vanished (once until it is back).
+func (s *state) addrMissing(b binding, count bool) {
+	if count && !b.missing {
+		// A deleted device's addresses are reported gone, and missing
+		// again at the resync that restores them.
 		s.a.opt.Metrics.Vanished()
 		b.missing = true
 		s.bound[b.prefix.Addr()] = b
@@ -446,7 +463,7 @@ func (s *state) resync(startup bool) {
 		}
 		for ip, b := range s.bound {
 			if b.dev == iface && !present[ip] {
-				s.addrEvent(netif.AddrEvent{Iface: iface, Prefix: b.prefix})
+				s.addrMissing(b, true)
 			}
 		}
 	}

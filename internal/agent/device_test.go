@@ -158,3 +158,30 @@ func TestLoopUnbindingIsProgress(t *testing.T) {
 	w.s.watch.check(w.clk.Now().Add(loopHungAfter))
 	assert.Equal(t, w.hung, loopHungAfter)
 }
+
+// An unbind's own removal event, read after the IP was bound again (a
+// busy loop reads its events late), is no vanished address; a removal
+// after that one is.
+func TestLoopOwnLateRemovalIsNotVanished(t *testing.T) {
+	w := newWorld(t, "node-a", defaultTestConfig())
+	m := &countingMetrics{}
+	w.a.opt.Metrics = m
+	ip := testIP(0)
+	w.addService("web", ip)
+	w.pass()
+	for range 4 {
+		w.tick()
+	}
+	p := netip.PrefixFrom(ip, 32)
+	e := w.s.entries[ip]
+	w.s.unbind(ip, "test")
+	w.s.bind(ip, e, "test")
+	w.take()
+	w.s.addrEvent(netif.AddrEvent{Iface: testDev, Prefix: p})
+	assert.Equal(t, m.vanished, 0)
+	assert.Equal(t, w.addrs[p], testDev)
+	delete(w.addrs, p)
+	w.s.addrEvent(netif.AddrEvent{Iface: testDev, Prefix: p})
+	assert.Equal(t, m.vanished, 1)
+	assert.DeepEqual(t, w.take(), []string{"bind 198.18.100.1"})
+}

@@ -81,7 +81,10 @@ type state struct {
 	stalled           bool
 	// lateBinds are held IPs not bound because the loop was late; its
 	// next tick on time decides them again.
-	lateBinds   map[netip.Addr]bool
+	lateBinds map[netip.Addr]bool
+	// ownRemovals counts, per IP, the removals this node made whose
+	// address events have not come back yet (see addrEvent).
+	ownRemovals map[netip.Addr]int
 	linkDown    map[string]bool
 	claimWatch  map[string]context.CancelFunc
 	autoIface   map[netip.Addr]string // "auto" resolved, see ifaceFor
@@ -171,6 +174,7 @@ func newState(a *Agent) *state {
 		arpAnswers:  map[string]bool{},
 		dirty:       map[netip.Addr]bool{},
 		lateBinds:   map[netip.Addr]bool{},
+		ownRemovals: map[netip.Addr]int{},
 		names:       map[string]netip.Addr{},
 		ipWake:      map[netip.Addr]time.Time{},
 		waiting:     map[netip.Addr]bool{},
