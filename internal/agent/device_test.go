@@ -39,14 +39,7 @@ func TestPlaceOnDevice(t *testing.T) {
 // refresh; with arp_ignore set it goes on the interface and is refreshed.
 func TestLoopBindsOnTheDeviceUnlessARPIsIgnored(t *testing.T) {
 	for _, ignored := range []bool{false, true} {
-		w := newWorld(t, "node-a", defaultTestConfig())
-		w.arpIgnored = ignored
-		ip := testIP(0)
-		w.addService("web", ip)
-		w.pass()
-		for range 4 {
-			w.tick()
-		}
+		w, ip, _ := loneNodeBinds(t, ignored)
 		want, refreshed := testDev, 0
 		if ignored {
 			want, refreshed = testIface, 1
@@ -59,13 +52,7 @@ func TestLoopBindsOnTheDeviceUnlessARPIsIgnored(t *testing.T) {
 // arp_ignore changing while eipd runs moves the addresses at the next
 // resync.
 func TestLoopMovesAddressesWhenARPIgnoreChanges(t *testing.T) {
-	w := newWorld(t, "node-a", defaultTestConfig())
-	ip := testIP(0)
-	w.addService("web", ip)
-	w.pass()
-	for range 4 {
-		w.tick()
-	}
+	w, ip, _ := loneNodeBinds(t, false)
 	p := netip.PrefixFrom(ip, 32)
 	assert.Equal(t, w.addrs[p], testDev)
 	w.take()
@@ -79,15 +66,7 @@ func TestLoopMovesAddressesWhenARPIgnoreChanges(t *testing.T) {
 // Someone deletes eipd's device by hand: it is created again, and the
 // addresses it had are bound again and counted as vanished.
 func TestLoopRestoresADeletedDevice(t *testing.T) {
-	w := newWorld(t, "node-a", defaultTestConfig())
-	m := &countingMetrics{}
-	w.a.opt.Metrics = m
-	ip := testIP(0)
-	w.addService("web", ip)
-	w.pass()
-	for range 4 {
-		w.tick()
-	}
+	w, ip, m := loneNodeBinds(t, false)
 	w.take()
 	// The address removal may come before the link's, and its restore
 	// fails: the device is not back yet.
@@ -144,13 +123,7 @@ func TestWatchdog(t *testing.T) {
 // A loop that keeps binding or unbinding is not hung, however long since
 // its last tick.
 func TestLoopUnbindingIsProgress(t *testing.T) {
-	w := newWorld(t, "node-a", defaultTestConfig())
-	ip := testIP(0)
-	w.addService("web", ip)
-	w.pass()
-	for range 4 {
-		w.tick()
-	}
+	w, ip, _ := loneNodeBinds(t, false)
 	w.step(loopHungAfter)
 	w.s.unbind(ip, "test")
 	w.s.watch.check(w.clk.Now())
@@ -163,15 +136,7 @@ func TestLoopUnbindingIsProgress(t *testing.T) {
 // busy loop reads its events late), is no vanished address; a removal
 // after that one is.
 func TestLoopOwnLateRemovalIsNotVanished(t *testing.T) {
-	w := newWorld(t, "node-a", defaultTestConfig())
-	m := &countingMetrics{}
-	w.a.opt.Metrics = m
-	ip := testIP(0)
-	w.addService("web", ip)
-	w.pass()
-	for range 4 {
-		w.tick()
-	}
+	w, ip, m := loneNodeBinds(t, false)
 	p := netip.PrefixFrom(ip, 32)
 	e := w.s.entries[ip]
 	w.s.unbind(ip, "test")
@@ -184,4 +149,20 @@ func TestLoopOwnLateRemovalIsNotVanished(t *testing.T) {
 	w.s.addrEvent(netif.AddrEvent{Iface: testDev, Prefix: p})
 	assert.Equal(t, m.vanished, 1)
 	assert.DeepEqual(t, w.take(), []string{"bind 198.18.100.1"})
+}
+
+// loneNodeBinds is node-a alone, having bound one IP (on the interface
+// when arpIgnored), its metrics counted.
+func loneNodeBinds(t *testing.T, arpIgnored bool) (*world, netip.Addr, *countingMetrics) {
+	w := newWorld(t, "node-a", defaultTestConfig())
+	m := &countingMetrics{}
+	w.a.opt.Metrics = m
+	w.arpIgnored = arpIgnored
+	ip := testIP(0)
+	w.addService("web", ip)
+	w.pass()
+	for range 4 {
+		w.tick()
+	}
+	return w, ip, m
 }
