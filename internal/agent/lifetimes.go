@@ -122,8 +122,13 @@ func (k *keeper) run(stop <-chan struct{}) {
 		now := k.clk.Now()
 		k.mu.Lock()
 		quiet := now.Sub(k.loopSeen)
+		none := len(k.addrs) == 0
 		k.mu.Unlock()
-		if ticked || quiet <= tm.maxQuiet {
+		if none {
+			// Nothing to refresh (every address on eipd's device): a
+			// late refresh of nothing is no warning.
+			last = time.Time{}
+		} else if ticked || quiet <= tm.maxQuiet {
 			if !last.IsZero() && now.Sub(last) > tm.interval+tm.interval/2 {
 				k.late()
 				k.log.Warn("address lifetimes refreshed late", "since", now.Sub(last), "interval", tm.interval)

@@ -149,3 +149,20 @@ func TestKeeperAtOneSecondLeaseRefreshesOnlyOnTicks(t *testing.T) {
 	calls, _ := h.rec.refreshed()
 	assert.Equal(t, len(calls), 1)
 }
+
+// With nothing to refresh (every address on eipd's device) a late tick is
+// no late refresh.
+func TestKeeperWithNothingToRefreshIsNeverLate(t *testing.T) {
+	c := config.Default()
+	h := startKeeper(t, c)
+	h.k.loopTicked(h.clk.Now())
+	h.step(3 * c.RenewInterval)
+	h.k.loopTicked(h.clk.Now())
+	h.idle()
+	h.k.keep(keptIP(1), netif.Bound{Iface: "eth0", Prefix: netip.MustParsePrefix("198.18.0.1/32")})
+	h.step(c.RenewInterval)
+	h.k.loopTicked(h.clk.Now())
+	h.calls(1)
+	h.idle()
+	assert.Equal(t, h.late.Load(), int32(0))
+}
