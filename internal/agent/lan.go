@@ -214,15 +214,18 @@ func (s *state) lanDatagram(rx lanlive.Received) bool {
 	return s.checkUnheard(now) || changed
 }
 
-// checkUnheard unbinds everything when a peer that hears others no longer
-// hears this node: it will judge this node dead a lease duration after its
-// last sign of it and take its IPs over, so they must be off this node's
-// interfaces before (fence-after, ¾ of the lease duration by default,
-// after that sign). Drop before you release, for a node whose datagrams
-// are lost one way. While unheard, the node is not eligible: it binds
-// nothing, and hands what it holds to peers that are heard. A node that
-// cannot reach the API server keeps what it holds (api-loss: hold). It
-// reports whether that changed.
+// checkUnheard: a peer that hears others no longer hears this node, and
+// will judge it dead a lease duration after its last sign of it and take
+// its IPs over. While unheard (from fence-after, ¾ of the lease duration
+// by default, after that sign) the node is not eligible: it binds nothing
+// and hands what it holds to the peers that are heard, each IP unbound
+// just before its hand-off is written. It does not unbind everything at
+// once: a peer that takes an IP over probes for it first and binds only
+// once this node no longer answers (addrConflicts), so the IP keeps
+// answering from here until then, never from two MACs; and a node that is
+// merely late (starved of CPU, or the whole machine stalled) or cannot
+// reach the API server would only leave its IPs dark. It reports whether
+// that changed.
 func (s *state) checkUnheard(now time.Time) bool {
 	un, next := s.live.Unheard(now, s.cfg.FenceAfter)
 	s.unheardAt = next
@@ -235,23 +238,9 @@ func (s *state) checkUnheard(now time.Time) bool {
 		s.log.Info("peers hear this node over the LAN again")
 		return true
 	}
-	if !s.apiOK(now) {
-		// Without the API server this node cannot tell whether its peers
-		// can write either. If they cannot (the API server is down, or the
-		// whole machine stalled and every report is late), nobody takes
-		// anything over and unbinding would only leave IPs dark until the
-		// API server returns. If they can, the one that takes an IP over
-		// probes for it first, and a holder without the API server lets an
-		// IP go when an eip node probes for it (claim): still never
-		// two MACs.
-		s.log.Warn("a peer no longer hears this node over the LAN; without the API server it keeps its IPs until a peer that took one over probes for it", "port", s.lanPort)
-		return true
-	}
-	s.log.Warn("a peer no longer hears this node over the LAN and will judge it dead; unbinding everything", "port", s.lanPort)
-	s.a.opt.Metrics.Fenced()
+	s.log.Warn("a peer no longer hears this node over the LAN and will judge it dead; handing its IPs to the peers it hears", "port", s.lanPort)
 	for ip := range s.bound {
-		s.event(ip, corev1.EventTypeWarning, "Fenced", fmt.Sprintf("unbound %s from %s: peers do not hear its liveness datagrams (UDP port %d)", ip, s.a.opt.Node, s.lanPort))
-		s.unbind(ip, "unheard over the LAN")
+		s.event(ip, corev1.EventTypeWarning, "Unheard", fmt.Sprintf("%s hands %s to a peer: peers do not hear its liveness datagrams (UDP port %d)", s.a.opt.Node, ip, s.lanPort))
 	}
 	return true
 }

@@ -105,7 +105,7 @@ func New(opt Options) (*Metrics, error) {
 		}),
 		fencings: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "eip_fencings_total",
-			Help: "Times this node unbound everything because it could not renew its heartbeat (api-loss=fence) or its peers no longer heard its liveness datagrams.",
+			Help: "Times this node unbound everything because it could not renew its heartbeat (api-loss=fence).",
 		}),
 		failover: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "eip_failover_duration_seconds",

@@ -114,7 +114,7 @@ eip_failover_duration_seconds_bucket{le="30"} 1
 eip_failover_duration_seconds_bucket{le="+Inf"} 2
 eip_failover_duration_seconds_sum 41.2
 eip_failover_duration_seconds_count 2
-# HELP eip_fencings_total Times this node unbound everything because it could not renew its heartbeat (api-loss=fence) or its peers no longer heard its liveness datagrams.
+# HELP eip_fencings_total Times this node unbound everything because it could not renew its heartbeat (api-loss=fence).
 # TYPE eip_fencings_total counter
 eip_fencings_total 1
 # HELP eip_foreign_claims_total Announcements or replies from a machine that is not an eip node for an address this node holds.

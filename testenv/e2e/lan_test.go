@@ -46,9 +46,9 @@ func TestLANHeartbeatsRenewSlowly(t *testing.T) {
 // The holder's liveness datagrams are lost on their way out (a firewall
 // rule, a dropped queue) while it still serves and reaches the API server.
 // Its peers hear each other and will judge it dead; it hears their reports
-// that they no longer hear it, unbinds everything before they may take
-// over, and hands its IP to a peer. The client never sees two MACs. When
-// its datagrams flow again it takes nothing back.
+// that they no longer hear it and hands its IP to a peer it hears,
+// unbinding it just before. The client never sees two MACs. When its
+// datagrams flow again it takes nothing back.
 func TestLANHolderUnheard(t *testing.T) {
 	e := newEnv(t, defaultConfig())
 	ip := testenv.ServiceIP(141)
@@ -82,7 +82,7 @@ func TestLANHolderUnheard(t *testing.T) {
 	rep := w.report()[ip]
 	t.Log(rep)
 	assert.Check(t, len(rep.double) == 0, "bound on two nodes: %s", rep)
-	e.warningSince("Service", "web", "Fenced", blocked, "peers do not hear its liveness datagrams")
+	e.warningSince("Service", "web", "Unheard", blocked, old+" hands "+ip.String()+" to a peer", "peers do not hear its liveness datagrams")
 }
 
 // The LAN between the holder and one peer is cut both ways, for liveness
