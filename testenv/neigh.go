@@ -213,7 +213,14 @@ func (c *Cluster) NodeAddrsOn(node, dev string) ([]netip.Prefix, error) {
 		return nil, err
 	}
 	defer h.Close()
+	// A listing that races a change (daemons binding thousands of
+	// addresses) is marked interrupted by the kernel: list again, for up to
+	// about a second.
 	addrs, err := h.AddrList(link, netlink.FAMILY_ALL)
+	for try := 0; errors.Is(err, netlink.ErrDumpInterrupted) && try < 100; try++ {
+		time.Sleep(10 * time.Millisecond)
+		addrs, err = h.AddrList(link, netlink.FAMILY_ALL)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("list addresses of %s: %w", node, err)
 	}

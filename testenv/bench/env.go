@@ -21,8 +21,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/vishvananda/netlink"
-
 	"github.com/eip-project/eip/internal/lease"
 	"github.com/eip-project/eip/testenv"
 )
@@ -432,15 +430,7 @@ func inRange(ip netip.Addr) bool {
 
 // boundAddrs lists the benchmark IPs bound on node's eth0.
 func (e *env) boundAddrs(node string) ([]netip.Addr, error) {
-	var all []netip.Prefix
-	var err error
-	// A listing that races a change (daemons binding a thousand addresses)
-	// is marked interrupted by the kernel: list again.
-	for range 20 {
-		if all, err = e.c.NodeAddrs(node); !errors.Is(err, netlink.ErrDumpInterrupted) {
-			break
-		}
-	}
+	all, err := e.c.NodeAddrs(node)
 	if err != nil {
 		return nil, err
 	}
