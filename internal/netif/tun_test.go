@@ -9,6 +9,21 @@ import (
 	"gotest.tools/v3/assert"
 )
 
+// openTun opens eipd's device in n.a, and the Addresses that bind on it
+// (logging to log).
+func openTun(t *testing.T, n *testNet, log *slog.Logger) (*Tun, *Addresses) {
+	t.Helper()
+	var tun *Tun
+	var a *Addresses
+	n.in(t, n.a, func() {
+		var err error
+		tun, err = OpenTun(testLogger(t))
+		assert.NilError(t, err)
+		a = NewAddresses(log)
+	})
+	return tun, a
+}
+
 // An IPv4 address on the Tun is answered on the LAN interface (ARP and
 // ping from the peer, with the interface's MAC) while arp_ignore is 0,
 // and not once it is 1; the Tun makes no route of its own; deleting it
@@ -19,13 +34,8 @@ func TestTunAddressesAnsweredOnTheLAN(t *testing.T) {
 	n.ip(t, n.a, "addr", "add", "198.18.0.1/24", "dev", vethIface)
 	n.ip(t, n.b, "addr", "add", "198.18.0.2/24", "dev", vethIface)
 	p := netip.MustParsePrefix("198.18.0.100/32")
-	var tun *Tun
-	var a *Addresses
+	tun, a := openTun(t, n, testLogger(t))
 	n.in(t, n.a, func() {
-		var err error
-		tun, err = OpenTun(testLogger(t))
-		assert.NilError(t, err)
-		a = NewAddresses(testLogger(t))
 		answers, err := a.AnswersARP(vethIface)
 		assert.NilError(t, err)
 		assert.Assert(t, answers)
@@ -73,14 +83,7 @@ func TestTunAddressesAnsweredOnTheLAN(t *testing.T) {
 // removed too once Del knows of it.
 func TestTunDelManyHostAddresses(t *testing.T) {
 	n := newTestNet(t)
-	var tun *Tun
-	var a *Addresses
-	n.in(t, n.a, func() {
-		var err error
-		tun, err = OpenTun(testLogger(t))
-		assert.NilError(t, err)
-		a = NewAddresses(slog.New(slog.DiscardHandler))
-	})
+	tun, a := openTun(t, n, slog.New(slog.DiscardHandler))
 	defer a.Close()
 	defer tun.Close()
 	var ps []netip.Prefix
