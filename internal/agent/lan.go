@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/eip-project/eip/internal/lanlive"
+	"github.com/eip-project/eip/internal/lease"
 )
 
 // LANConn sends liveness datagrams to peers (lanlive.Conn): one message to
@@ -146,6 +147,12 @@ func (s *state) sendLiveness(now time.Time) {
 	}
 }
 
+// suspectAfter is how old a sign of a peer may grow before this node asks
+// it directly (lease.SuspectAfter).
+func (s *state) suspectAfter() time.Duration {
+	return lease.SuspectAfter(s.cfg.LeaseDuration, s.cfg.FenceAfter, s.cfg.RenewInterval)
+}
+
 // peerAddr is where node hears datagrams: its first InternalIP, IPv4
 // first, or else its first ExternalIP.
 func (s *state) peerAddr(node string) (netip.Addr, bool) {
@@ -227,7 +234,7 @@ func (s *state) lanDatagram(rx lanlive.Received) bool {
 // reach the API server would only leave its IPs dark. It reports whether
 // that changed.
 func (s *state) checkUnheard(now time.Time) bool {
-	un, next := s.live.Unheard(now, s.cfg.FenceAfter)
+	un, next := s.live.Unheard(now, s.cfg.FenceAfter, s.suspectAfter())
 	s.unheardAt = next
 	if un == s.unheard || s.lanConn == nil {
 		return false

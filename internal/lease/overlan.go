@@ -139,6 +139,19 @@ func (l *Liveness) LANPeers(now time.Time) int {
 	return n
 }
 
+// SuspectAfter is how old a node lets its latest sign of a peer grow
+// before it asks that peer directly (docs/design.md, Liveness over the
+// LAN): a node sends its datagram to a few peers each renew interval, and
+// signs of the others reach it through their reports, a hop or two late.
+// A peer whose sign is this old gets a datagram at once, and answers it
+// at once. Half the lease duration leaves the other half before a
+// verdict; and it is at least a renew interval before fence-after, so
+// that the answer, and the asker's answer to it, reach a node that is
+// heard before its fence-after deadline (Unheard) comes.
+func SuspectAfter(duration, fenceAfter, renew time.Duration) time.Duration {
+	return max(min(duration/2, fenceAfter-renew), renew/2)
+}
+
 // Unheard reports whether some peer may judge this node dead soon: a peer
 // that we still hear (its datagram arrived within the LAN tail), that hears
 // another node, and whose latest sign of us is at least fenceAfter old. Such
@@ -146,12 +159,23 @@ func (l *Liveness) LANPeers(now time.Time) int {
 // when that would first be true if nothing changes (zero when never).
 // A peer we no longer hear is not counted: it may be dead, and a node
 // cut off from one peer is still reported alive to it by the others.
-func (l *Liveness) Unheard(now time.Time, fenceAfter time.Duration) (unheard bool, next time.Time) {
+//
+// Only a report whose sign of us is at least suspect old counts. A peer
+// that sends to a few peers a renew interval learns of us mostly through
+// others, and does not tell us when it does: a report of a sign younger
+// than suspect says nothing of what that peer knows now. A peer whose
+// sign of us grows suspect old sends to us at once, and again every
+// renew interval while it stays that old (see SuspectAfter), and that
+// report counts.
+func (l *Liveness) Unheard(now time.Time, fenceAfter, suspect time.Duration) (unheard bool, next time.Time) {
 	if l.lan.duration == 0 {
 		return false, time.Time{}
 	}
 	for _, p := range l.lan.peers {
 		if !p.others || now.Sub(p.at) > l.lan.tail {
+			continue
+		}
+		if !p.ofSelf.IsZero() && p.at.Sub(p.ofSelf) < suspect {
 			continue
 		}
 		deadline := latest(p.ofSelf, l.lan.started).Add(fenceAfter)

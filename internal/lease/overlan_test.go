@@ -108,35 +108,72 @@ func TestLANReportAges(t *testing.T) {
 	assert.DeepEqual(t, got, map[string]time.Duration{"a": 100 * ms, "b": 400 * ms})
 }
 
+// fence and suspect are fence-after and lease.SuspectAfter at the default
+// lease duration and renew interval.
+const (
+	fence   = 1500 * ms
+	suspect = time.Second
+)
+
+func TestSuspectAfter(t *testing.T) {
+	assert.Equal(t, lease.SuspectAfter(duration, fence, renew), suspect)
+	assert.Equal(t, lease.SuspectAfter(time.Second, 750*ms, 250*ms), 500*ms, "the tuned lease")
+	assert.Equal(t, lease.SuspectAfter(duration, 1200*ms, renew), 700*ms, "a renew interval before fence-after")
+	assert.Equal(t, lease.SuspectAfter(duration, 600*ms, renew), 250*ms, "at least half a renew interval")
+}
+
 func TestUnheard(t *testing.T) {
-	const fence = 1500 * ms
 	c := newLANCluster(t, "a", "b")
 	// a hears b and us.
 	for d := time.Duration(0); d <= time.Second; d += renew {
 		c.hear("a", d, map[string]time.Duration{"b": 0, "self": 100 * ms})
 	}
-	un, _ := c.l.Unheard(at(time.Second), fence)
+	un, _ := c.l.Unheard(at(time.Second), fence, suspect)
 	assert.Assert(t, !un)
 	// From 1s, a hears b but no longer us: our datagrams are lost.
 	for d := time.Second + renew; d <= 3*time.Second; d += renew {
 		c.hear("a", d, map[string]time.Duration{"b": 0, "self": d - 900*ms})
 	}
-	un, next := c.l.Unheard(at(2*time.Second), fence)
+	un, next := c.l.Unheard(at(2*time.Second), fence, suspect)
 	assert.Assert(t, !un)
 	assert.Equal(t, next, at(900*ms+fence), "a last had a sign of us at 0.9 s")
-	un, _ = c.l.Unheard(at(2400*ms), fence)
+	un, _ = c.l.Unheard(at(2400*ms), fence, suspect)
 	assert.Assert(t, un, "a judges us dead at 2.9 s: we must have unbound by then")
 }
 
 // A peer that hears nobody but us judges nobody dead; one we no longer
 // hear may be dead: neither makes us unbind.
 func TestUnheardIgnoresDeafAndSilentPeers(t *testing.T) {
-	const fence = 1500 * ms
 	c := newLANCluster(t, "a", "b")
 	for d := time.Duration(0); d <= 5*time.Second; d += renew {
 		c.hear("a", d, nil) // a hears nobody
 	}
 	c.hear("b", 0, map[string]time.Duration{"a": 0, "self": 0})
-	un, _ := c.l.Unheard(at(5*time.Second), fence)
+	un, _ := c.l.Unheard(at(5*time.Second), fence, suspect)
 	assert.Assert(t, !un)
+}
+
+// A peer that sends to us now and then, and learns of us through others
+// meanwhile, reports a sign of us that is younger than suspect: it says
+// nothing of what that peer knows later, and sets no deadline. A peer whose
+// sign of us grows suspect old asks us at once: that report counts, and
+// its answer to our answer clears it.
+func TestUnheardCountsOnlyStaleReports(t *testing.T) {
+	c := newLANCluster(t, "a", "b")
+	c.every(0, time.Second, "b")
+	c.hear("a", time.Second, map[string]time.Duration{"b": 0, "self": 900 * ms})
+	un, next := c.l.Unheard(at(time.Second), fence, suspect)
+	assert.Assert(t, !un)
+	assert.Equal(t, next, time.Time{}, "a report 0.9 s old sets no deadline")
+	un, _ = c.l.Unheard(at(1600*ms+ms), fence, suspect)
+	assert.Assert(t, !un, "past the 0.1 s sign + fence-after: a learnt of us since, through b")
+
+	c.hear("a", 1500*ms, map[string]time.Duration{"b": 0, "self": suspect})
+	un, next = c.l.Unheard(at(1500*ms), fence, suspect)
+	assert.Assert(t, !un)
+	assert.Equal(t, next, at(2*time.Second), "a asked us at 1.5 s, its sign of us from 0.5 s")
+	c.hear("a", 1500*ms+2*ms, map[string]time.Duration{"b": 0, "self": ms})
+	un, next = c.l.Unheard(at(2*time.Second), fence, suspect)
+	assert.Assert(t, !un, "a heard our answer")
+	assert.Equal(t, next, time.Time{})
 }
