@@ -124,6 +124,7 @@ func (r *Report) figures() []Figure {
 				figs = append(figs, f)
 			}
 		}
+		figs = append(figs, loggedFigures(res)...)
 		name := fmt.Sprintf("cold start → all %d IPs bound%s", res.IPs, res.quotaText())
 		if res.ColdStart == 0 {
 			figs = append(figs, Missing(name, UnitSeconds, coldTarget, res.Error))
@@ -346,4 +347,21 @@ func (res ScaleResult) quotaText() string {
 		return ""
 	}
 	return fmt.Sprintf(", eipd limited to %g %% of a core", res.CPUQuota)
+}
+
+// loggedFigures are what the eipds of a scale run logged that moves IPs,
+// per node: in a scale run nothing should.
+func loggedFigures(res ScaleResult) []Figure {
+	if len(res.Logged) == 0 {
+		return nil
+	}
+	var unheard, unbound []float64
+	for _, c := range res.Logged {
+		unheard = append(unheard, float64(c.Unheard))
+		unbound = append(unbound, float64(c.Unbound))
+	}
+	return []Figure{
+		NewFigure(fmt.Sprintf("reported unheard over the LAN, per node, %d IPs%s", res.IPs, res.quotaText()), UnitCount, unheard, Target{Stat: "max", Limit: 0}),
+		NewFigure(fmt.Sprintf("IPs unbound by their eipd, per node, %d IPs%s", res.IPs, res.quotaText()), UnitCount, unbound, Target{}),
+	}
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/xml"
 	"errors"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -47,6 +49,7 @@ func sampleReport() *Report {
 		}, {
 			IPs: 1000, CPUQuota: 10, ColdStart: 9 * time.Second, Vanished: 3, Steady: Rates{Window: 30 * time.Second, Writes: 6.2},
 			Daemons: []DaemonStats{{Node: "node-1", PeakRSS: 40 << 20, CPU: 10}},
+			Logged:  map[string]LogCounts{"node-1": {Unheard: 2, Unbound: 40}, "node-2": {}},
 		}},
 		PluginNote: "no kubectl-eip binary (KUBECTL_EIP_BIN)",
 		Background: &Rates{Window: 30 * time.Second, Writes: 0.1},
@@ -76,6 +79,7 @@ func TestVerdicts(t *testing.T) {
 	assert.Equal(t, got["Lease writes/s by eipd, 2000 IPs"], "NO", "6.4 - 0.1 > 6.1")
 	assert.Equal(t, got["eipd peak RSS per node, 1000 IPs"], "NO")
 	assert.Equal(t, got["kubectl eip status, 1000 IPs"], "")
+	assert.Equal(t, got["reported unheard over the LAN, per node, 1000 IPs, eipd limited to 10 % of a core"], "NO")
 }
 
 // TestPlotIsWellFormedSVG decodes the plot and counts what it drew.
@@ -113,4 +117,21 @@ func TestNiceTicks(t *testing.T) {
 	assert.DeepEqual(t, niceTicks(0, 2.6), []float64{0, 1, 2, 3})
 	assert.DeepEqual(t, niceTicks(0, 10), []float64{0, 2, 4, 6, 8, 10})
 	assert.DeepEqual(t, niceTicks(0, 0), []float64{0, 0.2, 0.4, 0.6, 0.8, 1})
+}
+
+func TestCountLog(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "eipd.log")
+	before := "time=1 level=WARN msg=\"a peer no longer hears this node over the LAN and will judge it dead\" port=9403\n"
+	assert.NilError(t, os.WriteFile(path, []byte(before), 0o644))
+	mark := logMark(path)
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	assert.NilError(t, err)
+	_, err = f.WriteString(before + before +
+		"time=2 level=INFO msg=unbound ip=198.19.0.1 iface=eth0 reason=x\n" +
+		"time=3 level=INFO msg=\"peers hear this node over the LAN again\"\n" +
+		"time=4 level=WARN msg=\"the loop stalled; re-reading the locks before binding or refreshing anything\" since=2s\n")
+	assert.NilError(t, errors.Join(err, f.Close()))
+	c, err := countLog(path, mark)
+	assert.NilError(t, err)
+	assert.Equal(t, c, LogCounts{Unheard: 2, Unbound: 1, Stalls: 1})
 }

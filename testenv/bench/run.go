@@ -81,6 +81,10 @@ type Options struct {
 	// ProfileDir, when set, receives CPU and heap profiles of one eipd at
 	// each scale (eipd must run with --pprof).
 	ProfileDir string
+	// Measured, when set, is given the report so far, figures included,
+	// each time a scenario, or one IP or node count of one, is done: a
+	// run cut short keeps what it measured.
+	Measured func(*Report)
 }
 
 func (o *Options) setDefaults() {
@@ -174,10 +178,15 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	fail := func(what string, err error) {
+	// record notes that what is done, and its error if it failed.
+	record := func(what string, err error) {
 		if err != nil {
 			o.Log.Error(what, "err", err)
 			r.Errors = append(r.Errors, what+": "+err.Error())
+		}
+		if o.Measured != nil {
+			r.Took, r.Machine.LoadEnd, r.Figures = time.Since(r.Started), loadAvg(), r.figures()
+			o.Measured(r)
 		}
 	}
 	for _, sc := range Scenarios() {
@@ -192,12 +201,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 				}
 				s, err := e.failovers(ctx, t, o.Faults, o.Reps)
 				r.Failover = append(r.Failover, s...)
-				fail("failover "+t.Name, err)
+				record("failover "+t.Name, err)
 			}
 		case ScenarioMove:
 			s, err := e.moves(ctx, o.MoveReps)
 			r.Moves = s
-			fail("moves", err)
+			record("moves", err)
 			for _, m := range s {
 				if m.Method != "" {
 					r.MoveMethod = m.Method
@@ -206,7 +215,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		case ScenarioBGP:
 			s, err := e.bgpHandovers(ctx, o.BGPReps)
 			r.BGP, r.RouterHoldTime = s, testenv.RouterHoldTime
-			fail("route mode", err)
+			record("route mode", err)
 			for _, m := range s {
 				if m.Method != "" {
 					r.MoveMethod = m.Method
@@ -215,20 +224,20 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		case ScenarioBind:
 			s, err := e.bindLatency(ctx, o.BindReps)
 			r.Bind = s
-			fail("bind latency", err)
+			record("bind latency", err)
 		case ScenarioLoad:
 			bg, err := e.background(ctx, o.Window)
 			if err == nil {
 				r.Background = &bg
 			}
-			fail("background Lease traffic", err)
+			record("background Lease traffic", err)
 			for _, n := range o.LoadIPs {
 				res, err := e.scale(ctx, scaleRun{ips: n, window: o.Window, settle: o.Settle})
 				if err != nil {
 					res.Error = err.Error()
 				}
 				r.Load = append(r.Load, res)
-				fail(fmt.Sprintf("load %d IPs", n), err)
+				record(fmt.Sprintf("load %d IPs", n), err)
 			}
 		case ScenarioScale:
 			quotas := []float64{0}
@@ -243,13 +252,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 						res.Error = err.Error()
 					}
 					r.Scale = append(r.Scale, res)
-					fail(fmt.Sprintf("scale %d IPs%s", n, res.quotaText()), err)
+					record(fmt.Sprintf("scale %d IPs%s", n, res.quotaText()), err)
 				}
 			}
 		case ScenarioRealNodes:
 			s, err := realNodeGaps(ctx, o.Log, o.RealNodeReps)
 			r.RealNodes = s
-			fail("real nodes", err)
+			record("real nodes", err)
 		case ScenarioNodes:
 			for _, k := range o.NodeCounts {
 				res, err := e.onNodes(k).scale(ctx, scaleRun{ips: o.NodeIPs, window: o.Window, settle: o.Settle, massFailover: true})
@@ -257,14 +266,14 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 					res.Error = err.Error()
 				}
 				r.ByNodes = append(r.ByNodes, res)
-				fail(fmt.Sprintf("%d nodes", k), err)
+				record(fmt.Sprintf("%d nodes", k), err)
 			}
 		}
 		if ctx.Err() != nil {
 			return r, ctx.Err()
 		}
 	}
-	fail("clean up", e.reset(ctx, defaultTiming, false))
+	record("clean up", e.reset(ctx, defaultTiming, false))
 	r.Took = time.Since(r.Started)
 	r.Machine.LoadEnd = loadAvg()
 	r.Figures = r.figures()

@@ -63,7 +63,11 @@ type ScaleResult struct {
 	// MassFailover: the node holding the most IPs lost, when the run asked
 	// for it.
 	MassFailover *MassFailover `json:"massFailover,omitempty"`
-	Error        string        `json:"error,omitempty"`
+	// Logged counts, per node, what its eipd logged from the cold start to
+	// the end of the window (or to the failure): the mass failover is not
+	// in it.
+	Logged map[string]LogCounts `json:"logged,omitempty"`
+	Error  string               `json:"error,omitempty"`
 }
 
 // Point is the number of IPs bound T seconds into a cold start.
@@ -101,9 +105,9 @@ type scaleRun struct {
 // scale creates run.ips Services while no eipd runs, starts eipd on every
 // node and counts the bound addresses until all are bound, then measures a
 // steady-state window.
-func (e *env) scale(ctx context.Context, run scaleRun) (ScaleResult, error) {
+func (e *env) scale(ctx context.Context, run scaleRun) (res ScaleResult, err error) {
 	e.log.Info("scale", "ips", run.ips)
-	res := ScaleResult{IPs: run.ips, CPUQuota: run.quota, Nodes: len(e.nodes)}
+	res = ScaleResult{IPs: run.ips, CPUQuota: run.quota, Nodes: len(e.nodes)}
 	if err := e.reset(ctx, defaultTiming, false); err != nil {
 		return res, err
 	}
@@ -134,6 +138,27 @@ func (e *env) scale(ctx context.Context, run scaleRun) (ScaleResult, error) {
 		return res, err
 	}
 	defer watch.Close()
+	marks := map[string]int64{}
+	for _, n := range e.nodes {
+		marks[n.Name] = logMark(e.c.DaemonLog(n.Name))
+	}
+	counted := false
+	countLogs := func() {
+		if counted {
+			return
+		}
+		counted = true
+		res.Logged = map[string]LogCounts{}
+		for _, n := range e.nodes {
+			c, err := countLog(e.c.DaemonLog(n.Name), marks[n.Name])
+			if err != nil {
+				e.log.Warn("count what eipd logged", "node", n.Name, "err", err)
+				continue
+			}
+			res.Logged[n.Name] = c
+		}
+	}
+	defer countLogs() // a run that failed too
 	t0 := time.Now()
 	for _, n := range e.nodes {
 		if err := e.c.StartDaemon(n.Name, e.args...); err != nil {
@@ -193,6 +218,7 @@ func (e *env) scale(ctx context.Context, run scaleRun) (ScaleResult, error) {
 		return res, err
 	}
 	res.Vanished = watch.Removals(ips)
+	countLogs()
 	e.log.Info("steady state", "ips", run.ips, "writesPerSec", res.Steady.Writes, "readsPerSec", res.Steady.Reads)
 	if run.status {
 		e.timeStatus(ctx, &res)

@@ -121,6 +121,9 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
+	if *keep {
+		c.Keep() // an interrupted run too
+	}
 	stop := c.CloseOnInterrupt()
 	defer stop()
 	eipdArgs := []string{"-v=0"}
@@ -135,17 +138,24 @@ func run(args []string) error {
 		o.ProfileDir = filepath.Join(*out, "profiles")
 	}
 	o.EipdArgs = eipdArgs
-	fmt.Fprintf(os.Stderr, "bench: measuring %s (cluster %s, logs in %s)\n", *only, c.ID(), c.Dir())
+	commit := commandLine(root, "git", "describe", "--always", "--dirty")
+	eipd := commandLine(root, eipdBin(root), "--version")
+	o.Measured = func(r *bench.Report) {
+		r.Machine.Commit, r.Machine.Eipd = commit, eipd
+		if err := r.WriteDir(*out); err != nil {
+			log.Warn("write the results so far", "err", err)
+		}
+	}
+	fmt.Fprintf(os.Stderr, "bench: measuring %s (cluster %s, logs in %s, results as they come in %s)\n", *only, c.ID(), c.Dir(), *out)
 	r, err := bench.Run(ctx, o)
-	if *keep || err != nil || len(r.Errors) > 0 {
+	if *keep || err != nil || r == nil || len(r.Errors) > 0 {
 		c.Keep()
 	}
 	closeErr := c.Close()
 	if r == nil {
 		return errors.Join(err, closeErr)
 	}
-	r.Machine.Commit = commandLine(root, "git", "describe", "--always", "--dirty")
-	r.Machine.Eipd = commandLine(root, eipdBin(root), "--version")
+	r.Machine.Commit, r.Machine.Eipd = commit, eipd
 	if werr := r.WriteTable(os.Stdout); werr != nil {
 		err = errors.Join(err, werr)
 	}
