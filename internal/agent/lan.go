@@ -65,6 +65,7 @@ func (s *state) closeLAN() {
 // once per slow period, which is then what "the watch delivers" means.
 func (s *state) setLANTimings() {
 	r := s.cfg.RenewInterval
+	s.speaker.configure(s.lanConn, r, s.cfg.LeaseDuration)
 	if s.lanConn == nil {
 		s.live.SetLAN(0, 0, 0, time.Time{})
 		s.live.SetTimings(r, 2*r)
@@ -105,28 +106,29 @@ func (s *state) slowFactor() int {
 	return max(idleRenewFactor, len(s.live.Nodes())/5)
 }
 
-// takeDatagrams takes in the datagrams that arrived while the loop was busy,
-// before the tick reports its signs of life: a report built from a backlog
-// would tell a peer it has not been heard for as long as the loop was busy,
-// and make it unbind everything for nothing. (What a datagram changes
-// reaches the pass through the verdicts and the wake time.)
-func (s *state) takeDatagrams() {
-	for range cap(s.lanIn) {
-		select {
-		case rx := <-s.lanIn:
-			s.lanDatagram(rx)
-		default:
-			return
-		}
+// takeDatagrams takes in the datagrams the speaker heard since the loop
+// last did, each at the time it arrived: a loop that ran late judges its
+// peers by when they spoke, not by when it got round to reading them. It
+// reports whether a pass is needed.
+func (s *state) takeDatagrams() bool {
+	changed := false
+	for _, h := range s.speaker.take() {
+		changed = s.live.Datagram(h.node, h.ages, h.at) || changed
 	}
+	return s.checkUnheard(s.a.clk.Now()) || changed
 }
 
-// sendLiveness sends this node's datagram to every peer whose heartbeat
-// names a liveness port. It runs on the renew tick, from the owner loop:
-// a stuck loop falls silent, as its heartbeat would.
-func (s *state) sendLiveness(now time.Time) {
+// tellSpeaker gives the speaker, on every tick, where this node's
+// datagrams go and which nodes the loop knows.
+func (s *state) tellSpeaker() {
+	s.speaker.setPeers(s.lanPeers(), s.live.Nodes())
+}
+
+// lanPeers are where this node's datagrams go: every peer whose heartbeat
+// names a liveness port, at its Node's address.
+func (s *state) lanPeers() []netip.AddrPort {
 	if s.lanConn == nil {
-		return
+		return nil
 	}
 	var to []netip.AddrPort
 	for _, n := range s.live.Nodes() {
@@ -138,13 +140,7 @@ func (s *state) sendLiveness(now time.Time) {
 			to = append(to, netip.AddrPortFrom(addr, hb.LivenessPort))
 		}
 	}
-	if len(to) == 0 {
-		return
-	}
-	msg := lanlive.Encode(lanlive.Message{From: s.a.opt.Node, Ages: s.live.Report(now)})
-	if err := s.lanConn.Send(to, msg); err != nil {
-		s.log.Debug("liveness datagrams not sent", "err", err)
-	}
+	return to
 }
 
 // suspectAfter is how old a sign of a peer may grow before this node asks
@@ -199,26 +195,15 @@ func (s *state) nodeAddresses(node string) []nodeAddr {
 	return out
 }
 
-// lanDatagram takes in a datagram. It counts only when it comes from an
-// address of the Node it names: another machine on the LAN cannot speak for
-// a node (it could still keep a dead node alive by forging its source;
-// liveness-port can be closed to the LAN's other hosts, see
-// docs/operating.md). It reports whether a pass is needed.
-func (s *state) lanDatagram(rx lanlive.Received) bool {
-	if s.lanConn == nil || rx.Msg.From == s.a.opt.Node {
-		return false
+// sentBy reports whether source is an address of node's Node object. The
+// speaker asks, from its own goroutine: the Node lister is safe to share.
+func (s *state) sentBy(node string, source netip.Addr) bool {
+	for _, a := range s.nodeAddresses(node) {
+		if a.IP == source {
+			return true
+		}
 	}
-	from := false
-	for _, a := range s.nodeAddresses(rx.Msg.From) {
-		from = from || a.IP == rx.Source
-	}
-	if !from {
-		s.log.Debug("liveness datagram from an address that is not its node's; dropped", "node", rx.Msg.From, "source", rx.Source)
-		return false
-	}
-	now := s.a.clk.Now()
-	changed := s.live.Datagram(rx.Msg.From, rx.Msg.Ages, now)
-	return s.checkUnheard(now) || changed
+	return false
 }
 
 // checkUnheard: a peer that hears others no longer hears this node, and

@@ -143,11 +143,13 @@ type state struct {
 	conflicts addrConflicts
 
 	// Liveness over the LAN (lan.go): the socket and its port, what
-	// arrives on it, and whether a peer no longer hears this node (and
-	// when it may stop hearing it).
+	// arrives on it (read by the speaker, lanspeaker.go, which also
+	// sends), and whether a peer no longer hears this node (and when it
+	// may stop hearing it).
 	lanConn   LANConn
 	lanPort   uint16
 	lanIn     chan lanlive.Received
+	speaker   *speaker
 	unheard   bool
 	unheardAt time.Time
 	// slowUntil: until then the watch is judged at the pace of slow
@@ -156,7 +158,7 @@ type state struct {
 }
 
 func newState(a *Agent) *state {
-	return &state{
+	s := &state{
 		a: a, log: a.log,
 		cfg:         config.Default(),
 		entries:     map[netip.Addr]ipset.Entry{},
@@ -192,6 +194,8 @@ func newState(a *Agent) *state {
 		lifetime:  newKeeper(a.log, a.clk, a.opt.Addresser, a.opt.Metrics.RefreshLate),
 		watch:     newWatchdog(a.clk, a.opt.Hung),
 	}
+	s.speaker = newSpeaker(a.opt.Node, a.clk, a.log, s.watch, s.sentBy)
+	return s
 }
 
 func (s *state) run(ctx context.Context, stop chan struct{}) error {
@@ -206,6 +210,7 @@ func (s *state) run(ctx context.Context, stop chan struct{}) error {
 	go s.watch.run(stop)
 	s.live = lease.NewLiveness(s.a.opt.Node, s.cfg.RenewInterval, 2*s.cfg.RenewInterval)
 	s.configureLAN()
+	go s.speaker.run(s.lanIn, stop)
 	ticker := s.a.clk.NewTicker(s.cfg.RenewInterval)
 	interval := s.cfg.RenewInterval
 	timer := s.a.clk.NewTimer(time.Hour)
@@ -250,8 +255,8 @@ func (s *state) run(ctx context.Context, stop chan struct{}) error {
 			s.linkEvent(ev)
 		case c := <-s.claims:
 			s.claim(c)
-		case rx := <-s.lanIn:
-			pass = s.lanDatagram(rx)
+		case <-s.speaker.kick:
+			pass = s.takeDatagrams()
 		case <-timer.C():
 			pass = s.checkUnheard(s.a.clk.Now()) || s.passDue(s.a.clk.Now())
 		}
@@ -306,8 +311,8 @@ func (s *state) drain(tick <-chan time.Time) {
 			s.linkEvent(ev)
 		case c := <-s.claims:
 			s.claim(c)
-		case rx := <-s.lanIn:
-			s.lanDatagram(rx)
+		case <-s.speaker.kick:
+			s.takeDatagrams()
 		default:
 			return
 		}
@@ -467,10 +472,11 @@ func (s *state) tick() {
 	}
 	s.observeSessions()
 	s.takeDatagrams()
-	s.sendLiveness(now)
-	s.checkUnheard(now)
+	s.tellSpeaker()
 	s.setLANTimings()
-	if s.renewDue(now) {
+	// A stalled loop renews at once, slow heartbeat or not: it binds
+	// nothing until a renewal sent since comes back.
+	if s.renewDue(now) || s.stalled && s.needBarrier {
 		s.requestRenew()
 	}
 	if now.Sub(s.lastResync) >= s.a.opt.Resync {

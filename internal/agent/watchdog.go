@@ -50,6 +50,14 @@ func (w *watchdog) disarm() {
 	w.last = time.Time{}
 }
 
+// quiet is how long the loop has gone without progress at now; armed is
+// false before its first progress and after disarm.
+func (w *watchdog) quiet(now time.Time) (quiet time.Duration, armed bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return now.Sub(w.last), !w.last.IsZero()
+}
+
 // check calls hung once the loop's last progress is loopHungAfter old.
 func (w *watchdog) check(now time.Time) {
 	w.mu.Lock()

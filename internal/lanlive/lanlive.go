@@ -1,8 +1,9 @@
 // Package lanlive carries liveness between eipds over the LAN: one small
 // UDP datagram per peer and renew interval, saying "I am alive" and how
 // long ago the sender last had a sign of life of every other node. What
-// the datagrams mean is package lease's (Liveness.Datagram, Report); this
-// package only encodes, authenticates and moves them.
+// they mean is package lease's (Liveness.Datagram); the agent's speaker
+// builds and times them; this package only encodes, authenticates and
+// moves them.
 //
 // Every datagram carries an HMAC-SHA256 under a key that only eipds hold
 // (the Secret of key.go). A datagram's source address alone proves little:

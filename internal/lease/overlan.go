@@ -103,22 +103,6 @@ func (l *Liveness) sign(o *observed, t, now time.Time) bool {
 	return !was && now.Sub(t) < l.lan.duration
 }
 
-// Report returns the ages at now of this node's latest signs of life of
-// every node, for the next datagram: only signs heard or reported, never
-// presumed ones, and none older than two lease durations.
-func (l *Liveness) Report(now time.Time) map[string]time.Duration {
-	out := make(map[string]time.Duration, len(l.nodes))
-	for n, o := range l.nodes {
-		if n == l.self || o.sign.IsZero() {
-			continue
-		}
-		if age := now.Sub(o.sign); age >= 0 && age < 2*l.lan.duration {
-			out[n] = age
-		}
-	}
-	return out
-}
-
 // LANConnected reports whether a datagram of some peer arrived within the
 // LAN tail: peers are judged over the LAN.
 func (l *Liveness) LANConnected(now time.Time) bool {

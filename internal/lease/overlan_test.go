@@ -101,13 +101,6 @@ func TestLANBreakGrantsFreshDuration(t *testing.T) {
 	assert.Assert(t, !c.hear("b", 10*time.Second+200*ms, nil), "nothing changed")
 }
 
-func TestLANReportAges(t *testing.T) {
-	c := newLANCluster(t, "a", "b", "c")
-	c.hear("a", time.Second, map[string]time.Duration{"b": 300 * ms, "self": 0})
-	got := c.l.Report(at(time.Second + 100*ms))
-	assert.DeepEqual(t, got, map[string]time.Duration{"a": 100 * ms, "b": 400 * ms})
-}
-
 // fence and suspect are fence-after and lease.SuspectAfter at the default
 // lease duration and renew interval.
 const (
