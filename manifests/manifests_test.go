@@ -165,7 +165,7 @@ func TestRBACIsMinimal(t *testing.T) {
 	cr := one[*rbacv1.ClusterRole](t, objs)
 	assert.DeepEqual(t, cr.Rules, []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: read},
-		{APIGroups: []string{""}, Resources: []string{"services/status"}, Verbs: []string{"update"}},
+		{APIGroups: []string{""}, Resources: []string{"services/status"}, Verbs: []string{"patch"}},
 		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: read},
 		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: read},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},

@@ -3,6 +3,7 @@ package agent
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/eip-project/eip/internal/alloc"
 	"github.com/eip-project/eip/internal/lease"
@@ -141,13 +143,29 @@ func (a *Agent) allocateOne(j allocJob) allocResult {
 		}
 		res.created = append(res.created, out)
 	}
-	out, err := a.opt.Client.CoreV1().Services(j.svc.Namespace).UpdateStatus(ctx, j.svc, metav1.UpdateOptions{})
+	out, err := a.patchIngress(ctx, j.svc)
 	if err != nil {
 		res.err = fmt.Errorf("update status of service %s: %w", j.key, err)
 		return res
 	}
 	res.out = out
 	return res
+}
+
+// patchIngress writes the load-balancer ingress of svc's status, and
+// nothing else, if the Service is still at svc's resourceVersion (a
+// Conflict otherwise). A merge patch rather than an update: the cache
+// keeps only part of a Service (keepOfService), and an update of status
+// writes the object's labels and annotations too.
+func (a *Agent) patchIngress(ctx context.Context, svc *corev1.Service) (*corev1.Service, error) {
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"resourceVersion": svc.ResourceVersion},
+		"status":   map[string]any{"loadBalancer": map[string]any{"ingress": svc.Status.LoadBalancer.Ingress}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return a.opt.Client.CoreV1().Services(svc.Namespace).Patch(ctx, svc.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
 }
 
 // reservationGrace is how long a reservation whose Service this node does

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -114,16 +115,65 @@ func indexers() cache.Indexers {
 
 // keepWhatIsRead drops, before an object enters a cache, what eipd never
 // reads: every object's managedFields (often larger than the rest of a
-// Lease), and of a Node everything in its status but its addresses (images
-// and conditions are most of a real Node). eipd writes Leases and Service
-// status from its cache, never Nodes; an update whose managedFields are
-// unset leaves the API server's unchanged.
+// Lease), of a Node everything in its status but its addresses (images
+// and conditions are most of a real Node), and of a Service all but what
+// decides its IPs (keepOfService). eipd writes Leases from its cache, and
+// patches only the load-balancer ingress of a Service's status, never
+// Nodes; an update whose managedFields are unset leaves the API server's
+// unchanged.
 func keepWhatIsRead(obj any) (any, error) {
 	if m, ok := obj.(metav1.Object); ok {
 		m.SetManagedFields(nil)
 	}
-	if n, ok := obj.(*corev1.Node); ok {
-		n.Status = corev1.NodeStatus{Addresses: n.Status.Addresses}
+	switch o := obj.(type) {
+	case *corev1.Node:
+		o.Status = corev1.NodeStatus{Addresses: o.Status.Addresses}
+	case *corev1.Service:
+		keepOfService(o)
 	}
 	return obj, nil
 }
+
+// keepOfService keeps of svc its identity, its eip.io/ annotations and what
+// ipset and alloc read: type, class, external and requested addresses,
+// families, ports and the load-balancer ingress. A cluster's Services
+// carry labels, selectors, cluster IPs, kubectl's last applied
+// configuration and status conditions that eipd never looks at: with
+// thousands of Services they were most of its memory.
+func keepOfService(svc *corev1.Service) {
+	svc.ObjectMeta = metav1.ObjectMeta{
+		Name: svc.Name, Namespace: svc.Namespace, UID: svc.UID, ResourceVersion: svc.ResourceVersion,
+		CreationTimestamp: svc.CreationTimestamp, DeletionTimestamp: svc.DeletionTimestamp,
+		Annotations: eipAnnotations(svc.Annotations),
+	}
+	ports := make([]corev1.ServicePort, len(svc.Spec.Ports))
+	for i, p := range svc.Spec.Ports {
+		ports[i] = corev1.ServicePort{Protocol: p.Protocol, Port: p.Port}
+	}
+	if len(ports) == 0 {
+		ports = nil
+	}
+	svc.Spec = corev1.ServiceSpec{
+		Type: svc.Spec.Type, LoadBalancerClass: svc.Spec.LoadBalancerClass,
+		ExternalIPs: svc.Spec.ExternalIPs, LoadBalancerIP: svc.Spec.LoadBalancerIP,
+		IPFamilies: svc.Spec.IPFamilies, IPFamilyPolicy: svc.Spec.IPFamilyPolicy, Ports: ports,
+	}
+	svc.Status = corev1.ServiceStatus{LoadBalancer: svc.Status.LoadBalancer}
+}
+
+// eipAnnotations are the annotations of m under eip.io/, nil if none.
+func eipAnnotations(m map[string]string) map[string]string {
+	var out map[string]string
+	for k, v := range m {
+		if strings.HasPrefix(k, annotationPrefix) {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// annotationPrefix is the prefix of every annotation eip reads on a Service.
+const annotationPrefix = "eip.io/"

@@ -108,6 +108,47 @@ func TestKeepWhatIsRead(t *testing.T) {
 	want := l.DeepCopy()
 	want.ManagedFields = nil
 	assert.DeepEqual(t, got, want)
+	family := corev1.IPFamilyPolicySingleStack
+	class := "eip.io/eip"
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "web", Namespace: "shop", UID: "u1", ResourceVersion: "7", ManagedFields: mf,
+			Labels: map[string]string{"app": "web"},
+			Annotations: map[string]string{
+				"kubectl.kubernetes.io/last-applied-configuration": "{…}",
+				"eip.io/sharing-key": "k", "eip.io/preferred-nodes": "node-2",
+			},
+			Finalizers: []string{"service.kubernetes.io/load-balancer-cleanup"},
+		},
+		Spec: corev1.ServiceSpec{
+			Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &class,
+			Ports:     []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolUDP, Port: 80, NodePort: 30080}},
+			Selector:  map[string]string{"app": "web"},
+			ClusterIP: "10.96.0.10", ClusterIPs: []string{"10.96.0.10"},
+			ExternalIPs: []string{"198.18.1.1"}, LoadBalancerIP: "198.18.1.2",
+			IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol}, IPFamilyPolicy: &family,
+		},
+		Status: corev1.ServiceStatus{
+			LoadBalancer: corev1.LoadBalancerStatus{Ingress: []corev1.LoadBalancerIngress{{IP: "198.18.1.2"}}},
+			Conditions:   []metav1.Condition{{Type: "Ready"}},
+		},
+	}
+	got, err = keepWhatIsRead(svc)
+	assert.NilError(t, err)
+	assert.DeepEqual(t, got, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "web", Namespace: "shop", UID: "u1", ResourceVersion: "7",
+			Annotations: map[string]string{"eip.io/sharing-key": "k", "eip.io/preferred-nodes": "node-2"},
+		},
+		Spec: corev1.ServiceSpec{
+			Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &class,
+			Ports:       []corev1.ServicePort{{Protocol: corev1.ProtocolUDP, Port: 80}},
+			ExternalIPs: []string{"198.18.1.1"}, LoadBalancerIP: "198.18.1.2",
+			IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol}, IPFamilyPolicy: &family,
+		},
+		Status: corev1.ServiceStatus{LoadBalancer: corev1.LoadBalancerStatus{Ingress: []corev1.LoadBalancerIngress{{IP: "198.18.1.2"}}}},
+	})
+
 	keys, err := indexers()[roleIndex](l)
 	assert.NilError(t, err)
 	assert.DeepEqual(t, keys, []string{lease.RoleHeartbeat})

@@ -1,0 +1,112 @@
+package agent
+
+import (
+	"bytes"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/eip-project/eip/internal/lease"
+)
+
+// BenchmarkCacheBytes is the heap that eipd's caches hold for each IP of
+// the 10,000-IP benchmark: its Service and its lock, as the API server
+// sends them (protobuf, managedFields included), passed through the
+// informers' transform and stored in an indexer like theirs. Most of a
+// large eipd's memory is these caches.
+func BenchmarkCacheBytes(b *testing.B) {
+	const n = 10000
+	codec := protobuf.NewSerializer(scheme.Scheme, scheme.Scheme)
+	var svcs, locks [][]byte
+	for i := range n {
+		svcs = append(svcs, encode(b, codec, apiServerService(i)))
+		locks = append(locks, encode(b, codec, apiServerLock(i)))
+	}
+	for _, c := range []struct {
+		name string
+		objs [][]byte
+	}{{"services", svcs}, {"locks", locks}} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				before := heapInUse()
+				idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, indexers())
+				for _, raw := range c.objs {
+					obj, _, err := codec.Decode(raw, nil, nil)
+					if err != nil {
+						b.Fatal(err)
+					}
+					kept, _ := keepWhatIsRead(obj)
+					if err := idx.Add(kept); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(heapInUse()-before)/n, "B/IP")
+				runtime.KeepAlive(idx)
+			}
+		})
+	}
+}
+
+func heapInUse() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+func encode(b *testing.B, codec *protobuf.Serializer, obj k8sruntime.Object) []byte {
+	b.Helper()
+	var buf bytes.Buffer
+	if err := codec.Encode(obj, &buf); err != nil {
+		b.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// apiServerService is the benchmark's i-th Service as the API server
+// returns it.
+func apiServerService(i int) *corev1.Service {
+	single, cluster := corev1.IPFamilyPolicySingleStack, corev1.ServiceInternalTrafficPolicyCluster
+	return &corev1.Service{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: fmt.Sprintf("bench-%d", i), Namespace: "default", UID: types.UID(fmt.Sprintf("5d0c1a8e-0000-4000-8000-%012d", i)),
+			ResourceVersion: fmt.Sprint(100000 + i), CreationTimestamp: metav1.NewTime(t0),
+			Labels:        map[string]string{"eip-bench": "true"},
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "bench", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", Time: &metav1.Time{Time: t0}, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:labels":{".":{},"f:eip-bench":{}}},"f:spec":{"f:externalIPs":{},"f:internalTrafficPolicy":{},"f:ports":{".":{},"k:{\"port\":80,\"protocol\":\"TCP\"}":{".":{},"f:name":{},"f:port":{},"f:protocol":{},"f:targetPort":{}}},"f:sessionAffinity":{},"f:type":{}}}`)}}},
+		},
+		Spec: corev1.ServiceSpec{
+			Type:                  corev1.ServiceTypeClusterIP,
+			Ports:                 []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(80)}},
+			ClusterIP:             fmt.Sprintf("10.96.%d.%d", i/250, 1+i%250),
+			ClusterIPs:            []string{fmt.Sprintf("10.96.%d.%d", i/250, 1+i%250)},
+			ExternalIPs:           []string{testIP(i).String()},
+			SessionAffinity:       corev1.ServiceAffinityNone,
+			IPFamilies:            []corev1.IPFamily{corev1.IPv4Protocol},
+			IPFamilyPolicy:        &single,
+			InternalTrafficPolicy: &cluster,
+		},
+	}
+}
+
+// apiServerLock is the lock of testIP(i) as the API server returns it.
+func apiServerLock(i int) *coordinationv1.Lease {
+	l := lease.NewLockLease(testNS, testIP(i), fmt.Sprintf("node-%d", i%3), []string{fmt.Sprintf("default/bench-%d", i)}, t0.Add(time.Second))
+	l.TypeMeta = metav1.TypeMeta{APIVersion: "coordination.k8s.io/v1", Kind: "Lease"}
+	l.UID = types.UID(fmt.Sprintf("7a1b2c3d-0000-4000-8000-%012d", i))
+	l.ResourceVersion = fmt.Sprint(200000 + i)
+	l.CreationTimestamp = metav1.NewTime(t0)
+	l.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "eipd", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "coordination.k8s.io/v1", Time: &metav1.Time{Time: t0}, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:annotations":{".":{},"f:eip.io/ip":{},"f:eip.io/services":{}},"f:labels":{".":{},"f:app.kubernetes.io/managed-by":{},"f:eip.io/role":{}}},"f:spec":{"f:acquireTime":{},"f:holderIdentity":{},"f:leaseTransitions":{}}}`)}}}
+	return l
+}
