@@ -37,12 +37,18 @@ type peerReport struct {
 	// whether it can judge us dead without hearing us.
 	ofSelf time.Time
 	others bool
+	// first is when we began hearing this peer (again, after a silence
+	// longer than the LAN tail). A peer that has not had a sign of us yet
+	// has just started, or just learned of us, and judges us only a lease
+	// duration after that: its reports count from then.
+	first time.Time
 }
 
 // SetLAN turns liveness over the LAN on (duration > 0: the lease duration)
 // or off. A peer is judged over the LAN only while a datagram of some peer
 // arrived within tail; a silence longer than gap is a break. started is
-// when this node began sending: a peer that never heard us counts from then.
+// when this node began sending: a peer that never heard us counts from then,
+// or from when we began hearing it if that is later.
 func (l *Liveness) SetLAN(duration, tail, gap time.Duration, started time.Time) {
 	if duration > 0 && l.lan.duration == 0 {
 		l.lan.started = started
@@ -74,7 +80,10 @@ func (l *Liveness) Datagram(node string, ages map[string]time.Duration, now time
 	if l.lan.peers == nil {
 		l.lan.peers = map[string]*peerReport{}
 	}
-	rep := &peerReport{at: now}
+	rep := &peerReport{at: now, first: now}
+	if prev := l.lan.peers[node]; prev != nil && now.Sub(prev.at) <= l.lan.tail {
+		rep.first = prev.first
+	}
 	l.lan.peers[node] = rep
 	changed := l.sign(o, now, now)
 	for n, age := range ages {
@@ -138,7 +147,9 @@ func SuspectAfter(duration, fenceAfter, renew time.Duration) time.Duration {
 
 // Unheard reports whether some peer may judge this node dead soon: a peer
 // that we still hear (its datagram arrived within the LAN tail), that hears
-// another node, and whose latest sign of us is at least fenceAfter old. Such
+// another node, and whose latest sign of us is at least fenceAfter old (a
+// peer that has none counts from when we began hearing it: one that joins
+// hears the others before it hears us, and says nothing yet). Such
 // a node must unbind before that peer takes its IPs over. Otherwise next is
 // when that would first be true if nothing changes (zero when never).
 // A peer we no longer hear is not counted: it may be dead, and a node
@@ -162,7 +173,11 @@ func (l *Liveness) Unheard(now time.Time, fenceAfter, suspect time.Duration) (un
 		if !p.ofSelf.IsZero() && p.at.Sub(p.ofSelf) < suspect {
 			continue
 		}
-		deadline := latest(p.ofSelf, l.lan.started).Add(fenceAfter)
+		since := p.ofSelf
+		if since.IsZero() {
+			since = p.first
+		}
+		deadline := latest(since, l.lan.started).Add(fenceAfter)
 		if !now.Before(deadline) {
 			return true, time.Time{}
 		}

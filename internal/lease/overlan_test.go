@@ -170,3 +170,32 @@ func TestUnheardCountsOnlyStaleReports(t *testing.T) {
 	assert.Assert(t, !un, "a heard our answer")
 	assert.Equal(t, next, time.Time{})
 }
+
+// A node that joins hears the others before it hears us: its first reports
+// name them and not us. They count from when we began hearing it, not
+// from our own start, or every node would hand its IPs away whenever
+// another joined.
+func TestUnheardJoiningPeer(t *testing.T) {
+	c := newLANCluster(t, "a", "b")
+	for d := time.Duration(0); d <= 3*time.Second; d += renew {
+		c.hear("a", d, map[string]time.Duration{"self": 100 * ms})
+	}
+	c.hear("b", 3*time.Second, map[string]time.Duration{"a": 0})
+	un, _ := c.l.Unheard(at(3*time.Second), fence, suspect)
+	assert.Assert(t, !un, "b has only just started")
+
+	c.hear("b", 3*time.Second+renew, map[string]time.Duration{"a": 0, "self": 100 * ms})
+	un, _ = c.l.Unheard(at(5*time.Second), fence, suspect)
+	assert.Assert(t, !un, "b heard us")
+
+	// b goes on without ever naming us: from its first datagram it had
+	// fence-after to hear us.
+	c2 := newLANCluster(t, "a", "b")
+	for d := 3 * time.Second; d <= 5*time.Second; d += renew {
+		c2.hear("b", d, map[string]time.Duration{"a": 0})
+	}
+	un, _ = c2.l.Unheard(at(3*time.Second+fence-ms), fence, suspect)
+	assert.Assert(t, !un)
+	un, _ = c2.l.Unheard(at(3*time.Second+fence), fence, suspect)
+	assert.Assert(t, un, "b never heard us in fence-after")
+}
