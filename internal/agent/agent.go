@@ -83,7 +83,7 @@ type Agent struct {
 	services  corelisters.ServiceLister
 	nodes     corelisters.NodeLister
 	leases    coordinationlisters.LeaseNamespaceLister
-	leaseIdx  cache.Indexer // the Leases' cache, indexed by role (roleIndex)
+	leaseIdx  cache.Indexer // the Leases' cache, heartbeats indexed (heartbeatIndex)
 	configMap corelisters.ConfigMapNamespaceLister
 	// apiEndpoints are the kubernetes Service's EndpointSlices.
 	apiEndpoints discoverylisters.EndpointSliceNamespaceLister
@@ -203,7 +203,7 @@ func (a *Agent) takeLeaseChanges() (map[string]bool, bool) {
 // heartbeats lists the heartbeat Leases in the cache. The informer watches
 // only the agent's namespace.
 func (a *Agent) heartbeats() []*coordinationv1.Lease {
-	objs, _ := a.leaseIdx.ByIndex(roleIndex, lease.RoleHeartbeat)
+	objs, _ := a.leaseIdx.ByIndex(heartbeatIndex, lease.RoleHeartbeat)
 	out := make([]*coordinationv1.Lease, 0, len(objs))
 	for _, o := range objs {
 		if l, ok := o.(*coordinationv1.Lease); ok {

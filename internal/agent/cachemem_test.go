@@ -35,18 +35,20 @@ func BenchmarkCacheBytes(b *testing.B) {
 	}
 	for _, c := range []struct {
 		name string
+		kind k8sruntime.Object
 		objs [][]byte
-	}{{"services", svcs}, {"locks", locks}} {
+	}{{"services", &corev1.Service{}, svcs}, {"locks", &coordinationv1.Lease{}, locks}} {
 		b.Run(c.name, func(b *testing.B) {
 			for b.Loop() {
 				before := heapInUse()
-				idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, indexers())
+				idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, indexersFor(c.kind))
+				keep := newInterner().keepWhatIsRead
 				for _, raw := range c.objs {
 					obj, _, err := codec.Decode(raw, nil, nil)
 					if err != nil {
 						b.Fatal(err)
 					}
-					kept, _ := keepWhatIsRead(obj)
+					kept, _ := keep(obj)
 					if err := idx.Add(kept); err != nil {
 						b.Fatal(err)
 					}

@@ -15,8 +15,10 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
 	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
@@ -71,13 +73,37 @@ const (
 
 var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 
+// informerCache is an informer's cache: what is added passes through the
+// informer's transform first.
+type informerCache struct {
+	cache.Indexer
+	keep cache.TransformFunc
+}
+
+func (c informerCache) Add(obj any) error {
+	kept, err := c.keep(obj)
+	if err != nil {
+		return err
+	}
+	return c.Indexer.Add(kept)
+}
+
+func (c informerCache) Update(obj any) error {
+	kept, err := c.keep(obj)
+	if err != nil {
+		return err
+	}
+	return c.Indexer.Update(kept)
+}
+
 // newWorld is node self's loop on a cluster with the given ConfigMap data.
 func newWorld(t testing.TB, self string, cfg map[string]string) *world {
 	w := &world{t: t, clk: clocktesting.NewFakeClock(t0), addrs: map[netip.Prefix]string{}}
-	idx := func() cache.Indexer {
-		return cache.NewIndexer(cache.MetaNamespaceKeyFunc, indexers())
+	idx := func(obj runtime.Object) cache.Indexer {
+		return informerCache{cache.NewIndexer(cache.MetaNamespaceKeyFunc, indexersFor(obj)), newInterner().keepWhatIsRead}
 	}
-	w.svcs, w.nodes, w.leases, w.cms, w.eps = idx(), idx(), idx(), idx(), idx()
+	w.svcs, w.nodes, w.leases = idx(&corev1.Service{}), idx(&corev1.Node{}), idx(&coordinationv1.Lease{})
+	w.cms, w.eps = idx(&corev1.ConfigMap{}), idx(&discoveryv1.EndpointSlice{})
 	a, err := New(Options{
 		Node: self, Namespace: testNS, ConfigMap: testCM,
 		Client: fake.NewClientset(), Leases: w, Addresser: w, Links: w, Device: w, Announcer: w,

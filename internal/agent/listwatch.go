@@ -3,7 +3,9 @@ package agent
 import (
 	"context"
 	"errors"
+	"maps"
 	"strings"
+	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -89,39 +91,114 @@ func (a *Agent) usePatientInformers(f informers.SharedInformerFactory) {
 		&discoveryv1.EndpointSlice{}: set.APIEndpoints,
 	} {
 		f.InformerFor(obj, func(_ kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-			inf := cache.NewSharedIndexInformer(patient{lw: lw, every: apiRetry, clk: a.clk}, obj, resync, indexers())
+			inf := cache.NewSharedIndexInformer(patient{lw: lw, every: apiRetry, clk: a.clk}, obj, resync, indexersFor(obj))
 			// Set before the informer starts, so it cannot fail.
-			_ = inf.SetTransform(keepWhatIsRead)
+			_ = inf.SetTransform(newInterner().keepWhatIsRead)
 			return inf
 		})
 	}
 }
 
-// roleIndex indexes eip's Leases by their role (heartbeat or lock): a peer's
-// renewal reads the heartbeats, a few dozen Leases among thousands of locks.
-const roleIndex = "role"
+// heartbeatIndex indexes eip's heartbeat Leases under lease.RoleHeartbeat:
+// a peer's renewal reads the heartbeats, a few dozen Leases among
+// thousands of locks. Locks are not indexed: nothing looks them up by
+// role, and an index of 10,000 keys is memory.
+const heartbeatIndex = "heartbeat"
 
-func indexers() cache.Indexers {
-	return cache.Indexers{
-		cache.NamespaceIndex: cache.MetaNamespaceIndexFunc,
-		roleIndex: func(obj any) ([]string, error) {
-			if l, ok := obj.(*coordinationv1.Lease); ok && l.Labels[lease.RoleLabel] != "" {
-				return []string{l.Labels[lease.RoleLabel]}, nil
-			}
-			return nil, nil
-		},
+// indexersFor are the indexes of the cache of obj's kind. Services have
+// none: eipd reads them by key or all at once, never by namespace.
+func indexersFor(obj runtime.Object) cache.Indexers {
+	switch obj.(type) {
+	case *corev1.Service:
+		return cache.Indexers{}
+	case *coordinationv1.Lease:
+		return cache.Indexers{
+			cache.NamespaceIndex: cache.MetaNamespaceIndexFunc,
+			heartbeatIndex: func(obj any) ([]string, error) {
+				if isHeartbeat(obj) {
+					return []string{lease.RoleHeartbeat}, nil
+				}
+				return nil, nil
+			},
+		}
 	}
+	return cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
+}
+
+// interner makes the objects of one cache share what thousands of them
+// hold alike: every lock carries the same two labels and the same
+// annotation keys, names one of a few nodes, and lives in one namespace,
+// yet each decoded object has its own copies. Sharing is safe because
+// nothing changes an object in a cache (every write starts from a
+// DeepCopy). It keeps at most internMax values, so that Leases someone
+// else labels at random cannot grow it without bound.
+type interner struct {
+	mu      sync.Mutex
+	strs    map[string]string
+	holders map[string]*string
+	labels  []map[string]string
+}
+
+// internMax bounds the strings and the label sets an interner keeps.
+const internMax = 256
+
+func newInterner() *interner {
+	return &interner{strs: map[string]string{}, holders: map[string]*string{}}
+}
+
+// str is the shared copy of v.
+func (in *interner) str(v string) string {
+	if s, ok := in.strs[v]; ok {
+		return s
+	}
+	if len(in.strs) < internMax {
+		in.strs[v] = v
+	}
+	return v
+}
+
+// holder is the shared pointer to the holder identity h.
+func (in *interner) holder(h string) *string {
+	if p, ok := in.holders[h]; ok {
+		return p
+	}
+	p := &h
+	if len(in.holders) < internMax {
+		in.holders[h] = p
+	}
+	return p
+}
+
+// labelSet is the shared map equal to m.
+func (in *interner) labelSet(m map[string]string) map[string]string {
+	if len(m) == 0 {
+		return nil
+	}
+	for _, l := range in.labels {
+		if maps.Equal(l, m) {
+			return l
+		}
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[in.str(k)] = in.str(v)
+	}
+	if len(in.labels) < internMax {
+		in.labels = append(in.labels, out)
+	}
+	return out
 }
 
 // keepWhatIsRead drops, before an object enters a cache, what eipd never
 // reads: every object's managedFields (often larger than the rest of a
 // Lease), of a Node everything in its status but its addresses (images
-// and conditions are most of a real Node), and of a Service all but what
-// decides its IPs (keepOfService). eipd writes Leases from its cache, and
-// patches only the load-balancer ingress of a Service's status, never
-// Nodes; an update whose managedFields are unset leaves the API server's
-// unchanged.
-func keepWhatIsRead(obj any) (any, error) {
+// and conditions are most of a real Node), of a Service all but what
+// decides its IPs (keepOfService), and of a Lease its UID (an update
+// without one keeps the stored UID). What a Lease shares with the others
+// is interned. eipd writes Leases from its cache, and patches only the
+// load-balancer ingress of a Service's status, never Nodes; an update
+// whose managedFields are unset leaves the API server's unchanged.
+func (in *interner) keepWhatIsRead(obj any) (any, error) {
 	if m, ok := obj.(metav1.Object); ok {
 		m.SetManagedFields(nil)
 	}
@@ -130,6 +207,22 @@ func keepWhatIsRead(obj any) (any, error) {
 		o.Status = corev1.NodeStatus{Addresses: o.Status.Addresses}
 	case *corev1.Service:
 		keepOfService(o)
+	case *coordinationv1.Lease:
+		in.mu.Lock()
+		defer in.mu.Unlock()
+		o.UID = ""
+		o.Namespace = in.str(o.Namespace)
+		o.Labels = in.labelSet(o.Labels)
+		if len(o.Annotations) > 0 {
+			ann := make(map[string]string, len(o.Annotations))
+			for k, v := range o.Annotations {
+				ann[in.str(k)] = v
+			}
+			o.Annotations = ann
+		}
+		if h := o.Spec.HolderIdentity; h != nil {
+			o.Spec.HolderIdentity = in.holder(*h)
+		}
 	}
 	return obj, nil
 }

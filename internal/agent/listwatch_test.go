@@ -3,7 +3,10 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"net/netip"
+	"reflect"
 	"syscall"
 	"testing"
 	"time"
@@ -15,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
@@ -95,7 +99,8 @@ func TestKeepWhatIsRead(t *testing.T) {
 			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady}},
 		},
 	}
-	got, err := keepWhatIsRead(n)
+	keep := newInterner().keepWhatIsRead
+	got, err := keep(n)
 	assert.NilError(t, err)
 	assert.DeepEqual(t, got, &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: "node-1", Labels: map[string]string{"a": "b"}},
@@ -103,7 +108,7 @@ func TestKeepWhatIsRead(t *testing.T) {
 		Status:     corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "198.18.0.11"}}},
 	})
 	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "eip-node-node-1", ManagedFields: mf, Labels: map[string]string{lease.RoleLabel: lease.RoleHeartbeat}}}
-	got, err = keepWhatIsRead(l.DeepCopy())
+	got, err = keep(l.DeepCopy())
 	assert.NilError(t, err)
 	want := l.DeepCopy()
 	want.ManagedFields = nil
@@ -133,7 +138,7 @@ func TestKeepWhatIsRead(t *testing.T) {
 			Conditions:   []metav1.Condition{{Type: "Ready"}},
 		},
 	}
-	got, err = keepWhatIsRead(svc)
+	got, err = keep(svc)
 	assert.NilError(t, err)
 	assert.DeepEqual(t, got, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{
@@ -149,7 +154,32 @@ func TestKeepWhatIsRead(t *testing.T) {
 		Status: corev1.ServiceStatus{LoadBalancer: corev1.LoadBalancerStatus{Ingress: []corev1.LoadBalancerIngress{{IP: "198.18.1.2"}}}},
 	})
 
-	keys, err := indexers()[roleIndex](l)
+	keys, err := indexersFor(l)[heartbeatIndex](l)
 	assert.NilError(t, err)
 	assert.DeepEqual(t, keys, []string{lease.RoleHeartbeat})
+	lock := lease.NewLockLease("eip-system", netip.MustParseAddr("198.18.1.1"), "node-1", nil, time.Unix(0, 0))
+	keys, err = indexersFor(lock)[heartbeatIndex](lock)
+	assert.NilError(t, err)
+	assert.Check(t, keys == nil)
+}
+
+// Leases in a cache share their labels, annotation keys, namespace and
+// holder, and lose their UID; each keeps its own values.
+func TestKeepWhatIsReadSharesWhatLeasesHaveAlike(t *testing.T) {
+	keep := newInterner().keepWhatIsRead
+	var got []*coordinationv1.Lease
+	for i, ip := range []string{"198.18.1.1", "198.18.1.2"} {
+		l := lease.NewLockLease("eip-system", netip.MustParseAddr(ip), "node-1", []string{"default/web"}, time.Unix(0, 0))
+		l.UID = types.UID(fmt.Sprint("uid-", i))
+		want := l.DeepCopy()
+		want.UID = ""
+		kept, err := keep(l)
+		assert.NilError(t, err)
+		assert.DeepEqual(t, kept, want)
+		got = append(got, kept.(*coordinationv1.Lease))
+	}
+	assert.Check(t, reflect.ValueOf(got[0].Labels).UnsafePointer() == reflect.ValueOf(got[1].Labels).UnsafePointer(), "labels shared")
+	assert.Check(t, got[0].Spec.HolderIdentity == got[1].Spec.HolderIdentity, "holder shared")
+	assert.Equal(t, got[0].Annotations[lease.AnnotationIP], "198.18.1.1")
+	assert.Equal(t, got[1].Annotations[lease.AnnotationIP], "198.18.1.2")
 }
