@@ -65,14 +65,14 @@ func (s *state) closeLAN() {
 // once per slow period, which is then what "the watch delivers" means.
 func (s *state) setLANTimings() {
 	r := s.cfg.RenewInterval
-	s.speaker.configure(s.lanConn, r, s.cfg.LeaseDuration)
+	s.speaker.configure(s.lanConn, s.lanTimings())
 	if s.lanConn == nil {
-		s.live.SetLAN(0, 0, 0, time.Time{})
+		s.live.SetLAN(0, 0, 0, 0, time.Time{})
 		s.live.SetTimings(r, 2*r)
 		return
 	}
 	now := s.a.clk.Now()
-	s.live.SetLAN(s.cfg.LeaseDuration, 2*r, 4*r, now)
+	s.live.SetLAN(s.cfg.LeaseDuration, 2*r, 4*r, s.suspectAfter(), now)
 	slow := r * time.Duration(s.slowFactor())
 	if s.lanSlow(now) {
 		s.slowUntil = now.Add(2 * slow)
@@ -124,23 +124,28 @@ func (s *state) tellSpeaker() {
 	s.speaker.setPeers(s.lanPeers(), s.live.Nodes())
 }
 
-// lanPeers are where this node's datagrams go: every peer whose heartbeat
-// names a liveness port, at its Node's address.
-func (s *state) lanPeers() []netip.AddrPort {
+// lanPeers are the peers whose heartbeat names a liveness port, with where
+// each hears datagrams: its Node's address.
+func (s *state) lanPeers() map[string]netip.AddrPort {
 	if s.lanConn == nil {
 		return nil
 	}
-	var to []netip.AddrPort
+	out := map[string]netip.AddrPort{}
 	for _, n := range s.live.Nodes() {
 		hb, _ := s.live.Heartbeat(n)
 		if n == s.a.opt.Node || hb.LivenessPort == 0 {
 			continue
 		}
 		if addr, ok := s.peerAddr(n); ok {
-			to = append(to, netip.AddrPortFrom(addr, hb.LivenessPort))
+			out[n] = netip.AddrPortFrom(addr, hb.LivenessPort)
 		}
 	}
-	return to
+	return out
+}
+
+// lanTimings are what the speaker's fan-out needs of the configuration.
+func (s *state) lanTimings() lanTimings {
+	return lanTimings{renew: s.cfg.RenewInterval, suspect: s.suspectAfter(), duration: s.cfg.LeaseDuration}
 }
 
 // suspectAfter is how old a sign of a peer may grow before this node asks
@@ -219,7 +224,7 @@ func (s *state) sentBy(node string, source netip.Addr) bool {
 // reach the API server would only leave its IPs dark. It reports whether
 // that changed.
 func (s *state) checkUnheard(now time.Time) bool {
-	un, next := s.live.Unheard(now, s.cfg.FenceAfter, s.suspectAfter())
+	un, next := s.live.Unheard(now, s.cfg.FenceAfter)
 	s.unheardAt = next
 	if un == s.unheard || s.lanConn == nil {
 		return false

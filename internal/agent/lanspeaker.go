@@ -2,7 +2,9 @@ package agent
 
 import (
 	"log/slog"
+	"maps"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -59,12 +61,15 @@ type speaker struct {
 	// (read from the informer's cache, safe from any goroutine).
 	sentBy func(node string, source netip.Addr) bool
 
-	mu       sync.Mutex
-	conn     LANConn // nil: liveness over the LAN is off
-	interval time.Duration
-	duration time.Duration
-	to       []netip.AddrPort
-	known    map[string]bool
+	mu      sync.Mutex
+	conn    LANConn // nil: liveness over the LAN is off
+	timings lanTimings
+	// peers are where each peer hears datagrams, names them sorted, and
+	// fan chooses which of them each datagram goes to (lanfanout.go).
+	peers map[string]netip.AddrPort
+	names []string
+	fan   *fanout
+	known map[string]bool
 	// signs is the latest sign of life of each known node: when its
 	// datagram arrived, or when a peer's datagram said it last had one.
 	signs  map[string]time.Time
@@ -75,30 +80,32 @@ type speaker struct {
 }
 
 func newSpeaker(self string, clk clock.WithTicker, log *slog.Logger, watch *watchdog, sentBy func(string, netip.Addr) bool) *speaker {
-	return &speaker{self: self, clk: clk, log: log, watch: watch, sentBy: sentBy,
+	return &speaker{self: self, clk: clk, log: log, watch: watch, sentBy: sentBy, fan: newFanout(),
 		signs: map[string]time.Time{}, known: map[string]bool{}, kick: make(chan struct{}, 1)}
 }
 
 // configure gives the speaker the liveness socket (nil: off) and the
-// timings: it sends every renew interval and reports signs younger than
-// two lease durations. Turned off, it forgets what it heard.
-func (p *speaker) configure(conn LANConn, renew, lease time.Duration) {
+// timings: it sends every renew interval, reports signs younger than two
+// lease durations, and asks a peer whose sign is suspect old. Turned off,
+// it forgets what it heard.
+func (p *speaker) configure(conn LANConn, t lanTimings) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.conn, p.interval, p.duration = conn, renew, lease
+	p.conn, p.timings = conn, t
 	if conn == nil {
 		clear(p.signs)
 		p.queue = nil
 	}
 }
 
-// setPeers tells the speaker where its datagrams go and which nodes the
-// loop knows (whose heartbeats it observed): only their datagrams and
-// signs count, as in lease.Liveness.
-func (p *speaker) setPeers(to []netip.AddrPort, known []string) {
+// setPeers tells the speaker its peers and where each hears datagrams,
+// and which nodes the loop knows (whose heartbeats it observed): only
+// their datagrams and signs count, as in lease.Liveness.
+func (p *speaker) setPeers(peers map[string]netip.AddrPort, known []string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.to = to
+	p.peers, p.names = peers, slices.Sorted(maps.Keys(peers))
+	p.fan.setPeers(p.names, p.clk.Now())
 	clear(p.known)
 	for _, n := range known {
 		p.known[n] = true
@@ -109,18 +116,27 @@ func (p *speaker) setPeers(to []netip.AddrPort, known []string) {
 // from an address of the Node it names: another machine on the LAN cannot
 // speak for a node (it could still keep a dead node alive by forging its
 // source; liveness-port can be closed to the LAN's other hosts, see
-// docs/operating.md).
+// docs/operating.md). A datagram that shows either side's sign of the
+// other suspect old is answered at once (answerNow).
 func (p *speaker) receive(rx lanlive.Received) {
 	now := p.clk.Now()
+	if to, ok := p.record(rx, now); ok {
+		p.send(now, to)
+	}
+}
+
+// record takes rx in and returns the peer to answer, if any.
+func (p *speaker) record(rx lanlive.Received, now time.Time) (answer string, ok bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.conn == nil || rx.Msg.From == p.self || !p.known[rx.Msg.From] {
-		return
+		return "", false
 	}
 	if !p.sentBy(rx.Msg.From, rx.Source) {
 		p.log.Debug("liveness datagram from an address that is not its node's; dropped", "node", rx.Msg.From, "source", rx.Source)
-		return
+		return "", false
 	}
+	before := p.signs[rx.Msg.From]
 	p.sign(rx.Msg.From, now)
 	for n, age := range rx.Msg.Ages {
 		if n != p.self && n != rx.Msg.From && p.known[n] {
@@ -135,6 +151,8 @@ func (p *speaker) receive(rx lanlive.Received) {
 	case p.kick <- struct{}{}:
 	default:
 	}
+	ofSelf, reported := rx.Msg.Ages[p.self]
+	return rx.Msg.From, answerNow(ofSelf, reported, before, now, p.timings.suspect)
 }
 
 func (p *speaker) sign(node string, t time.Time) {
@@ -152,15 +170,36 @@ func (p *speaker) take() []heard {
 	return q
 }
 
-// speak sends this node's datagram to its peers: the age at now of its
-// latest sign of life of every node it knows, none older than two lease
-// durations. It sends nothing while the loop has made no progress for
-// speakQuietAfter, or before the loop first did.
+// speak sends this node's datagram to the peers the fan-out chooses for
+// this renew interval.
 func (p *speaker) speak(now time.Time) {
+	p.mu.Lock()
+	to := p.fan.tick(p.self, p.names, p.signOf, p.timings, now)
+	p.mu.Unlock()
+	p.send(now, to...)
+}
+
+// ask sends this node's datagram to the peers whose sign grew suspect old
+// (fanout.due), and returns when the next one will.
+func (p *speaker) ask(now time.Time) time.Time {
+	p.mu.Lock()
+	to, next := p.fan.due(p.names, p.signOf, p.timings, now)
+	p.mu.Unlock()
+	p.send(now, to...)
+	return next
+}
+
+func (p *speaker) signOf(node string) time.Time { return p.signs[node] }
+
+// send sends this node's datagram to the named peers: the age at now of
+// its latest sign of life of every node it knows, none older than two
+// lease durations. It sends nothing while the loop has made no progress
+// for speakQuietAfter, or before the loop first did.
+func (p *speaker) send(now time.Time, names ...string) {
 	quiet, armed := p.watch.quiet(now)
 	p.mu.Lock()
-	conn, to := p.conn, p.to
-	if conn == nil || len(to) == 0 {
+	conn := p.conn
+	if conn == nil || len(names) == 0 {
 		p.mu.Unlock()
 		return
 	}
@@ -176,10 +215,16 @@ func (p *speaker) speak(now time.Time) {
 		p.mu.Unlock()
 		return
 	}
+	to := make([]netip.AddrPort, 0, len(names))
+	for _, n := range names {
+		if a, ok := p.peers[n]; ok {
+			to = append(to, a)
+		}
+	}
 	ages := make(map[string]time.Duration, len(p.signs))
 	for n, t := range p.signs {
 		switch age := now.Sub(t); {
-		case age >= 2*p.duration:
+		case age >= 2*p.timings.duration:
 			delete(p.signs, n)
 		case age >= 0 && p.known[n]:
 			ages[n] = age
@@ -192,30 +237,46 @@ func (p *speaker) speak(now time.Time) {
 	}
 }
 
-// run takes in what arrives on in and speaks every renew interval, until
-// stop is closed.
+// run takes in what arrives on in, speaks every renew interval and asks
+// suspect peers when due, until stop is closed.
 func (p *speaker) run(in <-chan lanlive.Received, stop <-chan struct{}) {
 	p.mu.Lock()
-	interval := p.interval
+	interval := p.timings.renew
 	p.mu.Unlock()
 	t := p.clk.NewTicker(interval)
-	defer func() { t.Stop() }()
+	due := p.clk.NewTimer(interval)
+	defer func() {
+		t.Stop()
+		due.Stop()
+	}()
 	for {
 		select {
 		case <-stop:
 			return
 		case rx := <-in:
 			p.receive(rx)
+			continue
 		case <-t.C():
-			p.speak(p.clk.Now())
+			now := p.clk.Now()
+			p.speak(now)
 			p.mu.Lock()
-			changed := p.interval != interval
-			interval = p.interval
+			changed := p.timings.renew != interval
+			interval = p.timings.renew
 			p.mu.Unlock()
 			if changed {
 				t.Stop()
 				t = p.clk.NewTicker(interval)
 			}
+		case <-due.C():
 		}
+		// Signs only grow fresher between ticks, so the next question
+		// comes no sooner than ask says: a timer that fires early finds
+		// nothing due and is set again.
+		now := p.clk.Now()
+		next := p.ask(now)
+		if next.IsZero() {
+			next = now.Add(interval)
+		}
+		due.Reset(max(next.Sub(now), time.Millisecond))
 	}
 }

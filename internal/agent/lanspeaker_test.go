@@ -1,11 +1,14 @@
 package agent
 
 import (
+	"fmt"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
 	"gotest.tools/v3/assert"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/eip-project/eip/internal/lanlive"
 )
@@ -112,15 +115,16 @@ func (c chanConn) Send(_ []netip.AddrPort, b []byte) error {
 
 func (c chanConn) Close() error { return nil }
 
-// The speaker's goroutine takes in what arrives, wakes the loop, and
-// speaks on its own ticker, with no loop running.
+// The speaker's goroutine takes in what arrives, wakes the loop, answers
+// at once a peer that has no sign of this node, and speaks on its own
+// ticker, with no loop running.
 func TestSpeakerRuns(t *testing.T) {
 	w, _ := lanWorld(t)
 	w.pass()
 	w.step(w.s.cfg.RenewInterval)
 	w.s.tick()
 	conn := make(chanConn, 1)
-	w.s.speaker.configure(conn, w.s.cfg.RenewInterval, w.s.cfg.LeaseDuration)
+	w.s.speaker.configure(conn, w.s.lanTimings())
 	in, stop, done := make(chan lanlive.Received), make(chan struct{}), make(chan struct{})
 	go func() {
 		w.s.speaker.run(in, stop)
@@ -132,6 +136,9 @@ func TestSpeakerRuns(t *testing.T) {
 	}()
 	in <- lanlive.Received{Source: netip.MustParseAddr(lanPeerIPs["node-b"]), Msg: lanlive.Message{From: "node-b", Ages: map[string]time.Duration{"node-c": 300 * time.Millisecond}}}
 	wait(t, w.s.speaker.kick)
+	assert.DeepEqual(t, wait(t, conn), lanlive.Message{From: "node-a", Ages: map[string]time.Duration{
+		"node-b": 0, "node-c": 300 * time.Millisecond,
+	}})
 	w.step(w.s.cfg.RenewInterval)
 	m := wait(t, conn)
 	assert.DeepEqual(t, m, lanlive.Message{From: "node-a", Ages: map[string]time.Duration{
@@ -150,4 +157,68 @@ func wait[T any](t *testing.T, c <-chan T) T {
 		t.Fatal("nothing came")
 		panic("unreachable")
 	}
+}
+
+// bigLANWorld is lanWorld with six more peers, node-e to node-j
+// (198.18.0.15 to .20): more than the fan-out reaches in one datagram.
+func bigLANWorld(t *testing.T) (*world, *lanNet) {
+	w, net := lanWorld(t)
+	for i, n := range []string{"node-e", "node-f", "node-g", "node-h", "node-i", "node-j"} {
+		w.addNode(n)
+		node := w.nodeObj(n)
+		node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("198.18.0.%d", 15+i)}}
+		w.must(w.nodes.Update(node))
+		w.lanHeartbeat(n)
+	}
+	w.pass()
+	w.step(w.s.cfg.RenewInterval)
+	w.s.tick()
+	return w, net
+}
+
+// With nine peers, each renew interval's datagram goes to the two peers
+// after node-a and two more in turn. A peer whose sign grows suspect old
+// is asked directly, at once; and a peer that asks is answered at once,
+// alone.
+func TestSpeakerFansOut(t *testing.T) {
+	w, net := bigLANWorld(t)
+	all := []string{"node-b", "node-c", "node-d", "node-e", "node-f", "node-g", "node-h", "node-i", "node-j"}
+	from := func(n string) string {
+		if ip, ok := lanPeerIPs[n]; ok {
+			return ip
+		}
+		return fmt.Sprintf("198.18.0.%d", 11+slices.Index(all, n)+1)
+	}
+	// Everyone speaks once: node-a answers each, having no sign of it yet.
+	for _, n := range all {
+		w.arrive(n, from(n), map[string]time.Duration{"node-a": 0})
+	}
+	net.sent = nil
+	w.step(100 * time.Millisecond)
+	w.s.speaker.speak(w.clk.Now())
+	assert.DeepEqual(t, net.sent, []string{
+		"198.18.0.12:9403 from node-a", "198.18.0.13:9403 from node-a", // node-b and node-c follow node-a
+		"198.18.0.14:9403 from node-a", "198.18.0.15:9403 from node-a", // node-d and node-e, in turn
+	})
+	// node-b and node-c keep speaking; the others go quiet. A second after
+	// their datagrams, node-a asks all of them at once.
+	net.sent = nil
+	for range 2 {
+		w.step(w.s.cfg.RenewInterval / 2)
+		w.s.speaker.ask(w.clk.Now())
+		for _, n := range []string{"node-b", "node-c"} {
+			w.arrive(n, from(n), map[string]time.Duration{"node-a": 0})
+		}
+	}
+	assert.DeepEqual(t, net.sent, []string(nil))
+	w.step(w.s.suspectAfter() - w.s.cfg.RenewInterval)
+	w.s.speaker.ask(w.clk.Now())
+	assert.Equal(t, len(net.sent), 7, "node-d to node-j: %v", net.sent)
+	// node-f asks node-a: it has no fresh sign of it. node-a answers it alone.
+	net.sent = nil
+	w.arrive("node-f", from("node-f"), map[string]time.Duration{"node-a": w.s.suspectAfter()})
+	assert.DeepEqual(t, net.sent, []string{"198.18.0.16:9403 from node-a"})
+	net.sent = nil
+	w.arrive("node-f", from("node-f"), map[string]time.Duration{"node-a": 0})
+	assert.DeepEqual(t, net.sent, []string(nil))
 }

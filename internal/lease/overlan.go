@@ -24,8 +24,9 @@ import "time"
 type lanState struct {
 	duration  time.Duration // a peer's signs are judged against this; 0: off
 	tail, gap time.Duration
-	fresh     time.Time // when the latest datagram arrived
-	started   time.Time // when this node started sending
+	suspect   time.Duration // see SuspectAfter
+	fresh     time.Time     // when the latest datagram arrived
+	started   time.Time     // when this node started sending
 	peers     map[string]*peerReport
 }
 
@@ -42,18 +43,22 @@ type peerReport struct {
 	// has just started, or just learned of us, and judges us only a lease
 	// duration after that: its reports count from then.
 	first time.Time
+	// staleSince is when the run of reports of an ofSelf at least suspect
+	// old, that this one belongs to, began (zero: this one is fresh).
+	staleSince time.Time
 }
 
 // SetLAN turns liveness over the LAN on (duration > 0: the lease duration)
 // or off. A peer is judged over the LAN only while a datagram of some peer
-// arrived within tail; a silence longer than gap is a break. started is
-// when this node began sending: a peer that never heard us counts from then,
-// or from when we began hearing it if that is later.
-func (l *Liveness) SetLAN(duration, tail, gap time.Duration, started time.Time) {
+// arrived within tail (two renew intervals); a silence longer than gap is a
+// break. suspect is SuspectAfter. started is when this node began sending:
+// a peer that never heard us counts from then, or from when we began
+// hearing it if that is later.
+func (l *Liveness) SetLAN(duration, tail, gap, suspect time.Duration, started time.Time) {
 	if duration > 0 && l.lan.duration == 0 {
 		l.lan.started = started
 	}
-	l.lan.duration, l.lan.tail, l.lan.gap = duration, tail, gap
+	l.lan.duration, l.lan.tail, l.lan.gap, l.lan.suspect = duration, tail, gap, suspect
 	if duration == 0 {
 		l.lan.fresh, l.lan.peers = time.Time{}, nil
 	}
@@ -80,12 +85,19 @@ func (l *Liveness) Datagram(node string, ages map[string]time.Duration, now time
 	if l.lan.peers == nil {
 		l.lan.peers = map[string]*peerReport{}
 	}
+	prev := l.lan.peers[node]
 	rep := &peerReport{at: now, first: now}
-	if prev := l.lan.peers[node]; prev != nil && now.Sub(prev.at) <= l.lan.tail {
+	if prev != nil && now.Sub(prev.at) <= l.lan.tail {
 		rep.first = prev.first
 	}
 	l.lan.peers[node] = rep
 	changed := l.sign(o, now, now)
+	if age, ok := ages[l.self]; !ok || age >= l.lan.suspect {
+		rep.staleSince = now
+		if prev != nil && !prev.staleSince.IsZero() {
+			rep.staleSince = prev.staleSince
+		}
+	}
 	for n, age := range ages {
 		if n == l.self {
 			rep.ofSelf = now.Add(-age)
@@ -155,22 +167,22 @@ func SuspectAfter(duration, fenceAfter, renew time.Duration) time.Duration {
 // A peer we no longer hear is not counted: it may be dead, and a node
 // cut off from one peer is still reported alive to it by the others.
 //
-// Only a report whose sign of us is at least suspect old counts. A peer
-// that sends to a few peers a renew interval learns of us mostly through
-// others, and does not tell us when it does: a report of a sign younger
-// than suspect says nothing of what that peer knows now. A peer whose
-// sign of us grows suspect old sends to us at once, and again every
-// renew interval while it stays that old (see SuspectAfter), and that
-// report counts.
-func (l *Liveness) Unheard(now time.Time, fenceAfter, suspect time.Duration) (unheard bool, next time.Time) {
+// Only a report that confirms a stale one counts. A peer that sends to a
+// few peers a renew interval learns of us mostly through others, and does
+// not tell us when it does: a report of a sign younger than suspect says
+// nothing of what that peer knows later. A peer whose sign of us grows
+// suspect old asks us at once, and again every renew interval while it
+// stays that old; we answer each question at once (see SuspectAfter). So
+// a second such report, half a renew interval or more after the first,
+// says that our answer did not reach it; one alone may have crossed our
+// answer, or come from a peer that asked late because its loop ran late.
+func (l *Liveness) Unheard(now time.Time, fenceAfter time.Duration) (unheard bool, next time.Time) {
 	if l.lan.duration == 0 {
 		return false, time.Time{}
 	}
 	for _, p := range l.lan.peers {
-		if !p.others || now.Sub(p.at) > l.lan.tail {
-			continue
-		}
-		if !p.ofSelf.IsZero() && p.at.Sub(p.ofSelf) < suspect {
+		// The tail is two renew intervals.
+		if !p.others || now.Sub(p.at) > l.lan.tail || p.staleSince.IsZero() || p.at.Sub(p.staleSince) < l.lan.tail/4 {
 			continue
 		}
 		since := p.ofSelf

@@ -20,7 +20,7 @@ type lanCluster struct{ *cluster }
 
 func newLANCluster(t *testing.T, nodes ...string) lanCluster {
 	c := lanCluster{newCluster(t)}
-	c.l.SetLAN(duration, 2*renew, 4*renew, at(0))
+	c.l.SetLAN(duration, 2*renew, 4*renew, suspect, at(0))
 	for _, n := range append([]string{"self"}, nodes...) {
 		c.versions[n]++
 		c.l.Observe(lease.Heartbeat{Node: n, Duration: slowDuration, LivenessPort: 9403, Version: strconv.Itoa(c.versions[n])}, at(0))
@@ -121,17 +121,33 @@ func TestUnheard(t *testing.T) {
 	for d := time.Duration(0); d <= time.Second; d += renew {
 		c.hear("a", d, map[string]time.Duration{"b": 0, "self": 100 * ms})
 	}
-	un, _ := c.l.Unheard(at(time.Second), fence, suspect)
+	un, _ := c.l.Unheard(at(time.Second), fence)
 	assert.Assert(t, !un)
-	// From 1s, a hears b but no longer us: our datagrams are lost.
-	for d := time.Second + renew; d <= 3*time.Second; d += renew {
+	// From 1s, a hears b but no longer us: our datagrams, our answers
+	// included, are lost. a's reports are stale from 2 s; the second,
+	// at 2.5 s, says that our answer to the first did not reach it.
+	for d := time.Second + renew; d <= 2*time.Second; d += renew {
 		c.hear("a", d, map[string]time.Duration{"b": 0, "self": d - 900*ms})
 	}
-	un, next := c.l.Unheard(at(2*time.Second), fence, suspect)
+	un, next := c.l.Unheard(at(2*time.Second), fence)
 	assert.Assert(t, !un)
-	assert.Equal(t, next, at(900*ms+fence), "a last had a sign of us at 0.9 s")
-	un, _ = c.l.Unheard(at(2400*ms), fence, suspect)
-	assert.Assert(t, un, "a judges us dead at 2.9 s: we must have unbound by then")
+	assert.Equal(t, next, time.Time{}, "one stale report may have crossed our answer")
+	c.hear("a", 2*time.Second+renew, map[string]time.Duration{"b": 0, "self": 1600 * ms})
+	un, _ = c.l.Unheard(at(2*time.Second+renew), fence)
+	assert.Assert(t, un, "a last had a sign of us at 0.9 s and judges us dead at 2.9 s: we must unbind now")
+}
+
+// The second stale report comes before fence-after: it sets the deadline.
+func TestUnheardDeadline(t *testing.T) {
+	c := newLANCluster(t, "a", "b")
+	c.hear("a", 0, map[string]time.Duration{"b": 0, "self": 0})
+	c.hear("a", time.Second, map[string]time.Duration{"b": 0, "self": suspect})
+	c.hear("a", time.Second+300*ms, map[string]time.Duration{"b": 0, "self": suspect + 300*ms})
+	un, next := c.l.Unheard(at(time.Second+300*ms), fence)
+	assert.Assert(t, !un)
+	assert.Equal(t, next, at(fence))
+	un, _ = c.l.Unheard(at(fence), fence)
+	assert.Assert(t, un)
 }
 
 // A peer that hears nobody but us judges nobody dead; one we no longer
@@ -142,32 +158,30 @@ func TestUnheardIgnoresDeafAndSilentPeers(t *testing.T) {
 		c.hear("a", d, nil) // a hears nobody
 	}
 	c.hear("b", 0, map[string]time.Duration{"a": 0, "self": 0})
-	un, _ := c.l.Unheard(at(5*time.Second), fence, suspect)
+	un, _ := c.l.Unheard(at(5*time.Second), fence)
 	assert.Assert(t, !un)
 }
 
 // A peer that sends to us now and then, and learns of us through others
 // meanwhile, reports a sign of us that is younger than suspect: it says
 // nothing of what that peer knows later, and sets no deadline. A peer whose
-// sign of us grows suspect old asks us at once: that report counts, and
-// its answer to our answer clears it.
-func TestUnheardCountsOnlyStaleReports(t *testing.T) {
+// sign of us grows suspect old asks us at once; our answer reaches it, and
+// its answer to ours ends the run of stale reports.
+func TestUnheardCountsOnlyConfirmedStaleReports(t *testing.T) {
 	c := newLANCluster(t, "a", "b")
-	c.every(0, time.Second, "b")
+	c.every(0, 3*time.Second, "b")
 	c.hear("a", time.Second, map[string]time.Duration{"b": 0, "self": 900 * ms})
-	un, next := c.l.Unheard(at(time.Second), fence, suspect)
+	un, next := c.l.Unheard(at(time.Second), fence)
 	assert.Assert(t, !un)
 	assert.Equal(t, next, time.Time{}, "a report 0.9 s old sets no deadline")
-	un, _ = c.l.Unheard(at(1600*ms+ms), fence, suspect)
+	un, _ = c.l.Unheard(at(1600*ms+ms), fence)
 	assert.Assert(t, !un, "past the 0.1 s sign + fence-after: a learnt of us since, through b")
 
-	c.hear("a", 1500*ms, map[string]time.Duration{"b": 0, "self": suspect})
-	un, next = c.l.Unheard(at(1500*ms), fence, suspect)
-	assert.Assert(t, !un)
-	assert.Equal(t, next, at(2*time.Second), "a asked us at 1.5 s, its sign of us from 0.5 s")
-	c.hear("a", 1500*ms+2*ms, map[string]time.Duration{"b": 0, "self": ms})
-	un, next = c.l.Unheard(at(2*time.Second), fence, suspect)
-	assert.Assert(t, !un, "a heard our answer")
+	c.hear("a", 2*time.Second, map[string]time.Duration{"b": 0, "self": suspect}) // a asks
+	c.hear("a", 2*time.Second+2*ms, map[string]time.Duration{"b": 0, "self": ms}) // our answer reached it
+	c.hear("a", 2*time.Second+renew, map[string]time.Duration{"b": 0, "self": suspect})
+	un, next = c.l.Unheard(at(2*time.Second+renew), fence)
+	assert.Assert(t, !un, "a new run of stale reports")
 	assert.Equal(t, next, time.Time{})
 }
 
@@ -181,11 +195,11 @@ func TestUnheardJoiningPeer(t *testing.T) {
 		c.hear("a", d, map[string]time.Duration{"self": 100 * ms})
 	}
 	c.hear("b", 3*time.Second, map[string]time.Duration{"a": 0})
-	un, _ := c.l.Unheard(at(3*time.Second), fence, suspect)
+	un, _ := c.l.Unheard(at(3*time.Second), fence)
 	assert.Assert(t, !un, "b has only just started")
 
 	c.hear("b", 3*time.Second+renew, map[string]time.Duration{"a": 0, "self": 100 * ms})
-	un, _ = c.l.Unheard(at(5*time.Second), fence, suspect)
+	un, _ = c.l.Unheard(at(5*time.Second), fence)
 	assert.Assert(t, !un, "b heard us")
 
 	// b goes on without ever naming us: from its first datagram it had
@@ -194,8 +208,8 @@ func TestUnheardJoiningPeer(t *testing.T) {
 	for d := 3 * time.Second; d <= 5*time.Second; d += renew {
 		c2.hear("b", d, map[string]time.Duration{"a": 0})
 	}
-	un, _ = c2.l.Unheard(at(3*time.Second+fence-ms), fence, suspect)
+	un, _ = c2.l.Unheard(at(3*time.Second+fence-ms), fence)
 	assert.Assert(t, !un)
-	un, _ = c2.l.Unheard(at(3*time.Second+fence), fence, suspect)
+	un, _ = c2.l.Unheard(at(3*time.Second+fence), fence)
 	assert.Assert(t, un, "b never heard us in fence-after")
 }
