@@ -1,18 +1,21 @@
 package netif
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/mdlayher/packet"
-	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 	"k8s.io/utils/clock"
 )
 
@@ -229,8 +232,10 @@ func (a *Announcer) repeat(ip netip.Addr, now time.Time) {
 type rawSender struct {
 	log *slog.Logger
 	ns  netNamespace
-	nl  *netlink.Handle
-	err error // a failed construction, returned by every send
+	// ioctlFD is a datagram socket in ns that names its interfaces to
+	// ioctl (linkOf).
+	ioctlFD int
+	err     error // a failed construction, returned by every send
 
 	mu    sync.Mutex
 	conns map[string]*linkConn
@@ -247,10 +252,55 @@ func newRawSender(log *slog.Logger) *rawSender {
 	if s.err != nil {
 		return s
 	}
-	if s.nl, s.err = newNetlinkHandle(s.ns); s.err != nil {
+	s.err = s.ns.do(func() error {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		s.ioctlFD = fd
+		return err
+	})
+	if s.err != nil {
+		s.err = fmt.Errorf("open socket for interface lookups: %w", s.err)
 		_ = s.ns.close()
 	}
 	return s
+}
+
+// linkOf is iface's index and MAC. Every frame looks the link up, so that
+// a changed MAC or a recreated interface is announced correctly; two
+// ioctls do it where a netlink dump of the link, with all its attributes
+// parsed, cost more than the frames (seven per IP bound: probes and
+// announcements) at a cold start of thousands.
+func (s *rawSender) linkOf(iface string) (int, net.HardwareAddr, error) {
+	var req ifreq
+	if len(iface) >= len(req.name) {
+		return 0, nil, fmt.Errorf("interface name %q too long", iface)
+	}
+	copy(req.name[:], iface)
+	if err := s.ioctl(unix.SIOCGIFINDEX, &req); err != nil {
+		return 0, nil, err
+	}
+	index := int(int32(binary.NativeEndian.Uint32(req.union[:4]))) // ifr_ifindex
+	if err := s.ioctl(unix.SIOCGIFHWADDR, &req); err != nil {
+		return 0, nil, err
+	}
+	// ifr_hwaddr: a sockaddr, its family the link type, then the address.
+	if family := binary.NativeEndian.Uint16(req.union[:2]); family != unix.ARPHRD_ETHER {
+		return 0, nil, fmt.Errorf("link type %d has no Ethernet link layer", family)
+	}
+	return index, slices.Clone(net.HardwareAddr(req.union[2:8])), nil
+}
+
+// ifreq is struct ifreq: a name, then a union of what each ioctl reads or
+// writes.
+type ifreq struct {
+	name  [unix.IFNAMSIZ]byte
+	union [24]byte
+}
+
+func (s *rawSender) ioctl(req uint, r *ifreq) error {
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(s.ioctlFD), uintptr(req), uintptr(unsafe.Pointer(r))); errno != 0 {
+		return os.NewSyscallError("ioctl", errno)
+	}
+	return nil
 }
 
 // send looks the link up every time, so that a changed MAC or a recreated
@@ -272,21 +322,17 @@ func (s *rawSender) write(iface string, build func(net.HardwareAddr) ([][]byte, 
 	if s.err != nil {
 		return 0, s.err
 	}
-	link, err := s.nl.LinkByName(iface)
+	index, mac, err := s.linkOf(iface)
 	if err != nil {
 		return 0, fmt.Errorf("find link: %w", err)
 	}
-	attrs := link.Attrs()
-	if attrs.EncapType != "ether" {
-		return 0, fmt.Errorf("link type %q has no Ethernet link layer", attrs.EncapType)
-	}
-	frames, err := build(attrs.HardwareAddr)
+	frames, err := build(mac)
 	if err != nil {
 		return 0, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	c, err := s.conn(iface, attrs.Index)
+	c, err := s.conn(iface, index)
 	if err != nil {
 		return 0, err
 	}
@@ -339,7 +385,7 @@ func (s *rawSender) close() {
 		s.dropLocked(iface)
 	}
 	if s.err == nil {
-		s.nl.Close()
+		_ = unix.Close(s.ioctlFD)
 		_ = s.ns.close()
 		s.err = errors.New("announcer closed")
 	}
