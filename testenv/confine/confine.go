@@ -33,6 +33,9 @@ type Privileges struct {
 	mask         uint64   // their bits
 	readOnlyRoot bool
 	devices      []string // host character devices mounted at the same path
+	// env is the container's environment given as values (GOMEMLIMIT…),
+	// NAME=value: eipd runs with the Go runtime settings of the pod.
+	env []string
 }
 
 // runtimeDevices are the device nodes a container runtime (runc) creates in
@@ -70,6 +73,11 @@ func FromDaemonSet(manifestsDir string) (Privileges, error) {
 	}
 	if p.devices, err = devicesOf(ds.Spec.Template.Spec.Volumes, c.VolumeMounts); err != nil {
 		return Privileges{}, fmt.Errorf("read eipd's privileges from %s: %w", path, err)
+	}
+	for _, e := range c.Env {
+		if e.ValueFrom == nil {
+			p.env = append(p.env, e.Name+"="+e.Value)
+		}
 	}
 	return p, nil
 }
@@ -144,7 +152,8 @@ exec setpriv --no-new-privs --inh-caps=-all --ambient-caps=-all --bounding-set="
 `
 
 // Command returns the program and arguments that run bin confined; env
-// holds the variables confineScript reads.
+// holds the variables confineScript reads and the container's literal
+// environment, which reaches bin through the exec chain.
 func (p Privileges) Command(bin string, args []string) (prog string, argv, env []string) {
 	set := "-all"
 	for _, c := range p.caps {
@@ -156,7 +165,7 @@ func (p Privileges) Command(bin string, args []string) (prog string, argv, env [
 	}
 	devs := strings.Join(append(slices.Clone(runtimeDevices), p.devices...), " ")
 	return "sh", append([]string{"-c", confineScript, "eip-confine", bin}, args...),
-		[]string{"EIP_CONFINE_CAPS=" + set, "EIP_CONFINE_RO_ROOT=" + ro, "EIP_CONFINE_DEVICES=" + devs}
+		append([]string{"EIP_CONFINE_CAPS=" + set, "EIP_CONFINE_RO_ROOT=" + ro, "EIP_CONFINE_DEVICES=" + devs}, p.env...)
 }
 
 // Verify waits until pid runs bin, past the fork and the launcher's execs

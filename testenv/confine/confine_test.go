@@ -16,6 +16,12 @@ func TestDaemonSetPrivileges(t *testing.T) {
 	assert.Check(t, is.Equal(p.mask, uint64(0x3000)))
 	assert.Check(t, p.readOnlyRoot)
 	assert.Check(t, is.DeepEqual(p.devices, []string{"/dev/net/tun"}))
+	// The literal environment (the Go runtime's memory limit) reaches
+	// eipd; what the pod's fields give (NODE_NAME) does not.
+	assert.Check(t, is.Len(p.env, 1))
+	assert.Check(t, strings.HasPrefix(p.env[0], "GOMEMLIMIT="), "%q", p.env)
+	_, _, env := p.Command("/bin/eipd", nil)
+	assert.Check(t, is.Contains(env, p.env[0]))
 }
 
 func TestDevicesOfRefusesOtherVolumes(t *testing.T) {
