@@ -35,6 +35,20 @@ const speakQuietAfter = loopHungAfter / 3
 // the LAN.
 const maxHeard = 1024
 
+// relayAllowance is how much older a sign is taken to be for each report
+// it passed through. A report gives the age of its sign when it was sent,
+// and the receiver dates the sign from when it arrived: the time in
+// between, on the wire and waiting for this goroutine, would make the sign
+// younger at every hop. Signs go round in reports (A tells B, B tells C,
+// C tells A), and a dead node's last sign kept getting younger, so that it
+// was judged dead late: in a 50-node simulation with 5 ms on the wire,
+// 3.4 s after it died at a 2 s lease duration. Taken this much older at
+// every hop, a sign only ages as it goes round, as long as a hop takes
+// less; a sign that reaches a node in two or three hops is 40 to 60 ms
+// older than it was, against the half lease duration after which a peer
+// is asked directly.
+const relayAllowance = 20 * time.Millisecond
+
 // heard is a peer's datagram as the speaker took it in.
 type heard struct {
 	node string
@@ -140,7 +154,7 @@ func (p *speaker) record(rx lanlive.Received, now time.Time) (answer string, ok 
 	p.sign(rx.Msg.From, now)
 	for n, age := range rx.Msg.Ages {
 		if n != p.self && n != rx.Msg.From && p.known[n] {
-			p.sign(n, now.Add(-age))
+			p.sign(n, now.Add(-age-relayAllowance))
 		}
 	}
 	if len(p.queue) == maxHeard {
@@ -174,7 +188,10 @@ func (p *speaker) take() []heard {
 // this renew interval.
 func (p *speaker) speak(now time.Time) {
 	p.mu.Lock()
-	to := p.fan.tick(p.self, p.names, p.signOf, p.timings, now)
+	var to []string
+	if p.speaking(now) {
+		to = p.fan.tick(p.self, p.names, p.signOf, p.timings, now)
+	}
 	p.mu.Unlock()
 	p.send(now, to...)
 }
@@ -183,7 +200,11 @@ func (p *speaker) speak(now time.Time) {
 // (fanout.due), and returns when the next one will.
 func (p *speaker) ask(now time.Time) time.Time {
 	p.mu.Lock()
-	to, next := p.fan.due(p.names, p.signOf, p.timings, now)
+	var to []string
+	var next time.Time
+	if p.speaking(now) {
+		to, next = p.fan.due(p.names, p.signOf, p.timings, now)
+	}
 	p.mu.Unlock()
 	p.send(now, to...)
 	return next
@@ -191,18 +212,14 @@ func (p *speaker) ask(now time.Time) time.Time {
 
 func (p *speaker) signOf(node string) time.Time { return p.signs[node] }
 
-// send sends this node's datagram to the named peers: the age at now of
-// its latest sign of life of every node it knows, none older than two
-// lease durations. It sends nothing while the loop has made no progress
-// for speakQuietAfter, or before the loop first did.
-func (p *speaker) send(now time.Time, names ...string) {
-	quiet, armed := p.watch.quiet(now)
-	p.mu.Lock()
-	conn := p.conn
-	if conn == nil || len(names) == 0 {
-		p.mu.Unlock()
-		return
+// speaking reports whether this node sends datagrams at now: liveness over
+// the LAN is on, and the loop made progress within speakQuietAfter (and
+// has made some). Called with mu held.
+func (p *speaker) speaking(now time.Time) bool {
+	if p.conn == nil {
+		return false
 	}
+	quiet, armed := p.watch.quiet(now)
 	if silent := !armed || quiet > speakQuietAfter; silent != p.silent {
 		p.silent = silent
 		if silent && armed {
@@ -211,7 +228,20 @@ func (p *speaker) send(now time.Time, names ...string) {
 			p.log.Info("liveness datagrams go out again")
 		}
 	}
-	if p.silent {
+	return !p.silent
+}
+
+// send sends this node's datagram to the named peers: the age at now of
+// its latest sign of life of every node it knows, none older than two
+// lease durations. It sends nothing while the loop has made no progress
+// for speakQuietAfter, or before the loop first did.
+func (p *speaker) send(now time.Time, names ...string) {
+	if len(names) == 0 {
+		return
+	}
+	p.mu.Lock()
+	conn := p.conn
+	if !p.speaking(now) {
 		p.mu.Unlock()
 		return
 	}

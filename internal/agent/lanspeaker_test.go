@@ -100,7 +100,7 @@ func TestSpeakerReportsAges(t *testing.T) {
 	w.arrive("node-b", lanPeerIPs["node-b"], map[string]time.Duration{"node-c": 300 * time.Millisecond, "node-a": 0, "node-e": 0})
 	w.step(100 * time.Millisecond)
 	w.s.speaker.speak(w.clk.Now())
-	assert.DeepEqual(t, net.last.Ages, map[string]time.Duration{"node-b": 100 * time.Millisecond, "node-c": 400 * time.Millisecond})
+	assert.DeepEqual(t, net.last.Ages, map[string]time.Duration{"node-b": 100 * time.Millisecond, "node-c": 400*time.Millisecond + relayAllowance})
 	assert.Equal(t, len(w.s.speaker.take()), 1)
 }
 
@@ -137,12 +137,12 @@ func TestSpeakerRuns(t *testing.T) {
 	in <- lanlive.Received{Source: netip.MustParseAddr(lanPeerIPs["node-b"]), Msg: lanlive.Message{From: "node-b", Ages: map[string]time.Duration{"node-c": 300 * time.Millisecond}}}
 	wait(t, w.s.speaker.kick)
 	assert.DeepEqual(t, wait(t, conn), lanlive.Message{From: "node-a", Ages: map[string]time.Duration{
-		"node-b": 0, "node-c": 300 * time.Millisecond,
+		"node-b": 0, "node-c": 300*time.Millisecond + relayAllowance,
 	}})
 	w.step(w.s.cfg.RenewInterval)
 	m := wait(t, conn)
 	assert.DeepEqual(t, m, lanlive.Message{From: "node-a", Ages: map[string]time.Duration{
-		"node-b": w.s.cfg.RenewInterval, "node-c": w.s.cfg.RenewInterval + 300*time.Millisecond,
+		"node-b": w.s.cfg.RenewInterval, "node-c": w.s.cfg.RenewInterval + 300*time.Millisecond + relayAllowance,
 	}})
 }
 

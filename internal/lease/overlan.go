@@ -44,7 +44,10 @@ type peerReport struct {
 	// duration after that: its reports count from then.
 	first time.Time
 	// staleSince is when the run of reports of an ofSelf at least suspect
-	// old, that this one belongs to, began (zero: this one is fresh).
+	// old, that this one belongs to, began (zero: this one is fresh). A
+	// run is broken by a fresh report, or by a silence of the peer longer
+	// than the LAN tail: a peer that sends to us only in turn says nothing
+	// in between.
 	staleSince time.Time
 }
 
@@ -94,7 +97,7 @@ func (l *Liveness) Datagram(node string, ages map[string]time.Duration, now time
 	changed := l.sign(o, now, now)
 	if age, ok := ages[l.self]; !ok || age >= l.lan.suspect {
 		rep.staleSince = now
-		if prev != nil && !prev.staleSince.IsZero() {
+		if prev != nil && !prev.staleSince.IsZero() && now.Sub(prev.at) <= l.lan.tail {
 			rep.staleSince = prev.staleSince
 		}
 	}
