@@ -13,7 +13,7 @@ import (
 // from peer to peer, a renew interval or two late. A peer whose latest
 // sign grows suspect old (lease.SuspectAfter) is asked directly, at once,
 // and answers at once. So the datagrams a node sends and receives stay
-// about the same whatever the number of nodes (six a renew interval at
+// about the same whatever the number of nodes (about seven a renew interval at
 // fifty nodes, against 49 to every peer), no live peer's sign gets older
 // than suspect while the LAN between the two works, and a peer that stops
 // hearing a node tells it so.
