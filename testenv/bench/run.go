@@ -78,6 +78,10 @@ type Options struct {
 	// StarvedQuota, when above 0, runs each scale a second time with every
 	// eipd limited to that share of one core, in percent.
 	StarvedQuota float64
+	// StarvedOnly skips each scale's run without a CPU limit (and with it
+	// the API server's create rate, the mass failover and kubectl eip
+	// status, which only that run measures).
+	StarvedOnly bool
 	// ProfileDir, when set, receives CPU and heap profiles of one eipd at
 	// each scale (eipd must run with --pprof).
 	ProfileDir string
@@ -243,6 +247,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			quotas := []float64{0}
 			if o.StarvedQuota > 0 {
 				quotas = append(quotas, o.StarvedQuota)
+				if o.StarvedOnly {
+					quotas = quotas[1:]
+				}
 			}
 			for _, n := range o.ScaleIPs {
 				for _, q := range quotas {

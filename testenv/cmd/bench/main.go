@@ -53,6 +53,7 @@ func run(args []string) error {
 	window := fs.Duration("window", 30*time.Second, "steady-state window")
 	settle := fs.Duration("settle", 5*time.Second, "wait after everything is bound, before a window")
 	starve := fs.Float64("starve", 10, "also run each scale with every eipd limited to this share of one core, in percent (0: do not)")
+	starvedOnly := fs.Bool("starved-only", false, "run each scale only with eipd limited by -starve")
 	profile := fs.Bool("profile", false, "run eipd with --pprof and save CPU and heap profiles at each scale")
 	verbose := fs.Bool("v", false, "log each sample")
 	keep := fs.Bool("keep", false, "keep the cluster's run directory (logs) even when everything worked")
@@ -130,7 +131,7 @@ func run(args []string) error {
 	o := bench.Options{
 		Cluster: c, Log: log, Only: strings.Split(*only, ","),
 		Reps: *reps, Faults: faultList, Leases: leaseList, MoveReps: *moveReps, BindReps: *bindReps, BGPReps: *bgpReps, RealNodeReps: *realReps,
-		LoadIPs: loadIPs, ScaleIPs: scaleIPs, NodeCounts: nodeCounts, NodeIPs: *nodeIPs, Window: *window, Settle: *settle, StarvedQuota: *starve,
+		LoadIPs: loadIPs, ScaleIPs: scaleIPs, NodeCounts: nodeCounts, NodeIPs: *nodeIPs, Window: *window, Settle: *settle, StarvedQuota: *starve, StarvedOnly: *starvedOnly,
 		KubectlEip: os.Getenv("KUBECTL_EIP_BIN"), Config: config,
 	}
 	if *profile {
