@@ -67,12 +67,12 @@ func (s *state) setLANTimings() {
 	r := s.cfg.RenewInterval
 	s.speaker.configure(s.lanConn, s.lanTimings())
 	if s.lanConn == nil {
-		s.live.SetLAN(0, 0, 0, 0, time.Time{})
+		s.live.SetLAN(0, 0, 0, 0)
 		s.live.SetTimings(r, 2*r)
 		return
 	}
 	now := s.a.clk.Now()
-	s.live.SetLAN(s.cfg.LeaseDuration, 2*r, 4*r, s.suspectAfter(), now)
+	s.live.SetLAN(s.cfg.LeaseDuration, 2*r, 4*r, s.suspectAfter())
 	slow := r * time.Duration(s.slowFactor())
 	if s.lanSlow(now) {
 		s.slowUntil = now.Add(2 * slow)
@@ -224,6 +224,9 @@ func (s *state) sentBy(node string, source netip.Addr) bool {
 // reach the API server would only leave its IPs dark. It reports whether
 // that changed.
 func (s *state) checkUnheard(now time.Time) bool {
+	if t := s.speaker.sentFirst(); !t.IsZero() {
+		s.live.Sending(t)
+	}
 	un, next := s.live.Unheard(now, s.cfg.FenceAfter)
 	s.unheardAt = next
 	if un == s.unheard || s.lanConn == nil {

@@ -97,7 +97,8 @@ func newFleet(t *testing.T, n int) *fleet {
 		// nodes started apart; each starts sending at its first.
 		nd.next = t0.Add(r * time.Duration(phases[i]) / time.Duration(n))
 		nd.live = lease.NewLiveness(name, r, 2*r)
-		nd.live.SetLAN(d, 2*r, 4*r, f.tm.suspect, nd.next)
+		nd.live.SetLAN(d, 2*r, 4*r, f.tm.suspect)
+		nd.live.Sending(nd.next)
 		for _, p := range names {
 			nd.live.Observe(lease.Heartbeat{Node: p, Version: "1", Duration: 10 * d, LivenessPort: 9403}, t0)
 		}

@@ -89,6 +89,8 @@ type speaker struct {
 	signs  map[string]time.Time
 	queue  []heard
 	silent bool
+	// firstSent is when a datagram first left on conn (zero: none yet).
+	firstSent time.Time
 	// kick wakes the loop when the queue was empty and is not.
 	kick chan struct{}
 }
@@ -105,6 +107,9 @@ func newSpeaker(self string, clk clock.WithTicker, log *slog.Logger, watch *watc
 func (p *speaker) configure(conn LANConn, t lanTimings) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if conn != p.conn {
+		p.firstSent = time.Time{}
+	}
 	p.conn, p.timings = conn, t
 	if conn == nil {
 		clear(p.signs)
@@ -264,7 +269,21 @@ func (p *speaker) send(now time.Time, names ...string) {
 	msg := lanlive.Encode(lanlive.Message{From: p.self, Ages: ages})
 	if err := conn.Send(to, msg); err != nil {
 		p.log.Debug("liveness datagrams not sent", "err", err)
+		return
 	}
+	p.mu.Lock()
+	if p.firstSent.IsZero() && len(to) > 0 {
+		p.firstSent = now
+	}
+	p.mu.Unlock()
+}
+
+// sentFirst is when this node first sent a datagram on its current socket
+// (zero: not yet); see lease.Liveness.Sending.
+func (p *speaker) sentFirst() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.firstSent
 }
 
 // run takes in what arrives on in, speaks every renew interval and asks

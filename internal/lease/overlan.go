@@ -26,7 +26,7 @@ type lanState struct {
 	tail, gap time.Duration
 	suspect   time.Duration // see SuspectAfter
 	fresh     time.Time     // when the latest datagram arrived
-	started   time.Time     // when this node started sending
+	started   time.Time     // when this node first sent a datagram; zero: not yet
 	peers     map[string]*peerReport
 }
 
@@ -54,16 +54,26 @@ type peerReport struct {
 // SetLAN turns liveness over the LAN on (duration > 0: the lease duration)
 // or off. A peer is judged over the LAN only while a datagram of some peer
 // arrived within tail (two renew intervals); a silence longer than gap is a
-// break. suspect is SuspectAfter. started is when this node began sending:
-// a peer that never heard us counts from then, or from when we began
-// hearing it if that is later.
-func (l *Liveness) SetLAN(duration, tail, gap, suspect time.Duration, started time.Time) {
-	if duration > 0 && l.lan.duration == 0 {
-		l.lan.started = started
+// break. suspect is SuspectAfter.
+func (l *Liveness) SetLAN(duration, tail, gap, suspect time.Duration) {
+	if duration == 0 {
+		l.lan.started = time.Time{}
 	}
 	l.lan.duration, l.lan.tail, l.lan.gap, l.lan.suspect = duration, tail, gap, suspect
 	if duration == 0 {
 		l.lan.fresh, l.lan.peers = time.Time{}, nil
+	}
+}
+
+// Sending records when this node sent its first datagram since liveness
+// over the LAN was turned on; later calls change nothing. Until then this
+// node is never unheard, and a peer that never heard it counts from then
+// (or from when we began hearing that peer, if that is later): a node
+// whose first pass is long (thousands of IPs at a cold start) opens its
+// port well before it first speaks.
+func (l *Liveness) Sending(t time.Time) {
+	if l.lan.duration > 0 && l.lan.started.IsZero() {
+		l.lan.started = t
 	}
 }
 
@@ -180,7 +190,7 @@ func SuspectAfter(duration, fenceAfter, renew time.Duration) time.Duration {
 // says that our answer did not reach it; one alone may have crossed our
 // answer, or come from a peer that asked late because its loop ran late.
 func (l *Liveness) Unheard(now time.Time, fenceAfter time.Duration) (unheard bool, next time.Time) {
-	if l.lan.duration == 0 {
+	if l.lan.duration == 0 || l.lan.started.IsZero() {
 		return false, time.Time{}
 	}
 	for _, p := range l.lan.peers {

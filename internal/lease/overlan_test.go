@@ -20,7 +20,8 @@ type lanCluster struct{ *cluster }
 
 func newLANCluster(t *testing.T, nodes ...string) lanCluster {
 	c := lanCluster{newCluster(t)}
-	c.l.SetLAN(duration, 2*renew, 4*renew, suspect, at(0))
+	c.l.SetLAN(duration, 2*renew, 4*renew, suspect)
+	c.l.Sending(at(0))
 	for _, n := range append([]string{"self"}, nodes...) {
 		c.versions[n]++
 		c.l.Observe(lease.Heartbeat{Node: n, Duration: slowDuration, LivenessPort: 9403, Version: strconv.Itoa(c.versions[n])}, at(0))
@@ -212,4 +213,31 @@ func TestUnheardJoiningPeer(t *testing.T) {
 	assert.Assert(t, !un)
 	un, _ = c2.l.Unheard(at(3*time.Second+fence), fence)
 	assert.Assert(t, un, "b never heard us in fence-after")
+}
+
+// A node opens its port well before it first speaks when its first pass
+// is long: until its first datagram leaves it is never unheard, and a peer
+// that never heard it counts from that datagram.
+func TestUnheardCountsFromFirstDatagramSent(t *testing.T) {
+	c := lanCluster{newCluster(t)}
+	c.l.SetLAN(duration, 2*renew, 4*renew, suspect)
+	for _, n := range []string{"self", "a", "b"} {
+		c.versions[n]++
+		c.l.Observe(lease.Heartbeat{Node: n, Duration: slowDuration, LivenessPort: 9403, Version: strconv.Itoa(c.versions[n])}, at(0))
+	}
+	for d := time.Duration(0); d <= 6*time.Second; d += renew {
+		c.hear("a", d, map[string]time.Duration{"b": 0})
+	}
+	un, _ := c.l.Unheard(at(6*time.Second), fence)
+	assert.Assert(t, !un, "nothing sent yet: nobody could have heard us")
+
+	c.l.Sending(at(5 * time.Second))
+	c.l.Sending(at(5*time.Second + renew)) // the first one counts
+	un, _ = c.l.Unheard(at(6*time.Second), fence)
+	assert.Assert(t, !un, "a has had 1 s since our first datagram")
+	for d := 6*time.Second + renew; d <= 5*time.Second+fence; d += renew {
+		c.hear("a", d, map[string]time.Duration{"b": 0})
+	}
+	un, _ = c.l.Unheard(at(5*time.Second+fence), fence)
+	assert.Assert(t, un, "a never heard us in fence-after from our first datagram")
 }
