@@ -1,0 +1,73 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
+
+	"github.com/eip-project/eip/testenv"
+	"github.com/eip-project/eip/testenv/bench"
+)
+
+// The scale scenarios of make bench run here in a short version, so that
+// they cannot rot: 100 IPs on 3 nodes from a cold start, then with every
+// eipd at a tenth of a core, each with a mass failover, and 4 nodes with
+// 50 IPs and the failover of one. Their speed is make bench's to measure;
+// this checks what must hold at any speed: every IP bound, none of the
+// held addresses vanished, every IP of the killed node bound again on a
+// survivor, and none answered from two MACs or bound on two live nodes.
+func TestBenchScaleScenariosShort(t *testing.T) {
+	root, err := testenv.RepoRoot()
+	assert.NilError(t, err)
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "scripts/bench.sh", "-only", "scale,nodes", "-scale", "100", "-starve", "10",
+		"-nodes", "4", "-node-ips", "50", "-window", "3s", "-settle", "1s", "-out", dir)
+	cmd.Dir = root
+	out, err := cmd.CombinedOutput()
+	assert.NilError(t, err, "%s", out)
+
+	b, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	assert.NilError(t, err)
+	var res struct {
+		Figures []bench.Figure `json:"figures"`
+	}
+	assert.NilError(t, json.Unmarshal(b, &res))
+	figure := func(name string) bench.Figure {
+		t.Helper()
+		for _, f := range res.Figures {
+			if strings.HasPrefix(f.Name, name) {
+				return f
+			}
+		}
+		t.Fatalf("no figure %q in results.json; the table:\n%s", name, out)
+		return bench.Figure{}
+	}
+	zero := func(name string) {
+		t.Helper()
+		f := figure(name)
+		assert.Check(t, is.DeepEqual(f.Samples, []float64{0}), "%s (%s)", f.Name, f.Note)
+	}
+	for _, quota := range []string{"", ", eipd limited to 10 % of a core"} {
+		cold := figure("cold start → all 100 IPs bound" + quota)
+		assert.Check(t, is.Len(cold.Samples, 1), "%s: %s", cold.Name, cold.Note)
+		zero("held addresses that vanished, 100 IPs" + quota)
+	}
+	for _, what := range []string{"100 IPs on 3 nodes", "4 nodes, 50 IPs"} {
+		moved := figure("mass failover, " + what + ": each of ")
+		assert.Check(t, len(moved.Samples) > 0, "%s: %s", moved.Name, moved.Note)
+		assert.Check(t, is.Contains(moved.Note, " 0 never bound again"), moved.Name)
+		zero("mass failover, " + what + ": IPs answered by two MACs or bound on two live nodes")
+	}
+	writes := figure("API server writes/s (every resource), 4 nodes, 50 IPs")
+	assert.Check(t, is.Len(writes.Samples, 1), "%s: %s", writes.Name, writes.Note)
+}
