@@ -54,7 +54,10 @@ func watchAddrs(nodes []testenv.Node, watch func(netip.Addr) bool) (*addrWatch, 
 			w.Close()
 			return nil, fmt.Errorf("watch addresses of %s: %w", n.Name, err)
 		}
+		// Under the lock: the readers of the nodes before this one run.
+		w.mu.Lock()
 		w.bound[n.Name] = map[netip.Addr]time.Time{}
+		w.mu.Unlock()
 		w.wg.Add(1)
 		go w.read(n.Name, ch)
 	}
