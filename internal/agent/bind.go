@@ -44,7 +44,8 @@ func (s *state) canBind(iface string) bool {
 }
 
 // lateAfter is how long after the loop's last tick it counts as late
-// (loopLate): the keeper's own margin between ticks, lease-duration −
+// (loopLate): the margin that an address given its lifetime at the last
+// tick had before peers judging by heartbeats could take it, lease-duration −
 // lifetime − the kernel's expiry slack (0.75 s at the defaults), and at
 // least one and a half renew intervals (375 ms at a 1 s lease, where that
 // margin is below 0), so that a pass between two ticks may still bind.

@@ -20,15 +20,16 @@ const lifetimeChunk = 256
 // keeper renews the kernel lifetimes of the addresses this node has bound
 // on a LAN interface (those that cannot live on eipd's device, see
 // placeOnDevice), on a goroutine of its own, a chunk of addresses per
-// system call; the loop's tick only says that the loop is alive.
+// system call: at each tick of the loop, and every renew interval while
+// the loop makes progress (the watchdog's record of it).
 //
-// A loop that hangs must still lose its addresses before peers, who stop
-// seeing its heartbeat (renewed on the same tick), take them over. So the
-// keeper refreshes at each tick of the loop, and between ticks only while
-// the last tick is recent enough that an address refreshed now still
-// expires by the time peers may take it: lease-duration − lifetime −
-// the kernel's expiry slack (0.75 s at the defaults; 0 at a 1 s lease,
-// where only the loop's ticks refresh).
+// Like the addresses on eipd's device, these live as long as eipd does,
+// however late its loop runs: a peer that takes an IP over probes for it
+// first and never binds while an eip node answers (addrConflicts), so an
+// address kept here does not answer from two MACs; it only waits, on a
+// starved node, until its loop gets round to dropping it. A loop that
+// makes no progress for loopHungAfter is hung: the keeper stops, and the
+// watchdog ends eipd, so the addresses expire a lifetime later at most.
 //
 // The kernel has no "update only" request: a refresh binds an address that
 // is missing. So an address leaves the keeper (forget) before it is
@@ -42,10 +43,13 @@ type keeper struct {
 	late func()
 	kick chan struct{}
 
-	mu       sync.Mutex
-	addrs    map[netip.Addr]netif.Bound
-	timing   keeperTiming
-	loopSeen time.Time // the owner loop's last tick
+	// quiet is how long ago the owner loop last made progress, and
+	// whether it has made any (watchdog.quiet).
+	quiet func(now time.Time) (time.Duration, bool)
+
+	mu     sync.Mutex
+	addrs  map[netip.Addr]netif.Bound
+	timing keeperTiming
 }
 
 // addressExpirySlack is how late this kernel may remove an IPv4 address
@@ -58,11 +62,10 @@ const addressExpirySlack = 250 * time.Millisecond
 type keeperTiming struct {
 	lifetime time.Duration // given to each refreshed address
 	interval time.Duration // between refreshes: the renew interval
-	maxQuiet time.Duration // refresh between ticks while the last is this recent
 }
 
-func newKeeper(log *slog.Logger, clk clock.WithTicker, a Addresser, late func()) *keeper {
-	return &keeper{log: log, clk: clk, a: a, late: late, kick: make(chan struct{}, 1), addrs: map[netip.Addr]netif.Bound{}}
+func newKeeper(log *slog.Logger, clk clock.WithTicker, a Addresser, late func(), quiet func(time.Time) (time.Duration, bool)) *keeper {
+	return &keeper{log: log, clk: clk, a: a, late: late, quiet: quiet, kick: make(chan struct{}, 1), addrs: map[netip.Addr]netif.Bound{}}
 }
 
 // keep adds or replaces an address to refresh.
@@ -87,24 +90,20 @@ func (k *keeper) configure(c config.Config) {
 	k.timing = keeperTiming{
 		lifetime: c.AddressLifetime(),
 		interval: c.RenewInterval,
-		maxQuiet: max(c.LeaseDuration-c.AddressLifetime()-addressExpirySlack, 0),
 	}
 }
 
-// loopTicked is called by the owner loop on each tick: it is alive, and
-// the addresses are refreshed now.
-func (k *keeper) loopTicked(now time.Time) {
-	k.mu.Lock()
-	k.loopSeen = now
-	k.mu.Unlock()
+// loopTicked is called by the owner loop on each tick: the addresses are
+// refreshed now.
+func (k *keeper) loopTicked() {
 	select {
 	case k.kick <- struct{}{}:
 	default:
 	}
 }
 
-// run refreshes at each tick of the loop and, while the loop's last tick
-// is recent, each interval, until stop is closed.
+// run refreshes at each tick of the loop and, while the loop is not hung,
+// each interval, until stop is closed.
 func (k *keeper) run(stop <-chan struct{}) {
 	t := k.clk.NewTimer(k.now().interval)
 	defer func() { t.Stop() }()
@@ -120,15 +119,15 @@ func (k *keeper) run(stop <-chan struct{}) {
 		}
 		tm := k.now()
 		now := k.clk.Now()
+		quiet, armed := k.quiet(now)
 		k.mu.Lock()
-		quiet := now.Sub(k.loopSeen)
 		none := len(k.addrs) == 0
 		k.mu.Unlock()
 		if none {
 			// Nothing to refresh (every address on eipd's device): a
 			// late refresh of nothing is no warning.
 			last = time.Time{}
-		} else if ticked || quiet <= tm.maxQuiet {
+		} else if ticked || armed && quiet < loopHungAfter {
 			if !last.IsZero() && now.Sub(last) > tm.interval+tm.interval/2 {
 				k.late()
 				k.log.Warn("address lifetimes refreshed late", "since", now.Sub(last), "interval", tm.interval)

@@ -191,9 +191,9 @@ func newState(a *Agent) *state {
 		hb:        &heartbeater{a: a},
 		alloc:     newAllocator(),
 		conflicts: newAddrConflicts(),
-		lifetime:  newKeeper(a.log, a.clk, a.opt.Addresser, a.opt.Metrics.RefreshLate),
 		watch:     newWatchdog(a.clk, a.opt.Hung),
 	}
+	s.lifetime = newKeeper(a.log, a.clk, a.opt.Addresser, a.opt.Metrics.RefreshLate, s.watch.quiet)
 	s.speaker = newSpeaker(a.opt.Node, a.clk, a.log, s.watch, s.sentBy)
 	return s
 }
@@ -453,9 +453,9 @@ func (s *state) tick() {
 	now := s.a.clk.Now()
 	if !s.lastTick.IsZero() && now.Sub(s.lastTick) > s.stallAfter() {
 		// Stalled: peers may judge this node dead before they see the
-		// renewal this tick sends. Refresh no lifetime and bind nothing
-		// until that renewal came back through the watch, with every
-		// lock change made before it.
+		// renewal this tick sends. Bind nothing until that renewal came
+		// back through the watch, with every lock change made before it
+		// (what is bound stays: a taker's probe waits for it to go).
 		if !s.stalled {
 			s.log.Warn("the loop stalled; re-reading the locks before binding or refreshing anything", "since", now.Sub(s.lastTick))
 		}
@@ -464,7 +464,7 @@ func (s *state) tick() {
 	s.lastTick = now
 	s.watch.progressed(now)
 	if !s.loopLate(now) {
-		s.lifetime.loopTicked(now)
+		s.lifetime.loopTicked()
 		for ip := range s.lateBinds {
 			s.dirty[ip] = true
 		}
