@@ -20,54 +20,79 @@ import (
 // The scale scenarios of make bench run here in a short version, so that
 // they cannot rot: 100 IPs on 3 nodes from a cold start, then with every
 // eipd at a tenth of a core, each with a mass failover, and 4 nodes with
-// 50 IPs and the failover of one. Their speed is make bench's to measure;
+// 50 IPs and the failover of one; then 5,000 IPs from a cold start with
+// every eipd at a tenth of a core. Their speed is make bench's to measure;
 // this checks what must hold at any speed: every IP bound, none of the
-// held addresses vanished, every IP of the killed node bound again on a
-// survivor, and none answered from two MACs or bound on two live nodes.
+// held addresses vanished (the benchmark watches every node over
+// netlink), every IP of the killed node bound again on a survivor, and
+// none answered from two MACs or bound on two live nodes.
 func TestBenchScaleScenariosShort(t *testing.T) {
+	figs := runBench(t, "-only", "scale,nodes", "-scale", "100", "-starve", "10",
+		"-nodes", "4", "-node-ips", "50", "-window", "3s", "-settle", "1s")
+	for _, quota := range []string{"", ", eipd limited to 10 % of a core"} {
+		cold := figs.get("cold start → all 100 IPs bound" + quota)
+		assert.Check(t, is.Len(cold.Samples, 1), "%s: %s", cold.Name, cold.Note)
+		figs.zero("held addresses that vanished, 100 IPs" + quota)
+	}
+	for _, what := range []string{"100 IPs on 3 nodes", "4 nodes, 50 IPs"} {
+		moved := figs.get("mass failover, " + what + ": each of ")
+		assert.Check(t, len(moved.Samples) > 0, "%s: %s", moved.Name, moved.Note)
+		assert.Check(t, is.Contains(moved.Note, " 0 never bound again"), moved.Name)
+		figs.zero("mass failover, " + what + ": IPs answered by two MACs or bound on two live nodes")
+	}
+	writes := figs.get("API server writes/s (every resource), 4 nodes, 50 IPs")
+	assert.Check(t, is.Len(writes.Samples, 1), "%s: %s", writes.Name, writes.Note)
+
+	figs = runBench(t, "-only", "scale", "-scale", "5000", "-starve", "10", "-starved-only", "-window", "3s", "-settle", "1s")
+	const starved = "5000 IPs, eipd limited to 10 % of a core"
+	cold := figs.get("cold start → all 5000 IPs bound, eipd limited to 10 % of a core")
+	assert.Check(t, is.Len(cold.Samples, 1), "%s: %s", cold.Name, cold.Note)
+	figs.zero("held addresses that vanished, " + starved)
+}
+
+// benchFigures are the figures of one benchmark run.
+type benchFigures struct {
+	t   *testing.T
+	out []byte // what the run printed
+	all []bench.Figure
+}
+
+// runBench runs scripts/bench.sh with args and reads its results.json.
+func runBench(t *testing.T, args ...string) benchFigures {
+	t.Helper()
 	root, err := testenv.RepoRoot()
 	assert.NilError(t, err)
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "scripts/bench.sh", "-only", "scale,nodes", "-scale", "100", "-starve", "10",
-		"-nodes", "4", "-node-ips", "50", "-window", "3s", "-settle", "1s", "-out", dir)
+	cmd := exec.CommandContext(ctx, "scripts/bench.sh", append(args, "-out", dir)...)
 	cmd.Dir = root
 	out, err := cmd.CombinedOutput()
 	assert.NilError(t, err, "%s", out)
-
 	b, err := os.ReadFile(filepath.Join(dir, "results.json"))
 	assert.NilError(t, err)
 	var res struct {
 		Figures []bench.Figure `json:"figures"`
 	}
 	assert.NilError(t, json.Unmarshal(b, &res))
-	figure := func(name string) bench.Figure {
-		t.Helper()
-		for _, f := range res.Figures {
-			if strings.HasPrefix(f.Name, name) {
-				return f
-			}
+	return benchFigures{t: t, out: out, all: res.Figures}
+}
+
+// get is the figure whose name starts with name.
+func (f benchFigures) get(name string) bench.Figure {
+	f.t.Helper()
+	for _, g := range f.all {
+		if strings.HasPrefix(g.Name, name) {
+			return g
 		}
-		t.Fatalf("no figure %q in results.json; the table:\n%s", name, out)
-		return bench.Figure{}
 	}
-	zero := func(name string) {
-		t.Helper()
-		f := figure(name)
-		assert.Check(t, is.DeepEqual(f.Samples, []float64{0}), "%s (%s)", f.Name, f.Note)
-	}
-	for _, quota := range []string{"", ", eipd limited to 10 % of a core"} {
-		cold := figure("cold start → all 100 IPs bound" + quota)
-		assert.Check(t, is.Len(cold.Samples, 1), "%s: %s", cold.Name, cold.Note)
-		zero("held addresses that vanished, 100 IPs" + quota)
-	}
-	for _, what := range []string{"100 IPs on 3 nodes", "4 nodes, 50 IPs"} {
-		moved := figure("mass failover, " + what + ": each of ")
-		assert.Check(t, len(moved.Samples) > 0, "%s: %s", moved.Name, moved.Note)
-		assert.Check(t, is.Contains(moved.Note, " 0 never bound again"), moved.Name)
-		zero("mass failover, " + what + ": IPs answered by two MACs or bound on two live nodes")
-	}
-	writes := figure("API server writes/s (every resource), 4 nodes, 50 IPs")
-	assert.Check(t, is.Len(writes.Samples, 1), "%s: %s", writes.Name, writes.Note)
+	f.t.Fatalf("no figure %q in results.json; the table:\n%s", name, f.out)
+	return bench.Figure{}
+}
+
+// zero checks that the figure named name is a single 0.
+func (f benchFigures) zero(name string) {
+	f.t.Helper()
+	g := f.get(name)
+	assert.Check(f.t, is.DeepEqual(g.Samples, []float64{0}), "%s (%s)", g.Name, g.Note)
 }
