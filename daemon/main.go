@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -27,6 +26,7 @@ import (
 
 	"github.com/eip-project/eip/internal/agent"
 	"github.com/eip-project/eip/internal/bgp"
+	"github.com/eip-project/eip/internal/kubeclient"
 	"github.com/eip-project/eip/internal/lanlive"
 	"github.com/eip-project/eip/internal/lease"
 	"github.com/eip-project/eip/internal/metrics"
@@ -146,9 +146,9 @@ func run(o options) error {
 	cfg.ContentType = runtime.ContentTypeProtobuf
 	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 	cfg.UserAgent = "eipd/" + version + " (" + o.node + ")"
-	client, err := kubernetes.NewForConfig(cfg)
+	client, err := kubeclient.NewForConfig(cfg)
 	if err != nil {
-		return fmt.Errorf("kubernetes client: %w", err)
+		return err
 	}
 
 	apiServer, err := apiServerAddrs(context.Background(), cfg.Host)
@@ -195,7 +195,7 @@ func run(o options) error {
 	a, err := agent.New(agent.Options{
 		Node: o.node, Namespace: o.namespace, ConfigMap: o.configMap,
 		Client:    client,
-		Leases:    lease.NewStore(client.CoordinationV1(), o.namespace),
+		Leases:    lease.NewStore(client, o.namespace),
 		Addresser: addrs, Links: addrs, Device: tun, Announcer: announcer, Router: router,
 		Hung: func(quiet time.Duration) {
 			log.Error("the owner loop has made no progress; exiting so that this node's addresses go with eipd and peers take its IPs over", "since", quiet)
@@ -233,7 +233,7 @@ func run(o options) error {
 // trying for keyBudget: eipd has no use for a key before it reaches the API
 // server anyway. Without one, liveness over the LAN stays off on this node
 // until it restarts, and its peers judge it from its heartbeat alone.
-func loadLivenessKey(ctx context.Context, log *slog.Logger, client kubernetes.Interface, namespace string) ([]byte, error) {
+func loadLivenessKey(ctx context.Context, log *slog.Logger, client kubeclient.Interface, namespace string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, keyBudget)
 	defer cancel()
 	for {

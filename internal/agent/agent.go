@@ -11,10 +11,8 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	utilwait "k8s.io/apimachinery/pkg/util/wait"
 	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
@@ -22,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
+	"github.com/eip-project/eip/internal/kubeclient"
 	"github.com/eip-project/eip/internal/lease"
 	"github.com/eip-project/eip/internal/listwatch"
 	"github.com/eip-project/eip/internal/netif"
@@ -33,7 +32,7 @@ type Options struct {
 	Namespace string // where Leases and the ConfigMap live
 	ConfigMap string
 
-	Client    kubernetes.Interface
+	Client    kubeclient.Interface
 	Leases    LeaseWriter
 	Addresser Addresser
 	Links     Links
@@ -223,42 +222,47 @@ func isHeartbeat(obj any) bool {
 // a Node's: both change the addresses never bound), and in its namespace
 // the Leases eip manages and its one ConfigMap. They run until stop is closed.
 func (a *Agent) startInformers(stop <-chan struct{}) error {
-	all := informers.NewSharedInformerFactory(a.opt.Client, 0)
-	a.usePatientInformers(all)
-
-	svc := all.Core().V1().Services()
-	node := all.Core().V1().Nodes()
-	ls := all.Coordination().V1().Leases()
-	cms := all.Core().V1().ConfigMaps()
-	eps := all.Discovery().V1().EndpointSlices()
-	for _, h := range []struct {
+	set := listwatch.For(a.opt.Client, a.opt.Namespace, a.opt.ConfigMap)
+	svc := a.patientInformer(set.Services, &corev1.Service{})
+	node := a.patientInformer(set.Nodes, &corev1.Node{})
+	ls := a.patientInformer(set.Leases, &coordinationv1.Lease{})
+	cms := a.patientInformer(set.ConfigMap, &corev1.ConfigMap{})
+	eps := a.patientInformer(set.APIEndpoints, &discoveryv1.EndpointSlice{})
+	all := []struct {
 		inf     cache.SharedIndexInformer
 		handler cache.ResourceEventHandlerFuncs
-	}{{svc.Informer(), kicker(a.svcKick)}, {node.Informer(), kicker(a.nodeKick)}, {ls.Informer(), a.leaseKicker()}, {cms.Informer(), kicker(a.cmKick)},
-		{eps.Informer(), kicker(a.nodeKick)}} {
+	}{{svc, kicker(a.svcKick)}, {node, kicker(a.nodeKick)}, {ls, a.leaseKicker()}, {cms, kicker(a.cmKick)}, {eps, kicker(a.nodeKick)}}
+	for _, h := range all {
 		if _, err := h.inf.AddEventHandler(h.handler); err != nil {
 			return fmt.Errorf("watch: %w", err)
 		}
 		a.synced = append(a.synced, h.inf.HasSynced)
 	}
-	a.services = svc.Lister()
-	a.nodes = node.Lister()
-	a.leases = ls.Lister().Leases(a.opt.Namespace)
-	a.leaseIdx = ls.Informer().GetIndexer()
-	a.configMap = cms.Lister().ConfigMaps(a.opt.Namespace)
-	a.apiEndpoints = eps.Lister().EndpointSlices(listwatch.APIServiceNamespace)
-	all.Start(stop)
+	a.services = corelisters.NewServiceLister(svc.GetIndexer())
+	a.nodes = corelisters.NewNodeLister(node.GetIndexer())
+	a.leases = coordinationlisters.NewLeaseLister(ls.GetIndexer()).Leases(a.opt.Namespace)
+	a.leaseIdx = ls.GetIndexer()
+	a.configMap = corelisters.NewConfigMapLister(cms.GetIndexer()).ConfigMaps(a.opt.Namespace)
+	a.apiEndpoints = discoverylisters.NewEndpointSliceLister(eps.GetIndexer()).EndpointSlices(listwatch.APIServiceNamespace)
+	for _, h := range all {
+		go h.inf.RunWithContext(utilwait.ContextForChannel(stop))
+	}
 	return nil
 }
 
-func (a *Agent) startRecorder(stop <-chan struct{}) {
+func (a *Agent) startRecorder(stop <-chan struct{}) error {
+	s, err := kubeclient.NewScheme()
+	if err != nil {
+		return err
+	}
 	b := record.NewBroadcaster(record.WithContext(context.Background()))
-	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: a.opt.Client.CoreV1().Events("")})
-	a.recorder = b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "eipd", Host: a.opt.Node})
+	b.StartRecordingToSink(kubeclient.EventSink{Client: a.opt.Client})
+	a.recorder = b.NewRecorder(s, corev1.EventSource{Component: "eipd", Host: a.opt.Node})
 	go func() {
 		<-stop
 		b.Shutdown()
 	}()
+	return nil
 }
 
 // Run runs the agent until ctx ends, then hands off what it holds, deletes
@@ -272,7 +276,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := a.startInformers(stop); err != nil {
 		return err
 	}
-	a.startRecorder(stop)
+	if err := a.startRecorder(stop); err != nil {
+		return err
+	}
 	a.log.Info("waiting for caches")
 	if !cache.WaitForCacheSync(ctx.Done(), a.synced...) {
 		return fmt.Errorf("caches did not sync: %w", ctx.Err())

@@ -165,7 +165,7 @@ func (a *Agent) patchIngress(ctx context.Context, svc *corev1.Service) (*corev1.
 	if err != nil {
 		return nil, err
 	}
-	return a.opt.Client.CoreV1().Services(svc.Namespace).Patch(ctx, svc.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+	return a.opt.Client.Services(svc.Namespace).Patch(ctx, svc.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
 }
 
 // reservationGrace is how long a reservation whose Service this node does

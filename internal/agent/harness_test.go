@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/eip-project/eip/internal/kubeclient/clientset"
 	"github.com/eip-project/eip/internal/lease"
 	"github.com/eip-project/eip/internal/listwatch"
 	"github.com/eip-project/eip/internal/netif"
@@ -106,7 +107,7 @@ func newWorld(t testing.TB, self string, cfg map[string]string) *world {
 	w.cms, w.eps = idx(&corev1.ConfigMap{}), idx(&discoveryv1.EndpointSlice{})
 	a, err := New(Options{
 		Node: self, Namespace: testNS, ConfigMap: testCM,
-		Client: fake.NewClientset(), Leases: w, Addresser: w, Links: w, Device: w, Announcer: w,
+		Client: clientset.Adapt(fake.NewClientset()), Leases: w, Addresser: w, Links: w, Device: w, Announcer: w,
 		Hung:   func(quiet time.Duration) { w.hung = quiet },
 		Claims: func(ctx context.Context, _ string, _ chan<- netif.Claim) error { <-ctx.Done(); return nil },
 		Clock:  w.clk, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),

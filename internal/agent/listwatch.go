@@ -10,18 +10,14 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 
 	"github.com/eip-project/eip/internal/lease"
-	"github.com/eip-project/eip/internal/listwatch"
 )
 
 // apiRetry is how often an informer tries the API server again while it is
@@ -80,23 +76,13 @@ func unreachable(err error) bool {
 	return !errors.As(err, &st)
 }
 
-// usePatientInformers registers with f patient informers for what the agent
-// watches (package listwatch); the factory's typed accessors
-// (f.Core().V1()…) then return them.
-func (a *Agent) usePatientInformers(f informers.SharedInformerFactory) {
-	set := listwatch.For(a.opt.Client, a.opt.Namespace, a.opt.ConfigMap)
-	for obj, lw := range map[runtime.Object]*cache.ListWatch{
-		&corev1.Service{}: set.Services, &corev1.Node{}: set.Nodes,
-		&coordinationv1.Lease{}: set.Leases, &corev1.ConfigMap{}: set.ConfigMap,
-		&discoveryv1.EndpointSlice{}: set.APIEndpoints,
-	} {
-		f.InformerFor(obj, func(_ kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-			inf := cache.NewSharedIndexInformer(patient{lw: lw, every: apiRetry, clk: a.clk}, obj, resync, indexersFor(obj))
-			// Set before the informer starts, so it cannot fail.
-			_ = inf.SetTransform(newInterner().keepWhatIsRead)
-			return inf
-		})
-	}
+// patientInformer is a patient informer of lw, whose objects are like
+// obj, keeping only what the agent reads of them.
+func (a *Agent) patientInformer(lw *cache.ListWatch, obj runtime.Object) cache.SharedIndexInformer {
+	inf := cache.NewSharedIndexInformer(patient{lw: lw, every: apiRetry, clk: a.clk}, obj, 0, indexersFor(obj))
+	// Set before the informer starts, so it cannot fail.
+	_ = inf.SetTransform(newInterner().keepWhatIsRead)
+	return inf
 }
 
 // heartbeatIndex indexes eip's heartbeat Leases under lease.RoleHeartbeat:

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/eip-project/eip/internal/kubeclient/clientset"
 	"github.com/eip-project/eip/internal/listwatch"
 )
 
@@ -130,7 +131,7 @@ func (o *StatusOptions) watch(ctx context.Context, c kubernetes.Interface) error
 		DeleteFunc: func(any) { poke(changed) },
 	}
 	ns := o.namespace
-	set := listwatch.For(c, ns, o.configMap)
+	set := listwatch.For(clientset.Adapt(c), ns, o.configMap)
 	leases := informer(ctx, c, &coordinationv1.Lease{}, notify, set.Leases)
 	services := informer(ctx, c, &corev1.Service{}, notify, set.Services)
 	configMaps := informer(ctx, c, &corev1.ConfigMap{}, notify, set.ConfigMap)

@@ -8,7 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
+
+	"github.com/eip-project/eip/internal/kubeclient"
 )
 
 // KeySecret is the Secret, in eipd's namespace, that holds the key of
@@ -31,8 +32,8 @@ const (
 // a random key when there is none. Two eipds creating it at once is
 // harmless: one create fails with AlreadyExists and that eipd reads the
 // other's key.
-func LoadKey(ctx context.Context, client kubernetes.Interface, namespace string) ([]byte, error) {
-	secrets := client.CoreV1().Secrets(namespace)
+func LoadKey(ctx context.Context, client kubeclient.Interface, namespace string) ([]byte, error) {
+	secrets := client.Secrets(namespace)
 	s, err := secrets.Get(ctx, KeySecret, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		key := make([]byte, keySize)

@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/eip-project/eip/internal/kubeclient/clientset"
 	"github.com/eip-project/eip/internal/lanlive"
 )
 
@@ -15,10 +16,10 @@ import (
 // random key, every later one reads the same key.
 func TestLoadKeyMakesOneKeyForAll(t *testing.T) {
 	client := fake.NewClientset()
-	first, err := lanlive.LoadKey(t.Context(), client, "eip-system")
+	first, err := lanlive.LoadKey(t.Context(), clientset.Adapt(client), "eip-system")
 	assert.NilError(t, err)
 	assert.Equal(t, len(first), 32)
-	second, err := lanlive.LoadKey(t.Context(), client, "eip-system")
+	second, err := lanlive.LoadKey(t.Context(), clientset.Adapt(client), "eip-system")
 	assert.NilError(t, err)
 	assert.DeepEqual(t, second, first)
 	s, err := client.CoreV1().Secrets("eip-system").Get(t.Context(), lanlive.KeySecret, metav1.GetOptions{})
@@ -31,6 +32,6 @@ func TestLoadKeyRefusesAShortKey(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: lanlive.KeySecret, Namespace: "eip-system"},
 		Data:       map[string][]byte{lanlive.KeyField: []byte("0123")},
 	})
-	_, err := lanlive.LoadKey(t.Context(), client, "eip-system")
+	_, err := lanlive.LoadKey(t.Context(), clientset.Adapt(client), "eip-system")
 	assert.ErrorContains(t, err, `holds 4 bytes under "key", want at least 16`)
 }

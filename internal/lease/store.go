@@ -6,17 +6,18 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+
+	"github.com/eip-project/eip/internal/kubeclient"
 )
 
 // Store writes Leases in one namespace. It is the only code that sends
 // Lease writes to the API server; reads come from the informer cache.
 type Store struct {
-	leases coordinationv1client.LeaseInterface
+	leases kubeclient.Resource[*coordinationv1.Lease, *coordinationv1.LeaseList]
 }
 
 // NewStore returns a Store writing Leases of namespace.
-func NewStore(c coordinationv1client.LeasesGetter, namespace string) *Store {
+func NewStore(c kubeclient.Interface, namespace string) *Store {
 	return &Store{leases: c.Leases(namespace)}
 }
 

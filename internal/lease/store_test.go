@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/eip-project/eip/internal/kubeclient/clientset"
 	"github.com/eip-project/eip/internal/lease"
 )
 
@@ -25,7 +26,7 @@ func newStore(t *testing.T) (*lease.Store, *fake.Clientset) {
 	t.Helper()
 	cs := fake.NewClientset()
 	enforceVersions(cs)
-	return lease.NewStore(cs.CoordinationV1(), ns), cs
+	return lease.NewStore(clientset.Adapt(cs), ns), cs
 }
 
 // enforceVersions makes the fake clientset behave like the API server for

@@ -8,9 +8,9 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/eip-project/eip/internal/kubeclient"
 	"github.com/eip-project/eip/internal/lease"
 )
 
@@ -38,43 +38,43 @@ const APIEndpointsSelector = discoveryv1.LabelServiceName + "=" + APIService
 // For returns the ListWatches of client c: Services and Nodes everywhere,
 // the kubernetes Service's EndpointSlices in default, eip's Leases in
 // namespace and the ConfigMap named configMap there.
-func For(c kubernetes.Interface, namespace, configMap string) Set {
+func For(c kubeclient.Interface, namespace, configMap string) Set {
 	byName := fields.OneTermEqualSelector("metadata.name", configMap).String()
 	return Set{
 		Services: of(nil,
 			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				return c.CoreV1().Services(metav1.NamespaceAll).List(ctx, o)
+				return c.Services(metav1.NamespaceAll).List(ctx, o)
 			},
 			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				return c.CoreV1().Services(metav1.NamespaceAll).Watch(ctx, o)
+				return c.Services(metav1.NamespaceAll).Watch(ctx, o)
 			}),
 		Nodes: of(nil,
 			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				return c.CoreV1().Nodes().List(ctx, o)
+				return c.Nodes().List(ctx, o)
 			},
 			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				return c.CoreV1().Nodes().Watch(ctx, o)
+				return c.Nodes().Watch(ctx, o)
 			}),
 		Leases: of(func(o *metav1.ListOptions) { o.LabelSelector = LeaseSelector },
 			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				return c.CoordinationV1().Leases(namespace).List(ctx, o)
+				return c.Leases(namespace).List(ctx, o)
 			},
 			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				return c.CoordinationV1().Leases(namespace).Watch(ctx, o)
+				return c.Leases(namespace).Watch(ctx, o)
 			}),
 		APIEndpoints: of(func(o *metav1.ListOptions) { o.LabelSelector = APIEndpointsSelector },
 			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				return c.DiscoveryV1().EndpointSlices(APIServiceNamespace).List(ctx, o)
+				return c.EndpointSlices(APIServiceNamespace).List(ctx, o)
 			},
 			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				return c.DiscoveryV1().EndpointSlices(APIServiceNamespace).Watch(ctx, o)
+				return c.EndpointSlices(APIServiceNamespace).Watch(ctx, o)
 			}),
 		ConfigMap: of(func(o *metav1.ListOptions) { o.FieldSelector = byName },
 			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				return c.CoreV1().ConfigMaps(namespace).List(ctx, o)
+				return c.ConfigMaps(namespace).List(ctx, o)
 			},
 			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				return c.CoreV1().ConfigMaps(namespace).Watch(ctx, o)
+				return c.ConfigMaps(namespace).Watch(ctx, o)
 			}),
 	}
 }

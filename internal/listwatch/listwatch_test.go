@@ -16,6 +16,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/eip-project/eip/internal/kubeclient/clientset"
 	"github.com/eip-project/eip/internal/lease"
 	"github.com/eip-project/eip/internal/listwatch"
 )
@@ -49,7 +50,7 @@ func TestForSelectsWhatEipReads(t *testing.T) {
 		fieldSel = append(fieldSel, a.(k8stesting.WatchAction).GetWatchRestrictions().Fields.String())
 		return false, nil, nil
 	})
-	set := listwatch.For(c, "eip-system", "eip-config")
+	set := listwatch.For(clientset.Adapt(c), "eip-system", "eip-config")
 	names := func(lw *cache.ListWatch) []string {
 		obj, err := lw.ListWithContext(context.Background(), metav1.ListOptions{})
 		assert.NilError(t, err)
