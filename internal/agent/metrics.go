@@ -41,6 +41,9 @@ type Metrics interface {
 	// ForeignClaim counts a claim by another machine for an address this
 	// node holds while its renewals succeed.
 	ForeignClaim()
+	// EventSummarised counts an Event on a Service that the node's budget
+	// left out (events.go), by reason.
+	EventSummarised(reason string)
 	// BGP reports the route-mode sessions and the routes announced, every
 	// renew interval.
 	BGP(sessions []bgp.Session, routes int)
@@ -64,4 +67,5 @@ func (nopMetrics) Vanished()              {}
 func (nopMetrics) RefreshLate()           {}
 func (nopMetrics) AddressConflict()       {}
 func (nopMetrics) ForeignClaim()          {}
+func (nopMetrics) EventSummarised(string) {}
 func (nopMetrics) BGP([]bgp.Session, int) {}

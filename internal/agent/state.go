@@ -141,6 +141,7 @@ type state struct {
 	lifetime  *keeper
 	watch     *watchdog
 	conflicts addrConflicts
+	events    *eventBudget
 
 	// Liveness over the LAN (lan.go): the socket and its port, what
 	// arrives on it (read by the speaker, lanspeaker.go, which also
@@ -191,6 +192,7 @@ func newState(a *Agent) *state {
 		hb:        &heartbeater{a: a},
 		alloc:     newAllocator(),
 		conflicts: newAddrConflicts(),
+		events:    newEventBudget(),
 		watch:     newWatchdog(a.clk, a.opt.Hung),
 	}
 	s.lifetime = newKeeper(a.log, a.clk, a.opt.Addresser, a.opt.Metrics.RefreshLate, s.watch.quiet)
@@ -470,6 +472,7 @@ func (s *state) tick() {
 		}
 		clear(s.lateBinds)
 	}
+	s.postSummary(now)
 	s.observeSessions()
 	s.takeDatagrams()
 	s.tellSpeaker()
@@ -1295,6 +1298,8 @@ func (s *state) collectHeartbeats(v lease.View, all []*coordinationv1.Lease) {
 	}
 }
 
+// event posts an Event on each Service of ip, within the node's budget
+// (events.go); the rest are summarised.
 func (s *state) event(ip netip.Addr, kind, reason, msg string) {
 	e, ok := s.entries[ip]
 	if !ok {
@@ -1302,9 +1307,29 @@ func (s *state) event(ip netip.Addr, kind, reason, msg string) {
 	}
 	for _, key := range e.Services {
 		ns, name, _ := strings.Cut(key, "/")
-		if svc, err := s.a.services.Services(ns).Get(name); err == nil {
-			s.a.recorder.Event(svc, kind, reason, msg)
+		svc, err := s.a.services.Services(ns).Get(name)
+		if err != nil {
+			continue
 		}
+		if !s.events.allow(s.a.clk.Now(), kind, reason) {
+			s.a.opt.Metrics.EventSummarised(reason)
+			continue
+		}
+		s.a.recorder.Event(svc, kind, reason, msg)
+	}
+}
+
+// postSummary posts the summary of the Events the budget left out, when
+// one is due, on this node's Node object, where `kubectl describe node`
+// shows it.
+func (s *state) postSummary(now time.Time) {
+	kind, msg, ok := s.events.summary(now)
+	if !ok {
+		return
+	}
+	s.log.Info("Events on Services summarised", "summary", msg)
+	if n, err := s.a.nodes.Get(s.a.opt.Node); err == nil {
+		s.a.recorder.Event(n, kind, "EventsSummarised", msg)
 	}
 }
 

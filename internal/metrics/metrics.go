@@ -46,6 +46,7 @@ type Metrics struct {
 	refreshLate  prometheus.Counter
 	conflicted   prometheus.Counter
 	foreign      prometheus.Counter
+	summarised   *prometheus.CounterVec
 	bgpUp        *prometheus.GaugeVec
 	bgpRoutes    prometheus.Gauge
 	bgpUpdates   *prometheus.CounterVec
@@ -141,6 +142,10 @@ func New(opt Options) (*Metrics, error) {
 			Name: "eip_foreign_claims_total",
 			Help: "Announcements or replies from a machine that is not an eip node for an address this node holds.",
 		}),
+		summarised: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "eip_events_summarised_total",
+			Help: "Events on Services that this node's Event budget left out, by reason; each is counted in an EventsSummarised Event on the Node.",
+		}, []string{"reason"}),
 		bgpUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "eip_bgp_session_up",
 			Help: "1 while the BGP session with the peer is established, else 0 (route mode).",
@@ -168,7 +173,7 @@ func New(opt Options) (*Metrics, error) {
 
 	for _, c := range []prometheus.Collector{
 		m.held, m.managed, m.binds, m.unbinds, m.acquisitions, m.handoffs, m.conflicts, m.fencings,
-		m.failover, m.apiErrors, m.configErrors, m.renew, m.vanished, m.refreshLate, m.conflicted, m.foreign, build,
+		m.failover, m.apiErrors, m.configErrors, m.renew, m.vanished, m.refreshLate, m.conflicted, m.foreign, m.summarised, build,
 		m.bgpUp, m.bgpRoutes, m.bgpUpdates,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "eip_announcements_sent_total",
@@ -259,6 +264,10 @@ func (m *Metrics) APIError(op string) {
 		m.mu.Unlock()
 	}
 }
+
+// EventSummarised counts an Event on a Service left out by the node's
+// Event budget.
+func (m *Metrics) EventSummarised(reason string) { m.summarised.WithLabelValues(reason).Inc() }
 
 // ConfigError counts a rejected configuration.
 func (m *Metrics) ConfigError() { m.configErrors.Inc() }

@@ -19,7 +19,7 @@ var eipMetrics = []string{
 	"eip_failover_duration_seconds", "eip_announcements_sent_total", "eip_api_errors_total",
 	"eip_config_errors_total", "eip_heartbeat_renew_duration_seconds", "eip_build_info",
 	"eip_held_addresses_vanished_total", "eip_lifetime_refreshes_late_total",
-	"eip_address_conflicts_total", "eip_foreign_claims_total",
+	"eip_address_conflicts_total", "eip_foreign_claims_total", "eip_events_summarised_total",
 }
 
 func newMetrics(t *testing.T, clk *clocktesting.FakeClock, sent *uint64) *metrics.Metrics {
@@ -68,6 +68,9 @@ func TestMetricsCount(t *testing.T) {
 	m.AddressConflict()
 	m.ForeignClaim()
 	m.ForeignClaim()
+	m.EventSummarised("Bound")
+	m.EventSummarised("Bound")
+	m.EventSummarised("TakenOver")
 	sent = 7
 
 	const want = `
@@ -94,6 +97,10 @@ eip_build_info{version="v1.2.3"} 1
 # HELP eip_config_errors_total Invalid eip-config edits rejected (the last good configuration stays in force).
 # TYPE eip_config_errors_total counter
 eip_config_errors_total 1
+# HELP eip_events_summarised_total Events on Services that this node's Event budget left out, by reason; each is counted in an EventsSummarised Event on the Node.
+# TYPE eip_events_summarised_total counter
+eip_events_summarised_total{reason="Bound"} 2
+eip_events_summarised_total{reason="TakenOver"} 1
 # HELP eip_failover_duration_seconds Time from this node judging an IP's holder dead to taking the IP over.
 # TYPE eip_failover_duration_seconds histogram
 eip_failover_duration_seconds_bucket{le="0.1"} 0
@@ -169,8 +176,8 @@ func TestMetricsExistFromTheStart(t *testing.T) {
 	n, err := testutil.GatherAndCount(m.Registry(), eipMetrics...)
 	assert.NilError(t, err)
 	// One series per name, but two for acquisitions (new, takeover) and
-	// none yet for eip_api_errors_total.
-	assert.Equal(t, n, len(eipMetrics)-1+1)
+	// none yet for eip_api_errors_total and eip_events_summarised_total.
+	assert.Equal(t, n, len(eipMetrics)-2+1)
 }
 
 // The names and help texts follow Prometheus conventions (promlint), and
@@ -179,6 +186,7 @@ func TestMetricsLintAndCollectors(t *testing.T) {
 	var sent uint64
 	m := newMetrics(t, clocktesting.NewFakeClock(time.Now()), &sent)
 	m.APIError("renew")
+	m.EventSummarised("Bound")
 	problems, err := testutil.GatherAndLint(m.Registry())
 	assert.NilError(t, err)
 	assert.Equal(t, len(problems), 0, "%v", problems)

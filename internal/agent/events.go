@@ -1,0 +1,78 @@
+package agent
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/time/rate"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Events on a Service (Bound, TakenOver, Moved, Unheard, …) tell its owner,
+// in `kubectl describe service`, where its IPs went. Each one is a write to
+// the API server, and a node posts them one at a time: a node that binds
+// 3,000 IPs at a cold start, or takes a dead peer's 3,000 over, would keep
+// the API server writing Events for minutes after the IPs were bound. So
+// each node posts at most eventBurst of them at once and eventRefill more
+// each second; the rest are counted, by type and reason, and said in one
+// EventsSummarised Event on the node's Node object at most every
+// summaryEvery (and counted in eip_events_summarised_total). The Event
+// volume of a node is then bounded by time, whatever the number of IPs;
+// the Leases and `kubectl eip status` say where every IP is.
+const (
+	eventBurst   = 100
+	eventRefill  = time.Second
+	summaryEvery = 10 * time.Second
+)
+
+// eventBudget decides which Service Events a node posts, and what it
+// summarises instead.
+type eventBudget struct {
+	limit *rate.Limiter
+	// left counts the Events not posted since since, by "type reason".
+	left  map[string]int
+	since time.Time
+}
+
+func newEventBudget() *eventBudget {
+	return &eventBudget{limit: rate.NewLimiter(rate.Every(eventRefill), eventBurst), left: map[string]int{}}
+}
+
+// allow says whether an Event of this type and reason may be posted at
+// now; if not, it is counted for the next summary.
+func (b *eventBudget) allow(now time.Time, kind, reason string) bool {
+	if b.limit.AllowN(now, 1) {
+		return true
+	}
+	if len(b.left) == 0 {
+		b.since = now
+	}
+	b.left[kind+" "+reason]++
+	return false
+}
+
+// summary returns the summary due at now, if one is: the Events left out
+// since the first of them, once summaryEvery has passed since it, in a
+// Warning if any of them was one. The counts start again from zero.
+func (b *eventBudget) summary(now time.Time) (kind, msg string, ok bool) {
+	if len(b.left) == 0 || now.Sub(b.since) < summaryEvery {
+		return "", "", false
+	}
+	kind = corev1.EventTypeNormal
+	total := 0
+	parts := make([]string, 0, len(b.left))
+	for _, k := range slices.Sorted(maps.Keys(b.left)) {
+		total += b.left[k]
+		parts = append(parts, fmt.Sprintf("%d %s", b.left[k], k))
+		if strings.HasPrefix(k, corev1.EventTypeWarning+" ") {
+			kind = corev1.EventTypeWarning
+		}
+	}
+	msg = fmt.Sprintf("%d Events on Services not posted in the last %s (%s): a node posts at most %d at once and one more each %s; the IP locks and `kubectl eip status` show where every IP is",
+		total, now.Sub(b.since).Round(time.Second), strings.Join(parts, ", "), eventBurst, eventRefill)
+	clear(b.left)
+	return kind, msg, true
+}

@@ -1,0 +1,119 @@
+package agent
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/record"
+)
+
+// The budget lets eventBurst Events through at once and one more each
+// eventRefill; what it leaves out is said in one summary, due summaryEvery
+// after the first left out, in a Warning once a Warning was left out.
+func TestEventBudget(t *testing.T) {
+	b := newEventBudget()
+	now := t0
+	for i := range eventBurst {
+		assert.Assert(t, b.allow(now, corev1.EventTypeNormal, "Bound"), "event %d", i)
+	}
+	for range 250 {
+		assert.Assert(t, !b.allow(now, corev1.EventTypeNormal, "Bound"))
+	}
+	assert.Assert(t, !b.allow(now, corev1.EventTypeNormal, "TakenOver"))
+	_, _, due := b.summary(now.Add(summaryEvery - time.Millisecond))
+	assert.Assert(t, !due, "a summary before summaryEvery")
+
+	now = now.Add(eventRefill)
+	assert.Assert(t, b.allow(now, corev1.EventTypeNormal, "Bound"), "refilled")
+	assert.Assert(t, !b.allow(now, corev1.EventTypeNormal, "Bound"))
+
+	kind, msg, due := b.summary(t0.Add(summaryEvery))
+	assert.Assert(t, due)
+	assert.Equal(t, kind, corev1.EventTypeNormal)
+	assert.Assert(t, strings.HasPrefix(msg, "252 Events on Services not posted in the last 10s (251 Normal Bound, 1 Normal TakenOver)"), msg)
+	_, _, due = b.summary(t0.Add(time.Hour))
+	assert.Assert(t, !due, "a second summary of nothing")
+
+	// Tokens came back over the hour, up to the burst; the first left out
+	// starts the next summary's time, and a Warning left out makes it a
+	// Warning.
+	later := t0.Add(time.Hour)
+	n := 0
+	for b.allow(later, corev1.EventTypeNormal, "Bound") {
+		n++
+	}
+	assert.Equal(t, n, eventBurst)
+	assert.Assert(t, !b.allow(later.Add(time.Second/2), corev1.EventTypeWarning, "Unheard"))
+	_, _, due = b.summary(later.Add(summaryEvery - time.Millisecond))
+	assert.Assert(t, !due, "counted from the first left out")
+	kind, msg, due = b.summary(later.Add(summaryEvery))
+	assert.Assert(t, due)
+	assert.Equal(t, kind, corev1.EventTypeWarning)
+	assert.Assert(t, strings.HasPrefix(msg, "2 Events on Services not posted in the last 10s (1 Normal Bound, 1 Warning Unheard)"), msg)
+}
+
+// A node that binds more IPs at once than its Event budget allows posts a
+// Bound Event on the Services of as many as the budget lets through, and
+// summaryEvery later one Event on its Node counting the others: every bind
+// is either told on its Service or counted, and the count of Events stays
+// within the budget whatever the number of IPs.
+func TestLoopEventsBeyondTheBudgetAreSummarised(t *testing.T) {
+	w := newWorld(t, "node-a", defaultTestConfig())
+	const n = 300
+	for i := range n {
+		w.addService("web-"+strconv.Itoa(i), testIP(i))
+	}
+	w.pass()
+	start := w.clk.Now()
+	for range 4 {
+		w.tick()
+	}
+	binds := 0
+	for _, c := range w.take() {
+		if strings.HasPrefix(c, "bind ") {
+			binds++
+		}
+	}
+	assert.Equal(t, binds, n)
+	posted, summaries := recorded(w)
+	assert.Equal(t, len(summaries), 0)
+	allowed := eventBurst + int(w.clk.Since(start)/eventRefill)
+	assert.Assert(t, posted <= allowed, "%d Bound Events posted, the budget allows %d", posted, allowed)
+
+	for range int(summaryEvery / w.s.cfg.RenewInterval) {
+		w.tick()
+	}
+	more, summaries := recorded(w)
+	assert.Equal(t, more, 0)
+	assert.Equal(t, len(summaries), 1)
+	left := n - posted
+	want := fmt.Sprintf("Normal EventsSummarised %d Events on Services not posted in the last ", left)
+	assert.Assert(t, strings.HasPrefix(summaries[0], want), summaries[0])
+	assert.Assert(t, strings.Contains(summaries[0], fmt.Sprintf("(%d Normal Bound)", left)), summaries[0])
+}
+
+// recorded drains the Events the loop posted: how many Bound Events, and
+// the summaries.
+func recorded(w *world) (bound int, summaries []string) {
+	ch := w.a.recorder.(*record.FakeRecorder).Events
+	for {
+		select {
+		case e := <-ch:
+			switch {
+			case strings.HasPrefix(e, "Normal Bound "):
+				bound++
+			case strings.Contains(e, " EventsSummarised "):
+				summaries = append(summaries, e)
+			default:
+				w.t.Fatalf("unexpected Event %q", e)
+			}
+		default:
+			return bound, summaries
+		}
+	}
+}
