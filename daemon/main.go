@@ -146,6 +146,12 @@ func run(o options) error {
 	cfg.ContentType = runtime.ContentTypeProtobuf
 	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 	cfg.UserAgent = "eipd/" + version + " (" + o.node + ")"
+	// No gzip: the API server compresses a watch that starts with a
+	// streamed list (client-go's reflectors ask for one) for its whole
+	// life, each event once per watcher, on the API server's CPU and
+	// eipd's. A 10,000-IP cold start carries 10,000 lock events to every
+	// eipd; the initial lists are what compression would save, once.
+	cfg.DisableCompression = true
 	client, err := kubeclient.NewForConfig(cfg)
 	if err != nil {
 		return err
