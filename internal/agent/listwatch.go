@@ -92,14 +92,16 @@ func (a *Agent) patientInformer(lw *cache.ListWatch, obj runtime.Object) cache.S
 const heartbeatIndex = "heartbeat"
 
 // indexersFor are the indexes of the cache of obj's kind. Services have
-// none: eipd reads them by key or all at once, never by namespace.
+// none: eipd reads them by key or all at once, never by namespace. Nor do
+// Leases have a namespace index: eipd watches those of one namespace, so
+// listing them by namespace is listing them all, and the index would
+// hold every lock's key once more.
 func indexersFor(obj runtime.Object) cache.Indexers {
 	switch obj.(type) {
 	case *corev1.Service:
 		return cache.Indexers{}
 	case *coordinationv1.Lease:
 		return cache.Indexers{
-			cache.NamespaceIndex: cache.MetaNamespaceIndexFunc,
 			heartbeatIndex: func(obj any) ([]string, error) {
 				if isHeartbeat(obj) {
 					return []string{lease.RoleHeartbeat}, nil
