@@ -51,7 +51,10 @@ type world struct {
 	addrs                         map[netip.Prefix]string // bound prefix → iface
 	calls                         []string
 	renewals                      []string
-	refreshes                     int
+	// renewTries are the renewals the loop asked for, failed ones too:
+	// when, and with which timeout.
+	renewTries []string
+	refreshes  int
 	// arpIgnored: the kernel does not answer ARP for another device's
 	// addresses (Links.AnswersARP), so IPv4 goes on the interface.
 	arpIgnored bool
@@ -247,6 +250,7 @@ func (w *world) renew() bool {
 	select {
 	case r := <-w.s.renewReq:
 		sent := w.clk.Now()
+		w.renewTries = append(w.renewTries, fmt.Sprintf("%s timeout=%s", sent.Sub(t0), r.timeout))
 		err := w.s.hb.renew(r)
 		w.s.renewed(renewResult{renewal: r, sent: sent, err: err})
 		w.s.hbDirty = true

@@ -97,13 +97,12 @@ func (s *state) lanSlow(now time.Time) bool {
 	return s.lanConn != nil && !s.unheard && s.live.LANPeers(now) >= 2
 }
 
-// slowFactor is how many renew intervals a slow heartbeat lasts: ten, or a
-// fifth of the nodes when that is more. Beyond fifty nodes the slow
-// heartbeats together make five writes per renew interval whatever the
-// number of nodes, and the watch events they cause (one per write and
-// eipd) grow with nodes, not nodes².
+// slowFactor is how many renew intervals a slow heartbeat lasts: ten, or
+// enough that the nodes together write heartbeat-writes a second (four by
+// default, so beyond twenty nodes). The watch events the writes cause (one
+// per write and eipd) then grow with nodes, not nodes².
 func (s *state) slowFactor() int {
-	return max(idleRenewFactor, len(s.live.Nodes())/5)
+	return s.cfg.SlowFactor(len(s.live.Nodes()))
 }
 
 // takeDatagrams takes in the datagrams the speaker heard since the loop

@@ -157,6 +157,38 @@ func TestLoopLANSlowHeartbeat(t *testing.T) {
 	})
 }
 
+// On slow heartbeats, a renewal may take half its own period, and one that
+// failed is written again after one, two, then four renew intervals, not
+// at every tick: the failures of a loaded API server do not add writes to
+// its load. node-a keeps its IP meanwhile, its peers hearing it.
+func TestLoopLANRenewBackoff(t *testing.T) {
+	w := lanHolder(t)
+	for range 8 {
+		w.lanTick(hearingA(100 * time.Millisecond))
+	}
+	w.apiDown = true
+	for range 24 {
+		w.lanTick(hearingA(100 * time.Millisecond))
+	}
+	w.apiDown = false
+	for range 2 {
+		w.lanTick(hearingA(100 * time.Millisecond))
+	}
+	assert.DeepEqual(t, w.take(), []string(nil))
+	assert.DeepEqual(t, w.renewTries, []string{
+		"500ms timeout=1s",
+		"1s timeout=2.5s",
+		"6s timeout=2.5s",
+		"11s timeout=2.5s",   // failed
+		"11.5s timeout=2.5s", // failed, one renew interval later
+		"12.5s timeout=2.5s", // two
+		"14.5s timeout=2.5s", // four
+		"16.5s timeout=2.5s", // four
+		"18.5s timeout=2.5s", // the API server is back since 18 s
+	})
+	assert.Assert(t, w.s.apiOK(w.clk.Now()))
+}
+
 // node-b holds an IP and falls silent on the LAN; its slow heartbeat is
 // not due for seconds yet. node-c and node-d still speak, so node-a judges
 // over the LAN, keeps its own slow heartbeat, and takes the IP over a

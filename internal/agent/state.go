@@ -73,8 +73,12 @@ type state struct {
 	// lastRenewAsked is when the heartbeat writer last took a renewal.
 	lastRenewAsked time.Time
 	renewFailing   bool
-	needBarrier    bool      // bind nothing new until a renewal sent after the break comes back
-	barrier        time.Time // wall time of that renewal
+	// renewFails counts the renewals that failed in a row, the last one
+	// at renewFailedAt (see renewBackoff).
+	renewFails    int
+	renewFailedAt time.Time
+	needBarrier   bool      // bind nothing new until a renewal sent after the break comes back
+	barrier       time.Time // wall time of that renewal
 	// lastTick is when the loop last ticked; stalled says that a tick came
 	// late and the locks were not re-read since (loopLate), stallAt when.
 	lastTick, stallAt time.Time
@@ -373,8 +377,39 @@ func (s *state) renewal() renewal {
 		duration: s.cfg.LeaseDuration,
 		timeout:  max(s.cfg.LeaseDuration/2, s.cfg.RenewInterval),
 	}
-	r.duration *= time.Duration(s.renewFactor(s.a.clk.Now()))
+	factor := s.renewFactor(s.a.clk.Now())
+	r.duration *= time.Duration(factor)
+	// A slow heartbeat lasts factor lease durations, and nobody judges
+	// this node by it within one: its renewal may take half its own
+	// period. Held to half a lease, renewals that a loaded API server
+	// applied in a second and a half failed (150 a minute at fifty
+	// nodes), were written again, and met a newer version.
+	r.timeout = max(r.timeout, time.Duration(factor)*s.cfg.RenewInterval/2)
 	return r
+}
+
+// maxRenewBackoff bounds, in renew intervals, how long a node on slow
+// heartbeats waits before it writes a failed renewal again.
+const maxRenewBackoff = 4
+
+// renewBackoff is how long after a failed renewal a node on slow heartbeats
+// (factor > 1) writes it again: one renew interval after the first failure,
+// then twice as long after each further one, up to maxRenewBackoff renew
+// intervals. Its heartbeat lasts factor lease durations from the last
+// renewal that succeeded, and its peers hear it over the LAN meanwhile;
+// until one succeeds it binds nothing new. Written again every renew
+// interval, the renewals of fifty nodes added a write a second each to the
+// load that made them fail. Renewed every renew interval (factor 1), a
+// node's liveness rests on its heartbeat: it tries again at every tick.
+func (s *state) renewBackoff(factor int) time.Duration {
+	if factor == 1 || s.renewFails == 0 {
+		return 0
+	}
+	wait := s.cfg.RenewInterval
+	for range s.renewFails - 1 {
+		wait = min(2*wait, maxRenewBackoff*s.cfg.RenewInterval)
+	}
+	return wait
 }
 
 // renewFactor is how many renew intervals this node's heartbeat lasts: one,
@@ -395,7 +430,10 @@ func (s *state) renewFactor(now time.Time) int {
 // changed (it became eligible, say).
 func (s *state) renewDue(now time.Time) bool {
 	factor := s.renewFactor(now)
-	if factor == 1 || s.lastRenewAsked.IsZero() || s.renewFailing {
+	if s.renewFailing {
+		return now.Sub(s.renewFailedAt) >= s.renewBackoff(factor)-s.cfg.RenewInterval/2
+	}
+	if factor == 1 || s.lastRenewAsked.IsZero() {
 		return true
 	}
 	if hb, ok := s.live.Heartbeat(s.a.opt.Node); ok {
@@ -433,6 +471,8 @@ func (s *state) renewed(r renewResult) {
 			s.log.Warn("heartbeat renewal failed; holding what is bound, binding nothing new", "err", r.err, "lease", lease.HeartbeatName(s.a.opt.Node))
 		}
 		s.renewFailing, s.needBarrier = true, true
+		s.renewFails++
+		s.renewFailedAt = s.a.clk.Now()
 		s.a.opt.Metrics.APIError("renew")
 		return
 	}
@@ -445,7 +485,7 @@ func (s *state) renewed(r renewResult) {
 		s.needBarrier = false
 		s.peersKnownAt = r.sent.Add(s.cfg.RenewInterval)
 	}
-	s.renewFailing = false
+	s.renewFailing, s.renewFails = false, 0
 	s.lastRenewOK, s.lastRenewFor = r.sent, r.duration
 }
 

@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"slices"
 	"sort"
@@ -122,6 +123,11 @@ type Config struct {
 	// alive (docs/design.md, Liveness over the LAN); 0 when off, and then
 	// liveness is judged from the heartbeat Leases alone.
 	LivenessPort uint16
+	// HeartbeatWrites is, while liveness goes over the LAN, how many
+	// heartbeat writes a second all nodes together make at most in steady
+	// state: each node renews its heartbeat every
+	// SlowFactor(nodes) renew intervals.
+	HeartbeatWrites float64
 	// PreferredNodes are node names in order of preference.
 	PreferredNodes []string
 	// Ranges are the address ranges eip may bind, sorted by First (IPv4
@@ -148,7 +154,33 @@ func Default() Config {
 		APILoss:       APILossHold,
 		FenceAfter:    defaultFenceAfter(lease),
 		LivenessPort:  DefaultLivenessPort,
+
+		HeartbeatWrites: DefaultHeartbeatWrites,
 	}
+}
+
+// DefaultHeartbeatWrites is the default of HeartbeatWrites. Every eipd
+// receives every heartbeat write through its watch, so the watch events the
+// API server sends are nodes times this: 200/s at fifty nodes.
+const DefaultHeartbeatWrites = 4
+
+// minSlowFactor: while liveness goes over the LAN, a heartbeat is renewed
+// at least ten times less often than renew-interval, however few the nodes.
+const minSlowFactor = 10
+
+// SlowFactor is how many renew intervals a heartbeat lasts, renewed once per
+// that many, while liveness goes over the LAN among nodes nodes: ten, or
+// enough that the nodes together write HeartbeatWrites heartbeats a second.
+// Writes then stop growing with nodes, and the watch events (one per write
+// and node) grow with nodes, not nodes². The trade: a heartbeat lasts as
+// many lease durations, which is how long `kubectl eip status` shows a
+// node that died as alive.
+func (c Config) SlowFactor(nodes int) int {
+	perInterval := c.HeartbeatWrites * c.RenewInterval.Seconds()
+	if perInterval <= 0 {
+		return minSlowFactor
+	}
+	return max(minSlowFactor, int(math.Ceil(float64(nodes)/perInterval-1e-9)))
 }
 
 // DefaultLivenessPort is the UDP port of liveness over the LAN, next to the
@@ -222,7 +254,7 @@ func (c Config) Equal(o Config) bool {
 	return c.Iface == o.Iface && c.Netmask4 == o.Netmask4 && c.Netmask6 == o.Netmask6 &&
 		c.Policy == o.Policy && selectorString(c.NodeSelector) == selectorString(o.NodeSelector) &&
 		c.LeaseDuration == o.LeaseDuration && c.RenewInterval == o.RenewInterval &&
-		c.APILoss == o.APILoss && c.FenceAfter == o.FenceAfter && c.LivenessPort == o.LivenessPort &&
+		c.APILoss == o.APILoss && c.FenceAfter == o.FenceAfter && c.LivenessPort == o.LivenessPort && c.HeartbeatWrites == o.HeartbeatWrites &&
 		slices.Equal(c.PreferredNodes, o.PreferredNodes) &&
 		slices.EqualFunc(c.Ranges, o.Ranges, Range.sameEffect) && c.BGP.Equal(o.BGP)
 }

@@ -40,6 +40,10 @@
 //	                liveness from heartbeat Leases alone, each renewed every
 //	                renew-interval. Default 9403. No effect with
 //	                api-loss=fence.
+//	heartbeat-writes with liveness over the LAN, how many heartbeat writes
+//	                a second all nodes together make at most: each node
+//	                renews every max(10, nodes ÷ (this × renew-interval))
+//	                renew intervals. 0.1 to 1000. Default 4.
 //	preferred-nodes node names separated by commas or whitespace, in order of
 //	                preference. Default none.
 //	ranges          the address ranges eip may bind, one a line (below).

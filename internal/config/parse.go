@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,6 +26,7 @@ const (
 	keyAPILoss        = "api-loss"
 	keyFenceAfter     = "fence-after"
 	keyLivenessPort   = "liveness-port"
+	keyHBWrites       = "heartbeat-writes"
 	keyPreferredNodes = "preferred-nodes"
 	keyRanges         = "ranges"
 )
@@ -39,7 +41,7 @@ const (
 // Keys returns the ConfigMap keys Parse understands, in the order it reads them.
 func Keys() []string {
 	return []string{keyIface, keyNetmask, keyNetmask6, keyPolicy, keyNodeSelector,
-		keyLeaseDuration, keyRenewInterval, keyAPILoss, keyFenceAfter, keyLivenessPort, keyPreferredNodes, keyRanges,
+		keyLeaseDuration, keyRenewInterval, keyAPILoss, keyFenceAfter, keyLivenessPort, keyHBWrites, keyPreferredNodes, keyRanges,
 		keyBGPASN, keyBGPRouterID, keyBGPPeers}
 }
 
@@ -111,6 +113,13 @@ func Parse(data map[string]string) (Config, error) {
 			c.LivenessPort = p
 		}
 	}
+	if v, ok := value(keyHBWrites); ok {
+		if w, err := parseHeartbeatWrites(v); err != nil {
+			bad(keyHBWrites, v, err)
+		} else {
+			c.HeartbeatWrites = w
+		}
+	}
 	if v, ok := value(keyPreferredNodes); ok {
 		errs = errors.Join(errs, c.parsePreferredNodes(v))
 	}
@@ -138,6 +147,10 @@ func Parse(data map[string]string) (Config, error) {
 	if _, set := value(keyLivenessPort); set && c.LivenessPort != 0 && c.APILoss == APILossFence {
 		c.Warnings = append(c.Warnings, fmt.Sprintf("%s has no effect with %s %q: fencing is timed against heartbeats renewed every renew-interval, so liveness is judged from them alone",
 			keyLivenessPort, keyAPILoss, APILossFence))
+	}
+	if _, set := value(keyHBWrites); set && !c.LANLiveness() {
+		c.Warnings = append(c.Warnings, fmt.Sprintf("%s has no effect without liveness over the LAN (%s off, or %s %q): every heartbeat is renewed every renew-interval",
+			keyHBWrites, keyLivenessPort, keyAPILoss, APILossFence))
 	}
 	if errs != nil {
 		return Config{Warnings: c.Warnings}, errs
@@ -227,6 +240,22 @@ func (c *Config) parsePreferredNodes(v string) error {
 		c.PreferredNodes = append(c.PreferredNodes, n)
 	}
 	return errs
+}
+
+// Bounds of heartbeat-writes.
+const (
+	minHBWrites = 0.1
+	maxHBWrites = 1000.0
+)
+
+// parseHeartbeatWrites reads heartbeat-writes: a number of writes a second,
+// from minHBWrites to maxHBWrites.
+func parseHeartbeatWrites(v string) (float64, error) {
+	w, err := strconv.ParseFloat(v, 64)
+	if err != nil || math.IsNaN(w) || w < minHBWrites || w > maxHBWrites {
+		return 0, fmt.Errorf("is not a number of writes a second from %g to %g (fewer writes make `kubectl eip status` show a dead node alive longer)", minHBWrites, maxHBWrites)
+	}
+	return w, nil
 }
 
 // parseLivenessPort reads liveness-port: a UDP port from 1024 to 65535, or

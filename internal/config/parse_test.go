@@ -181,6 +181,18 @@ func TestParseKeys(t *testing.T) {
 				c.Warnings = []string{`liveness-port has no effect with api-loss "fence": fencing is timed against heartbeats renewed every renew-interval, so liveness is judged from them alone`}
 			}},
 
+		// heartbeat-writes
+		{name: "heartbeat writes", data: map[string]string{"heartbeat-writes": "10"}, want: func(c *config.Config) { c.HeartbeatWrites = 10 }},
+		{name: "heartbeat writes fraction", data: map[string]string{"heartbeat-writes": "0.5"}, want: func(c *config.Config) { c.HeartbeatWrites = 0.5 }},
+		{name: "heartbeat writes too few", data: map[string]string{"heartbeat-writes": "0.01"},
+			err: []string{`heartbeat-writes "0.01" is not a number of writes a second from 0.1 to 1000`}},
+		{name: "heartbeat writes words", data: map[string]string{"heartbeat-writes": "NaN"}, err: []string{`heartbeat-writes "NaN" is not a number`}},
+		{name: "heartbeat writes without the LAN", data: map[string]string{"liveness-port": "off", "heartbeat-writes": "2"},
+			want: func(c *config.Config) {
+				c.LivenessPort, c.HeartbeatWrites = 0, 2
+				c.Warnings = []string{`heartbeat-writes has no effect without liveness over the LAN (liveness-port off, or api-loss "fence"): every heartbeat is renewed every renew-interval`}
+			}},
+
 		// preferred-nodes
 		{name: "preferred", data: map[string]string{"preferred-nodes": "node-b, node-a\n\tnode-c.example.com,,"},
 			want: func(c *config.Config) { c.PreferredNodes = []string{"node-b", "node-a", "node-c.example.com"} }},
@@ -262,6 +274,16 @@ func TestParseErrorOneLinePerProblem(t *testing.T) {
 	assert.Equal(t, len(lines), 4, "%s", err)
 }
 
+func TestSlowFactor(t *testing.T) {
+	c := config.Default()
+	for _, tc := range []struct{ nodes, want int }{{3, 10}, {20, 10}, {21, 11}, {25, 13}, {50, 25}, {100, 50}} {
+		assert.Equal(t, c.SlowFactor(tc.nodes), tc.want, "%d nodes", tc.nodes)
+	}
+	c.HeartbeatWrites = 10
+	assert.Equal(t, c.SlowFactor(50), 10)
+	assert.Equal(t, c.SlowFactor(100), 20)
+}
+
 func TestKeys(t *testing.T) {
 	// Every key Parse reads must be listed, or setting it would also warn.
 	data := map[string]string{}
@@ -271,5 +293,5 @@ func TestKeys(t *testing.T) {
 	c, err := config.Parse(data)
 	assert.NilError(t, err)
 	assert.Equal(t, len(c.Warnings), 0, fmt.Sprint(c.Warnings))
-	assert.Equal(t, len(config.Keys()), 15)
+	assert.Equal(t, len(config.Keys()), 16)
 }
