@@ -84,6 +84,10 @@ type speaker struct {
 	names []string
 	fan   *fanout
 	known map[string]bool
+	// joined are the nodes the loop does not know yet that sent a
+	// datagram from an address of their Node, with when the last one
+	// arrived: see record.
+	joined map[string]time.Time
 	// signs is the latest sign of life of each known node: when its
 	// datagram arrived, or when a peer's datagram said it last had one.
 	signs  map[string]time.Time
@@ -97,7 +101,7 @@ type speaker struct {
 
 func newSpeaker(self string, clk clock.WithTicker, log *slog.Logger, watch *watchdog, sentBy func(string, netip.Addr) bool) *speaker {
 	return &speaker{self: self, clk: clk, log: log, watch: watch, sentBy: sentBy, fan: newFanout(),
-		signs: map[string]time.Time{}, known: map[string]bool{}, kick: make(chan struct{}, 1)}
+		signs: map[string]time.Time{}, known: map[string]bool{}, joined: map[string]time.Time{}, kick: make(chan struct{}, 1)}
 }
 
 // configure gives the speaker the liveness socket (nil: off) and the
@@ -113,6 +117,7 @@ func (p *speaker) configure(conn LANConn, t lanTimings) {
 	p.conn, p.timings = conn, t
 	if conn == nil {
 		clear(p.signs)
+		clear(p.joined)
 		p.queue = nil
 	}
 }
@@ -128,7 +133,22 @@ func (p *speaker) setPeers(peers map[string]netip.AddrPort, known []string) {
 	clear(p.known)
 	for _, n := range known {
 		p.known[n] = true
+		delete(p.joined, n)
 	}
+}
+
+// counts reports whether node's signs count at now: the loop knows it, or
+// it joined (see record) within two lease durations. Called with mu held.
+func (p *speaker) counts(node string, now time.Time) bool {
+	if p.known[node] {
+		return true
+	}
+	at, ok := p.joined[node]
+	if ok && now.Sub(at) >= 2*p.timings.duration {
+		delete(p.joined, node)
+		return false
+	}
+	return ok
 }
 
 // receive takes in a datagram as it arrives. It counts only when it comes
@@ -144,21 +164,31 @@ func (p *speaker) receive(rx lanlive.Received) {
 	}
 }
 
-// record takes rx in and returns the peer to answer, if any.
+// record takes rx in and returns the peer to answer, if any. A sender the
+// loop does not know yet (its heartbeat has not come through this node's
+// watch) counts all the same when its source is an address of its Node:
+// at a cold start of fifty nodes the watches lag each other by seconds,
+// and a joining node that its peers did not hear for fence-after judged
+// itself unheard and handed its IPs around. Its sign goes into this node's
+// reports, so that the peers who know it hear of it; the loop judges it
+// once its heartbeat comes.
 func (p *speaker) record(rx lanlive.Received, now time.Time) (answer string, ok bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.conn == nil || rx.Msg.From == p.self || !p.known[rx.Msg.From] {
+	if p.conn == nil || rx.Msg.From == p.self {
 		return "", false
 	}
 	if !p.sentBy(rx.Msg.From, rx.Source) {
 		p.log.Debug("liveness datagram from an address that is not its node's; dropped", "node", rx.Msg.From, "source", rx.Source)
 		return "", false
 	}
+	if !p.known[rx.Msg.From] {
+		p.joined[rx.Msg.From] = now
+	}
 	before := p.signs[rx.Msg.From]
 	p.sign(rx.Msg.From, now)
 	for n, age := range rx.Msg.Ages {
-		if n != p.self && n != rx.Msg.From && p.known[n] {
+		if n != p.self && n != rx.Msg.From && p.counts(n, now) {
 			p.sign(n, now.Add(-age-relayAllowance))
 		}
 	}
@@ -261,7 +291,7 @@ func (p *speaker) send(now time.Time, names ...string) {
 		switch age := now.Sub(t); {
 		case age >= 2*p.timings.duration:
 			delete(p.signs, n)
-		case age >= 0 && p.known[n]:
+		case age >= 0 && p.counts(n, now):
 			ages[n] = age
 		}
 	}
