@@ -268,7 +268,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			record("real nodes", err)
 		case ScenarioNodes:
 			for _, k := range o.NodeCounts {
-				res, err := e.onNodes(k).scale(ctx, scaleRun{ips: o.NodeIPs, window: o.Window, settle: o.Settle, massFailover: true})
+				run := scaleRun{ips: o.NodeIPs, window: o.Window, settle: o.Settle, massFailover: true}
+				if o.ProfileDir != "" {
+					run.profileDir = filepath.Join(o.ProfileDir, fmt.Sprintf("%d-nodes", k))
+				}
+				res, err := e.onNodes(k).scale(ctx, run)
 				if err != nil {
 					res.Error = err.Error()
 				}
