@@ -121,17 +121,17 @@ func indexersFor(obj runtime.Object) cache.Indexers {
 // DeepCopy). It keeps at most internMax values, so that Leases someone
 // else labels at random cannot grow it without bound.
 type interner struct {
-	mu      sync.Mutex
-	strs    map[string]string
-	holders map[string]*string
-	labels  []map[string]string
+	mu     sync.Mutex
+	strs   map[string]string
+	ptrs   map[any]any // a value -> the shared pointer to it (sharedPtr)
+	labels []map[string]string
 }
 
 // internMax bounds the strings and the label sets an interner keeps.
 const internMax = 256
 
 func newInterner() *interner {
-	return &interner{strs: map[string]string{}, holders: map[string]*string{}}
+	return &interner{strs: map[string]string{}, ptrs: map[any]any{}}
 }
 
 // str is the shared copy of v.
@@ -145,16 +145,41 @@ func (in *interner) str(v string) string {
 	return v
 }
 
-// holder is the shared pointer to the holder identity h.
-func (in *interner) holder(h string) *string {
-	if p, ok := in.holders[h]; ok {
-		return p
+// sharedPtr is the shared pointer to the value p points to (nil for nil):
+// a lock's holder, a Service's family policy.
+func sharedPtr[T comparable](in *interner, p *T) *T {
+	if p == nil {
+		return nil
 	}
-	p := &h
-	if len(in.holders) < internMax {
-		in.holders[h] = p
+	if q, ok := in.ptrs[*p]; ok {
+		return q.(*T)
+	}
+	if len(in.ptrs) < internMax {
+		in.ptrs[*p] = p
 	}
 	return p
+}
+
+// familiesKey keys a Service's IP families, joined, in ptrs.
+type familiesKey string
+
+// families is the shared slice equal to f.
+func (in *interner) families(f []corev1.IPFamily) []corev1.IPFamily {
+	if len(f) == 0 {
+		return nil
+	}
+	var key strings.Builder
+	for _, fam := range f {
+		key.WriteString(string(fam))
+		key.WriteByte(',')
+	}
+	if q, ok := in.ptrs[familiesKey(key.String())]; ok {
+		return q.([]corev1.IPFamily)
+	}
+	if len(in.ptrs) < internMax {
+		in.ptrs[familiesKey(key.String())] = f
+	}
+	return f
 }
 
 // labelSet is the shared map equal to m.
@@ -195,6 +220,9 @@ func (in *interner) keepWhatIsRead(obj any) (any, error) {
 		o.Status = corev1.NodeStatus{Addresses: o.Status.Addresses}
 	case *corev1.Service:
 		keepOfService(o)
+		in.mu.Lock()
+		defer in.mu.Unlock()
+		in.shareOfService(o)
 	case *coordinationv1.Lease:
 		in.mu.Lock()
 		defer in.mu.Unlock()
@@ -208,11 +236,27 @@ func (in *interner) keepWhatIsRead(obj any) (any, error) {
 			}
 			o.Annotations = ann
 		}
-		if h := o.Spec.HolderIdentity; h != nil {
-			o.Spec.HolderIdentity = in.holder(*h)
-		}
+		o.Spec.HolderIdentity = sharedPtr(in, o.Spec.HolderIdentity)
+		o.Spec.LeaseDurationSeconds = sharedPtr(in, o.Spec.LeaseDurationSeconds)
+		o.Spec.LeaseTransitions = sharedPtr(in, o.Spec.LeaseTransitions)
 	}
 	return obj, nil
+}
+
+// shareOfService makes svc share what most Services hold alike: their
+// namespace, type, families and family policy, the protocols of their
+// ports and the IP mode of their ingress.
+func (in *interner) shareOfService(svc *corev1.Service) {
+	svc.Namespace = in.str(svc.Namespace)
+	svc.Spec.Type = corev1.ServiceType(in.str(string(svc.Spec.Type)))
+	svc.Spec.IPFamilies = in.families(svc.Spec.IPFamilies)
+	svc.Spec.IPFamilyPolicy = sharedPtr(in, svc.Spec.IPFamilyPolicy)
+	for i := range svc.Spec.Ports {
+		svc.Spec.Ports[i].Protocol = corev1.Protocol(in.str(string(svc.Spec.Ports[i].Protocol)))
+	}
+	for i := range svc.Status.LoadBalancer.Ingress {
+		svc.Status.LoadBalancer.Ingress[i].IPMode = sharedPtr(in, svc.Status.LoadBalancer.Ingress[i].IPMode)
+	}
 }
 
 // keepOfService keeps of svc its identity, its eip.io/ annotations and what

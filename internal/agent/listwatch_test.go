@@ -7,9 +7,11 @@ import (
 	"net"
 	"net/netip"
 	"reflect"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"gotest.tools/v3/assert"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -180,6 +182,41 @@ func TestKeepWhatIsReadSharesWhatLeasesHaveAlike(t *testing.T) {
 	}
 	assert.Check(t, reflect.ValueOf(got[0].Labels).UnsafePointer() == reflect.ValueOf(got[1].Labels).UnsafePointer(), "labels shared")
 	assert.Check(t, got[0].Spec.HolderIdentity == got[1].Spec.HolderIdentity, "holder shared")
+	assert.Check(t, got[0].Spec.LeaseTransitions == got[1].Spec.LeaseTransitions, "transitions shared")
 	assert.Equal(t, got[0].Annotations[lease.AnnotationIP], "198.18.1.1")
 	assert.Equal(t, got[1].Annotations[lease.AnnotationIP], "198.18.1.2")
+}
+
+// Services in a cache share their namespace, type, families, family
+// policy, port protocols and ingress IP modes; each keeps its own values.
+func TestKeepWhatIsReadSharesWhatServicesHaveAlike(t *testing.T) {
+	keep := newInterner().keepWhatIsRead
+	var got []*corev1.Service
+	for i, ip := range []string{"198.18.1.1", "198.18.1.2"} {
+		// Each decoded object has its own copies, as protobuf gives them.
+		policy, mode := corev1.IPFamilyPolicySingleStack, corev1.LoadBalancerIPModeVIP
+		svc := &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprint("web-", i), Namespace: strings.Clone("shop")},
+			Spec: corev1.ServiceSpec{
+				Type:       corev1.ServiceType(strings.Clone(string(corev1.ServiceTypeLoadBalancer))),
+				Ports:      []corev1.ServicePort{{Protocol: corev1.Protocol(strings.Clone("TCP")), Port: int32(80 + i)}},
+				IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol}, IPFamilyPolicy: &policy,
+			},
+			Status: corev1.ServiceStatus{LoadBalancer: corev1.LoadBalancerStatus{Ingress: []corev1.LoadBalancerIngress{{IP: ip, IPMode: &mode}}}},
+		}
+		want := svc.DeepCopy()
+		kept, err := keep(svc)
+		assert.NilError(t, err)
+		assert.DeepEqual(t, kept, want)
+		got = append(got, kept.(*corev1.Service))
+	}
+	same := func(a, b string) bool { return unsafe.StringData(a) == unsafe.StringData(b) }
+	assert.Check(t, same(got[0].Namespace, got[1].Namespace), "namespace shared")
+	assert.Check(t, same(string(got[0].Spec.Type), string(got[1].Spec.Type)), "type shared")
+	assert.Check(t, same(string(got[0].Spec.Ports[0].Protocol), string(got[1].Spec.Ports[0].Protocol)), "protocol shared")
+	assert.Check(t, &got[0].Spec.IPFamilies[0] == &got[1].Spec.IPFamilies[0], "families shared")
+	assert.Check(t, got[0].Spec.IPFamilyPolicy == got[1].Spec.IPFamilyPolicy, "family policy shared")
+	assert.Check(t, got[0].Status.LoadBalancer.Ingress[0].IPMode == got[1].Status.LoadBalancer.Ingress[0].IPMode, "IP mode shared")
+	assert.Equal(t, got[1].Spec.Ports[0].Port, int32(81))
+	assert.Equal(t, got[1].Status.LoadBalancer.Ingress[0].IP, "198.18.1.2")
 }
