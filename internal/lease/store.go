@@ -27,7 +27,7 @@ func (s *Store) Create(ctx context.Context, l *coordinationv1.Lease) (*coordinat
 	if err != nil {
 		return nil, fmt.Errorf("create lease %s: %w", l.Name, err)
 	}
-	return out, nil
+	return withoutManagedFields(out), nil
 }
 
 // Update writes l on the precondition of its resourceVersion; a Conflict
@@ -40,7 +40,7 @@ func (s *Store) Update(ctx context.Context, l *coordinationv1.Lease) (*coordinat
 	if err != nil {
 		return nil, fmt.Errorf("update lease %s: %w", l.Name, err)
 	}
-	return out, nil
+	return withoutManagedFields(out), nil
 }
 
 // Delete deletes the Lease name if it is still at resourceVersion rv.
@@ -58,5 +58,15 @@ func (s *Store) Get(ctx context.Context, name string) (*coordinationv1.Lease, er
 	if err != nil {
 		return nil, fmt.Errorf("get lease %s: %w", name, err)
 	}
-	return out, nil
+	return withoutManagedFields(out), nil
+}
+
+// withoutManagedFields drops l's managedFields, often larger than the rest
+// of a Lease: the agent keeps each Lease it wrote until its cache shows it
+// (thousands at a cold start) and writes the next update from it, like the
+// cache, whose informers drop them too. An update whose managedFields are
+// unset leaves the API server's unchanged.
+func withoutManagedFields(l *coordinationv1.Lease) *coordinationv1.Lease {
+	l.ManagedFields = nil
+	return l
 }

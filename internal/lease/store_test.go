@@ -217,3 +217,25 @@ func TestStoreWritesItsNamespace(t *testing.T) {
 	assert.NilError(t, err)
 	assert.Equal(t, len(other.Items), 0)
 }
+
+// What the API server returns of a write or a read comes back without its
+// managedFields, which the store's callers keep until their cache shows
+// the Lease; the API server's own are left alone. (The fake clientset
+// manages fields as the API server does.)
+func TestStoreDropsManagedFields(t *testing.T) {
+	ctx := context.Background()
+	s, cs := newStore(t)
+	ip := netip.MustParseAddr("198.18.0.6")
+	created, err := s.Create(ctx, lease.NewLockLease(ns, ip, "node-a", nil, at(0)))
+	assert.NilError(t, err)
+	assert.Check(t, created.ManagedFields == nil)
+	updated, err := s.Update(ctx, lease.WithHolder(created, ip, "node-b", nil, at(1)))
+	assert.NilError(t, err)
+	assert.Check(t, updated.ManagedFields == nil)
+	read, err := s.Get(ctx, created.Name)
+	assert.NilError(t, err)
+	assert.Check(t, read.ManagedFields == nil)
+	stored, err := cs.CoordinationV1().Leases(ns).Get(ctx, created.Name, metav1.GetOptions{})
+	assert.NilError(t, err)
+	assert.Check(t, len(stored.ManagedFields) > 0)
+}
