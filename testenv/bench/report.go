@@ -137,6 +137,7 @@ func (r *Report) figures() []Figure {
 		} else {
 			figs = append(figs, NewFigure(vanishedName, UnitCount, []float64{float64(res.Vanished)}, Target{Stat: "max", Limit: 0}))
 		}
+		figs = append(figs, eventFigures(res)...)
 		if res.CPUQuota > 0 {
 			continue // the figures below describe an unlimited eipd
 		}
@@ -364,4 +365,26 @@ func loggedFigures(res ScaleResult) []Figure {
 		NewFigure(fmt.Sprintf("reported unheard over the LAN, per node, %d IPs%s", res.IPs, res.quotaText()), UnitCount, unheard, Target{Stat: "max", Limit: 0}),
 		NewFigure(fmt.Sprintf("IPs unbound by their eipd, per node, %d IPs%s", res.IPs, res.quotaText()), UnitCount, unbound, Target{}),
 	}
+}
+
+// eventFigures are the Events each eipd posted in a scale run: on
+// Services, within the budget a node has over the run's time (eventBudget
+// at once and one more each second), and summarised on its Node.
+func eventFigures(res ScaleResult) []Figure {
+	if len(res.Events) == 0 {
+		return nil
+	}
+	var posted, left []float64
+	summaries := 0
+	for _, c := range res.Events {
+		posted = append(posted, float64(c.OnServices))
+		left = append(left, float64(c.Summarised))
+		summaries += c.Summaries
+	}
+	budget := Target{Stat: "max", Limit: float64(eventBudget) + res.EventsFor.Seconds()}
+	p := NewFigure(fmt.Sprintf("Events eipd posted on Services per node, %d IPs%s", res.IPs, res.quotaText()), UnitCount, posted, budget)
+	p.Note = fmt.Sprintf("from the cold start to the end of the window (%s); the budget allows %d and one more a second", res.EventsFor.Round(time.Second), eventBudget)
+	s := NewFigure(fmt.Sprintf("Events summarised on the Node per node, %d IPs%s", res.IPs, res.quotaText()), UnitCount, left, Target{})
+	s.Note = fmt.Sprintf("said in %d EventsSummarised Events", summaries)
+	return []Figure{p, s}
 }

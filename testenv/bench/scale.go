@@ -67,7 +67,11 @@ type ScaleResult struct {
 	// the end of the window (or to the failure): the mass failover is not
 	// in it.
 	Logged map[string]LogCounts `json:"logged,omitempty"`
-	Error  string               `json:"error,omitempty"`
+	// Events are what each eipd posted as Events from the cold start to
+	// the end of the window, and EventsFor how long that was.
+	Events    map[string]EventCounts `json:"events,omitempty"`
+	EventsFor time.Duration          `json:"eventsFor,omitempty"`
+	Error     string                 `json:"error,omitempty"`
 }
 
 // Point is the number of IPs bound T seconds into a cold start.
@@ -219,6 +223,10 @@ func (e *env) scale(ctx context.Context, run scaleRun) (res ScaleResult, err err
 	}
 	res.Vanished = watch.Removals(ips)
 	countLogs()
+	res.EventsFor = time.Since(t0)
+	if res.Events, err = e.countEvents(ctx, t0); err != nil {
+		return res, err
+	}
 	e.log.Info("steady state", "ips", run.ips, "writesPerSec", res.Steady.Writes, "readsPerSec", res.Steady.Reads)
 	if run.status {
 		e.timeStatus(ctx, &res)

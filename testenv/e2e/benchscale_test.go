@@ -48,6 +48,15 @@ func TestBenchScaleScenariosShort(t *testing.T) {
 	cold := figs.get("cold start → all 5000 IPs bound, eipd limited to 10 % of a core")
 	assert.Check(t, is.Len(cold.Samples, 1), "%s: %s", cold.Name, cold.Note)
 	figs.zero("held addresses that vanished, " + starved)
+	// Each node binds about 1,700 IPs: it posts Events on Services within
+	// its budget, and says how many it left out on its Node.
+	posted := figs.get("Events eipd posted on Services per node, " + starved)
+	assert.Check(t, is.Len(posted.Samples, 3), "%s: %s", posted.Name, posted.Note)
+	assert.Check(t, posted.Meets(), "%s: at most %v, the budget over the run: %v (%s)", posted.Name, posted.Target.Limit, posted.Samples, posted.Note)
+	left := figs.get("Events summarised on the Node per node, " + starved)
+	for _, n := range left.Samples {
+		assert.Check(t, n > 0, "%s: %v (%s)", left.Name, left.Samples, left.Note)
+	}
 }
 
 // benchFigures are the figures of one benchmark run.
