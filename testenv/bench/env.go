@@ -37,11 +37,10 @@ const (
 	deadline = 60 * time.Second
 	// poll is how often conditions are checked.
 	poll = 10 * time.Millisecond
-	// workers create and delete Services concurrently; serviceWorkers
-	// create a scale run's Services (at 16, 10,000 took 3 to 4 minutes, each
-	// create a few hundred milliseconds at the API server).
-	workers        = 16
-	serviceWorkers = 64
+	// workers create and delete Services concurrently. More do not help:
+	// 10,000 Services took 198 s on 16 and 184 s on 64, the API server
+	// being the limit (docs/benchmarks.md).
+	workers = 16
 )
 
 // Timing is a lease configuration the scenarios run with.
@@ -341,7 +340,7 @@ func (e *env) createServices(ctx context.Context, ips []netip.Addr) error {
 		e.svcSeq++
 		names[i] = "bench-" + strconv.Itoa(e.svcSeq)
 	}
-	return parallelOn(serviceWorkers, len(ips), func(i int) error {
+	return parallel(len(ips), func(i int) error {
 		svc := &corev1.Service{
 			ObjectMeta: metav1.ObjectMeta{Name: names[i], Namespace: svcNamespace, Labels: map[string]string{benchLabel: "true"}},
 			Spec: corev1.ServiceSpec{

@@ -381,7 +381,7 @@ func eventFigures(res ScaleResult) []Figure {
 		left = append(left, float64(c.Summarised))
 		summaries += c.Summaries
 	}
-	budget := Target{Stat: "max", Limit: float64(eventBudget) + res.EventsFor.Seconds()}
+	budget := Target{Stat: "max", Limit: float64(eventBudget) + res.EventsFor.Truncate(time.Second).Seconds()}
 	p := NewFigure(fmt.Sprintf("Events eipd posted on Services per node, %d IPs%s", res.IPs, res.quotaText()), UnitCount, posted, budget)
 	p.Note = fmt.Sprintf("from the cold start to the end of the window (%s); the budget allows %d and one more a second", res.EventsFor.Round(time.Second), eventBudget)
 	s := NewFigure(fmt.Sprintf("Events summarised on the Node per node, %d IPs%s", res.IPs, res.quotaText()), UnitCount, left, Target{})
