@@ -16,12 +16,14 @@ import (
 // the API server, and a node posts them one at a time: a node that binds
 // 3,000 IPs at a cold start, or takes a dead peer's 3,000 over, would keep
 // the API server writing Events for minutes after the IPs were bound. So
-// each node posts at most eventBurst of them at once and eventRefill more
-// each second; the rest are counted, by type and reason, and said in one
-// EventsSummarised Event on the node's Node object at most every
-// summaryEvery (and counted in eip_events_summarised_total). The Event
-// volume of a node is then bounded by time, whatever the number of IPs;
-// the Leases and `kubectl eip status` say where every IP is.
+// each node posts at most eventBurst of them at once and one more each
+// eventRefill, Normal and Warning Events each on their own budget (a flood
+// of Bound leaves room for an AddressConflict); the rest are counted, by
+// type and reason, and said in one EventsSummarised Event on the node's
+// Node object at most every summaryEvery (and counted in
+// eip_events_summarised_total). The Event volume of a node is then
+// bounded by time, whatever the number of IPs; the Leases and `kubectl
+// eip status` say where every IP is.
 const (
 	eventBurst   = 100
 	eventRefill  = time.Second
@@ -31,20 +33,25 @@ const (
 // eventBudget decides which Service Events a node posts, and what it
 // summarises instead.
 type eventBudget struct {
-	limit *rate.Limiter
+	limits map[string]*rate.Limiter // by type, Normal or Warning
 	// left counts the Events not posted since since, by "type reason".
 	left  map[string]int
 	since time.Time
 }
 
 func newEventBudget() *eventBudget {
-	return &eventBudget{limit: rate.NewLimiter(rate.Every(eventRefill), eventBurst), left: map[string]int{}}
+	return &eventBudget{limits: map[string]*rate.Limiter{}, left: map[string]int{}}
 }
 
 // allow says whether an Event of this type and reason may be posted at
 // now; if not, it is counted for the next summary.
 func (b *eventBudget) allow(now time.Time, kind, reason string) bool {
-	if b.limit.AllowN(now, 1) {
+	l, ok := b.limits[kind]
+	if !ok {
+		l = rate.NewLimiter(rate.Every(eventRefill), eventBurst)
+		b.limits[kind] = l
+	}
+	if l.AllowN(now, 1) {
 		return true
 	}
 	if len(b.left) == 0 {
@@ -71,7 +78,7 @@ func (b *eventBudget) summary(now time.Time) (kind, msg string, ok bool) {
 			kind = corev1.EventTypeWarning
 		}
 	}
-	msg = fmt.Sprintf("%d Events on Services not posted in the last %s (%s): a node posts at most %d at once and one more each %s; the IP locks and `kubectl eip status` show where every IP is",
+	msg = fmt.Sprintf("%d Events on Services not posted in the last %s (%s): a node posts at most %d of each type at once and one more each %s; the IP locks and `kubectl eip status` show where every IP is",
 		total, now.Sub(b.since).Round(time.Second), strings.Join(parts, ", "), eventBurst, eventRefill)
 	clear(b.left)
 	return kind, msg, true

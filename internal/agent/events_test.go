@@ -12,9 +12,10 @@ import (
 	"k8s.io/client-go/tools/record"
 )
 
-// The budget lets eventBurst Events through at once and one more each
-// eventRefill; what it leaves out is said in one summary, due summaryEvery
-// after the first left out, in a Warning once a Warning was left out.
+// The budget lets eventBurst Events of each type through at once and one
+// more each eventRefill; what it leaves out is said in one summary, due
+// summaryEvery after the first left out, in a Warning once a Warning was
+// left out.
 func TestEventBudget(t *testing.T) {
 	b := newEventBudget()
 	now := t0
@@ -25,6 +26,7 @@ func TestEventBudget(t *testing.T) {
 		assert.Assert(t, !b.allow(now, corev1.EventTypeNormal, "Bound"))
 	}
 	assert.Assert(t, !b.allow(now, corev1.EventTypeNormal, "TakenOver"))
+	assert.Assert(t, b.allow(now, corev1.EventTypeWarning, "AddressConflict"), "Warnings have their own budget")
 	_, _, due := b.summary(now.Add(summaryEvery - time.Millisecond))
 	assert.Assert(t, !due, "a summary before summaryEvery")
 
@@ -48,13 +50,15 @@ func TestEventBudget(t *testing.T) {
 		n++
 	}
 	assert.Equal(t, n, eventBurst)
+	for b.allow(later, corev1.EventTypeWarning, "Unheard") {
+	}
 	assert.Assert(t, !b.allow(later.Add(time.Second/2), corev1.EventTypeWarning, "Unheard"))
 	_, _, due = b.summary(later.Add(summaryEvery - time.Millisecond))
 	assert.Assert(t, !due, "counted from the first left out")
 	kind, msg, due = b.summary(later.Add(summaryEvery))
 	assert.Assert(t, due)
 	assert.Equal(t, kind, corev1.EventTypeWarning)
-	assert.Assert(t, strings.HasPrefix(msg, "2 Events on Services not posted in the last 10s (1 Normal Bound, 1 Warning Unheard)"), msg)
+	assert.Assert(t, strings.HasPrefix(msg, "3 Events on Services not posted in the last 10s (1 Normal Bound, 2 Warning Unheard)"), msg)
 }
 
 // A node that binds more IPs at once than its Event budget allows posts a

@@ -20,8 +20,9 @@ type EventCounts struct {
 	Summarised int `json:"summarised"`
 }
 
-// eventBudget is a node's budget of Events on Services (eipd's
-// internal/agent/events.go): that many at once, one more each second.
+// eventBudget is a node's budget of Events on Services of each type,
+// Normal and Warning (eipd's internal/agent/events.go): that many at once,
+// one more each second.
 const eventBudget = 100
 
 // countEvents counts, per node, the Events eipd posted since since.
