@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -261,6 +262,57 @@ func TestLoopLANUnheardHandsOff(t *testing.T) {
 	hb := w.get(lease.HeartbeatName("node-a"))
 	assert.Equal(t, hb.Annotations[lease.AnnotationEligible], "false")
 	assert.Assert(t, hb.Annotations[lease.AnnotationError] != "")
+}
+
+// Unheard with five IPs and two writers, node-a unbinds and hands off two
+// at a time: the others stay bound until a writer is free. Heard again
+// before those two writes come back, it keeps the other three. (It used
+// to unbind all five at once, and they stayed dark until each write came
+// back, however soon the node was heard again.)
+func TestLoopLANUnheardDropsAWriterAtATime(t *testing.T) {
+	w, _ := lanWorld(t)
+	w.a.opt.Writers = 2
+	for i := range 5 {
+		w.lock(testIP(i), "node-a")
+		w.addService(fmt.Sprintf("web-%d", i), testIP(i))
+	}
+	w.pass()
+	for range 4 {
+		w.lanTick(hearingA(100 * time.Millisecond))
+	}
+	assert.Equal(t, len(w.s.bound), 5)
+	r := w.s.cfg.RenewInterval
+	for i := range 2 {
+		w.lanTick(hearingA(time.Duration(i+1) * r))
+	}
+	w.take()
+	w.step(r)
+	w.s.tick()
+	for n, ages := range hearingA(3 * r) {
+		w.hear(n, lanPeerIPs[n], ages)
+	}
+	w.s.pass()
+	assert.Assert(t, w.s.unheard)
+	assert.Equal(t, len(w.s.jobs), 2, "two hand-offs in flight")
+	assert.Equal(t, len(w.s.bound), 3, "three IPs still bound")
+	for n, ages := range hearingA(100 * time.Millisecond) {
+		w.hear(n, lanPeerIPs[n], ages)
+	}
+	assert.Assert(t, !w.s.unheard)
+	w.settle()
+	var unbinds, handoffs int
+	for _, c := range w.take() {
+		switch {
+		case strings.HasPrefix(c, "unbind "):
+			unbinds++
+		case strings.HasPrefix(c, "update ") && !strings.HasSuffix(c, "holder=node-a"):
+			handoffs++
+		}
+	}
+	assert.Equal(t, unbinds, 2)
+	assert.Equal(t, handoffs, 2)
+	assert.Equal(t, len(w.s.bound), 3)
+	assert.Equal(t, w.s.dropping, 0)
 }
 
 // Of three nodes, node-b dies; node-a now hears one peer, so it goes back

@@ -107,7 +107,11 @@ type state struct {
 	// peer, nor its rank among them, and races for no IP.
 	peersKnownAt time.Time
 	acquiring    int // Create and Acquire writes in flight, see dispatch
-	selfReason   string
+	dropping     int // writes in flight whose IP was unbound first, see drop
+	// dropWaiting are the bound IPs whose hand-off or delete waits for
+	// one of those (drop).
+	dropWaiting map[netip.Addr]bool
+	selfReason  string
 
 	dirtySvc, dirtyNodes, dirtyCM bool
 	wake                          time.Time
@@ -185,6 +189,7 @@ func newState(a *Agent) *state {
 		names:       map[string]netip.Addr{},
 		ipWake:      map[netip.Addr]time.Time{},
 		waiting:     map[netip.Addr]bool{},
+		dropWaiting: map[netip.Addr]bool{},
 		needBarrier: true,
 		dirtySvc:    true, dirtyNodes: true, dirtyCM: true,
 		renewReq:  make(chan renewal, 1),
@@ -736,6 +741,7 @@ func (s *state) reconcile() {
 	s.ipWakeMin = time.Time{}
 	clear(s.waiting)
 	s.waitingFirst = 0
+	clear(s.dropWaiting)
 	clear(s.lateBinds)
 	s.fence(now)
 	changed := false
@@ -1080,10 +1086,14 @@ func (s *state) apply(v lease.View, ip netip.Addr, l *coordinationv1.Lease, lk *
 		if d.Action == lease.Handoff {
 			w.target = d.Target
 		}
-		s.unbind(ip, d.Reason)
+		if !s.drop(&w, d.Reason) {
+			return
+		}
 		w.lease = lease.WithHolder(l, ip, w.target, e.Services, now)
 	case lease.Delete:
-		s.unbind(ip, d.Reason)
+		if !s.drop(&w, d.Reason) {
+			return
+		}
 		w.rv = l.ResourceVersion
 	case lease.ClearMove:
 		w.lease = lease.WithMoveTo(l, "")
@@ -1108,6 +1118,9 @@ func (s *state) dispatch(w write) {
 		if acquisition {
 			s.acquiring++
 		}
+		if w.drops {
+			s.dropping++
+		}
 		switch w.action {
 		case lease.Create, lease.Acquire, lease.Handoff, lease.Release:
 			s.pending[w.name] = w.target
@@ -1119,6 +1132,30 @@ func (s *state) dispatch(w write) {
 }
 
 func (s *state) acquisitionsFull() bool { return s.acquiring >= s.a.opt.Writers }
+
+// drop unbinds w's IP, if bound, before w is dispatched, and reports
+// whether w may go. While as many writes whose IP was unbound first are in
+// flight as there are writers, a bound IP waits, bound, and is decided
+// again when one of them comes back. Unbound all at once, a node that its peers
+// stopped hearing for a moment (fifty nodes on the 2-core test bed) left
+// every IP it held dark until each hand-off's write came back: with the
+// API server answering in seconds, 243 IPs for up to a minute, though the
+// node was heard again 22 ms later and the writes failed. Now at most a
+// writer's worth are dark at a time, and the rest stay bound if the node
+// is heard again first. A node shutting down hands everything off at once.
+func (s *state) drop(w *write, why string) bool {
+	if _, bound := s.bound[w.ip]; !bound {
+		return true
+	}
+	if !s.shutting && s.dropping >= s.a.opt.Writers {
+		s.dropWaiting[w.ip] = true
+		return false
+	}
+	delete(s.dropWaiting, w.ip)
+	s.unbind(w.ip, why)
+	w.drops = true
+	return true
+}
 
 // wait records an acquisition decided while it may not be sent (see
 // decide), and unwait forgets one; waitingFirst counts those that go first.
@@ -1146,6 +1183,13 @@ func (s *state) writeDone(r writeResult) {
 	delete(s.inflight, r.name)
 	if r.action == lease.Create || r.action == lease.Acquire {
 		s.acquiring--
+	}
+	if r.drops {
+		s.dropping--
+		for ip := range s.dropWaiting {
+			s.dirty[ip] = true
+		}
+		clear(s.dropWaiting)
 	}
 	delete(s.pending, r.name)
 	log := s.log.With("ip", r.ip, "lease", r.name)
