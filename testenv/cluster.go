@@ -26,6 +26,12 @@ import (
 type Options struct {
 	// Nodes is the number of node namespaces (default 3, at most 89).
 	Nodes int
+	// ServiceIPs is how many Service IPs the client will reach at most.
+	// With the nodes, it sizes the machine's neighbour tables, which all
+	// namespaces share: when the cluster may need more entries than
+	// gc_thresh3 allows, Start raises the thresholds and Close restores
+	// them (not with Detach). See NeighTable.
+	ServiceIPs int
 	// Dir is the run directory for certificates, kubeconfigs, etcd data and
 	// logs. Default: a new directory under os.TempDir(), removed by Close
 	// unless KeepDir is set or EIP_TESTENV_KEEP=1.
@@ -127,6 +133,9 @@ type Cluster struct {
 	realNodes   map[string]*realnode.Node
 	controllers *realnode.Controllers
 
+	neighNeed    int
+	neighChanges []neighChange
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -182,6 +191,19 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if !opts.Detach {
 		if c.watchdog, err = startWatchdog(c.dir, c.StatePath(), c.plannedNamespaces()); err != nil {
 			return nil, errors.Join(err, os.Remove(c.StatePath()), os.RemoveAll(dir))
+		}
+	}
+	if !opts.Detach {
+		endpoints := opts.Nodes + 2 // the control plane and the client
+		if opts.Router {
+			endpoints++
+		}
+		c.neighNeed = NeighEntries(endpoints, opts.ServiceIPs)
+		if c.neighChanges, err = raiseNeighLimits(c.neighNeed); err != nil {
+			return nil, errors.Join(fmt.Errorf("start cluster: %w", err), c.Close())
+		}
+		if len(c.neighChanges) > 0 {
+			c.log.Warn("the host's neighbour tables are shared by all namespaces", "changed", c.NeighTable())
 		}
 	}
 	if err := c.start(ctx); err != nil {
@@ -405,6 +427,12 @@ func (c *Cluster) endpoint(name string) (*endpoint, error) {
 	return c.nodeEndpoint(name)
 }
 
+// NeighTable says which of the machine's neighbour table thresholds Start
+// raised for this cluster, and from what; "" when none.
+func (c *Cluster) NeighTable() string {
+	return describeNeighChanges(c.neighNeed, c.neighChanges)
+}
+
 // Keep makes Close leave the run directory in place, e.g. after a failure.
 func (c *Cluster) Keep() {
 	c.mu.Lock()
@@ -455,6 +483,7 @@ func (c *Cluster) Close() error {
 			}
 		}
 		errs = errors.Join(errs, deleteNamespaces(c.plannedNamespaces()))
+		errs = errors.Join(errs, restoreNeighLimits(c.neighChanges))
 		if err := os.Remove(c.StatePath()); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = errors.Join(errs, fmt.Errorf("remove state: %w", err))
 		}

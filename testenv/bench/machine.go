@@ -26,6 +26,11 @@ type Machine struct {
 	// --version).
 	Commit string `json:"commit,omitempty"`
 	Eipd   string `json:"eipd,omitempty"`
+	// NeighTable says which of the machine's neighbour table thresholds
+	// the test cluster raised for the run (testenv.Options.ServiceIPs),
+	// empty when none: a property of the test bed, whose namespaces share
+	// one table where real nodes have one each.
+	NeighTable string `json:"neighTable,omitempty"`
 }
 
 // DescribeMachine reads what it can of this machine; what it cannot is

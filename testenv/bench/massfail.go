@@ -20,6 +20,12 @@ const (
 	massProbeEvery = 50 * time.Millisecond
 )
 
+// MaxPinged is the most Service IPs the client pings, and so resolves, in
+// one scenario: the mass failover's sample. The others ping one IP or a
+// few, and the cold starts count addresses over netlink. It sizes the
+// test bed's neighbour tables (testenv.Options.ServiceIPs).
+const MaxPinged = massProbes
+
 // MassFailover is one node, holding many IPs, lost at once: its eipd is
 // SIGKILLed and its link cut in the same instant.
 type MassFailover struct {

@@ -118,9 +118,13 @@ func run(args []string) error {
 	ctx := context.Background()
 	fmt.Fprintf(os.Stderr, "bench: starting a %d-node test cluster\n", clusterNodes)
 	router := strings.Contains(","+*only+",", ","+bench.ScenarioBGP+",")
-	c, err := testenv.Start(ctx, testenv.Options{Nodes: clusterNodes, Router: router, Logger: log})
+	c, err := testenv.Start(ctx, testenv.Options{Nodes: clusterNodes, ServiceIPs: bench.MaxPinged, Router: router, Logger: log})
 	if err != nil {
 		return err
+	}
+	neigh := c.NeighTable()
+	if neigh != "" {
+		fmt.Fprintf(os.Stderr, "bench: %s (restored when the cluster closes)\n", neigh)
 	}
 	if *keep {
 		c.Keep() // an interrupted run too
@@ -142,7 +146,7 @@ func run(args []string) error {
 	commit := commandLine(root, "git", "describe", "--always", "--dirty")
 	eipd := commandLine(root, eipdBin(root), "--version")
 	o.Measured = func(r *bench.Report) {
-		r.Machine.Commit, r.Machine.Eipd = commit, eipd
+		r.Machine.Commit, r.Machine.Eipd, r.Machine.NeighTable = commit, eipd, neigh
 		if err := r.WriteDir(*out); err != nil {
 			log.Warn("write the results so far", "err", err)
 		}
@@ -156,7 +160,7 @@ func run(args []string) error {
 	if r == nil {
 		return errors.Join(err, closeErr)
 	}
-	r.Machine.Commit, r.Machine.Eipd = commit, eipd
+	r.Machine.Commit, r.Machine.Eipd, r.Machine.NeighTable = commit, eipd, neigh
 	if werr := r.WriteTable(os.Stdout); werr != nil {
 		err = errors.Join(err, werr)
 	}
