@@ -19,6 +19,8 @@ func TestMultiBound(t *testing.T) {
 		{"clean move", []boundSpan{{"a", ms(0), ms(100)}, {"b", ms(120), ms(300)}}, 0},
 		{"touching", []boundSpan{{"a", ms(0), ms(100)}, {"b", ms(100), ms(300)}}, 0},
 		{"overlap", []boundSpan{{"a", ms(0), ms(100)}, {"b", ms(60), ms(300)}}, 40 * time.Millisecond},
+		{"overlap of one resolution", []boundSpan{{"a", ms(0), ms(100)}, {"b", ms(99), ms(300)}}, time.Millisecond},
+		{"within the resolution", []boundSpan{{"a", ms(0), ms(100)}, {"b", ms(100).Add(-29 * time.Microsecond), ms(300)}}, 0},
 		{"same node twice is not two nodes", []boundSpan{{"a", ms(0), ms(100)}, {"a", ms(50), ms(150)}}, 0},
 		{"three nodes", []boundSpan{{"a", ms(0), ms(100)}, {"b", ms(50), ms(80)}, {"c", ms(70), ms(200)}}, 50 * time.Millisecond},
 		{"clipped to the window", []boundSpan{{"a", ms(-100), ms(1000)}, {"b", ms(-50), ms(1000)}}, 500 * time.Millisecond},
