@@ -434,12 +434,9 @@ func (s *state) resync(startup bool) {
 			ifaces[iface] = true
 		}
 	}
-	all, _ := s.a.leases.List(labels.Everything())
-	heldByLock := map[netip.Addr]bool{}
-	for _, l := range all {
-		if ip, err := netip.ParseAddr(l.Annotations[lease.AnnotationIP]); err == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == s.a.opt.Node {
-			heldByLock[ip] = true
-		}
+	var heldByLock map[netip.Addr]bool // read at start-up only
+	if startup {
+		heldByLock = s.heldByLock()
 	}
 	for iface := range ifaces {
 		have, err := s.a.opt.Addresser.List(iface)
@@ -447,7 +444,7 @@ func (s *state) resync(startup bool) {
 			s.log.Warn("resync: list addresses", "iface", iface, "err", err)
 			continue
 		}
-		present := map[netip.Addr]bool{}
+		present := make(map[netip.Addr]bool, len(have))
 		for _, p := range have {
 			ip := p.Addr()
 			present[ip] = true
@@ -468,4 +465,18 @@ func (s *state) resync(startup bool) {
 			}
 		}
 	}
+}
+
+// heldByLock returns the IPs whose lock names this node. Reading every lock
+// is most of a resync's own work at 10,000 IPs, and only the one at
+// start-up needs it.
+func (s *state) heldByLock() map[netip.Addr]bool {
+	all, _ := s.a.leases.List(labels.Everything())
+	held := map[netip.Addr]bool{}
+	for _, l := range all {
+		if ip, err := netip.ParseAddr(l.Annotations[lease.AnnotationIP]); err == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == s.a.opt.Node {
+			held[ip] = true
+		}
+	}
+	return held
 }

@@ -30,7 +30,9 @@ type Addresses struct {
 	log *slog.Logger
 	ns  netNamespace
 	nl  *netlink.Handle
-	err error // a failed construction, returned by every method
+	// dumper lists addresses, one interface's at a time.
+	dumper *addrDumper
+	err    error // a failed construction, returned by every method
 
 	mu sync.Mutex
 	// known holds, per interface, the prefix lengths each address is bound
@@ -56,9 +58,8 @@ type Addresses struct {
 }
 
 // subnetsTTL is how long IfaceFor trusts the node's subnets as listed.
-// Listing dumps every address, the agent's own included, and the agent
-// resolves every new IP: at a cold start of thousands of IPs that was a
-// dump of thousands of addresses per IP.
+// The agent resolves every new IP: at a cold start of thousands of IPs
+// that was a listing of every interface per IP.
 const subnetsTTL = time.Second
 
 type subnetList struct {
@@ -80,6 +81,11 @@ func NewAddresses(log *slog.Logger) *Addresses {
 		return a
 	}
 	if a.nl, a.err = newNetlinkHandle(a.ns); a.err != nil {
+		_ = a.ns.close()
+		return a
+	}
+	if a.dumper, a.err = openAddrDumper(a.ns); a.err != nil {
+		a.nl.Close()
 		_ = a.ns.close()
 	}
 	return a
@@ -112,6 +118,7 @@ func (a *Addresses) Close() {
 		return
 	}
 	a.nl.Close()
+	a.dumper.close()
 	a.refreshMu.Lock()
 	if a.refreshFD >= 0 {
 		_ = unix.Close(a.refreshFD)
@@ -201,7 +208,7 @@ func (a *Addresses) lengths(link netlink.Link, ip netip.Addr) ([]int, error) {
 		return slices.Clone(k.bits[ip]), nil
 	}
 	a.mu.Unlock()
-	addrs, err := a.list(link, netlink.FAMILY_ALL)
+	addrs, err := a.dumper.list(link.Attrs().Index, netlink.FAMILY_ALL)
 	if err != nil {
 		return nil, err
 	}
@@ -212,12 +219,19 @@ func (a *Addresses) lengths(link netlink.Link, ip netip.Addr) ([]int, error) {
 }
 
 // learn replaces what is known about link with a listing of it.
-func (a *Addresses) learn(link netlink.Link, addrs []netlink.Addr) *knownAddrs {
-	k := &knownAddrs{link: link.Attrs().Index, bits: map[netip.Addr][]int{}}
-	for _, ad := range addrs {
-		if ia, ok := toIfAddr(ad); ok {
-			k.bits[ia.prefix.Addr()] = append(k.bits[ia.prefix.Addr()], ia.prefix.Bits())
+func (a *Addresses) learn(link netlink.Link, addrs []ifAddr) *knownAddrs {
+	k := &knownAddrs{link: link.Attrs().Index, bits: make(map[netip.Addr][]int, len(addrs))}
+	// An address's first length takes a slot of one array rather than a
+	// slice of its own: eipd's device holds thousands, each with one.
+	first := make([]int, len(addrs))
+	for i, ia := range addrs {
+		ip := ia.prefix.Addr()
+		if bits, ok := k.bits[ip]; ok {
+			k.bits[ip] = append(bits, ia.prefix.Bits())
+			continue
 		}
+		first[i] = ia.prefix.Bits()
+		k.bits[ip] = first[i : i+1 : i+1]
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -362,14 +376,14 @@ func (a *Addresses) List(iface string) ([]netip.Prefix, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list addresses on %s: %w", iface, err)
 	}
-	addrs, err := a.list(link, netlink.FAMILY_ALL)
+	addrs, err := a.dumper.list(link.Attrs().Index, netlink.FAMILY_ALL)
 	if err != nil {
 		return nil, fmt.Errorf("list addresses on %s: %w", iface, err)
 	}
 	a.learn(link, addrs)
-	var out []netip.Prefix
-	for _, ad := range addrs {
-		if ia, ok := toIfAddr(ad); ok && ia.global {
+	out := make([]netip.Prefix, 0, len(addrs))
+	for _, ia := range addrs {
+		if ia.global {
 			out = append(out, ia.prefix)
 		}
 	}
@@ -407,13 +421,13 @@ func (a *Addresses) subnetsOf(fam int) ([]ifAddr, error) {
 	if l, ok := a.subnets[fam]; ok && time.Since(l.at) < subnetsTTL {
 		return l.addrs, nil
 	}
-	addrs, err := a.list(nil, fam)
+	addrs, err := a.listSubnetLinks(fam)
 	if err != nil {
 		return nil, err
 	}
 	var out []ifAddr
-	for _, ad := range addrs {
-		if ia, ok := toIfAddr(ad); ok && ia.prefix.Bits() < ia.prefix.Addr().BitLen() {
+	for _, ia := range addrs {
+		if ia.prefix.Bits() < ia.prefix.Addr().BitLen() {
 			out = append(out, ia)
 		}
 	}
@@ -422,6 +436,64 @@ func (a *Addresses) subnetsOf(fam int) ([]ifAddr, error) {
 	}
 	a.subnets[fam] = subnetList{at: time.Now(), addrs: out}
 	return out, nil
+}
+
+// listSubnetLinks lists the addresses of family fam on every interface
+// but those known to hold host addresses only (hostOnlyLinks): eipd's
+// device holds thousands, and defines no subnet. The kernel filters by
+// interface only under strict checking; without it one dump of every
+// interface costs less than one per interface.
+func (a *Addresses) listSubnetLinks(fam int) ([]ifAddr, error) {
+	if !a.dumper.strict {
+		return a.dumper.list(0, fam)
+	}
+	links, err := dump(a.nl.LinkList)
+	if err != nil {
+		return nil, fmt.Errorf("list links: %w", err)
+	}
+	skip := a.hostOnlyLinks()
+	var out []ifAddr
+	for _, l := range links {
+		if skip[l.Attrs().Index] {
+			continue
+		}
+		addrs, err := a.dumper.list(l.Attrs().Index, fam)
+		if errors.Is(err, unix.ENODEV) {
+			continue // deleted since the links were listed
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, addrs...)
+	}
+	return out, nil
+}
+
+// hostOnlyLinks returns the indexes of the interfaces whose addresses
+// this adapter knows, all of them host addresses (/32, /128): as of the
+// interface's last listing (the agent's resync lists eipd's device every
+// resync period) and the bindings made and removed here since.
+func (a *Addresses) hostOnlyLinks() map[int]bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := map[int]bool{}
+	for _, k := range a.known {
+		if k.hostOnly() {
+			out[k.link] = true
+		}
+	}
+	return out
+}
+
+func (k *knownAddrs) hostOnly() bool {
+	for ip, bits := range k.bits {
+		for _, b := range bits {
+			if b != ip.BitLen() {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // HardwareAddr returns iface's link-layer address.
@@ -593,14 +665,19 @@ func toIfAddr(ad netlink.Addr) (ifAddr, bool) {
 	if !ok {
 		return ifAddr{}, false
 	}
-	ip = ip.Unmap()
 	ones, _ := ad.Mask.Size()
+	return newIfAddr(ad.LinkIndex, netip.PrefixFrom(ip.Unmap(), ones), ad.Scope, ad.Flags), true
+}
+
+// newIfAddr is the address p on the link with that index, with the
+// kernel's scope and flags.
+func newIfAddr(link int, p netip.Prefix, scope, flags int) ifAddr {
 	return ifAddr{
-		link:      ad.LinkIndex,
-		prefix:    netip.PrefixFrom(ip, ones),
-		global:    ad.Scope == unix.RT_SCOPE_UNIVERSE,
-		secondary: ip.Is4() && ad.Flags&unix.IFA_F_SECONDARY != 0,
-	}, true
+		link:      link,
+		prefix:    p,
+		global:    scope == unix.RT_SCOPE_UNIVERSE,
+		secondary: p.Addr().Is4() && flags&unix.IFA_F_SECONDARY != 0,
+	}
 }
 
 // takesSecondaries reports whether the kernel would delete other addresses

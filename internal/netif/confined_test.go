@@ -48,7 +48,8 @@ func TestAdaptersWithDaemonSetCapabilities(t *testing.T) {
 	assert.Assert(t, !strings.Contains(n.ip(t, n.a, "link", "show"), "eipd0"), "the confined process's tun outlived it")
 }
 
-// TestConfinedAdapters is the confined copy's work: bind, list, watch,
+// TestConfinedAdapters is the confined copy's work: bind, list (the
+// kernel filtering by interface), find an IP's interface, watch,
 // announce and delete, each an adapter eipd uses, and unbind a subnet's
 // primary address without losing its secondaries (which changes a setting
 // that /proc/sys, read-only here, cannot).
@@ -74,6 +75,10 @@ func TestConfinedAdapters(t *testing.T) {
 	got, err := a.List(tun.Name())
 	assert.NilError(t, err)
 	assert.DeepEqual(t, got, []netip.Prefix{onTun}, cmpPrefix())
+	assert.Assert(t, a.dumper.strict, "the kernel filters no listing by interface for eipd")
+	iface, err := a.IfaceFor(netip.MustParseAddr("198.18.0.5"))
+	assert.NilError(t, err)
+	assert.Equal(t, iface, vethIface)
 	answers, err := a.AnswersARP(vethIface)
 	assert.NilError(t, err)
 	assert.Assert(t, answers)
