@@ -64,6 +64,10 @@ type world struct {
 	failAdd bool
 	// apiDown: every Lease request fails, as when the API server is down.
 	apiDown bool
+	// watchLag: the watch has not delivered this node's own renewals yet,
+	// as on a loaded API server: the loop still sees the heartbeat it last
+	// observed.
+	watchLag bool
 	// hung is how long the loop was quiet when the watchdog fired.
 	hung time.Duration
 }
@@ -253,7 +257,7 @@ func (w *world) renew() bool {
 		w.renewTries = append(w.renewTries, fmt.Sprintf("%s timeout=%s", sent.Sub(t0), r.timeout))
 		err := w.s.hb.renew(r)
 		w.s.renewed(renewResult{renewal: r, sent: sent, err: err})
-		w.s.hbDirty = true
+		w.s.hbDirty = w.s.hbDirty || !w.watchLag
 		return true
 	default:
 		return false
@@ -336,7 +340,7 @@ func (w *world) Update(_ context.Context, l *coordinationv1.Lease) (*coordinatio
 	out.ResourceVersion = w.nextRV()
 	w.must(w.leases.Update(out))
 	if l.Labels[lease.RoleLabel] == lease.RoleHeartbeat {
-		w.s.hbDirty = true
+		w.s.hbDirty = w.s.hbDirty || !w.watchLag
 	} else {
 		w.a.leaseChanged(out)
 	}

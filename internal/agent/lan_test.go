@@ -17,6 +17,7 @@ import (
 	"github.com/eip-project/eip/internal/lanlive"
 	"github.com/eip-project/eip/internal/lease"
 	"github.com/eip-project/eip/internal/netif"
+	"github.com/eip-project/eip/internal/policy"
 )
 
 // lanNet is the fake LAN of a world: what the loop sends, by destination.
@@ -43,7 +44,12 @@ func (n *lanNet) Close() error { return nil }
 // lanWorld is node-a with liveness over the LAN, and peers node-b, node-c
 // and node-d (198.18.0.12 to .14) whose heartbeats name the liveness port.
 func lanWorld(t *testing.T) (*world, *lanNet) {
-	w := newWorld(t, "node-a", defaultTestConfig())
+	return lanWorldWith(t, defaultTestConfig())
+}
+
+// lanWorldWith is lanWorld with the given ConfigMap data.
+func lanWorldWith(t *testing.T, cfg map[string]string) (*world, *lanNet) {
+	w := newWorld(t, "node-a", cfg)
 	net := &lanNet{}
 	w.a.opt.ListenLAN = func(port uint16, _ chan<- lanlive.Received) (LANConn, error) {
 		net.port = port
@@ -155,6 +161,70 @@ func TestLoopLANSlowHeartbeat(t *testing.T) {
 		"1s update eligible=true duration=20s",
 		"6s update eligible=true duration=20s",
 		"11s update eligible=true duration=20s",
+	})
+}
+
+// join adds node, whose first heartbeat names the liveness port, as a
+// node that starts eipd would.
+func (w *world) join(node string) {
+	w.addNode(node)
+	w.lanHeartbeat(node)
+	w.a.leaseChanged(w.get(lease.HeartbeatName(node)))
+}
+
+// Nodes that join change the slow factor (with heartbeat-writes 0.4, five
+// renew intervals per node) but nothing node-a says of itself: it keeps
+// its pace, and the renewal that comes at it writes the new duration. It
+// used to rewrite its heartbeat whenever the factor changed: at a cold
+// start of fifty nodes, every node for every second node that joined
+// beyond twenty.
+func TestLoopLANJoinsKeepTheHeartbeatsPace(t *testing.T) {
+	cfg := defaultTestConfig()
+	cfg["heartbeat-writes"] = "0.4"
+	w, _ := lanWorldWith(t, cfg)
+	speak := hearing("node-b", "node-c", "node-d")
+	w.pass()
+	for range 4 {
+		w.lanTick(speak)
+	}
+	for _, n := range []string{"node-e", "node-f", "node-g"} {
+		w.join(n)
+		w.lanTick(speak)
+	}
+	for range 33 {
+		w.lanTick(speak)
+	}
+	assert.Equal(t, w.s.slowFactor(), 35)
+	assert.DeepEqual(t, w.renewals, []string{
+		"500ms create eligible=true duration=2s",
+		"1s update eligible=true duration=40s",
+		"18.5s update eligible=true duration=70s",
+	})
+}
+
+// A renewal shows in the loop's cache only once the watch delivers it,
+// which on a loaded API server takes longer than a tick. What node-a says
+// of itself changes (it becomes ineligible): the change is written once,
+// not again at every tick until the watch catches up.
+func TestLoopLANStatusChangeWrittenOnce(t *testing.T) {
+	w, _ := lanWorld(t)
+	speak := hearing("node-b", "node-c", "node-d")
+	w.pass()
+	for range 4 {
+		w.lanTick(speak)
+	}
+	w.watchLag = true
+	n := w.nodeObj("node-a")
+	n.Labels = map[string]string{policy.ExcludeLabel: ""}
+	w.must(w.nodes.Update(n))
+	w.s.dirtyNodes = true
+	for range 4 {
+		w.lanTick(speak)
+	}
+	assert.DeepEqual(t, w.renewals, []string{
+		"500ms create eligible=true duration=2s",
+		"1s update eligible=true duration=20s",
+		"3s update eligible=false duration=20s",
 	})
 }
 

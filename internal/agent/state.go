@@ -70,8 +70,10 @@ type state struct {
 	lastRenewOK time.Time // when the last successful renewal was sent
 	// lastRenewFor is the lease duration that renewal wrote.
 	lastRenewFor time.Duration
-	// lastRenewAsked is when the heartbeat writer last took a renewal.
+	// lastRenewAsked is when the heartbeat writer last took a renewal,
+	// lastAsked that renewal.
 	lastRenewAsked time.Time
+	lastAsked      renewal
 	renewFailing   bool
 	// renewFails counts the renewals that failed in a row, the last one
 	// at renewFailedAt (see renewBackoff).
@@ -349,9 +351,10 @@ func (s *state) apiOK(now time.Time) bool {
 }
 
 func (s *state) requestRenew() {
+	r := s.renewal()
 	select {
-	case s.renewReq <- s.renewal():
-		s.lastRenewAsked = s.a.clk.Now()
+	case s.renewReq <- r:
+		s.lastRenewAsked, s.lastAsked = s.a.clk.Now(), r
 	default: // the previous renewal is still in flight
 	}
 }
@@ -432,7 +435,19 @@ func (s *state) renewFactor(now time.Time) int {
 
 // renewDue: the tick renews every renew interval, a slow heartbeat every
 // renewFactor of them, and any node at once when what it says of itself
-// changed (it became eligible, say).
+// changed (it became eligible, say) or when the duration it last wrote
+// runs out before the next renewal at this pace could come.
+//
+// Both are judged against the renewal last asked for, not the heartbeat in
+// the cache. The cache shows a renewal only once the watch delivers it:
+// on a loaded API server that took longer than a tick, and every tick
+// meanwhile wrote the same change again (up to three writes a node for
+// each). And a duration that merely differs is no reason to write: the
+// slow factor changes with the number of nodes, and rewriting every
+// heartbeat whenever it did cost a write per node for every second node
+// that joined beyond twenty, N (N − 20) / 2 writes or more at a cold start
+// (fifty nodes joining in a minute wrote 17 heartbeats a second, against
+// 4 once all had joined).
 func (s *state) renewDue(now time.Time) bool {
 	factor := s.renewFactor(now)
 	if s.renewFailing {
@@ -441,16 +456,20 @@ func (s *state) renewDue(now time.Time) bool {
 	if factor == 1 || s.lastRenewAsked.IsZero() {
 		return true
 	}
-	if hb, ok := s.live.Heartbeat(s.a.opt.Node); ok {
-		want := s.renewal()
-		st := want.status
-		if hb.Eligible != st.Eligible || hb.Error != st.Error || hb.BGP != st.BGP || hb.MACs != st.MACs ||
-			hb.Conflicts != st.Conflicts || hb.Claims != st.Claims || hb.LivenessPort != st.LivenessPort ||
-			hb.Duration != want.duration.Truncate(time.Second) {
-			return true
-		}
+	period := time.Duration(factor) * s.cfg.RenewInterval
+	want := s.renewal()
+	if !sameStatus(want.status, s.lastAsked.status) || s.lastAsked.duration < period+want.timeout {
+		return true
 	}
-	return now.Sub(s.lastRenewAsked) >= time.Duration(factor)*s.cfg.RenewInterval-s.cfg.RenewInterval/2
+	return now.Sub(s.lastRenewAsked) >= period-s.cfg.RenewInterval/2
+}
+
+// sameStatus: a and b say the same of the node but for the IPs it holds,
+// which only `kubectl eip status` reads: it changes with every bind, and
+// waits for the next renewal.
+func sameStatus(a, b lease.HeartbeatStatus) bool {
+	a.Held, b.Held = 0, 0
+	return a == b
 }
 
 func (s *state) statusError() string {
