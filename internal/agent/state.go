@@ -1062,12 +1062,17 @@ func goesFirst(v lease.View, ip netip.Addr, holder, planned string) bool {
 	return planned == v.Self || free && lease.Rank(ip, v.Self, v.Live) == 0
 }
 
+// acquireTimeout is how long a lock write may take.
+func (s *state) acquireTimeout() time.Duration {
+	return max(s.cfg.LeaseDuration, 2*time.Second)
+}
+
 func (s *state) apply(v lease.View, ip netip.Addr, l *coordinationv1.Lease, lk *lease.Lock, d lease.Decision) {
 	if !d.At.IsZero() {
 		s.wakeAt(d.At)
 	}
 	e := s.entries[ip]
-	w := write{ip: ip, name: lease.NameFor(ip), action: d.Action, timeout: max(s.cfg.LeaseDuration, 2*time.Second)}
+	w := write{ip: ip, name: lease.NameFor(ip), action: d.Action, timeout: s.acquireTimeout()}
 	now := s.a.clk.Now()
 	switch d.Action {
 	case lease.None:
@@ -1306,6 +1311,7 @@ func (s *state) view(now time.Time) lease.View {
 		Alive:      func(n string) bool { return s.live.Alive(n, now) },
 		DeadSince:  func(n string) (time.Time, bool) { return s.live.DeadSince(n, now) },
 		Step:       s.cfg.RankStep(),
+		LateStep:   s.acquireTimeout(),
 		PeersKnown: s.peersKnownAt,
 	}
 }

@@ -53,6 +53,10 @@ type View struct {
 	// Step is the wait per rank before acquiring, which lets the best-ranked
 	// node win without a conflict and spreads a dead node's IPs.
 	Step time.Duration
+	// LateStep is the wait per rank beyond the first Racers: a write's
+	// timeout, so that a later rank races only once those before it had
+	// time to act and did not.
+	LateStep time.Duration
 	// PeersKnown is when this node will have watched heartbeats for a
 	// renew interval since it (re)connected. Before then it may not know
 	// every live peer, nor its rank among them: it races for no IP, and
@@ -163,11 +167,27 @@ func (v View) race(ip IP, since time.Time, act Action, why string) Decision {
 	if ip.Planned != "" && v.isLive(ip.Planned) {
 		rank++
 	}
-	at := since.Add(time.Duration(rank) * v.Step)
+	at := since.Add(v.rankWait(rank))
 	if at.After(v.Now) {
 		return Decision{At: at, Reason: why + "; waiting for rank"}
 	}
 	return Decision{Action: act, Reason: why}
+}
+
+// Racers is how many ranks race for an IP a Step apart. Each later rank
+// waits a LateStep more: at fifty nodes, with every survivor racing a Step
+// after the one before, a median of 21 survivors raced for each of a dead
+// node's IPs, and their timed-out writes kept the API server from
+// answering anyone's for ten seconds.
+const Racers = 3
+
+// rankWait is how long after an IP became free this node's rank lets it
+// race for it.
+func (v View) rankWait(rank int) time.Duration {
+	if rank < Racers {
+		return time.Duration(rank) * v.Step
+	}
+	return (Racers-1)*v.Step + time.Duration(rank-Racers+1)*v.LateStep
 }
 
 func (v View) decideHeld(ip IP) Decision {

@@ -1,6 +1,7 @@
 package lease_test
 
 import (
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
@@ -10,7 +11,10 @@ import (
 	"github.com/eip-project/eip/internal/lease"
 )
 
-const step = 100 * time.Millisecond
+const (
+	step     = 100 * time.Millisecond
+	lateStep = 2 * time.Second
+)
 
 // now is when every decision below is taken.
 func now() time.Time { return at(10 * time.Second) }
@@ -27,7 +31,7 @@ func decideView() lease.View {
 			t, ok := dead[n]
 			return t, ok
 		},
-		Step: step,
+		Step: step, LateStep: lateStep,
 	}
 }
 
@@ -116,7 +120,9 @@ func TestDecide(t *testing.T) {
 		{name: "dead holder, top rank", ip: lease.IP{Addr: r0, Named: true, Lock: lock("x", "")}, action: lease.Acquire},
 		{name: "dead holder, rank 1, early", ip: lease.IP{Addr: r1, Named: true, Lock: lock("x", "")}, action: lease.None, at: now().Add(50 * ms)},
 		{name: "dead holder, rank 1, due", ip: lease.IP{Addr: r1, Named: true, Lock: lock("y", "")}, action: lease.Acquire},
-		{name: "dead holder, rank 2, planned for b", ip: lease.IP{Addr: r2, Named: true, Lock: lock("x", ""), Planned: "b"}, action: lease.None, at: now().Add(-50*ms + 3*step)},
+		// Rank 2, and one more as the policy chose b: beyond the Racers, so a
+		// write's timeout after rank 2's turn.
+		{name: "dead holder, rank 2, planned for b", ip: lease.IP{Addr: r2, Named: true, Lock: lock("x", ""), Planned: "b"}, action: lease.None, at: now().Add(-50*ms + 2*step + lateStep)},
 		// A holder this node never saw has no death time: every node tries at once.
 		{name: "never-seen holder, rank 2", ip: lease.IP{Addr: r2, Named: true, Lock: lock("ghost", "")}, action: lease.Acquire},
 		{name: "dead holder, moved here", ip: lease.IP{Addr: r2, Named: true, Lock: lock("x", "a")}, action: lease.Acquire},
@@ -205,4 +211,34 @@ func TestDecideWaitsToKnowItsPeers(t *testing.T) {
 	d = lease.Decide(v, lease.IP{Addr: r1, Named: true, FreeSince: now().Add(-time.Second)})
 	assert.Equal(t, d.Action, lease.None)
 	assert.Equal(t, d.At, v.PeersKnown.Add(step), "rank 1 waits one step from when the peers were known")
+}
+
+// When one of fifty nodes dies, the first Racers survivors race for each of
+// its IPs a step apart, and the others only a write's timeout after the one
+// before them: a late rank races only when all before it failed to act.
+func TestDeadHoldersIPIsRacedByTheFirstRanks(t *testing.T) {
+	live := make([]string, 49)
+	for i := range live {
+		live[i] = fmt.Sprintf("node-%02d", i)
+	}
+	dead := now().Add(-time.Hour)
+	ip := lease.IP{Addr: netip.MustParseAddr("198.18.0.7"), Named: true, Lock: lock("gone", "")}
+	waits := make([]time.Duration, len(live))
+	for _, self := range live {
+		v := lease.View{
+			Self: self, Now: dead, Writable: true, Eligible: true, Live: live,
+			Alive:     func(n string) bool { return n != "gone" },
+			DeadSince: func(string) (time.Time, bool) { return dead, true },
+			Step:      step, LateStep: lateStep,
+		}
+		d := lease.Decide(v, ip)
+		wait := d.At.Sub(dead)
+		if d.Action == lease.Acquire {
+			wait = 0
+		}
+		waits[lease.Rank(ip.Addr, self, live)] = wait
+	}
+	want := []time.Duration{0, step, 2 * step, 2*step + lateStep, 2*step + 2*lateStep}
+	assert.DeepEqual(t, waits[:len(want)], want)
+	assert.Equal(t, waits[48], 2*step+46*lateStep)
 }
