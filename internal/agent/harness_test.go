@@ -68,6 +68,12 @@ type world struct {
 	// as on a loaded API server: the loop still sees the heartbeat it last
 	// observed.
 	watchLag bool
+	// lockTimeouts: that many lock writes more fail as a request that the
+	// API server did not answer in time.
+	lockTimeouts int
+	// inFlight: how many lock writes were in flight together, each time
+	// settle answered some.
+	inFlight []int
 	// hung is how long the loop was quiet when the watchdog fired.
 	hung time.Duration
 }
@@ -231,14 +237,19 @@ func (w *world) pass() {
 func (w *world) settle() {
 	for range 100 {
 		did := w.renew()
+		var answered int
 		for more := true; more; {
 			select {
 			case j := <-w.s.jobs:
 				w.s.writeDone(w.answer(j))
-				did = true
+				answered++
 			default:
 				more = false
 			}
+		}
+		if answered > 0 {
+			w.inFlight = append(w.inFlight, answered)
+			did = true
 		}
 		if !did {
 			return
@@ -310,9 +321,22 @@ func (w *world) log(verb string, l *coordinationv1.Lease) {
 // errAPIDown is what every Lease request returns while apiDown is set.
 var errAPIDown = errors.New("connect: connection refused")
 
+// timedOut reports whether a write of l fails for lockTimeouts, and logs it.
+func (w *world) timedOut(verb string, l *coordinationv1.Lease) bool {
+	if w.lockTimeouts == 0 || l.Labels[lease.RoleLabel] == lease.RoleHeartbeat {
+		return false
+	}
+	w.lockTimeouts--
+	w.calls = append(w.calls, fmt.Sprintf("%s %s timed out", verb, l.Name))
+	return true
+}
+
 func (w *world) Create(_ context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
 	if w.apiDown {
 		return nil, errAPIDown
+	}
+	if w.timedOut("create", l) {
+		return nil, context.DeadlineExceeded
 	}
 	if w.get(l.Name) != nil {
 		return nil, apierrors.NewAlreadyExists(leaseResource, l.Name)
@@ -328,6 +352,9 @@ func (w *world) Create(_ context.Context, l *coordinationv1.Lease) (*coordinatio
 func (w *world) Update(_ context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
 	if w.apiDown {
 		return nil, errAPIDown
+	}
+	if w.timedOut("update", l) {
+		return nil, context.DeadlineExceeded
 	}
 	cur := w.get(l.Name)
 	if cur == nil {

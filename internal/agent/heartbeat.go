@@ -87,8 +87,8 @@ func (h *heartbeater) renew(r renewal) error {
 	return err
 }
 
-// rewritten: a write failed because the heartbeat is not the version this
-// node last wrote or read.
+// rewritten: a write failed because the Lease is not the version this node
+// last wrote or read: another write got there first.
 func rewritten(err error) bool {
 	return apierrors.IsConflict(err) || apierrors.IsNotFound(err) || apierrors.IsAlreadyExists(err)
 }

@@ -586,3 +586,34 @@ func TestLoopRankTurnWaitsForOwnShare(t *testing.T) {
 	j := <-w.s.jobs
 	assert.Assert(t, theirs[j.ip], "then node-b's")
 }
+
+// Acquisitions that the API server does not answer in time halve how many
+// are in flight, down to one; each answered one widens that by one, up to
+// the writers. A node keeps as many in flight as the API server answers,
+// rather than sending each again as it times out.
+func TestLoopAcquisitionsBackOffWhileTheAPIServerIsSlow(t *testing.T) {
+	w := newWorld(t, "node-a", defaultTestConfig())
+	w.a.opt.ProbeWait, w.a.opt.Writers = 0, 4
+	var ips []netip.Addr
+	for n := range 12 {
+		ips = append(ips, testIP(n))
+	}
+	w.lockTimeouts = 4
+	w.addService("web", ips...)
+	w.pass()
+	for range 4 {
+		w.tick()
+	}
+	assert.DeepEqual(t, w.inFlight, []int{4, 1, 2, 4, 4, 1})
+	var created, timedOut int
+	for _, c := range w.take() {
+		switch {
+		case strings.HasSuffix(c, "timed out"):
+			timedOut++
+		case strings.HasPrefix(c, "create "):
+			created++
+		}
+	}
+	assert.Equal(t, timedOut, 4)
+	assert.Equal(t, created, 12)
+}

@@ -110,6 +110,8 @@ type state struct {
 	peersKnownAt time.Time
 	acquiring    int // Create and Acquire writes in flight, see dispatch
 	dropping     int // writes in flight whose IP was unbound first, see drop
+	// window is how many acquisitions may be in flight (congestion).
+	window float64
 	// dropWaiting are the bound IPs whose hand-off or delete waits for
 	// one of those (drop).
 	dropWaiting map[netip.Addr]bool
@@ -172,6 +174,7 @@ func newState(a *Agent) *state {
 	s := &state{
 		a: a, log: a.log,
 		cfg:         config.Default(),
+		window:      float64(a.opt.Writers),
 		entries:     map[netip.Addr]ipset.Entry{},
 		rejected:    map[string]bool{},
 		bound:       map[netip.Addr]binding{},
@@ -1155,7 +1158,25 @@ func (s *state) dispatch(w write) {
 	}
 }
 
-func (s *state) acquisitionsFull() bool { return s.acquiring >= s.a.opt.Writers }
+func (s *state) acquisitionsFull() bool { return s.acquiring >= min(int(s.window), s.a.opt.Writers) }
+
+// congestion adapts the window of acquisitions in flight to what the API
+// server answers, as TCP adapts its window to the network: halved by each
+// acquisition that failed without an answer (a timeout, an overloaded or
+// unreachable server), and one wider, up to the writers, by each answered
+// one, lost races included. When a node of fifty died holding 466 IPs,
+// the survivors kept up to 32 acquisitions each in flight (1,568 in all)
+// against an API server that answered none of them within their timeout,
+// and sent each again as it failed: 12,900 failed writes in three
+// minutes, and hundreds of IPs not answering after a minute.
+func (s *state) congestion(err error) {
+	writers := float64(s.a.opt.Writers)
+	if err != nil && !rewritten(err) {
+		s.window = max(1, min(s.window, writers)/2)
+		return
+	}
+	s.window = min(writers, s.window+1)
+}
 
 // drop unbinds w's IP, if bound, before w is dispatched, and reports
 // whether w may go. While as many writes whose IP was unbound first are in
@@ -1207,6 +1228,7 @@ func (s *state) writeDone(r writeResult) {
 	delete(s.inflight, r.name)
 	if r.action == lease.Create || r.action == lease.Acquire {
 		s.acquiring--
+		s.congestion(r.err)
 	}
 	if r.drops {
 		s.dropping--
@@ -1218,7 +1240,7 @@ func (s *state) writeDone(r writeResult) {
 	delete(s.pending, r.name)
 	log := s.log.With("ip", r.ip, "lease", r.name)
 	if r.err != nil {
-		if apierrors.IsConflict(r.err) || apierrors.IsAlreadyExists(r.err) || apierrors.IsNotFound(r.err) {
+		if rewritten(r.err) {
 			s.a.opt.Metrics.Conflict()
 			log.Debug("lock write lost a race", "action", r.action, "err", r.err)
 			return
