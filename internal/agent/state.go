@@ -1065,8 +1065,8 @@ func goesFirst(v lease.View, ip netip.Addr, holder, planned string) bool {
 	return planned == v.Self || free && lease.Rank(ip, v.Self, v.Live) == 0
 }
 
-// acquireTimeout is how long a lock write may take.
-func (s *state) acquireTimeout() time.Duration {
+// lockWriteTimeout is how long a lock write may take.
+func (s *state) lockWriteTimeout() time.Duration {
 	return max(s.cfg.LeaseDuration, 2*time.Second)
 }
 
@@ -1075,7 +1075,7 @@ func (s *state) apply(v lease.View, ip netip.Addr, l *coordinationv1.Lease, lk *
 		s.wakeAt(d.At)
 	}
 	e := s.entries[ip]
-	w := write{ip: ip, name: lease.NameFor(ip), action: d.Action, timeout: s.acquireTimeout()}
+	w := write{ip: ip, name: lease.NameFor(ip), action: d.Action, timeout: s.lockWriteTimeout()}
 	now := s.a.clk.Now()
 	switch d.Action {
 	case lease.None:
@@ -1333,7 +1333,7 @@ func (s *state) view(now time.Time) lease.View {
 		Alive:      func(n string) bool { return s.live.Alive(n, now) },
 		DeadSince:  func(n string) (time.Time, bool) { return s.live.DeadSince(n, now) },
 		Step:       s.cfg.RankStep(),
-		LateStep:   s.acquireTimeout(),
+		LateStep:   s.lockWriteTimeout(),
 		PeersKnown: s.peersKnownAt,
 	}
 }

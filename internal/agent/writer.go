@@ -21,7 +21,7 @@ type write struct {
 	dead    time.Time             // for a takeover: when the old holder was judged dead
 	from    string                // for a takeover: the old holder
 	timeout time.Duration
-	// drops: its IP was unbound when it was dispatched (see dropsFull).
+	// drops: its IP was unbound when it was dispatched (see state.drop).
 	drops bool
 }
 
