@@ -124,6 +124,21 @@ rules:
 // a line for each request of the ServiceAccount eip (see auditPolicy).
 func (c *Cluster) AuditLog() string { return filepath.Join(c.dir, "audit.log") }
 
+// APIServerPID and EtcdPID are the pids of kube-apiserver and etcd, 0
+// while they do not run: the benchmark accounts for their CPU.
+func (c *Cluster) APIServerPID() int { return c.runningPID(func() *process { return c.apiserver }) }
+
+func (c *Cluster) EtcdPID() int { return c.runningPID(func() *process { return c.etcd }) }
+
+func (c *Cluster) runningPID(which func() *process) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p := which(); p != nil && p.running() {
+		return p.pid()
+	}
+	return 0
+}
+
 // StopAPIServer signals kube-apiserver (SIGTERM: graceful, SIGKILL: a
 // crash) and waits for it to exit; after SIGTERM it is killed if it has not
 // exited within 30 s.

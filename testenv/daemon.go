@@ -121,10 +121,5 @@ func (c *Cluster) DaemonRunning(node string) bool {
 
 // DaemonPID is the pid of eipd on the node, 0 when it does not run.
 func (c *Cluster) DaemonPID(node string) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if p := c.daemons[node]; p != nil && p.running() {
-		return p.pid()
-	}
-	return 0
+	return c.runningPID(func() *process { return c.daemons[node] })
 }

@@ -14,6 +14,7 @@ import (
 const (
 	UnitSeconds  = "s"
 	UnitMillis   = "ms"
+	UnitMicros   = "µs"
 	UnitPerSec   = "/s"
 	UnitMiB      = "MiB"
 	UnitPercent  = "%"
@@ -101,11 +102,11 @@ func formatValue(v float64, unit string) string {
 		return strconv.FormatFloat(v, 'f', -1, 64)
 	case UnitSeconds:
 		return strconv.FormatFloat(v, 'f', 2, 64) + " s"
-	case UnitMillis:
+	case UnitMillis, UnitMicros:
 		if math.Abs(v) >= 100 {
-			return strconv.FormatFloat(v, 'f', 0, 64) + " ms"
+			return strconv.FormatFloat(v, 'f', 0, 64) + " " + unit
 		}
-		return strconv.FormatFloat(v, 'f', 1, 64) + " ms"
+		return strconv.FormatFloat(v, 'f', 1, 64) + " " + unit
 	case UnitPerSec:
 		return strconv.FormatFloat(v, 'f', 2, 64) + "/s"
 	case UnitFraction:

@@ -30,21 +30,34 @@ type LeaseRate struct {
 	// Best is the highest of them, at Creators.
 	Best     float64 `json:"best"`
 	Creators int     `json:"creators"`
+	// TryCPU is where the machine's CPU went during each try's creates
+	// (not its deletes), per number of parallel creators.
+	TryCPU map[int]CPUAccount `json:"tryCPU,omitempty"`
+}
+
+// BestCPU is the CPU account of the try that set Best.
+func (r LeaseRate) BestCPU() (CPUAccount, bool) {
+	a, ok := r.TryCPU[r.Creators]
+	return a, ok
 }
 
 // leaseRate measures the API server's own limit for what an eip cold start
 // does: a plain client creates n Leases of the same shape as eip's locks
 // with as many parallel creators as help, and deletes them after each try.
 func (e *env) leaseRate(ctx context.Context, n int) (LeaseRate, error) {
-	r := LeaseRate{Leases: n, Tries: map[int]float64{}}
+	r := LeaseRate{Leases: n, Tries: map[int]float64{}, TryCPU: map[int]CPUAccount{}}
 	_, err := e.k.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: rateNamespace}}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return r, fmt.Errorf("lease rate: %w", err)
 	}
 	leases := e.k.CoordinationV1().Leases(rateNamespace)
 	for _, creators := range creatorCounts {
+		cpuBefore, err := e.cpuSnapshot()
+		if err != nil {
+			return r, fmt.Errorf("lease rate: %w", err)
+		}
 		began := time.Now()
-		err := parallelOn(creators, n, func(i int) error {
+		err = parallelOn(creators, n, func(i int) error {
 			_, err := leases.Create(ctx, lease.NewLockLease(rateNamespace, serviceIP(i), "node-1", []string{"default/bench"}, began), metav1.CreateOptions{})
 			return err
 		})
@@ -52,6 +65,11 @@ func (e *env) leaseRate(ctx context.Context, n int) (LeaseRate, error) {
 		if err != nil {
 			return r, fmt.Errorf("lease rate: %w", err)
 		}
+		cpuAfter, err := e.cpuSnapshot()
+		if err != nil {
+			return r, fmt.Errorf("lease rate: %w", err)
+		}
+		r.TryCPU[creators] = accountBetween(cpuBefore, cpuAfter)
 		rate := float64(n) / took.Seconds()
 		r.Tries[creators] = rate
 		e.log.Info("lease create rate", "creators", creators, "perSec", rate)

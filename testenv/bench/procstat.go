@@ -29,19 +29,28 @@ func ReadProc(pid int) (ProcSample, error) {
 	if err != nil {
 		return ProcSample{}, fmt.Errorf("read process %d: %w", pid, err)
 	}
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return ProcSample{}, fmt.Errorf("read process %d: %w", pid, err)
-	}
 	s, err := parseStatus(string(status))
 	if err != nil {
 		return ProcSample{}, fmt.Errorf("read process %d: %w", pid, err)
 	}
-	if s.CPU, err = parseStatCPU(string(stat)); err != nil {
-		return ProcSample{}, fmt.Errorf("read process %d: %w", pid, err)
+	if s.CPU, err = readCPU(pid); err != nil {
+		return ProcSample{}, err
 	}
 	s.At = at
 	return s, nil
+}
+
+// readCPU is the CPU time process pid used so far.
+func readCPU(pid int) (time.Duration, error) {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, fmt.Errorf("read process %d: %w", pid, err)
+	}
+	cpu, err := parseStatCPU(string(stat))
+	if err != nil {
+		return 0, fmt.Errorf("read process %d: %w", pid, err)
+	}
+	return cpu, nil
 }
 
 // parseStatus reads VmRSS and VmHWM (in kB) from /proc/<pid>/status.

@@ -141,13 +141,16 @@ func (r *Report) figures() []Figure {
 		if res.CPUQuota > 0 {
 			continue // the figures below describe an unlimited eipd
 		}
-		if len(res.ColdStartCPU) > 0 {
+		if acc := res.ColdStartCPU; acc != nil {
 			var cpu []float64
-			for _, d := range res.ColdStartCPU {
-				cpu = append(cpu, d.Seconds())
+			for _, name := range slices.Sorted(maps.Keys(acc.Processes)) {
+				if !isBedProcess(name) {
+					cpu = append(cpu, acc.Processes[name].Seconds())
+				}
 			}
 			figs = append(figs, NewFigure(fmt.Sprintf("eipd CPU time per node for that cold start, %d IPs", res.IPs), UnitSeconds, cpu, Target{}))
 		}
+		figs = append(figs, cpuFigures(res)...)
 		if len(res.Daemons) == 0 {
 			continue
 		}
@@ -217,6 +220,43 @@ func (r *Report) bgpFigures() []Figure {
 	}
 	double := NewFigure("BGP planned move: IP on two nodes", UnitMillis, doubleBound, Target{Stat: "max", Limit: 0})
 	return []Figure{fail, timer, move, double}
+}
+
+// cpuFigures say what limits the cold start's ratio to the plain client's
+// creates: where the cores' time went in each, what the API server and
+// etcd spent per Lease, and the ratio their CPU alone would give, if the
+// eipds ran on other machines as they do in a real cluster.
+func cpuFigures(res ScaleResult) []Figure {
+	if res.LeaseRate == nil || res.ColdStartCPU == nil {
+		return nil
+	}
+	plain, ok := res.LeaseRate.BestCPU()
+	if !ok {
+		return nil
+	}
+	cold := *res.ColdStartCPU
+	n := float64(res.IPs)
+	var figs []Figure
+	for _, phase := range []struct {
+		what string
+		acc  CPUAccount
+	}{
+		{fmt.Sprintf("the plain client's %d creates", res.IPs), plain},
+		{fmt.Sprintf("eip's cold start of %d IPs", res.IPs), cold},
+	} {
+		busy := NewFigure("cores busy, "+phase.what, UnitPercent, []float64{phase.acc.Share(phase.acc.Busy)}, Target{})
+		busy.Note = phase.acc.Breakdown()
+		figs = append(figs, busy,
+			NewFigure("kube-apiserver CPU per Lease, "+phase.what, UnitMicros, []float64{micros(phase.acc.Processes[procAPIServer]) / n}, Target{}),
+			NewFigure("etcd CPU per Lease, "+phase.what, UnitMicros, []float64{micros(phase.acc.Processes[procEtcd]) / n}, Target{}))
+	}
+	if plain.ControlPlane() > 0 {
+		f := NewFigure(fmt.Sprintf("cold start ÷ (%d ÷ that rate), by the control plane's CPU alone", res.IPs), UnitFraction,
+			[]float64{float64(cold.ControlPlane()) / float64(plain.ControlPlane())}, Target{})
+		f.Note = "kube-apiserver's and etcd's CPU for eip's cold start ÷ theirs for the plain client's creates: the ratio if they had the cores as they did for the plain client, the eipds on other machines"
+		figs = append(figs, f)
+	}
+	return figs
 }
 
 // massFailoverFigures are the rows of one mass failover, if it ran.
@@ -303,6 +343,8 @@ func faultText(fault string) string {
 }
 
 func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
 // failures notes the failed repetitions of a figure, with the first error.
 func failures(errs []string, ok int) string {

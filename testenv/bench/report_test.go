@@ -43,6 +43,11 @@ func sampleReport() *Report {
 		},
 		Scale: []ScaleResult{{
 			IPs: 1000, ColdStart: 4 * time.Second, Steady: Rates{Window: 30 * time.Second, Writes: 6.15},
+			LeaseRate: &LeaseRate{Leases: 1000, Tries: map[int]float64{4: 500, 8: 1000}, Best: 1000, Creators: 8,
+				TryCPU: map[int]CPUAccount{8: {Wall: time.Second, CPUs: 2, Busy: 1800 * ms,
+					Processes: map[string]time.Duration{procAPIServer: 900 * ms, procEtcd: 300 * ms, procBench: 500 * ms}}}},
+			ColdStartCPU: &CPUAccount{Wall: 4 * time.Second, CPUs: 2, Busy: 7600 * ms,
+				Processes: map[string]time.Duration{procAPIServer: 2400 * ms, procEtcd: 600 * ms, procBench: 800 * ms, "node-1": 1200 * ms, "node-2": 1300 * ms, "node-3": 1100 * ms}},
 			Progress:   []Point{{0, 0}, {2, 500}, {4, 1000}},
 			Daemons:    []DaemonStats{{Node: "node-1", PeakRSS: 40 << 20, CPU: 3}, {Node: "node-2", PeakRSS: 70 << 20, CPU: 5}},
 			StatusNote: "kubectl-eip has no status command yet",
@@ -79,6 +84,7 @@ func TestVerdicts(t *testing.T) {
 	assert.Equal(t, got["Lease writes/s by eipd, 2000 IPs"], "NO", "6.4 - 0.1 > 6.1")
 	assert.Equal(t, got["eipd peak RSS per node, 1000 IPs"], "NO")
 	assert.Equal(t, got["kubectl eip status, 1000 IPs"], "")
+	assert.Equal(t, got["cold start ÷ (1000 ÷ that rate)"], "NO", "4 s against 1 s")
 	assert.Equal(t, got["reported unheard over the LAN, per node, 1000 IPs, eipd limited to 10 % of a core"], "NO")
 }
 

@@ -42,9 +42,11 @@ type ScaleResult struct {
 	// counted on the nodes' interfaces.
 	ColdStart time.Duration `json:"coldStart"`
 	Progress  []Point       `json:"progress"`
-	// ColdStartCPU is the CPU each eipd used for the cold start: on a
-	// loaded machine a steadier measure of the work than the wall time.
-	ColdStartCPU map[string]time.Duration `json:"coldStartCPU"`
+	// ColdStartCPU is where the machine's CPU went from the eipds' start
+	// to the last bind: each eipd's (on a loaded machine a steadier
+	// measure of its work than the wall time), the control plane's, the
+	// benchmark's, the machine's.
+	ColdStartCPU *CPUAccount `json:"coldStartCPU,omitempty"`
 	// CreateLatency is the API server's mean time to serve a Lease POST
 	// during the cold start.
 	CreateLatency time.Duration `json:"createLatency"`
@@ -163,6 +165,10 @@ func (e *env) scale(ctx context.Context, run scaleRun) (res ScaleResult, err err
 		}
 	}
 	defer countLogs() // a run that failed too
+	cpuBefore, err := e.cpuSnapshot()
+	if err != nil {
+		return res, err
+	}
 	t0 := time.Now()
 	for _, n := range e.nodes {
 		if err := e.c.StartDaemon(n.Name, e.args...); err != nil {
@@ -189,6 +195,13 @@ func (e *env) scale(ctx context.Context, run scaleRun) (res ScaleResult, err err
 		profiled <- nil
 	}
 	err = e.coldStart(ctx, t0, &res)
+	if err == nil {
+		var cpuAfter cpuSnapshot
+		if cpuAfter, err = e.cpuSnapshot(); err == nil {
+			acc := accountBetween(cpuBefore, cpuAfter)
+			res.ColdStartCPU = &acc
+		}
+	}
 	if perr := <-profiled; perr != nil {
 		e.log.Warn("profile", "err", perr)
 	}
@@ -202,15 +215,7 @@ func (e *env) scale(ctx context.Context, run scaleRun) (res ScaleResult, err err
 	res.CreateLatency = MeanLatency(before, after, "POST")
 	res.Creates = int(after.Requests["POST"] - before.Requests["POST"])
 	res.Conflicts = int(after.Conflicts["POST"] + after.Conflicts["PUT"] - before.Conflicts["POST"] - before.Conflicts["PUT"])
-	res.ColdStartCPU = map[string]time.Duration{}
-	for _, n := range e.nodes {
-		p, err := ReadProc(e.c.DaemonPID(n.Name))
-		if err != nil {
-			return res, err
-		}
-		res.ColdStartCPU[n.Name] = p.CPU
-	}
-	e.log.Info("all bound", "ips", run.ips, "coldStart", res.ColdStart, "cpu", res.ColdStartCPU, "createLatency", res.CreateLatency, "creates", res.Creates, "conflicts", res.Conflicts)
+	e.log.Info("all bound", "ips", run.ips, "coldStart", res.ColdStart, "cpu", res.ColdStartCPU.Processes, "createLatency", res.CreateLatency, "creates", res.Creates, "conflicts", res.Conflicts)
 
 	if err := pause(ctx, run.settle); err != nil {
 		return res, err
