@@ -145,6 +145,25 @@ func (w *addrWatch) Removals(ips []netip.Addr) int {
 	return n
 }
 
+// Counts says how many watched IPs are bound now on any node, and how
+// many of them on two or more.
+func (w *addrWatch) Counts() (bound, twice int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	on := map[netip.Addr]int{}
+	for _, m := range w.bound {
+		for ip := range m {
+			on[ip]++
+		}
+	}
+	for _, n := range on {
+		if n > 1 {
+			twice++
+		}
+	}
+	return len(on), twice
+}
+
 // BoundOn lists the nodes ip is bound on now.
 func (w *addrWatch) BoundOn(ip netip.Addr) []string {
 	w.mu.Lock()

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"net/netip"
 	"testing"
 	"time"
 
@@ -29,4 +30,17 @@ func TestMultiBound(t *testing.T) {
 			assert.Equal(t, multiBound(tc.spans, ms(0), ms(500)), tc.want)
 		})
 	}
+}
+
+func TestAddrWatchCounts(t *testing.T) {
+	a, b, c := netip.MustParseAddr("198.19.0.1"), netip.MustParseAddr("198.19.0.2"), netip.MustParseAddr("198.19.0.3")
+	now := time.Unix(1000, 0)
+	w := &addrWatch{bound: map[string]map[netip.Addr]time.Time{
+		"node-1": {a: now, b: now},
+		"node-2": {b: now, c: now},
+		"node-3": {},
+	}}
+	bound, twice := w.Counts()
+	assert.Equal(t, bound, 3)
+	assert.Equal(t, twice, 1)
 }

@@ -194,7 +194,7 @@ func (e *env) scale(ctx context.Context, run scaleRun) (res ScaleResult, err err
 	} else {
 		profiled <- nil
 	}
-	err = e.coldStart(ctx, t0, &res)
+	err = e.coldStart(ctx, t0, watch, &res)
 	if err == nil {
 		var cpuAfter cpuSnapshot
 		if cpuAfter, err = e.cpuSnapshot(); err == nil {
@@ -253,8 +253,12 @@ func (e *env) scale(ctx context.Context, run scaleRun) (res ScaleResult, err err
 }
 
 // coldStart counts the benchmark addresses on every node until each IP is
-// bound on exactly one.
-func (e *env) coldStart(ctx context.Context, t0 time.Time, res *ScaleResult) error {
+// bound on exactly one, from the nodes' netlink address events (watch),
+// then confirms it with a listing of every node's addresses. Listing
+// thousands of addresses on each node every tick instead took the
+// benchmark a large share of the cores the API server and the eipds
+// needed, and the eipds' binds interrupted the listings over and over.
+func (e *env) coldStart(ctx context.Context, t0 time.Time, watch *addrWatch, res *ScaleResult) error {
 	// Every eipd of the test bed shares this machine's cores: fifty of
 	// them need more time than three.
 	limit := max(deadline, time.Duration(res.IPs)*120*time.Millisecond*time.Duration(max(1, len(e.nodes)/3)))
@@ -263,34 +267,50 @@ func (e *env) coldStart(ctx context.Context, t0 time.Time, res *ScaleResult) err
 	tick := time.NewTicker(progressEvery)
 	defer tick.Stop()
 	for {
-		on := map[netip.Addr]int{}
-		for _, n := range e.nodes {
-			addrs, err := e.boundAddrs(n.Name)
+		if err := watch.Err(); err != nil {
+			return fmt.Errorf("cold start of %d IPs: %w", res.IPs, err)
+		}
+		bound, twice := watch.Counts()
+		now := time.Since(t0)
+		res.Progress = append(res.Progress, Point{T: now.Seconds(), Bound: bound})
+		if bound == res.IPs && twice == 0 {
+			listed, listedTwice, err := e.listBound()
 			if err != nil {
 				return err
 			}
-			for _, a := range addrs {
-				on[a]++
+			if listed == res.IPs && listedTwice == 0 {
+				res.ColdStart = now
+				return nil
 			}
-		}
-		now := time.Since(t0)
-		res.Progress = append(res.Progress, Point{T: now.Seconds(), Bound: len(on)})
-		twice := 0
-		for _, c := range on {
-			if c > 1 {
-				twice++
-			}
-		}
-		if len(on) == res.IPs && twice == 0 {
-			res.ColdStart = now
-			return nil
+			e.log.Warn("the address events and the listing disagree; counting on", "events", bound, "listed", listed, "listedTwice", listedTwice)
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("cold start of %d IPs: %d bound (%d on two nodes) after %s", res.IPs, len(on), twice, limit)
+			return fmt.Errorf("cold start of %d IPs: %d bound (%d on two nodes) after %s", res.IPs, bound, twice, limit)
 		case <-tick.C:
 		}
 	}
+}
+
+// listBound lists the benchmark addresses of every node, and says how
+// many IPs are bound on any, and how many on two or more.
+func (e *env) listBound() (bound, twice int, err error) {
+	on := map[netip.Addr]int{}
+	for _, n := range e.nodes {
+		addrs, err := e.boundAddrs(n.Name)
+		if err != nil {
+			return 0, 0, err
+		}
+		for _, a := range addrs {
+			on[a]++
+		}
+	}
+	for _, c := range on {
+		if c > 1 {
+			twice++
+		}
+	}
+	return len(on), twice, nil
 }
 
 // background measures the API server's Lease requests over window while
