@@ -382,17 +382,24 @@ func (s *state) deviceEvent(ev netif.LinkEvent) {
 // An eip node that probes for an address we hold has taken its lock over
 // and binds it once we stop answering (addrConflicts), so its probe counts
 // as its claim; a stranger's probe is answered by our kernel, and claims
-// nothing.
-func (s *state) claim(c netif.Claim) {
-	s.dirty[c.IP] = true
-	if s.conflictClaim(c) {
-		return
+// nothing. A claim for an address this node neither probes nor holds
+// changes nothing, and says so: it asks for no pass. At a cold start every
+// frame of the other nodes' probes and announcements is such a claim,
+// about 80,000 for each node at 10,000 IPs on 3 nodes, and each used to
+// run a pass and decide its IP again.
+func (s *state) claim(c netif.Claim) (changed bool) {
+	_, probing := s.conflicts.probing[c.IP]
+	_, bound := s.bound[c.IP]
+	if !probing && !bound {
+		return false
 	}
-	if _, ok := s.bound[c.IP]; !ok || s.apiOK(s.a.clk.Now()) || c.Probe && !s.eipMAC(c.MAC.String()) {
-		return
+	s.dirty[c.IP] = true
+	if s.conflictClaim(c) || !bound || s.apiOK(s.a.clk.Now()) || c.Probe && !s.eipMAC(c.MAC.String()) {
+		return true
 	}
 	s.log.Warn("another node claimed an address we hold while the API is unreachable; unbinding", "ip", c.IP, "iface", c.Iface, "mac", c.MAC.String(), "probe", c.Probe)
 	s.unbind(c.IP, "claimed by "+c.MAC.String())
+	return true
 }
 
 func (s *state) watchClaims(iface string) {

@@ -228,6 +228,35 @@ func TestLoopTakeoverProbesUntilTheDeadHolderStopsAnswering(t *testing.T) {
 	assert.Equal(t, len(w.s.conflicts.claimed), 0, "an eip node's announcement is not a stranger's claim")
 }
 
+// Another node's frames for an address this node neither probes nor holds
+// (its announcements and probes of the IPs it acquires) change nothing
+// here: they ask for no pass and leave the IP undecided, while one for an
+// address this node holds still does.
+func TestLoopOthersClaimsAskForNoPass(t *testing.T) {
+	w := newWorld(t, "node-a", defaultTestConfig())
+	w.addNode("node-b")
+	w.heartbeat("node-b", true)
+	mine, theirs := testIP(0), testIP(1)
+	w.lock(mine, "node-a")
+	w.lock(theirs, "node-b")
+	w.addService("mine", mine)
+	w.addService("theirs", theirs)
+	w.pass()
+	for range 4 {
+		w.tick("node-b")
+	}
+	assert.DeepEqual(t, w.take(), []string{"bind 198.18.100.1"})
+	for _, probe := range []bool{false, true} {
+		assert.Assert(t, !w.s.claim(netif.Claim{Iface: testIface, IP: theirs, MAC: peerMAC("node-b"), Probe: probe}))
+		assert.Assert(t, !w.s.claim(netif.Claim{Iface: testIface, IP: theirs, MAC: net.HardwareAddr{2, 0, 0, 0, 0, 9}, Probe: probe}))
+	}
+	assert.Equal(t, len(w.s.dirty), 0)
+	assert.Assert(t, w.s.claim(netif.Claim{Iface: testIface, IP: mine, MAC: net.HardwareAddr{2, 0, 0, 0, 0, 9}}))
+	assert.Assert(t, w.s.dirty[mine])
+	w.pass()
+	assert.DeepEqual(t, w.take(), []string(nil)) // a stranger's claim is reported, not answered
+}
+
 // An eip node that keeps answering (its loop ran late, or it is cut off
 // from the API server and holds) keeps the survivor from binding for as
 // long as it answers, probed less and less often; the survivor binds once

@@ -270,7 +270,7 @@ func (s *state) run(ctx context.Context, stop chan struct{}) error {
 		case ev := <-s.a.opt.LinkEvents:
 			s.linkEvent(ev)
 		case c := <-s.claims:
-			s.claim(c)
+			pass = s.claim(c)
 		case <-s.speaker.kick:
 			pass = s.takeDatagrams()
 		case <-timer.C():
