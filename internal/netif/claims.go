@@ -43,7 +43,7 @@ func WatchClaims(ctx context.Context, log *slog.Logger, iface string, out chan<-
 	if err != nil {
 		return fmt.Errorf("watch claims on %s: %w", iface, err)
 	}
-	filter, err := claimFilter()
+	filter, err := claimFilter(ifi.HardwareAddr)
 	if err != nil {
 		return fmt.Errorf("watch claims on %s: %w", iface, err)
 	}

@@ -232,9 +232,17 @@ func linkLayerOption(opts []ndp.Option, dir ndp.Direction) net.HardwareAddr {
 }
 
 // claimFilter passes ARP frames and ICMPv6 neighbour solicitations and
-// advertisements without extension headers, truncated to claimSnapLen.
-func claimFilter() ([]bpf.RawInstruction, error) {
+// advertisements without extension headers, truncated to claimSnapLen,
+// unless their Ethernet source is own: the socket sees the frames its
+// interface sends too, and at a cold start this node's own probes and
+// announcements were a third of what it read on three nodes, each a
+// wake-up and a read for a frame parseClaim drops.
+func claimFilter(own net.HardwareAddr) ([]bpf.RawInstruction, error) {
+	if len(own) != 6 {
+		return nil, fmt.Errorf("not an Ethernet address: %q", own)
+	}
 	const (
+		offSource    = 6
 		offEtherType = 12
 		offNextHdr   = 14 + 6
 		offICMPType  = 14 + ipv6HeaderLen
@@ -242,6 +250,10 @@ func claimFilter() ([]bpf.RawInstruction, error) {
 		typeNA       = 136
 	)
 	return bpf.Assemble([]bpf.Instruction{
+		bpf.LoadAbsolute{Off: offSource, Size: 4},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: binary.BigEndian.Uint32(own[:4]), SkipFalse: 2},
+		bpf.LoadAbsolute{Off: offSource + 4, Size: 2},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(binary.BigEndian.Uint16(own[4:])), SkipTrue: 9},
 		bpf.LoadAbsolute{Off: offEtherType, Size: 2},
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(ethernet.EtherTypeARP), SkipTrue: 6},
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(ethernet.EtherTypeIPv6), SkipFalse: 6},

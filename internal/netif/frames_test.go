@@ -207,7 +207,7 @@ func TestParseClaimOfProbes(t *testing.T) {
 }
 
 func TestClaimFilter(t *testing.T) {
-	filter, err := claimFilter()
+	filter, err := claimFilter(ourMAC())
 	assert.NilError(t, err)
 	instrs, ok := bpf.Disassemble(filter)
 	assert.Assert(t, ok)
@@ -224,6 +224,13 @@ func TestClaimFilter(t *testing.T) {
 	rs := ndpFrame(t, theirMAC(), allNodesMAC(), v6, netip.IPv6LinkLocalAllNodes(), 255, &ndp.RouterSolicitation{})
 	udp6 := append([]byte(nil), na[0]...)
 	udp6[14+6] = 17
+	ourGARP, err := announcementFrames(ourMAC(), v4)
+	assert.NilError(t, err)
+	ourNA, err := announcementFrames(ourMAC(), v6)
+	assert.NilError(t, err)
+	sameFirst4, sameLast2 := append([]byte(nil), ourGARP[0]...), append([]byte(nil), ourGARP[0]...)
+	sameFirst4[6+5]++
+	sameLast2[6]++
 
 	for _, tc := range []struct {
 		name  string
@@ -236,6 +243,10 @@ func TestClaimFilter(t *testing.T) {
 		{"router solicitation", rs, false},
 		{"UDP over IPv6", udp6, false},
 		{"IPv4", ethFrame(t, theirMAC(), ourMAC(), ethernet.EtherTypeIPv4, make([]byte, 60)), false},
+		{"our own ARP", ourGARP[0], false},
+		{"our own NA", ourNA[0], false},
+		{"ARP from a MAC that shares our first four bytes", sameFirst4, true},
+		{"ARP from a MAC that shares our last two bytes", sameLast2, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n, err := vm.Run(tc.frame)
