@@ -37,7 +37,12 @@ type Announcer struct {
 	// announcement for that address is in flight or pending.
 	mu      sync.Mutex
 	pending map[netip.Addr]*schedule
-	closed  bool
+	// queues[k] holds the schedules whose next repeat is repeats[k], in
+	// the order they fall due: every schedule repeats at the same offsets
+	// from its start, and starts only grow. A schedule stopped or
+	// replaced since it was queued is skipped when it comes up.
+	queues [][]*schedule
+	closed bool
 
 	wake      chan struct{}
 	stop      chan struct{}
@@ -45,20 +50,28 @@ type Announcer struct {
 	closeOnce sync.Once
 }
 
-// sender puts the announcement frames for ip on iface and says how many
-// packets left.
+// sender puts the announcement frames for each of ips on iface and says
+// how many packets left.
 type sender interface {
-	send(iface string, ip netip.Addr) (int, error)
+	send(iface string, ips ...netip.Addr) (int, error)
 	// probe sends one probe for ip (probeFrame).
 	probe(iface string, ip netip.Addr) error
 	close()
 }
 
 type schedule struct {
+	ip    netip.Addr
 	iface string
 	start time.Time
 	step  int // index of the next repeat
 }
+
+// at is when s's next repeat falls due.
+func (a *Announcer) at(s *schedule) time.Time { return s.start.Add(a.repeats[s.step]) }
+
+// maxBatch bounds the repeats sent at once, in one link lookup and one
+// system call per interface, while Announce and Stop wait.
+const maxBatch = 64
 
 // NewAnnouncer returns an announcer for the calling thread's network
 // namespace. After the first announcement of an address it repeats it at
@@ -75,6 +88,7 @@ func newAnnouncer(log *slog.Logger, clk clock.WithTicker, repeats []time.Duratio
 		repeats: slices.Sorted(slices.Values(repeats)),
 		out:     out,
 		pending: map[netip.Addr]*schedule{},
+		queues:  make([][]*schedule, len(repeats)),
 		wake:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
@@ -100,7 +114,9 @@ func (a *Announcer) Announce(iface string, ip netip.Addr) error {
 	n, err := a.out.send(iface, ip)
 	a.sent.Add(uint64(n))
 	if len(a.repeats) > 0 {
-		a.pending[ip] = &schedule{iface: iface, start: a.clk.Now()}
+		s := &schedule{ip: ip, iface: iface, start: a.clk.Now()}
+		a.pending[ip] = s
+		a.enqueue(s)
 		select {
 		case a.wake <- struct{}{}:
 		default:
@@ -143,6 +159,7 @@ func (a *Announcer) Close() {
 		a.mu.Lock()
 		a.closed = true
 		clear(a.pending)
+		clear(a.queues)
 		a.mu.Unlock()
 		close(a.stop)
 		<-a.done
@@ -155,12 +172,9 @@ func (a *Announcer) run() {
 	defer close(a.done)
 	for {
 		now := a.clk.Now()
-		due, next, ok := a.due(now)
-		if len(due) > 0 {
-			for _, ip := range due {
-				a.repeat(ip, now)
-			}
-			continue
+		next, ok := a.sendDue(now)
+		if ok && !next.After(now) {
+			continue // more than one batch was due
 		}
 		if !a.wait(next, ok, now) {
 			return
@@ -186,45 +200,87 @@ func (a *Announcer) wait(next time.Time, ok bool, now time.Time) bool {
 	return true
 }
 
-// due returns the addresses with a repeat due at now, earliest first, and
-// otherwise when the next one falls due.
-func (a *Announcer) due(now time.Time) ([]netip.Addr, time.Time, bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	var due []netip.Addr
-	var next time.Time
-	for ip, s := range a.pending {
-		at := s.start.Add(a.repeats[s.step])
-		if !at.After(now) {
-			due = append(due, ip)
-		} else if next.IsZero() || at.Before(next) {
-			next = at
-		}
+// enqueue puts s in the queue of its next repeat, in the order they fall
+// due. It goes last unless the clock went back.
+func (a *Announcer) enqueue(s *schedule) {
+	q := a.queues[s.step]
+	at := a.at(s)
+	i := len(q)
+	for i > 0 && a.at(q[i-1]).After(at) {
+		i--
 	}
-	slices.SortFunc(due, func(x, y netip.Addr) int {
-		sx, sy := a.pending[x], a.pending[y]
-		return sx.start.Add(a.repeats[sx.step]).Compare(sy.start.Add(a.repeats[sy.step]))
-	})
-	return due, next, !next.IsZero()
+	a.queues[s.step] = slices.Insert(q, i, s)
 }
 
-// repeat sends ip's due repeat unless it was stopped or replaced since.
-func (a *Announcer) repeat(ip netip.Addr, now time.Time) {
+// sendDue sends up to maxBatch repeats due at now, earliest first, each
+// interface's in one go, and says when the next repeat falls due.
+func (a *Announcer) sendDue(now time.Time) (time.Time, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	s, ok := a.pending[ip]
-	if !ok || s.start.Add(a.repeats[s.step]).After(now) {
-		return
+	var due []*schedule
+	for k := range a.queues {
+		q := a.queues[k]
+		for len(q) > 0 && len(due) < maxBatch {
+			s := q[0]
+			if a.pending[s.ip] == s && a.at(s).After(now) {
+				break
+			}
+			q[0] = nil
+			q = q[1:]
+			if a.pending[s.ip] == s {
+				due = append(due, s)
+			}
+		}
+		a.queues[k] = q
 	}
-	n, err := a.out.send(s.iface, ip)
-	a.sent.Add(uint64(n))
-	if err != nil {
-		a.log.Warn("repeat announcement failed", "ip", ip, "iface", s.iface, "repeat", s.step+1, "err", err)
+	slices.SortStableFunc(due, func(x, y *schedule) int { return a.at(x).Compare(a.at(y)) })
+	for len(due) > 0 {
+		iface := due[0].iface
+		var ips []netip.Addr
+		var rest []*schedule
+		for _, s := range due {
+			if s.iface == iface {
+				ips = append(ips, s.ip)
+				a.repeated(s)
+			} else {
+				rest = append(rest, s)
+			}
+		}
+		n, err := a.out.send(iface, ips...)
+		a.sent.Add(uint64(n))
+		if err != nil {
+			a.log.Warn("repeat announcements failed", "iface", iface, "ips", len(ips), "first", ips[0], "err", err)
+		}
+		due = rest
 	}
+	return a.nextDue()
+}
+
+// repeated moves s to its next repeat, or ends it after the last.
+func (a *Announcer) repeated(s *schedule) {
 	s.step++
 	if s.step == len(a.repeats) {
-		delete(a.pending, ip)
+		delete(a.pending, s.ip)
+		return
 	}
+	a.enqueue(s)
+}
+
+// nextDue is when the earliest queued repeat falls due, dropping the
+// stopped and replaced schedules at the queues' heads.
+func (a *Announcer) nextDue() (time.Time, bool) {
+	var next time.Time
+	for k, q := range a.queues {
+		for len(q) > 0 && a.pending[q[0].ip] != q[0] {
+			q[0] = nil
+			q = q[1:]
+		}
+		a.queues[k] = q
+		if len(q) > 0 && (next.IsZero() || a.at(q[0]).Before(next)) {
+			next = a.at(q[0])
+		}
+	}
+	return next, !next.IsZero()
 }
 
 // rawSender writes announcement frames on AF_PACKET sockets, one per
@@ -303,10 +359,21 @@ func (s *rawSender) ioctl(req uint, r *ifreq) error {
 	return nil
 }
 
-// send looks the link up every time, so that a changed MAC or a recreated
-// interface is announced correctly.
-func (s *rawSender) send(iface string, ip netip.Addr) (int, error) {
-	return s.write(iface, func(mac net.HardwareAddr) ([][]byte, error) { return announcementFrames(mac, ip) })
+// send looks the link up once for every call, so that a changed MAC or a
+// recreated interface is announced correctly, and puts the frames of all
+// of ips on the wire in one system call.
+func (s *rawSender) send(iface string, ips ...netip.Addr) (int, error) {
+	return s.write(iface, func(mac net.HardwareAddr) ([][]byte, error) {
+		var frames [][]byte
+		for _, ip := range ips {
+			f, err := announcementFrames(mac, ip)
+			if err != nil {
+				return nil, err
+			}
+			frames = append(frames, f...)
+		}
+		return frames, nil
+	})
 }
 
 func (s *rawSender) probe(iface string, ip netip.Addr) error {
@@ -317,7 +384,8 @@ func (s *rawSender) probe(iface string, ip netip.Addr) error {
 	return err
 }
 
-// write puts the frames build makes for iface's MAC on iface.
+// write puts the frames build makes for iface's MAC on iface, and says how
+// many left.
 func (s *rawSender) write(iface string, build func(net.HardwareAddr) ([][]byte, error)) (int, error) {
 	if s.err != nil {
 		return 0, s.err
@@ -336,17 +404,67 @@ func (s *rawSender) write(iface string, build func(net.HardwareAddr) ([][]byte, 
 	if err != nil {
 		return 0, err
 	}
-	for i, f := range frames {
-		err := c.SetWriteDeadline(time.Now().Add(writeTimeout))
-		if err == nil {
-			_, err = c.WriteTo(f, &packet.Addr{HardwareAddr: net.HardwareAddr(f[:6])})
-		}
-		if err != nil {
-			s.dropLocked(iface)
-			return i, fmt.Errorf("send: %w", err)
-		}
+	n, err := sendFrames(c, index, frames)
+	if err != nil {
+		s.dropLocked(iface)
+		return n, fmt.Errorf("send: %w", err)
 	}
-	return len(frames), nil
+	return n, nil
+}
+
+// sendFrames writes frames on c, bound to the link with index, with as few
+// sendmmsg calls as the socket's buffer allows, each frame to the
+// Ethernet destination it names; a full transmit queue is waited for up to
+// writeTimeout. It says how many frames left.
+func sendFrames(c *packet.Conn, index int, frames [][]byte) (int, error) {
+	if err := c.SetWriteDeadline(time.Now().Add(writeTimeout)); err != nil {
+		return 0, err
+	}
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	addrs := make([]unix.RawSockaddrLinklayer, len(frames))
+	iovs := make([]unix.Iovec, len(frames))
+	msgs := make([]mmsghdr, len(frames))
+	for i, f := range frames {
+		if len(f) < 6 {
+			return 0, fmt.Errorf("frame of %d bytes", len(f))
+		}
+		addrs[i] = unix.RawSockaddrLinklayer{Family: unix.AF_PACKET, Ifindex: int32(index), Halen: 6}
+		copy(addrs[i].Addr[:], f[:6])
+		iovs[i].Base = &f[0]
+		iovs[i].SetLen(len(f))
+		msgs[i].hdr.Name = (*byte)(unsafe.Pointer(&addrs[i]))
+		msgs[i].hdr.Namelen = unix.SizeofSockaddrLinklayer
+		msgs[i].hdr.Iov = &iovs[i]
+		msgs[i].hdr.SetIovlen(1)
+	}
+	sent := 0
+	var serr error
+	err = rc.Write(func(fd uintptr) bool {
+		for sent < len(msgs) {
+			n, _, errno := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&msgs[sent])), uintptr(len(msgs)-sent), 0, 0, 0)
+			switch {
+			case errno == unix.EAGAIN:
+				return false // wait until the socket is writable
+			case errno == unix.EINTR:
+			case errno != 0:
+				serr = os.NewSyscallError("sendmmsg", errno)
+				return true
+			default:
+				sent += int(n)
+			}
+		}
+		return true
+	})
+	return sent, errors.Join(err, serr)
+}
+
+// mmsghdr is struct mmsghdr: a message and the bytes sendmmsg sent of it.
+type mmsghdr struct {
+	hdr unix.Msghdr
+	len uint32
 }
 
 // conn returns the socket for iface, reopening it when the name now belongs

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -12,11 +13,13 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
-// fakeSender records sends; each counts as two packets, like a GARP.
+// fakeSender records sends; each IP counts as two packets, like a GARP.
+// batches has the number of IPs of each call.
 type fakeSender struct {
-	sends  chan sent
-	err    error
-	closed chan struct{}
+	sends   chan sent
+	batches chan int
+	err     error
+	closed  chan struct{}
 }
 
 type sent struct {
@@ -25,15 +28,18 @@ type sent struct {
 }
 
 func newFakeSender() *fakeSender {
-	return &fakeSender{sends: make(chan sent, 64), closed: make(chan struct{})}
+	return &fakeSender{sends: make(chan sent, 256), batches: make(chan int, 256), closed: make(chan struct{})}
 }
 
-func (f *fakeSender) send(iface string, ip netip.Addr) (int, error) {
-	f.sends <- sent{iface, ip}
+func (f *fakeSender) send(iface string, ips ...netip.Addr) (int, error) {
+	for _, ip := range ips {
+		f.sends <- sent{iface, ip}
+	}
+	f.batches <- len(ips)
 	if f.err != nil {
 		return 0, f.err
 	}
-	return 2, nil
+	return 2 * len(ips), nil
 }
 
 func (f *fakeSender) probe(string, netip.Addr) error { return f.err }
@@ -199,4 +205,36 @@ func TestAnnouncerWithoutRepeats(t *testing.T) {
 	assert.NilError(t, h.a.Announce("eth0", netip.MustParseAddr("::ffff:198.18.0.5")))
 	assert.Equal(t, h.next(), sent{"eth0", netip.MustParseAddr("198.18.0.5")}, "mapped address announced as IPv4")
 	assert.ErrorContains(t, h.a.Announce("eth0", netip.Addr{}), "invalid address")
+}
+
+// Repeats that fall due together go out together: one call of the sender
+// (one link lookup and one system call) for each interface, in the order
+// they fell due, at most maxBatch at a time.
+func TestAnnouncerBatchesDueRepeats(t *testing.T) {
+	h := newAnnouncerHarness(t, 100*time.Millisecond)
+	var eth0 []netip.Addr
+	for i := range maxBatch + 6 {
+		ip := netip.AddrFrom4([4]byte{198, 18, 1, byte(i)})
+		iface := "eth0"
+		if i == 3 {
+			iface = "eth1"
+		} else {
+			eth0 = append(eth0, ip)
+		}
+		assert.NilError(t, h.a.Announce(iface, ip))
+		h.next()
+		assert.Equal(t, <-h.out.batches, 1)
+		h.clk.Step(time.Millisecond)
+	}
+	h.advanceTo(time.Second)
+	var got []netip.Addr
+	for range maxBatch + 6 {
+		s := h.next()
+		if s.iface == "eth0" {
+			got = append(got, s.ip)
+		}
+	}
+	assert.Assert(t, slices.Equal(got, eth0), "got %v", got)
+	assert.DeepEqual(t, []int{<-h.out.batches, <-h.out.batches, <-h.out.batches}, []int{maxBatch - 1, 1, 6})
+	h.noneQueued()
 }
