@@ -207,8 +207,8 @@ func run(o options) error {
 			log.Error("the owner loop has made no progress; exiting so that this node's addresses go with eipd and peers take its IPs over", "since", quiet)
 			os.Exit(3)
 		},
-		Claims: func(ctx context.Context, iface string, out chan<- netif.Claim) error {
-			return netif.WatchClaims(ctx, log, iface, out)
+		Claims: func(ctx context.Context, iface string, want func(netip.Addr) bool, out chan<- netif.Claim) error {
+			return netif.WatchClaims(ctx, log, iface, want, out)
 		},
 		AddrEvents: addrEvents, LinkEvents: linkEvents, APIServer: apiServer, ProbeWait: probeWait,
 		ListenLAN: func(port uint16, out chan<- lanlive.Received) (agent.LANConn, error) {

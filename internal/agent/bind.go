@@ -98,6 +98,7 @@ func (s *state) bind(ip netip.Addr, e ipset.Entry, why string) {
 	}
 	p := e.Binding.Prefix(ip)
 	dev := s.devFor(iface, p, e.Binding.Announce)
+	s.claimed.add(ip) // before the kernel may answer for it
 	if err := s.a.opt.Addresser.Add(dev, p, s.lifetimeOn(dev)); err != nil {
 		log.Error("bind", "iface", dev, "err", err)
 		s.event(ip, corev1.EventTypeWarning, "BindFailed", fmt.Sprintf("bind %s on %s/%s: %v", p, s.a.opt.Node, dev, err))
@@ -409,7 +410,7 @@ func (s *state) watchClaims(iface string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.claimWatch[iface] = cancel
 	go func() {
-		if err := s.a.opt.Claims(ctx, iface, s.claims); err != nil && ctx.Err() == nil {
+		if err := s.a.opt.Claims(ctx, iface, s.claimed.has, s.claims); err != nil && ctx.Err() == nil {
 			s.log.Error("watching announcements failed", "iface", iface, "err", err)
 		}
 	}()

@@ -121,9 +121,12 @@ func newWorld(t testing.TB, self string, cfg map[string]string) *world {
 	a, err := New(Options{
 		Node: self, Namespace: testNS, ConfigMap: testCM,
 		Client: clientset.Adapt(fake.NewClientset()), Leases: w, Addresser: w, Links: w, Device: w, Announcer: w,
-		Hung:   func(quiet time.Duration) { w.hung = quiet },
-		Claims: func(ctx context.Context, _ string, _ chan<- netif.Claim) error { <-ctx.Done(); return nil },
-		Clock:  w.clk, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Hung: func(quiet time.Duration) { w.hung = quiet },
+		Claims: func(ctx context.Context, _ string, _ func(netip.Addr) bool, _ chan<- netif.Claim) error {
+			<-ctx.Done()
+			return nil
+		},
+		Clock: w.clk, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"gotest.tools/v3/assert"
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -255,6 +256,40 @@ func TestLoopOthersClaimsAskForNoPass(t *testing.T) {
 	assert.Assert(t, w.s.dirty[mine])
 	w.pass()
 	assert.DeepEqual(t, w.take(), []string(nil)) // a stranger's claim is reported, not answered
+}
+
+// The claim watches hand the loop only the claims for an address this
+// node probes or binds: the address is wanted from its first probe, before
+// any answer may come, and until the full pass after it was let go.
+func TestLoopClaimWatchWantsProbedAndBoundAddresses(t *testing.T) {
+	w := newWorld(t, "node-a", defaultTestConfig())
+	w.a.opt.ProbeWait = 60 * time.Millisecond
+	w.addNode("node-b")
+	w.heartbeat("node-b", true)
+	mine, theirs := testIP(0), testIP(1)
+	w.lock(theirs, "node-b")
+	w.addService("mine", mine)
+	w.addService("theirs", theirs)
+	w.pass()
+	for i := 0; i < 4 && len(w.calls) == 0; i++ {
+		w.tick("node-b")
+	}
+	assert.DeepEqual(t, w.take(), []string{"probe 198.18.100.1", "create eip-198-18-100-1 holder=node-a"})
+	assert.Assert(t, w.s.claimed.has(mine), "probed")
+	assert.Assert(t, !w.s.claimed.has(theirs))
+	w.step(30 * time.Millisecond)
+	w.pass()
+	w.step(30 * time.Millisecond)
+	w.pass()
+	assert.DeepEqual(t, w.take(), []string{"probe 198.18.100.1", "bind 198.18.100.1"})
+	assert.Assert(t, w.s.claimed.has(mine), "bound")
+	w.must(w.svcs.Delete(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "mine"}}))
+	w.s.dirtySvc = true
+	w.pass()
+	assert.Assert(t, slices.Contains(w.take(), "unbind 198.18.100.1"))
+	w.s.dirtySvc = true
+	w.pass()
+	assert.Assert(t, !w.s.claimed.has(mine), "let go")
 }
 
 // An eip node that keeps answering (its loop ran late, or it is cut off

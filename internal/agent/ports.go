@@ -61,5 +61,5 @@ type LeaseWriter interface {
 }
 
 // ClaimWatcher reports other machines announcing addresses on iface
-// (netif.WatchClaims); it blocks until ctx ends.
-type ClaimWatcher func(ctx context.Context, iface string, out chan<- netif.Claim) error
+// (netif.WatchClaims), those want accepts; it blocks until ctx ends.
+type ClaimWatcher func(ctx context.Context, iface string, want func(netip.Addr) bool, out chan<- netif.Claim) error

@@ -93,6 +93,7 @@ type state struct {
 	ownRemovals map[netip.Addr]int
 	linkDown    map[string]bool
 	claimWatch  map[string]context.CancelFunc
+	claimed     *claimedSet
 	autoIface   map[netip.Addr]string // "auto" resolved, see ifaceFor
 	arpAnswers  map[string]bool       // per LAN interface, see placeOnDevice
 	macs        string                // ownMACs; "" until listed, and after a link changed
@@ -186,6 +187,7 @@ func newState(a *Agent) *state {
 		badLocks:    map[string]string{},
 		linkDown:    map[string]bool{},
 		claimWatch:  map[string]context.CancelFunc{},
+		claimed:     newClaimedSet(),
 		autoIface:   map[netip.Addr]string{},
 		arpAnswers:  map[string]bool{},
 		dirty:       map[netip.Addr]bool{},
@@ -765,6 +767,11 @@ func (s *state) reconcile() {
 	s.waitingFirst = 0
 	clear(s.dropWaiting)
 	clear(s.lateBinds)
+	s.claimed.keepOnly(func(ip netip.Addr) bool {
+		_, probing := s.conflicts.probing[ip]
+		_, bound := s.bound[ip]
+		return probing || bound
+	})
 	s.fence(now)
 	changed := false
 	if s.dirtyCM {

@@ -34,11 +34,14 @@ type Claim struct {
 // source of every neighbour solicitation, and the target of every probe,
 // unless the frame comes from iface's own MAC. It sees what reaches iface: broadcasts, ff02::1 and the
 // solicited-node groups of the addresses bound there. The consumer decides
-// which claims matter (those for addresses it holds). It keeps watching
+// which claims matter (those for addresses it holds), and may say so with
+// want, called from the watch's goroutine: a claim for an address want
+// refuses is dropped there, before it costs the consumer anything; nil
+// wants every claim. It keeps watching
 // while the link is down and after it comes back up. It returns nil when ctx
 // ends, and an error if it cannot listen or the interface is deleted or
 // replaced.
-func WatchClaims(ctx context.Context, log *slog.Logger, iface string, out chan<- Claim) error {
+func WatchClaims(ctx context.Context, log *slog.Logger, iface string, want func(netip.Addr) bool, out chan<- Claim) error {
 	ifi, err := net.InterfaceByName(iface)
 	if err != nil {
 		return fmt.Errorf("watch claims on %s: %w", iface, err)
@@ -102,7 +105,7 @@ func WatchClaims(ctx context.Context, log *slog.Logger, iface string, out chan<-
 			return fmt.Errorf("watch claims on %s: %w", iface, err)
 		}
 		ip, mac, probe, ok := parseClaim(buf[:n], own)
-		if !ok {
+		if !ok || want != nil && !want(ip) {
 			continue
 		}
 		log.Debug("address claimed on the wire", "iface", iface, "ip", ip, "mac", mac.String(), "probe", probe)

@@ -343,7 +343,7 @@ func TestWatchClaimsOnVeth(t *testing.T) {
 	n := newTestNet(t)
 	claims := make(chan Claim, 64)
 	log := testLogger(t)
-	n.goIn(t, n.a, func(ctx context.Context) error { return WatchClaims(ctx, log, vethIface, claims) })
+	n.goIn(t, n.a, func(ctx context.Context) error { return WatchClaims(ctx, log, vethIface, nil, claims) })
 	clk := clocktesting.NewFakeClock(time.Now())
 	var annA, annB *Announcer
 	n.in(t, n.a, func() { annA = NewAnnouncer(log, clk, nil) })
@@ -413,7 +413,7 @@ func TestWatchClaimsEndsWhenLinkDeleted(t *testing.T) {
 	errs := make(chan error, 1)
 	log := testLogger(t)
 	n.goIn(t, n.a, func(ctx context.Context) error {
-		errs <- WatchClaims(ctx, log, "other0", claims)
+		errs <- WatchClaims(ctx, log, "other0", nil, claims)
 		return nil
 	})
 	// Its socket is open once it reports a claim from the other end.
@@ -438,7 +438,7 @@ func TestFirstAnnouncementLatency(t *testing.T) {
 	n := newTestNet(t)
 	claims := make(chan Claim, 256)
 	log := testLogger(t)
-	n.goIn(t, n.b, func(ctx context.Context) error { return WatchClaims(ctx, log, vethIface, claims) })
+	n.goIn(t, n.b, func(ctx context.Context) error { return WatchClaims(ctx, log, vethIface, nil, claims) })
 	var addrs *Addresses
 	var ann *Announcer
 	n.in(t, n.a, func() {
@@ -509,7 +509,7 @@ func TestProbeIsAnsweredByHolder(t *testing.T) {
 	n := newTestNet(t)
 	claims := make(chan Claim, 64)
 	log := testLogger(t)
-	n.goIn(t, n.a, func(ctx context.Context) error { return WatchClaims(ctx, log, vethIface, claims) })
+	n.goIn(t, n.a, func(ctx context.Context) error { return WatchClaims(ctx, log, vethIface, nil, claims) })
 	var ann *Announcer
 	n.in(t, n.a, func() { ann = NewAnnouncer(log, clocktesting.NewFakeClock(time.Now()), nil) })
 	t.Cleanup(ann.Close)
@@ -542,14 +542,17 @@ func TestProbeIsAnsweredByHolder(t *testing.T) {
 }
 
 // Every frame of a batch of announcements, sent in one sendmmsg, reaches
-// the peer, from this node's MAC; this node's own claim watch, which sees
+// the peer, from this node's MAC; a watch there that wants only some
+// addresses reports those alone; this node's own claim watch, which sees
 // the frames its interface sends, reports none of them.
 func TestBatchedAnnouncementsReachThePeer(t *testing.T) {
 	n := newTestNet(t)
 	log := testLogger(t)
-	theirs, ours := make(chan Claim, 512), make(chan Claim, 512)
-	n.goIn(t, n.b, func(ctx context.Context) error { return WatchClaims(ctx, log, vethIface, theirs) })
-	n.goIn(t, n.a, func(ctx context.Context) error { return WatchClaims(ctx, log, vethIface, ours) })
+	theirs, even, ours := make(chan Claim, 512), make(chan Claim, 512), make(chan Claim, 512)
+	isEven := func(ip netip.Addr) bool { return ip.As4()[3]%2 == 0 }
+	n.goIn(t, n.b, func(ctx context.Context) error { return WatchClaims(ctx, log, vethIface, nil, theirs) })
+	n.goIn(t, n.b, func(ctx context.Context) error { return WatchClaims(ctx, log, vethIface, isEven, even) })
+	n.goIn(t, n.a, func(ctx context.Context) error { return WatchClaims(ctx, log, vethIface, nil, ours) })
 	var s *rawSender
 	n.in(t, n.a, func() { s = newRawSender(log) })
 	t.Cleanup(s.close)
@@ -582,6 +585,16 @@ func TestBatchedAnnouncementsReachThePeer(t *testing.T) {
 		}
 	}
 	assert.Equal(t, len(ours), 0, "this node's watch reported its own frames")
+	evens := map[netip.Addr]bool{}
+	for len(evens) < len(ips)/2 {
+		select {
+		case c := <-even:
+			assert.Assert(t, isEven(c.IP), "a claim the watch did not want: %s", c.IP)
+			evens[c.IP] = true
+		case <-deadline:
+			t.Fatalf("the watch of even addresses saw %d of %d", len(evens), len(ips)/2)
+		}
+	}
 }
 
 // BenchmarkSendAnnouncements is one batch of repeats falling due together
