@@ -8,7 +8,9 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/mdlayher/packet"
 	"golang.org/x/sys/unix"
@@ -73,10 +75,13 @@ func WatchClaims(ctx context.Context, log *slog.Logger, iface string, want func(
 	}
 
 	own := ifi.HardwareAddr
-	buf := make([]byte, claimSnapLen)
+	frames, err := newFrameReader(conn)
+	if err != nil {
+		return fmt.Errorf("watch claims on %s: %w", iface, err)
+	}
 	linkDown := false
 	for {
-		n, _, err := conn.ReadFrom(buf)
+		n, err := frames.read()
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -104,17 +109,81 @@ func WatchClaims(ctx context.Context, log *slog.Logger, iface string, want func(
 		case err != nil:
 			return fmt.Errorf("watch claims on %s: %w", iface, err)
 		}
-		ip, mac, probe, ok := parseClaim(buf[:n], own)
-		if !ok || want != nil && !want(ip) {
-			continue
-		}
-		log.Debug("address claimed on the wire", "iface", iface, "ip", ip, "mac", mac.String(), "probe", probe)
-		select {
-		case out <- Claim{Iface: iface, IP: ip, MAC: mac, Probe: probe}:
-		case <-ctx.Done():
-			return nil
+		for i := range n {
+			ip, mac, probe, ok := parseClaim(frames.frame(i), own)
+			if !ok || want != nil && !want(ip) {
+				continue
+			}
+			log.Debug("address claimed on the wire", "iface", iface, "ip", ip, "mac", mac.String(), "probe", probe)
+			select {
+			case out <- Claim{Iface: iface, IP: ip, MAC: mac, Probe: probe}:
+			case <-ctx.Done():
+				return nil
+			}
 		}
 	}
+}
+
+// claimBatch is the most frames one read of the claim watch takes: at a
+// cold start every node's probes and announcements reach every other
+// node, and one system call and one wake-up for each was much of what the
+// watch cost.
+const claimBatch = 32
+
+// frameReader reads the frames waiting on a packet socket with recvmmsg,
+// each into a buffer of claimSnapLen bytes.
+type frameReader struct {
+	rc   syscall.RawConn
+	bufs [][claimSnapLen]byte
+	iovs []unix.Iovec
+	msgs []mmsghdr
+}
+
+func newFrameReader(c *packet.Conn) (*frameReader, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	r := &frameReader{rc: rc, bufs: make([][claimSnapLen]byte, claimBatch), iovs: make([]unix.Iovec, claimBatch), msgs: make([]mmsghdr, claimBatch)}
+	for i := range r.msgs {
+		r.iovs[i].Base = &r.bufs[i][0]
+		r.iovs[i].SetLen(claimSnapLen)
+		r.msgs[i].hdr.Iov = &r.iovs[i]
+		r.msgs[i].hdr.SetIovlen(1)
+	}
+	return r, nil
+}
+
+// read waits for a frame, until the socket's read deadline, and takes it
+// and those waiting behind it, up to claimBatch; it says how many.
+func (r *frameReader) read() (int, error) {
+	var n int
+	var rerr error
+	err := r.rc.Read(func(fd uintptr) bool {
+		for {
+			got, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&r.msgs[0])), uintptr(len(r.msgs)), unix.MSG_DONTWAIT, 0, 0)
+			switch errno {
+			case 0:
+				n = int(got)
+				return true
+			case unix.EINTR:
+			case unix.EAGAIN:
+				return false // wait until the socket is readable
+			default:
+				rerr = os.NewSyscallError("recvmmsg", errno)
+				return true
+			}
+		}
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, rerr
+}
+
+// frame is the i-th frame of the last read.
+func (r *frameReader) frame(i int) []byte {
+	return r.bufs[i][:min(int(r.msgs[i].len), claimSnapLen)]
 }
 
 // sameLink says whether iface is still the interface with index.
