@@ -84,11 +84,12 @@ func (s *state) bind(ip netip.Addr, e ipset.Entry, why string) {
 		if now := s.a.clk.Now(); s.loopLate(now) {
 			s.lateBinds[ip] = true
 		} else {
-			// Not writable, say, for a moment within a pass: decided
-			// again a renew interval on. A full pass would decide it
-			// when writability changes, but one that flips back before
-			// any pass sees it asks for none, and the IP stayed held and
-			// unbound until the resync's full pass, 10 s later.
+			// Not writable, say: decided again when that changes
+			// (writableChanged), and a renew interval on, since a
+			// change that flips back before any pass sees it asks
+			// for none (the IP stayed held and unbound until the
+			// resync's full pass, 10 s later).
+			s.writableDeps[ip] = true
 			s.wakeAt(now.Add(s.cfg.RenewInterval))
 		}
 		return
@@ -246,9 +247,13 @@ func (s *state) rebindIfMoved(ip netip.Addr) {
 	e := s.entries[ip]
 	iface, err := s.ifaceFor(ip, e.Binding)
 	p := e.Binding.Prefix(ip)
-	if err != nil || (iface == b.iface && p == b.prefix && e.Binding.Announce == b.announce && s.devFor(iface, p, e.Binding.Announce) == b.dev) || !s.canBind(iface) {
+	same := err == nil && iface == b.iface && p == b.prefix && e.Binding.Announce == b.announce && s.devFor(iface, p, e.Binding.Announce) == b.dev
+	if err != nil || same || !s.canBind(iface) {
 		if err == nil {
 			s.reannounceIfChanged(ip, b, e)
+		}
+		if err == nil && !same {
+			s.writableDeps[ip] = true // moved once this node may bind
 		}
 		return
 	}

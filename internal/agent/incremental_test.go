@@ -42,9 +42,11 @@ func skippedPassesWouldActNot(t *testing.T, seed uint64) {
 		w.take()
 		// The check must not change what the loop remembers of its
 		// last pass, or it would hide the loop's own mistakes.
-		lastPass, passWritable, passVerdicts, wake := w.s.lastPass, w.s.passWritable, w.s.passVerdicts, w.s.wake
+		lastPass, passWritable, fullUnwritable, passVerdicts, wake := w.s.lastPass, w.s.passWritable, w.s.fullUnwritable, w.s.passVerdicts, w.s.wake
+		writableDeps := maps.Clone(w.s.writableDeps)
 		w.s.reconcile()
-		w.s.lastPass, w.s.passWritable, w.s.passVerdicts, w.s.wake = lastPass, passWritable, passVerdicts, wake
+		w.s.lastPass, w.s.passWritable, w.s.fullUnwritable, w.s.passVerdicts, w.s.wake = lastPass, passWritable, fullUnwritable, passVerdicts, wake
+		w.s.writableDeps = writableDeps
 		if calls := w.take(); len(calls) > 0 || len(w.s.jobs) > 0 {
 			t.Fatalf("seed %d: the loop skipped a pass after %s at %s, but a pass acts: %v, %d writes queued",
 				seed, what, w.clk.Now().Sub(t0), calls, len(w.s.jobs))
@@ -69,7 +71,7 @@ func skippedPassesWouldActNot(t *testing.T, seed uint64) {
 				// runs the pass.
 				sent := w.clk.Now()
 				err := w.s.hb.renew(req)
-				either(w.s.heartbeatsRenewed(), "our own heartbeat's event")
+				either(w.s.heartbeatEvent(), "our own heartbeat's event")
 				w.s.renewed(renewResult{renewal: req, sent: sent, err: err})
 				either(w.s.passDue(w.clk.Now()), "a renewal's result")
 			default:
@@ -78,7 +80,7 @@ func skippedPassesWouldActNot(t *testing.T, seed uint64) {
 			for _, p := range peers {
 				if !silent[p] {
 					w.heartbeat(p, true)
-					either(w.s.heartbeatsRenewed(), p+"'s renewal")
+					either(w.s.heartbeatEvent(), p+"'s renewal")
 				}
 			}
 		case r < 15:
@@ -146,11 +148,12 @@ func (r *randomWorld) addService() {
 }
 
 // Between full passes the loop decides again only the IPs whose lock,
-// write or own decision time changed (reconcileSome). Over random
-// sequences of inputs (Services created and deleted, peers taking and
-// deleting locks, falling silent and coming back, this node's writes
+// write or own decision time changed, or whose decision depends on
+// whether this node may write when that changed (reconcileSome). Over
+// random sequences of inputs (Services created and deleted, peers taking
+// and deleting locks, falling silent and coming back, this node's writes
 // answered late and in any order, some lost to a peer's race or timed
-// out, two writers so that acquisitions wait for room), after every input the loop
+// out, two writers so that acquisitions wait for room, renewals refused), after every input the loop
 // answers as it would, and then a full pass must act not at all: no API
 // write, no address change. So the incremental loop reaches the decisions
 // of a loop that passes over every IP on every input.
@@ -185,11 +188,11 @@ func incrementalDecidesAsFull(t *testing.T, seed uint64) {
 		w.take()
 		checks++
 		saved := *w.s
-		freeSince, waiting, ipWake := maps.Clone(w.s.freeSince), maps.Clone(w.s.waiting), maps.Clone(w.s.ipWake)
+		freeSince, waiting, ipWake, writableDeps := maps.Clone(w.s.freeSince), maps.Clone(w.s.waiting), maps.Clone(w.s.ipWake), maps.Clone(w.s.writableDeps)
 		w.s.reconcile()
 		calls, queued := w.take(), len(w.s.jobs)
 		*w.s = saved
-		w.s.freeSince, w.s.waiting, w.s.ipWake = freeSince, waiting, ipWake
+		w.s.freeSince, w.s.waiting, w.s.ipWake, w.s.writableDeps = freeSince, waiting, ipWake, writableDeps
 		if len(calls) > 0 || queued > 0 {
 			t.Fatalf("seed %d: after %s at %s the loop left something a full pass does: %v, %d writes",
 				seed, what, w.clk.Now().Sub(t0), calls, queued)
@@ -213,12 +216,14 @@ func incrementalDecidesAsFull(t *testing.T, seed uint64) {
 			loop(w.s.passDue(w.clk.Now()), "the timer")
 		}
 		switch r := rnd.IntN(24); {
-		case r < 5: // the tick, and our renewal answered at once
+		case r < 5: // the tick, and our renewal answered at once, or refused
 			w.s.tick()
 			loop(w.s.passDue(w.clk.Now()), "the tick")
+			w.apiDown = rnd.IntN(4) == 0
 			if w.renew() {
 				loop(true, "a renewal")
 			}
+			w.apiDown = false
 		case r < 9: // the peers that are not silent renew
 			for _, p := range peers {
 				if !silent[p] {
@@ -273,20 +278,8 @@ func incrementalDecidesAsFull(t *testing.T, seed uint64) {
 // the loop's choosing and full passes only when the loop asks for one.
 // Every IP is taken over and bound, each with one write.
 func TestIncrementalMassFailoverTakesEveryIP(t *testing.T) {
-	w := newWorld(t, "node-a", defaultTestConfig())
-	w.a.opt.Writers = 2
-	w.addNode("node-c")
-	w.heartbeat("node-c", true)
 	const n = 400
-	for i := range n {
-		w.lock(testIP(i), "node-c")
-		w.addService(fmt.Sprintf("svc-%d", i), testIP(i))
-	}
-	w.pass()
-	for range 4 {
-		w.tick("node-c")
-	}
-	w.take()
+	w := heldByNodeC(t, 2, n, "node-c")
 	full := 0
 	for range 200 { // node-c is silent from now on
 		w.step(50 * time.Millisecond)
@@ -322,9 +315,99 @@ func TestIncrementalMassFailoverTakesEveryIP(t *testing.T) {
 	}
 }
 
+// heldByNodeC is node-a's loop with writers lock writers, settled with
+// peers, of which node-c holds the n IPs there are.
+func heldByNodeC(t *testing.T, writers, n int, peers ...string) *world {
+	w := newWorld(t, "node-a", defaultTestConfig())
+	w.a.opt.Writers = writers
+	for _, p := range peers {
+		w.addNode(p)
+		w.heartbeat(p, true)
+	}
+	for i := range n {
+		w.lock(testIP(i), "node-c")
+		w.addService(fmt.Sprintf("svc-%d", i), testIP(i))
+	}
+	w.pass()
+	for range 4 {
+		w.tick(peers...)
+	}
+	w.take()
+	return w
+}
+
 func boolInt(b bool) int {
 	if b {
 		return 1
 	}
 	return 0
+}
+
+// A mass failover on a loaded machine, where a full pass takes longer than
+// half a lease (0.9 s of the fake clock here, as a 10,000-IP pass took on
+// the loaded test bed) and a renewal 200 ms: the renewal the tick sends
+// during a full pass comes back too late to keep this node writable. A
+// change of whether it may write decides again only the IPs that depend
+// on it; when it ran a full pass, the next change came during that one,
+// and the loop spent the failover in full passes, taking one window of
+// IPs between two of them. Here node-a takes over node-c's 100 IPs with
+// four writers in 30 s of the loop's time, with no full pass beyond the
+// one for node-c's death (and the very first).
+func TestLoopSlowFullPassesDoNotFeedThemselves(t *testing.T) {
+	const n = 100
+	w := heldByNodeC(t, 4, n, "node-b", "node-c")
+	type answer struct {
+		res write
+		at  time.Time
+	}
+	var writes []answer
+	var renewal *renewal
+	var renewalSent time.Time
+	start, full := w.clk.Now(), 0
+	for w.clk.Now().Sub(start) < 30*time.Second && len(w.addrs) < n { // node-c is silent from now on
+		now := w.clk.Now()
+		if now.Sub(w.s.lastTick) >= w.s.cfg.RenewInterval {
+			w.s.tick()
+			w.heartbeat("node-b", true) // in step with this node
+			w.s.hbDirty = true
+		}
+		if renewal == nil {
+			select {
+			case r := <-w.s.renewReq:
+				renewal, renewalSent = &r, now
+			default:
+			}
+		}
+		if renewal != nil && now.Sub(renewalSent) >= 200*time.Millisecond {
+			err := w.s.hb.renew(*renewal)
+			w.s.renewed(renewResult{renewal: *renewal, sent: renewalSent, err: err})
+			w.s.hbDirty, renewal = true, nil
+		}
+		for more := true; more; {
+			select {
+			case j := <-w.s.jobs:
+				writes = append(writes, answer{j, now.Add(100 * time.Millisecond)})
+			default:
+				more = false
+			}
+		}
+		for len(writes) > 0 && !now.Before(writes[0].at) {
+			w.s.writeDone(w.answer(writes[0].res))
+			writes = writes[1:]
+		}
+		last := w.s.lastPass
+		w.s.pass()
+		if w.s.lastPass != last {
+			full++
+			w.step(900 * time.Millisecond)
+			continue
+		}
+		w.step(10 * time.Millisecond)
+	}
+	if calls := w.take(); len(w.addrs) != n || len(calls) != 2*n {
+		t.Fatalf("%d of node-c's %d IPs bound after %s, %d calls, %d full", len(w.addrs), n, w.clk.Now().Sub(start), len(calls), full)
+	}
+	if full > 1 {
+		t.Fatalf("%d full passes in the failover, want only the one for node-c's death", full)
+	}
 }

@@ -425,6 +425,13 @@ func TestLoopASecondLateHasNotStalled(t *testing.T) {
 // pass: passes never read it, and in a cold start every renewal of every
 // node changes it.
 func TestLoopRenewalChangingHeldAsksNoPass(t *testing.T) {
+	w := peerRenewedWith(t, 1234, 1)
+	assert.Assert(t, !w.s.heartbeatsRenewed())
+}
+
+// peerRenewedWith is node-a's loop, settled with node-b, once node-b's
+// heartbeat says it holds held IPs, for factor lease durations.
+func peerRenewedWith(t *testing.T, held, factor int) *world {
 	w := newWorld(t, "node-a", defaultTestConfig())
 	w.addNode("node-b")
 	w.heartbeat("node-b", true)
@@ -433,11 +440,11 @@ func TestLoopRenewalChangingHeldAsksNoPass(t *testing.T) {
 		w.tick("node-b")
 	}
 	l := w.get(lease.HeartbeatName("node-b"))
-	st := lease.HeartbeatStatus{Eligible: true, Held: 1234, MACs: lease.FormatMACs([]net.HardwareAddr{peerMAC("node-b")})}
-	l = lease.RenewedHeartbeat(l, testNS, "node-b", w.s.cfg.LeaseDuration, st, w.clk.Now())
+	st := lease.HeartbeatStatus{Eligible: true, Held: held, MACs: lease.FormatMACs([]net.HardwareAddr{peerMAC("node-b")})}
+	l = lease.RenewedHeartbeat(l, testNS, "node-b", time.Duration(factor)*w.s.cfg.LeaseDuration, st, w.clk.Now())
 	l.ResourceVersion = w.nextRV()
 	w.must(w.leases.Update(l))
-	assert.Assert(t, !w.s.heartbeatsRenewed())
+	return w
 }
 
 // A reservation left by a node that died before writing the Service's

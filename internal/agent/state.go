@@ -121,12 +121,19 @@ type state struct {
 	dirtySvc, dirtyNodes, dirtyCM bool
 	wake                          time.Time
 	lastResync                    time.Time
-	// lastPass is when the last reconcile pass ran, passWritable whether
-	// this node could write then and passVerdicts what it read of each
-	// node (see passDue).
-	lastPass     time.Time
-	passWritable bool
-	passVerdicts map[string]verdict
+	// lastPass is when the last full pass ran and passVerdicts what it
+	// read of each node; passWritable is whether this node could write at
+	// the last pass, full or not (see passDue), and fullUnwritable whether
+	// it could not at the last full one, which then allocated nothing and
+	// collected no heartbeat.
+	lastPass       time.Time
+	passWritable   bool
+	fullUnwritable bool
+	passVerdicts   map[string]verdict
+	// writableDeps are the IPs whose last decision depends on whether
+	// this node may write: a change of that decides only them again
+	// (writableChanged).
+	writableDeps map[netip.Addr]bool
 
 	// The incremental pass (see pass): needFull says an input since the
 	// last pass changed something every IP reads; hbDirty that a
@@ -174,31 +181,32 @@ type state struct {
 func newState(a *Agent) *state {
 	s := &state{
 		a: a, log: a.log,
-		cfg:         config.Default(),
-		window:      float64(a.opt.Writers),
-		entries:     map[netip.Addr]ipset.Entry{},
-		rejected:    map[string]bool{},
-		bound:       map[netip.Addr]binding{},
-		freeSince:   map[netip.Addr]time.Time{},
-		inflight:    map[string]bool{},
-		pending:     map[string]string{},
-		written:     map[string]overlay{},
-		deleted:     map[string]string{},
-		badLocks:    map[string]string{},
-		linkDown:    map[string]bool{},
-		claimWatch:  map[string]context.CancelFunc{},
-		claimed:     newClaimedSet(),
-		autoIface:   map[netip.Addr]string{},
-		arpAnswers:  map[string]bool{},
-		dirty:       map[netip.Addr]bool{},
-		lateBinds:   map[netip.Addr]bool{},
-		ownRemovals: map[netip.Addr]int{},
-		names:       map[string]netip.Addr{},
-		ipWake:      map[netip.Addr]time.Time{},
-		waiting:     map[netip.Addr]bool{},
-		dropWaiting: map[netip.Addr]bool{},
-		needBarrier: true,
-		dirtySvc:    true, dirtyNodes: true, dirtyCM: true,
+		cfg:          config.Default(),
+		window:       float64(a.opt.Writers),
+		entries:      map[netip.Addr]ipset.Entry{},
+		rejected:     map[string]bool{},
+		bound:        map[netip.Addr]binding{},
+		freeSince:    map[netip.Addr]time.Time{},
+		inflight:     map[string]bool{},
+		pending:      map[string]string{},
+		written:      map[string]overlay{},
+		deleted:      map[string]string{},
+		badLocks:     map[string]string{},
+		linkDown:     map[string]bool{},
+		claimWatch:   map[string]context.CancelFunc{},
+		claimed:      newClaimedSet(),
+		autoIface:    map[netip.Addr]string{},
+		arpAnswers:   map[string]bool{},
+		dirty:        map[netip.Addr]bool{},
+		lateBinds:    map[netip.Addr]bool{},
+		ownRemovals:  map[netip.Addr]int{},
+		names:        map[string]netip.Addr{},
+		ipWake:       map[netip.Addr]time.Time{},
+		waiting:      map[netip.Addr]bool{},
+		dropWaiting:  map[netip.Addr]bool{},
+		writableDeps: map[netip.Addr]bool{},
+		needBarrier:  true,
+		dirtySvc:     true, dirtyNodes: true, dirtyCM: true,
 		renewReq:  make(chan renewal, 1),
 		renewRes:  make(chan renewResult, 1),
 		jobs:      make(chan write, 4096),
@@ -250,8 +258,7 @@ func (s *state) run(ctx context.Context, stop chan struct{}) error {
 			s.dirtyNodes = true
 		case <-s.a.leaseKick:
 		case <-s.a.hbKick:
-			pass = s.heartbeatsRenewed()
-			s.needFull = s.needFull || pass
+			pass = s.heartbeatEvent()
 		case <-s.a.cmKick:
 			s.dirtyCM = true
 		case <-ticker.C():
@@ -633,6 +640,9 @@ func (s *state) pass() {
 		// every heartbeat the cache held after it was just observed.
 		s.live.Delivered(now)
 	}
+	if w := s.writable(now); w != s.passWritable {
+		s.writableChanged(w)
+	}
 	if s.fullDue(now) {
 		s.reconcile()
 		return
@@ -643,9 +653,38 @@ func (s *state) pass() {
 func (s *state) fullDue(now time.Time) bool {
 	return s.needFull || s.dirtySvc || s.dirtyNodes || s.dirtyCM || s.cfg.Policy == config.PolicySpread ||
 		!s.wake.IsZero() && !now.Before(s.wake) ||
-		s.writable(now) != s.passWritable ||
 		!maps.Equal(s.passVerdicts, s.verdicts(now)) ||
 		now.Sub(s.lastPass) >= s.a.opt.Resync
+}
+
+// writableChanged answers a change of whether this node may write: the
+// IPs whose decision depends on it are decided again, not every IP. Most
+// do not: a held and bound IP stays, a live peer's stays with it. At
+// 10,000 IPs a full pass took a second on the loaded test bed during a
+// mass failover; the renewal its tick sent meanwhile came back too late
+// to keep this node writable, which asked for another full pass, and the
+// next renewal for one more: the survivors spent the failover in full
+// passes, and dispatched one window of takeovers between two of them.
+// A stall ends when this node may write again (see tick), so the IPs a
+// late loop did not bind are decided again then too. Allocation and
+// collecting heartbeats happen in full passes alone: one that ran while
+// this node could not write is run again once it can.
+func (s *state) writableChanged(w bool) {
+	s.passWritable = w
+	for ip := range s.writableDeps {
+		s.dirty[ip] = true
+	}
+	clear(s.writableDeps)
+	if !w {
+		return
+	}
+	for ip := range s.lateBinds {
+		s.dirty[ip] = true
+	}
+	clear(s.lateBinds)
+	if s.fullUnwritable {
+		s.needFull = true
+	}
 }
 
 // takeLockChanges marks dirty the IPs of the locks the informer saw
@@ -772,6 +811,7 @@ func (s *state) reconcile() {
 		_, bound := s.bound[ip]
 		return probing || bound
 	})
+	clear(s.writableDeps)
 	s.fence(now)
 	changed := false
 	if s.dirtyCM {
@@ -806,7 +846,7 @@ func (s *state) reconcile() {
 	s.dirtyNodes = false
 	s.updateEligibility()
 	v := s.view(now)
-	s.lastPass, s.passWritable = now, v.Writable
+	s.lastPass, s.passWritable, s.fullUnwritable = now, v.Writable, !v.Writable
 	if v.Writable {
 		s.fenced = false
 		s.stalled = false
@@ -915,14 +955,23 @@ func (s *state) observe(all []*coordinationv1.Lease, now time.Time) map[string]*
 	return locks
 }
 
+// heartbeatEvent answers a renewal of a heartbeat that the watch
+// delivered, and reports whether a pass is needed: a full one when
+// heartbeatsRenewed says so, one over the IPs that depend on it when
+// whether this node may write changed (its own renewal came back).
+func (s *state) heartbeatEvent() bool {
+	s.needFull = s.heartbeatsRenewed() || s.needFull
+	return s.needFull || s.writable(s.a.clk.Now()) != s.passWritable
+}
+
 // heartbeatsRenewed observes the heartbeats after a renewal of one and
-// reports whether a reconcile pass is needed: only when what a pass reads
-// (a node's liveness, status or duration, the set of nodes, or whether
-// this node may write) differs from what the last pass read. Peers renew
-// several times a second, and a pass over every IP for each renewal that
-// changed none of that was most of eipd's CPU at 5,000 IPs. What changes
-// with time alone needs no event: the timer wakes the loop at the next
-// expiry (nextWake).
+// reports whether a full pass is needed: only when what every IP's
+// decision reads (a node's liveness, status or duration, or the set of
+// nodes) differs from what the last full pass read. Peers renew several
+// times a second, and a pass over every IP for each renewal that changed
+// none of that was most of eipd's CPU at 5,000 IPs. What changes with
+// time alone needs no event: the timer wakes the loop at the next expiry
+// (nextWake).
 func (s *state) heartbeatsRenewed() bool {
 	now := s.a.clk.Now()
 	known, seen := len(s.live.Nodes()), 0
@@ -937,7 +986,7 @@ func (s *state) heartbeatsRenewed() bool {
 		s.live.Observe(hb, now)
 		seen++
 	}
-	return seen != known || s.passWritable != s.writable(now) || !maps.Equal(s.passVerdicts, s.verdicts(now))
+	return seen != known || !maps.Equal(s.passVerdicts, s.verdicts(now))
 }
 
 // verdict is what a reconcile pass reads about a node from its heartbeat.
@@ -1035,7 +1084,15 @@ func (s *state) decide(v lease.View, ip netip.Addr, l *coordinationv1.Lease, nam
 		s.conflicts.forget(ip)
 	}
 	_, bound := s.bound[ip]
-	d := lease.Decide(v, lease.IP{Addr: ip, Lock: lk, Named: named, Bound: bound, FreeSince: s.freeSince[ip], Planned: planned})
+	in := lease.IP{Addr: ip, Lock: lk, Named: named, Bound: bound, FreeSince: s.freeSince[ip], Planned: planned}
+	d := lease.Decide(v, in)
+	other := v
+	other.Writable = !v.Writable
+	if o := lease.Decide(other, in); o.Action != d.Action || o.Target != d.Target || !o.At.Equal(d.At) {
+		s.writableDeps[ip] = true
+	} else {
+		delete(s.writableDeps, ip)
+	}
 	if named && bound && lk != nil && lk.Holder == v.Self {
 		s.rebindIfMoved(ip)
 	}
