@@ -429,6 +429,18 @@ func TestLoopRenewalChangingHeldAsksNoPass(t *testing.T) {
 	assert.Assert(t, !w.s.heartbeatsRenewed())
 }
 
+// Nor does a renewal that changes only a node's duration: a survivor of a
+// mass failover that leaves slow heartbeats (with one LAN peer left)
+// renews at once with a lease duration instead of ten, and both its own
+// renewal and its peer's made every survivor pass over every IP as the
+// takeovers began. The verdicts it gives stay what the pass reads.
+func TestLoopRenewalChangingDurationAsksNoPass(t *testing.T) {
+	w := peerRenewedWith(t, 0, 10)
+	assert.Assert(t, !w.s.heartbeatsRenewed())
+	w.step(3 * w.s.cfg.LeaseDuration)
+	assert.Assert(t, w.s.live.Alive("node-b", w.clk.Now()), "node-b's duration is ten lease durations")
+}
+
 // peerRenewedWith is node-a's loop, settled with node-b, once node-b's
 // heartbeat says it holds held IPs, for factor lease durations.
 func peerRenewedWith(t *testing.T, held, factor int) *world {

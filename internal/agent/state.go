@@ -1001,8 +1001,12 @@ func (s *state) verdicts(now time.Time) map[string]verdict {
 		hb, _ := s.live.Heartbeat(n)
 		// Held is read by kubectl eip status, never by a pass, and during
 		// a cold start or a mass failover it changes with every renewal
-		// of every node: it made each a pass over every IP.
-		hb.Version, hb.RenewTime, hb.Held = "", time.Time{}, 0
+		// of every node: it made each a pass over every IP. Duration is
+		// read by the liveness tracker alone, and what it judges with it
+		// is alive and renewing: when a node died, each survivor left
+		// slow heartbeats and both its renewal and its peer's asked every
+		// survivor for a pass over every IP as the takeovers began.
+		hb.Version, hb.RenewTime, hb.Held, hb.Duration = "", time.Time{}, 0, 0
 		out[n] = verdict{alive: s.live.Alive(n, now), renewing: s.live.Renewing(n, now), status: hb}
 	}
 	return out
