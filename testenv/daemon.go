@@ -55,7 +55,8 @@ func (c *Cluster) DaemonLog(node string) string {
 // StartDaemon starts eipd in the node's namespace with DaemonArgs and
 // extraArgs, with exactly the privileges the DaemonSet in manifests/ grants
 // (see package confine), and fails if the process holds any other. It does
-// not wait for the daemon to do anything.
+// not wait for the daemon to do anything. Daemons of different nodes may be
+// started concurrently: each is checked outside the cluster's lock.
 func (c *Cluster) StartDaemon(node string, extraArgs ...string) error {
 	n, err := c.nodeEndpoint(node)
 	if err != nil {
@@ -64,30 +65,39 @@ func (c *Cluster) StartDaemon(node string, extraArgs ...string) error {
 	if _, err := os.Stat(c.opts.EipdBin); err != nil {
 		return fmt.Errorf("start eipd on %s: %w (build it, or set EIPD_BIN)", node, err)
 	}
-	args := append(c.DaemonArgs(node), extraArgs...)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return fmt.Errorf("start eipd on %s: cluster closed", node)
-	}
-	if p := c.daemons[node]; p != nil && p.running() {
-		return fmt.Errorf("start eipd on %s: already running (pid %d)", node, p.pid())
-	}
 	priv, err := confine.FromDaemonSet(c.opts.ManifestsDir)
 	if err != nil {
 		return fmt.Errorf("start eipd on %s: %w", node, err)
 	}
-	prog, argv, env := priv.Command(c.opts.EipdBin, args)
-	p, err := startProcess(n.ns, "eipd on "+node, c.DaemonLog(node), env, prog, argv...)
+	p, err := c.startConfined(node, n, priv, append(c.DaemonArgs(node), extraArgs...))
 	if err != nil {
 		return err
 	}
-	c.daemons[node] = p
 	if err := priv.Verify(p.pid(), c.opts.EipdBin, p.done, confineTimeout); err != nil {
 		_ = p.stop(syscall.SIGKILL, daemonGrace)
 		return fmt.Errorf("start eipd on %s: %w", node, err)
 	}
 	return nil
+}
+
+// startConfined starts eipd on node under priv and records it, unless the
+// cluster is closed or the node's eipd already runs.
+func (c *Cluster) startConfined(node string, n *endpoint, priv confine.Privileges, args []string) (*process, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, fmt.Errorf("start eipd on %s: cluster closed", node)
+	}
+	if p := c.daemons[node]; p != nil && p.running() {
+		return nil, fmt.Errorf("start eipd on %s: already running (pid %d)", node, p.pid())
+	}
+	prog, argv, env := priv.Command(c.opts.EipdBin, args)
+	p, err := startProcess(n.ns, "eipd on "+node, c.DaemonLog(node), env, prog, argv...)
+	if err != nil {
+		return nil, err
+	}
+	c.daemons[node] = p
+	return p, nil
 }
 
 // StopDaemon signals eipd on the node and waits for it to exit. After

@@ -272,16 +272,26 @@ func (e *env) reset(ctx context.Context, timing Timing, start bool) error {
 	}); err != nil {
 		return err
 	}
-	cm := timing.configMap()
-	maps.Copy(cm, e.config)
-	if err := e.setConfig(ctx, cm); err != nil {
+	if err := e.setConfig(ctx, e.configFor(timing)); err != nil {
 		return err
 	}
 	if !start {
 		return nil
 	}
+	return e.join(ctx, timing)
+}
+
+// join starts eipd on every node at once and waits until each has renewed
+// its heartbeat, and then a lease duration: a daemon that has just started
+// takes nothing for a renew interval while it learns its live peers, so
+// what comes after meets the settled cluster.
+func (e *env) join(ctx context.Context, timing Timing) error {
+	at := time.Now()
+	if err := parallel(len(e.nodes), func(i int) error { return e.c.StartDaemon(e.nodes[i].Name, e.args...) }); err != nil {
+		return err
+	}
 	for _, n := range e.nodes {
-		if err := e.startDaemon(ctx, n.Name); err != nil {
+		if err := e.waitRenewed(ctx, n.Name, at); err != nil {
 			return err
 		}
 	}
@@ -290,8 +300,6 @@ func (e *env) reset(ctx context.Context, timing Timing, start bool) error {
 			return err
 		}
 	}
-	// A daemon that has just started takes nothing for a renew interval
-	// while it learns its live peers: measure the settled cluster.
 	return pause(ctx, timing.Lease)
 }
 
@@ -316,6 +324,13 @@ func (e *env) waitRenewed(ctx context.Context, node string, t time.Time) error {
 		}
 		return l.Spec.RenewTime != nil && l.Spec.RenewTime.After(t), nil
 	})
+}
+
+// configFor is eip-config for timing, with the run's extra keys.
+func (e *env) configFor(timing Timing) map[string]string {
+	cm := timing.configMap()
+	maps.Copy(cm, e.config)
+	return cm
 }
 
 func (e *env) setConfig(ctx context.Context, data map[string]string) error {

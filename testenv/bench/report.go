@@ -284,10 +284,11 @@ func nodesFigures(res ScaleResult) []Figure {
 	if res.Nodes == 50 {
 		writesTarget, cpuTarget = Target{Stat: "max", Limit: 100}, Target{Stat: "max", Limit: 10}
 	}
-	var rss, cpu []float64
+	var rss, cpu, held []float64
 	for _, d := range res.Daemons {
 		rss = append(rss, float64(d.PeakRSS)/(1<<20))
 		cpu = append(cpu, d.CPU)
+		held = append(held, float64(d.Bound))
 	}
 	w := NewFigure("API server writes/s (every resource), "+what, UnitPerSec, []float64{res.SteadyAPI.Writes}, writesTarget)
 	w.Note = "includes the API server's own (about 0.1/s)"
@@ -297,6 +298,7 @@ func nodesFigures(res ScaleResult) []Figure {
 		NewFigure("API server CPU, "+what, UnitPercent, []float64{res.SteadyAPI.CPU}, cpuTarget),
 		NewFigure("eipd CPU per node, steady, "+what, UnitPercent, cpu, Target{}),
 		NewFigure("eipd peak RSS per node, "+what, UnitMiB, rss, Target{}),
+		NewFigure("IPs held per node at the window's end, "+what, UnitCount, held, Target{}),
 	}
 	if res.MassFailover != nil {
 		figs = append(figs, massFailoverFigures(res, what)...)

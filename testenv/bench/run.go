@@ -268,7 +268,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			record("real nodes", err)
 		case ScenarioNodes:
 			for _, k := range o.NodeCounts {
-				run := scaleRun{ips: o.NodeIPs, window: o.Window, settle: o.Settle, massFailover: true}
+				run := scaleRun{ips: o.NodeIPs, window: o.Window, settle: o.Settle, massFailover: true, joinFirst: true}
 				if o.ProfileDir != "" {
 					run.profileDir = filepath.Join(o.ProfileDir, fmt.Sprintf("%d-nodes", k))
 				}

@@ -15,8 +15,9 @@ import (
 // The scale scenarios in miniature, so that they cannot rot: a cold start
 // with the API server's own Lease create rate and a mass failover on three
 // nodes, and the nodes scenario on five. It asserts what must hold at any
-// size and speed (everything bound once, every lost IP on a survivor and
-// answering, never two MACs, every figure measured), never a time.
+// size and speed (everything bound once, the nodes scenario's IPs on every
+// node, every lost IP on a survivor and answering, never two MACs, every
+// figure measured), never a time.
 func TestScaleScenariosShort(t *testing.T) {
 	ctx := context.Background()
 	c, log := shortCluster(t, testenv.Options{Nodes: 5})
@@ -36,6 +37,13 @@ func TestScaleScenariosShort(t *testing.T) {
 	assert.Equal(t, n.Nodes, 5)
 	assert.Assert(t, s.LeaseRate != nil)
 	assert.Check(t, s.LeaseRate.Best > 0 && len(s.LeaseRate.Tries) > 0)
+	// The nodes scenario's eipds joined before the Services came, so the
+	// IPs are spread by rank over every node, not taken by the first
+	// started: each of the five holds some of the 60.
+	assert.Check(t, n.Join > 0)
+	for _, d := range n.Daemons {
+		assert.Check(t, d.Bound > 0, "%s holds none of the IPs: %+v", d.Node, n.Daemons)
+	}
 	for _, res := range []ScaleResult{s, n} {
 		assert.Check(t, res.ColdStart > 0)
 		assert.Check(t, res.SteadyAPI.Window > 0 && res.SteadyAPI.Writes > 0 && res.SteadyAPI.Events > 0 && res.SteadyAPI.CPU > 0, "%+v", res.SteadyAPI)

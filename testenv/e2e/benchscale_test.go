@@ -20,7 +20,7 @@ import (
 // The scale scenarios of make bench run here in a short version, so that
 // they cannot rot: 100 IPs on 3 nodes from a cold start, then with every
 // eipd at a tenth of a core, each with a mass failover, and 4 nodes with
-// 50 IPs and the failover of one; then 5,000 IPs from a cold start with
+// 50 IPs spread over the four and the failover of one; then 5,000 IPs from a cold start with
 // every eipd at a tenth of a core. Their speed is make bench's to measure;
 // this checks what must hold at any speed: every IP bound, none of the
 // held addresses vanished (the benchmark watches every node over
@@ -42,6 +42,13 @@ func TestBenchScaleScenariosShort(t *testing.T) {
 	}
 	writes := figs.get("API server writes/s (every resource), 4 nodes, 50 IPs")
 	assert.Check(t, is.Len(writes.Samples, 1), "%s: %s", writes.Name, writes.Note)
+	// The four eipds joined before the Services came: the IPs are spread
+	// by rank over every node, not taken by the first started.
+	held := figs.get("IPs held per node at the window's end, 4 nodes, 50 IPs")
+	assert.Check(t, is.Len(held.Samples, 4), "%s: %s", held.Name, held.Note)
+	for _, n := range held.Samples {
+		assert.Check(t, n > 0, "%s: %v", held.Name, held.Samples)
+	}
 
 	figs = runBench(t, "-only", "scale", "-scale", "5000", "-starve", "10", "-starved-only", "-window", "3s", "-settle", "1s")
 	const starved = "5000 IPs, eipd limited to 10 % of a core"
