@@ -99,6 +99,10 @@ type Agent struct {
 	changesMu  sync.Mutex
 	changes    map[string]bool
 	changedAll bool
+	// leaseRV is the newest resourceVersion of the Leases the informer
+	// delivered. The watch delivers them in order, so the cache holds
+	// every Lease write up to it (see cacheHolds).
+	leaseRV string
 }
 
 // New checks opt and returns an Agent; nothing runs until Run.
@@ -163,6 +167,9 @@ func (a *Agent) leaseKicker() cache.ResourceEventHandlerFuncs {
 		AddFunc: a.leaseChanged,
 		UpdateFunc: func(old, obj any) {
 			if isHeartbeat(old) && isHeartbeat(obj) {
+				a.changesMu.Lock()
+				a.sawLease(obj)
+				a.changesMu.Unlock()
 				kick(a.hbKick)
 				return
 			}
@@ -180,6 +187,7 @@ func (a *Agent) leaseChanged(obj any) {
 	}
 	l, ok := obj.(*coordinationv1.Lease)
 	a.changesMu.Lock()
+	a.sawLease(obj)
 	if ok && l.Labels[lease.RoleLabel] == lease.RoleLock {
 		a.changes[l.Name] = true
 	} else {
@@ -187,6 +195,23 @@ func (a *Agent) leaseChanged(obj any) {
 	}
 	a.changesMu.Unlock()
 	kick(a.leaseKick)
+}
+
+// sawLease notes the resourceVersion of a Lease the informer delivered (a
+// deleted one's is that of its deletion); the caller holds changesMu.
+func (a *Agent) sawLease(obj any) {
+	if l, ok := obj.(*coordinationv1.Lease); ok && (a.leaseRV == "" || lease.Newer(l.ResourceVersion, a.leaseRV)) {
+		a.leaseRV = l.ResourceVersion
+	}
+}
+
+// cacheHolds reports whether the Leases' cache holds the Lease write that
+// returned resourceVersion rv, or a later one of the same Lease: the
+// informer delivered a Lease at least as new.
+func (a *Agent) cacheHolds(rv string) bool {
+	a.changesMu.Lock()
+	defer a.changesMu.Unlock()
+	return a.leaseRV != "" && !lease.Newer(rv, a.leaseRV)
 }
 
 // takeLeaseChanges returns the names of the locks changed since the last

@@ -292,13 +292,13 @@ func (s *state) space(svcs []*corev1.Service, locks map[string]*coordinationv1.L
 		}
 	}
 	for name, l := range locks {
-		if l = s.effective(name, l, now); l != nil {
+		if l = s.effective(name, l); l != nil {
 			addLock(l)
 		}
 	}
 	for name := range s.written {
 		if _, cached := locks[name]; !cached {
-			if l := s.effective(name, nil, now); l != nil {
+			if l := s.effective(name, nil); l != nil {
 				addLock(l)
 			}
 		}
@@ -468,7 +468,7 @@ func (s *state) allocDone(r allocResult) {
 	now := s.a.clk.Now()
 	log := s.log.With("service", r.key)
 	for _, l := range r.created {
-		s.written[l.Name] = overlay{lease: l, at: now}
+		s.written[l.Name] = l
 		log.Debug("reserved", "ip", l.Annotations[lease.AnnotationIP], "lease", l.Name)
 	}
 	switch {

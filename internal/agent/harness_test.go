@@ -68,6 +68,11 @@ type world struct {
 	// as on a loaded API server: the loop still sees the heartbeat it last
 	// observed.
 	watchLag bool
+	// lockLag: the watch has not delivered this node's lock creates yet,
+	// as on a loaded API server: the API server holds them (lagged), the
+	// cache does not until deliverLocks.
+	lockLag bool
+	lagged  []*coordinationv1.Lease
 	// lockTimeouts: that many lock writes more fail as a request that the
 	// API server did not answer in time.
 	lockTimeouts int
@@ -341,15 +346,29 @@ func (w *world) Create(_ context.Context, l *coordinationv1.Lease) (*coordinatio
 	if w.timedOut("create", l) {
 		return nil, context.DeadlineExceeded
 	}
-	if w.get(l.Name) != nil {
+	if w.get(l.Name) != nil || slices.ContainsFunc(w.lagged, func(x *coordinationv1.Lease) bool { return x.Name == l.Name }) {
 		return nil, apierrors.NewAlreadyExists(leaseResource, l.Name)
 	}
 	out := l.DeepCopy()
 	out.ResourceVersion = w.nextRV()
+	if w.lockLag && l.Labels[lease.RoleLabel] == lease.RoleLock {
+		w.lagged = append(w.lagged, out)
+		w.log("create", out)
+		return out.DeepCopy(), nil
+	}
 	w.must(w.leases.Add(out))
 	w.a.leaseChanged(out)
 	w.log("create", out)
 	return out.DeepCopy(), nil
+}
+
+// deliverLocks has the watch deliver the lock creates it held back.
+func (w *world) deliverLocks() {
+	for _, l := range w.lagged {
+		w.must(w.leases.Add(l))
+		w.a.leaseChanged(l)
+	}
+	w.lagged = nil
 }
 
 func (w *world) Update(_ context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {

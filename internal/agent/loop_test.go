@@ -700,3 +700,70 @@ func TestLoopAcquisitionsBackOffWhileTheAPIServerIsSlow(t *testing.T) {
 	assert.Equal(t, timedOut, 4)
 	assert.Equal(t, created, 12)
 }
+
+// A node's own lock that the watch delivers late stays held: the node that
+// created it keeps the IP bound, and neither creates the lock again nor
+// unbinds the IP while the cache has not caught up with its create. On
+// fifty nodes' loaded API server, the watch delivered locks 3.7 and 9.3 s
+// after their creates were answered; the loop took a lock its cache lacked
+// a lease duration after the create for none, and its holder unbound the
+// IP ("bound without a lock") or created the lock again.
+func TestLoopOwnLockDeliveredLateStaysBound(t *testing.T) {
+	w, ip := lateLockOfRankTwo(t)
+	for n := range 8 { // 4 s, twice the lease duration
+		w.tick("node-b")
+		calls := w.take()
+		assert.Assert(t, len(calls) == 0, "tick %d before the watch delivers the lock: %q", n+1, calls)
+	}
+	w.deliverLocks()
+	for range 4 {
+		w.tick("node-b")
+	}
+	assert.DeepEqual(t, w.take(), []string(nil))
+	assert.Equal(t, w.addrs[netip.PrefixFrom(ip, 32)], testDev)
+}
+
+// A lock of this node's that was deleted before the watch delivered its
+// create is gone once the watch delivered the deletion: the node unbinds
+// its IP and races for it again, as for any IP without a lock.
+func TestLoopOwnLockDeletedBeforeTheWatchDeliveredIt(t *testing.T) {
+	w, ip := lateLockOfRankTwo(t)
+	l := w.lagged[0]
+	w.lagged = nil
+	w.must(w.leases.Add(l))
+	w.a.leaseChanged(l)
+	w.must(w.leases.Delete(l))
+	gone := l.DeepCopy()
+	gone.ResourceVersion = w.nextRV() // a deletion's event carries its own version
+	w.a.leaseChanged(gone)
+	w.lockLag = false
+	w.tick("node-b")
+	assert.DeepEqual(t, w.take(), []string{"unbind " + ip.String()})
+	w.tick("node-b")
+	assert.DeepEqual(t, w.take(), []string{"create " + leaseName(ip) + " holder=node-a", "bind " + ip.String()})
+}
+
+// lateLockOfRankTwo is node-a with node-b, once node-a created and bound
+// an IP for which it ranks second (node-b does not act), the watch holding
+// the create back.
+func lateLockOfRankTwo(t *testing.T) (*world, netip.Addr) {
+	w := newWorld(t, "node-a", defaultTestConfig())
+	w.a.opt.ProbeWait = 0
+	w.addNode("node-b")
+	w.heartbeat("node-b", true)
+	w.pass()
+	for range 4 {
+		w.tick("node-b")
+	}
+	ip := testIP(0)
+	for n := 1; lease.Rank(ip, "node-a", []string{"node-a", "node-b"}) == 0; n++ {
+		ip = testIP(n) // node-b goes first and does not act: node-a takes it at its rank's turn
+	}
+	w.lockLag = true
+	w.addService("web", ip)
+	w.pass()
+	w.tick("node-b")
+	name := leaseName(ip)
+	assert.DeepEqual(t, w.take(), []string{"create " + name + " holder=node-a", "bind " + ip.String()})
+	return w, ip
+}

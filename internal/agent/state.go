@@ -34,13 +34,6 @@ type binding struct {
 	route    bgp.Route // announced when announce.BGP()
 }
 
-// overlay is the result of our own successful write, used until the
-// informer cache shows it (or something newer).
-type overlay struct {
-	lease *coordinationv1.Lease
-	at    time.Time
-}
-
 // state is everything the owner loop knows. Only the loop touches it.
 type state struct {
 	a   *Agent
@@ -63,9 +56,11 @@ type state struct {
 	freeSince map[netip.Addr]time.Time
 	inflight  map[string]bool
 	pending   map[string]string // lock name -> the holder an ownership write in flight names
-	written   map[string]overlay
-	deleted   map[string]string // lock name -> resourceVersion we deleted
-	badLocks  map[string]string // lock name -> resourceVersion already warned about
+	// written are this node's successful lock writes until the cache
+	// shows them (effective).
+	written  map[string]*coordinationv1.Lease
+	deleted  map[string]string // lock name -> resourceVersion we deleted
+	badLocks map[string]string // lock name -> resourceVersion already warned about
 
 	lastRenewOK time.Time // when the last successful renewal was sent
 	// lastRenewFor is the lease duration that renewal wrote.
@@ -189,7 +184,7 @@ func newState(a *Agent) *state {
 		freeSince:    map[netip.Addr]time.Time{},
 		inflight:     map[string]bool{},
 		pending:      map[string]string{},
-		written:      map[string]overlay{},
+		written:      map[string]*coordinationv1.Lease{},
 		deleted:      map[string]string{},
 		badLocks:     map[string]string{},
 		linkDown:     map[string]bool{},
@@ -765,7 +760,7 @@ func (s *state) decideOne(v lease.View, ip netip.Addr, now time.Time) {
 	name := lease.NameFor(ip)
 	cached := s.cachedLock(name)
 	if _, named := s.entries[ip]; named {
-		l := s.effective(name, cached, now)
+		l := s.effective(name, cached)
 		s.decide(v, ip, l, true, s.planOne(v, ip, name, l))
 		return
 	}
@@ -780,7 +775,7 @@ func (s *state) decideOne(v lease.View, ip netip.Addr, now time.Time) {
 
 // decideOrphan decides the lock l of an IP no Service names.
 func (s *state) decideOrphan(v lease.View, l *coordinationv1.Lease, now time.Time) {
-	if l = s.effective(l.Name, l, now); l == nil {
+	if l = s.effective(l.Name, l); l == nil {
 		return
 	}
 	lk, err := lease.ParseLock(l)
@@ -876,7 +871,7 @@ func (s *state) reconcile() {
 		}
 	}
 	for _, t := range append(first, later...) {
-		s.decide(v, t.ip, s.effective(t.name, locks[t.name], now), true, plan[t.ip])
+		s.decide(v, t.ip, s.effective(t.name, locks[t.name]), true, plan[t.ip])
 		delete(locks, t.name)
 	}
 	for _, l := range locks {
@@ -917,16 +912,6 @@ func (s *state) wakeIPAt(ip netip.Addr, t time.Time) {
 	if s.ipWakeMin.IsZero() || t.Before(s.ipWakeMin) {
 		s.ipWakeMin = t
 	}
-}
-
-// wakeLockAt asks for a pass at t over the IP of the lock named name, or
-// a full pass if it is not a managed IP's.
-func (s *state) wakeLockAt(name string, t time.Time) {
-	if ip, ok := s.names[name]; ok {
-		s.wakeIPAt(ip, t)
-		return
-	}
-	s.wakeAt(t)
 }
 
 // observe feeds heartbeats to the liveness tracker and returns the locks
@@ -1014,7 +999,7 @@ func (s *state) verdicts(now time.Time) map[string]verdict {
 
 // effective is the lock as this node should see it: the cache, or our own
 // write when the cache has not caught up with it yet.
-func (s *state) effective(name string, cached *coordinationv1.Lease, now time.Time) *coordinationv1.Lease {
+func (s *state) effective(name string, cached *coordinationv1.Lease) *coordinationv1.Lease {
 	if rv, ok := s.deleted[name]; ok {
 		if cached != nil && cached.ResourceVersion == rv {
 			return nil
@@ -1026,14 +1011,17 @@ func (s *state) effective(name string, cached *coordinationv1.Lease, now time.Ti
 		return cached
 	}
 	if cached == nil {
-		// Our write created it; the cache will show it in milliseconds.
-		// If it never does, someone deleted it since.
-		if now.Sub(w.at) < s.cfg.LeaseDuration {
-			s.wakeLockAt(name, w.at.Add(s.cfg.LeaseDuration))
-			return w.lease
+		// Our write created it, and the cache shows it once the watch
+		// delivered it; if the cache holds Lease writes as new and not
+		// this one, someone deleted it since. Given up a lease duration
+		// after the write, a lock that fifty nodes' loaded API server
+		// delivered 3.7 s late was taken for none: its holder unbound
+		// the IP ("bound without a lock") or created it again.
+		if !s.a.cacheHolds(w.ResourceVersion) {
+			return w
 		}
-	} else if lease.Newer(w.lease.ResourceVersion, cached.ResourceVersion) {
-		return w.lease
+	} else if lease.Newer(w.ResourceVersion, cached.ResourceVersion) {
+		return w
 	}
 	delete(s.written, name)
 	return cached
@@ -1324,7 +1312,7 @@ func (s *state) writeDone(r writeResult) {
 		log.Info("deleted lock")
 		return
 	}
-	s.written[r.name] = overlay{lease: r.out, at: now}
+	s.written[r.name] = r.out
 	switch r.action {
 	case lease.Create, lease.Acquire:
 		takeover := !r.dead.IsZero()
@@ -1352,7 +1340,7 @@ func (s *state) plan(v lease.View, locks map[string]*coordinationv1.Lease) map[n
 	for _, ip := range s.order {
 		name := lease.NameFor(ip)
 		s.deciding = ip
-		holders[ip] = s.plannedHolder(v, name, s.effective(name, locks[name], v.Now))
+		holders[ip] = s.plannedHolder(v, name, s.effective(name, locks[name]))
 	}
 	s.deciding = netip.Addr{}
 	return policy.Plan(policy.Input{Policy: s.cfg.Policy, Live: v.Live, Holders: holders, Preferred: s.preferred})
@@ -1552,7 +1540,7 @@ func (s *state) shutdown() error {
 	plan := s.plan(v, locks)
 	for _, ip := range s.order {
 		name := lease.NameFor(ip)
-		l := s.effective(name, locks[name], now)
+		l := s.effective(name, locks[name])
 		lk := s.lockOf(ip, l)
 		if lk == nil || lk.Holder != v.Self || s.inflight[name] || !v.Writable {
 			continue
