@@ -435,7 +435,8 @@ func (s *state) resync(startup bool) {
 	// Resolving "auto" for an IP not resolved before lists every address
 	// of the node; one IP per range finds that range's interface.
 	resolved := map[*config.Range]bool{}
-	for _, ip := range s.order {
+	for _, m := range s.order {
+		ip := m.ip
 		b := s.entries[ip].Binding
 		if _, cached := s.autoIface[ip]; !cached && (b.Iface == "" || b.Iface == "auto") {
 			if resolved[b.Range] {

@@ -111,9 +111,10 @@ func (s *state) computeEntries() {
 	s.preferred = map[netip.Addr][]string{}
 	s.names = make(map[string]netip.Addr, len(entries))
 	for _, e := range entries {
+		name := lease.NameFor(e.IP)
 		s.entries[e.IP] = e
-		s.names[lease.NameFor(e.IP)] = e.IP
-		s.order = append(s.order, e.IP)
+		s.names[name] = e.IP
+		s.order = append(s.order, managed{ip: e.IP, name: name})
 		if p := s.preferredFor(e); len(p) > 0 {
 			s.preferred[e.IP] = p
 		}

@@ -34,6 +34,14 @@ type binding struct {
 	route    bgp.Route // announced when announce.BGP()
 }
 
+// managed is an IP that a Service names, and the name of its lock: a full
+// pass reads every lock by name, and naming each IP anew allocated tens of
+// thousands of strings a pass at 10,000 IPs.
+type managed struct {
+	ip   netip.Addr
+	name string
+}
+
 // state is everything the owner loop knows. Only the loop touches it.
 type state struct {
 	a   *Agent
@@ -46,7 +54,7 @@ type state struct {
 	cfgGone   bool   // the ConfigMap was deleted after a good one was loaded
 
 	entries   map[netip.Addr]ipset.Entry
-	order     []netip.Addr
+	order     []managed
 	preferred map[netip.Addr][]string
 	reserved  map[netip.Addr]string
 	rejected  map[string]bool // "svc ip reason" already reported
@@ -145,6 +153,14 @@ type state struct {
 	waiting           map[netip.Addr]bool
 	waitingFirst      int
 	deciding          netip.Addr // the IP whose decision wakeAt times, if valid
+	// first says, per IP of order, whether the last full pass decided it
+	// among those that go first (reconcile); kept for the next one.
+	first []bool
+	// read is the lock being decided (lockOf): one for the loop, which
+	// decides one IP at a time, where a lock read by each decision was
+	// 10,000 allocations a full pass (lease.Decide's results hold what
+	// it is given, so the compiler cannot keep one on the stack).
+	read lease.Lock
 
 	renewReq  chan renewal
 	renewRes  chan renewResult
@@ -761,7 +777,7 @@ func (s *state) decideOne(v lease.View, ip netip.Addr, now time.Time) {
 	cached := s.cachedLock(name)
 	if _, named := s.entries[ip]; named {
 		l := s.effective(name, cached)
-		s.decide(v, ip, l, true, s.planOne(v, ip, name, l))
+		s.decide(v, ip, name, l, true, s.planOne(v, ip, name, l))
 		return
 	}
 	s.unwait(ip)
@@ -786,7 +802,7 @@ func (s *state) decideOrphan(v lease.View, l *coordinationv1.Lease, now time.Tim
 	if s.reservationSpared(l, lk.IP, now) {
 		return
 	}
-	s.decide(v, lk.IP, l, false, "")
+	s.decide(v, lk.IP, l.Name, l, false, "")
 }
 
 // reconcile is one pass over everything; it is idempotent.
@@ -852,30 +868,25 @@ func (s *state) reconcile() {
 	// Acquisitions in flight are bounded (see dispatch), so the IPs the
 	// policy gives this node, or free ones it ranks first for, go first:
 	// it races for the others' only once its own are under way.
-	type todo struct {
-		ip   netip.Addr
-		name string
-	}
-	first := make([]todo, 0, len(s.order))
-	var later []todo
-	for _, ip := range s.order {
-		t := todo{ip: ip, name: lease.NameFor(ip)}
+	s.first = slices.Grow(s.first[:0], len(s.order))[:len(s.order)]
+	for i, m := range s.order {
 		var holder string
-		if l := locks[t.name]; l != nil && l.Spec.HolderIdentity != nil {
+		if l := locks[m.name]; l != nil && l.Spec.HolderIdentity != nil {
 			holder = *l.Spec.HolderIdentity
 		}
-		if goesFirst(v, ip, holder, plan[ip]) {
-			first = append(first, t)
-		} else {
-			later = append(later, t)
+		s.first[i] = goesFirst(v, m.ip, holder, plan[m.ip])
+	}
+	for _, first := range []bool{true, false} {
+		for i, m := range s.order {
+			if s.first[i] == first {
+				s.decide(v, m.ip, m.name, s.effective(m.name, locks[m.name]), true, plan[m.ip])
+			}
 		}
 	}
-	for _, t := range append(first, later...) {
-		s.decide(v, t.ip, s.effective(t.name, locks[t.name]), true, plan[t.ip])
-		delete(locks, t.name)
-	}
-	for _, l := range locks {
-		s.decideOrphan(v, l, now)
+	for name, l := range locks {
+		if _, named := s.names[name]; !named {
+			s.decideOrphan(v, l, now)
+		}
 	}
 	for ip := range s.bound {
 		if _, named := s.entries[ip]; !named {
@@ -1037,31 +1048,32 @@ func (s *state) warnBadLock(l *coordinationv1.Lease, err error, effect string) {
 	s.log.Warn("damaged lock: "+effect, "lease", l.Name, "err", err)
 }
 
-// lockOf reads l for ip. A lock damaged by hand (garbage annotations) is
-// still a lock: its holder is honoured and its next write repairs it.
-func (s *state) lockOf(ip netip.Addr, l *coordinationv1.Lease) *lease.Lock {
+// lockOf reads l for ip into lk and returns lk, or nil without a lock. A
+// lock damaged by hand (garbage annotations) is still a lock: its holder
+// is honoured and its next write repairs it.
+func (s *state) lockOf(ip netip.Addr, l *coordinationv1.Lease, lk *lease.Lock) *lease.Lock {
 	if l == nil {
 		return nil
 	}
-	lk, err := lease.ParseLock(l)
+	var err error
+	*lk, err = lease.ParseLock(l)
 	if err != nil {
 		s.warnBadLock(l, err, "its holder is honoured until its next owner writes it whole")
-		lk = lease.Lock{Name: l.Name, IP: ip, ResourceVersion: l.ResourceVersion}
+		*lk = lease.Lock{Name: l.Name, IP: ip, ResourceVersion: l.ResourceVersion}
 		if h := l.Spec.HolderIdentity; h != nil {
 			lk.Holder = *h
 		}
 		lk.MoveTo = l.Annotations[lease.AnnotationMoveTo]
 	}
-	return &lk
+	return lk
 }
 
-func (s *state) decide(v lease.View, ip netip.Addr, l *coordinationv1.Lease, named bool, planned string) {
+func (s *state) decide(v lease.View, ip netip.Addr, name string, l *coordinationv1.Lease, named bool, planned string) {
 	s.deciding = ip
 	defer func() { s.deciding = netip.Addr{} }()
 	s.unwait(ip)
 	delete(s.ipWake, ip)
-	name := lease.NameFor(ip)
-	lk := s.lockOf(ip, l)
+	lk := s.lockOf(ip, l, &s.read)
 	if lk == nil || lk.Holder == "" || !s.live.Known(lk.Holder) {
 		if _, ok := s.freeSince[ip]; !ok {
 			s.freeSince[ip] = v.Now
@@ -1103,7 +1115,7 @@ func (s *state) decide(v lease.View, ip netip.Addr, l *coordinationv1.Lease, nam
 			return
 		}
 	}
-	s.apply(v, ip, l, lk, d)
+	s.apply(v, ip, name, l, lk, d)
 	if !named {
 		delete(s.freeSince, ip)
 	}
@@ -1126,12 +1138,12 @@ func (s *state) lockWriteTimeout() time.Duration {
 	return max(s.cfg.LeaseDuration, 2*time.Second)
 }
 
-func (s *state) apply(v lease.View, ip netip.Addr, l *coordinationv1.Lease, lk *lease.Lock, d lease.Decision) {
+func (s *state) apply(v lease.View, ip netip.Addr, name string, l *coordinationv1.Lease, lk *lease.Lock, d lease.Decision) {
 	if !d.At.IsZero() {
 		s.wakeAt(d.At)
 	}
 	e := s.entries[ip]
-	w := write{ip: ip, name: lease.NameFor(ip), action: d.Action, timeout: s.lockWriteTimeout()}
+	w := write{ip: ip, name: name, action: d.Action, timeout: s.lockWriteTimeout()}
 	now := s.a.clk.Now()
 	switch d.Action {
 	case lease.None:
@@ -1336,11 +1348,14 @@ func (s *state) writeDone(r writeResult) {
 
 // plan asks the policy where IPs should be.
 func (s *state) plan(v lease.View, locks map[string]*coordinationv1.Lease) map[netip.Addr]string {
-	holders := make(map[netip.Addr]string, len(s.order))
-	for _, ip := range s.order {
-		name := lease.NameFor(ip)
-		s.deciding = ip
-		holders[ip] = s.plannedHolder(v, name, s.effective(name, locks[name]))
+	holders := map[netip.Addr]string{}
+	for _, m := range s.order {
+		if s.cfg.Policy != config.PolicySpread && len(s.preferred[m.ip]) == 0 {
+			// The sticky plan moves only IPs with a preferred node.
+			continue
+		}
+		s.deciding = m.ip
+		holders[m.ip] = s.plannedHolder(v, m.name, s.effective(m.name, locks[m.name]))
 	}
 	s.deciding = netip.Addr{}
 	return policy.Plan(policy.Input{Policy: s.cfg.Policy, Live: v.Live, Holders: holders, Preferred: s.preferred})
@@ -1538,10 +1553,10 @@ func (s *state) shutdown() error {
 	// This node is out of v.Live now: the policy places its IPs as if
 	// they were free (spread: in balance), and rank decides the rest.
 	plan := s.plan(v, locks)
-	for _, ip := range s.order {
-		name := lease.NameFor(ip)
+	for _, m := range s.order {
+		ip, name := m.ip, m.name
 		l := s.effective(name, locks[name])
-		lk := s.lockOf(ip, l)
+		lk := s.lockOf(ip, l, &s.read)
 		if lk == nil || lk.Holder != v.Self || s.inflight[name] || !v.Writable {
 			continue
 		}
@@ -1553,7 +1568,7 @@ func (s *state) shutdown() error {
 		if t != "" {
 			d = lease.Decision{Action: lease.Handoff, Target: t, Reason: "shutting down"}
 		}
-		s.apply(v, ip, l, lk, d)
+		s.apply(v, ip, name, l, lk, d)
 	}
 	deadline := s.a.clk.After(2 * s.cfg.LeaseDuration)
 	for len(s.inflight) > 0 {

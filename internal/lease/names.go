@@ -59,10 +59,25 @@ const heartbeatPrefix = "eip-node-"
 //
 // The agent names every IP several times per pass, so this allocates once.
 func NameFor(ip netip.Addr) string {
-	b := make([]byte, 0, len("eip-")+len("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff")+1)
+	var b [maxNameLen]byte
+	return string(appendName(b[:0], ip))
+}
+
+// IsNameFor says whether name is NameFor(ip), without allocating: a full
+// pass checks the name of every lock it reads.
+func IsNameFor(name string, ip netip.Addr) bool {
+	var b [maxNameLen]byte
+	return string(appendName(b[:0], ip)) == name
+}
+
+// maxNameLen is the longest NameFor: "eip-", an IPv6 address, a final 0.
+const maxNameLen = len("eip-") + len("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff") + 1
+
+func appendName(b []byte, ip netip.Addr) []byte {
 	b = append(b, "eip-"...)
+	start := len(b)
 	b = ip.Unmap().AppendTo(b)
-	for i := len("eip-"); i < len(b); i++ {
+	for i := start; i < len(b); i++ {
 		if b[i] == '.' || b[i] == ':' {
 			b[i] = '-'
 		}
@@ -70,7 +85,7 @@ func NameFor(ip netip.Addr) string {
 	if b[len(b)-1] == '-' {
 		b = append(b, '0')
 	}
-	return string(b)
+	return b
 }
 
 // HeartbeatName is the name of the heartbeat Lease of node.

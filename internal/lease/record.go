@@ -14,13 +14,12 @@ import (
 
 // Lock is the content of a per-IP lock Lease.
 type Lock struct {
-	Name     string
-	IP       netip.Addr
-	Holder   string   // the node that may bind IP; empty when free
-	Services []string // "ns/name" of the Services naming IP when the lock was last written
-	MoveTo   string   // a pending move target, empty when none
-	Moves    int32    // ownership changes so far (leaseTransitions)
-	MovedAt  time.Time
+	Name    string
+	IP      netip.Addr
+	Holder  string // the node that may bind IP; empty when free
+	MoveTo  string // a pending move target, empty when none
+	Moves   int32  // ownership changes so far (leaseTransitions)
+	MovedAt time.Time
 	// ResourceVersion is the version the lock was read at; writes use it as
 	// their precondition.
 	ResourceVersion string
@@ -35,17 +34,14 @@ func ParseLock(l *coordinationv1.Lease) (Lock, error) {
 	if err != nil {
 		return Lock{}, fmt.Errorf("lock %s: annotation %s=%q is not an IP address", l.Name, AnnotationIP, text)
 	}
-	if want := NameFor(ip); want != l.Name {
-		return Lock{}, fmt.Errorf("lock %s: annotation %s=%q belongs to a lock named %s", l.Name, AnnotationIP, text, want)
+	if !IsNameFor(l.Name, ip) {
+		return Lock{}, fmt.Errorf("lock %s: annotation %s=%q belongs to a lock named %s", l.Name, AnnotationIP, text, NameFor(ip))
 	}
 	lk := Lock{
 		Name:            l.Name,
 		IP:              ip.Unmap(),
 		MoveTo:          l.Annotations[AnnotationMoveTo],
 		ResourceVersion: l.ResourceVersion,
-	}
-	if s := l.Annotations[AnnotationServices]; s != "" {
-		lk.Services = strings.Split(s, ",")
 	}
 	if h := l.Spec.HolderIdentity; h != nil {
 		lk.Holder = *h

@@ -110,7 +110,7 @@ func TestStoreCreateGetUpdateDelete(t *testing.T) {
 	lk, err := lease.ParseLock(got)
 	assert.NilError(t, err)
 	assert.Equal(t, lk.Holder, "node-a")
-	assert.DeepEqual(t, lk.Services, []string{"default/web"})
+	assert.Equal(t, got.Annotations[lease.AnnotationServices], "default/web")
 
 	updated, err := s.Update(ctx, lease.WithHolder(got, ip, "node-b", nil, at(ms)))
 	assert.NilError(t, err)
