@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/eip-project/eip/internal/lanlive"
+	"github.com/eip-project/eip/internal/lease"
 )
 
 // steadyWorld is node-00's loop in a settled cluster of nodes nodes that
@@ -53,6 +55,65 @@ func BenchmarkReconcile(b *testing.B) {
 				b.Fatalf("a steady pass acted: %v", calls[:min(len(calls), 5)])
 			}
 		})
+	}
+}
+
+// BenchmarkColdStartHeap is what node-00's heap holds after a cold start
+// of 10,000 IPs on 3 nodes and the full pass of a resync period after it
+// (heap-B, after a collection, the harness's own objects included): what
+// the collector marks at every cycle of the steady state, and what the
+// memory limit must leave room above. Each peer takes the IPs it ranks
+// first for as node-00 starts racing; node-00 takes the others.
+func BenchmarkColdStartHeap(b *testing.B) {
+	peers := []string{"node-01", "node-02"}
+	all := append([]string{"node-00"}, peers...)
+	for b.Loop() {
+		w := newWorld(b, "node-00", map[string]string{"ranges": "198.18.96.0/19\n198.18.128.0/18", "iface": testIface})
+		for _, n := range peers {
+			w.addNode(n)
+			w.heartbeat(n, true)
+		}
+		mine := 0
+		for i := range 10000 {
+			w.addService(fmt.Sprintf("svc-%d", i), testIP(i))
+			if lease.Rank(testIP(i), "node-00", all) == 0 {
+				mine++
+			}
+		}
+		for round := range 12 {
+			w.step(w.s.cfg.RenewInterval)
+			w.s.tick()
+			for _, n := range peers {
+				w.heartbeat(n, true)
+			}
+			if round == 3 {
+				for i := range 10000 {
+					for _, n := range peers {
+						if lease.Rank(testIP(i), n, all) == 0 {
+							w.lock(testIP(i), n)
+						}
+					}
+				}
+			}
+			w.s.reconcile()
+			for w.renew() || len(w.s.jobs) > 0 {
+				for len(w.s.jobs) > 0 {
+					w.s.writeDone(w.answer(<-w.s.jobs))
+				}
+				w.s.pass()
+			}
+		}
+		if len(w.addrs) != mine {
+			b.Fatalf("node-00 bound %d IPs, want the %d it ranks first for", len(w.addrs), mine)
+		}
+		w.step(w.a.opt.Resync)
+		w.s.tick()
+		w.s.reconcile()
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		b.ReportMetric(float64(ms.HeapAlloc), "heap-B")
+		runtime.KeepAlive(w)
 	}
 }
 
