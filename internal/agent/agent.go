@@ -228,6 +228,19 @@ func (a *Agent) takeLeaseChanges() (map[string]bool, bool) {
 // only the agent's namespace.
 func (a *Agent) heartbeats() []*coordinationv1.Lease {
 	objs, _ := a.leaseIdx.ByIndex(heartbeatIndex, lease.RoleHeartbeat)
+	return leasesOf(objs)
+}
+
+// allLeases is every Lease in the cache (eipd watches one namespace).
+// The lister's List would look for a namespace index first, which the
+// cache does not keep (indexersFor), then go through every Lease's
+// metadata and labels and append each to a growing slice: a full pass
+// lists 10,000 locks.
+func (a *Agent) allLeases() []*coordinationv1.Lease {
+	return leasesOf(a.leaseIdx.List())
+}
+
+func leasesOf(objs []any) []*coordinationv1.Lease {
 	out := make([]*coordinationv1.Lease, 0, len(objs))
 	for _, o := range objs {
 		if l, ok := o.(*coordinationv1.Lease); ok {

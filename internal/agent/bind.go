@@ -8,8 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"k8s.io/apimachinery/pkg/labels"
-
 	"github.com/eip-project/eip/internal/config"
 	"github.com/eip-project/eip/internal/ipset"
 	"github.com/eip-project/eip/internal/lease"
@@ -485,7 +483,7 @@ func (s *state) resync(startup bool) {
 // is most of a resync's own work at 10,000 IPs, and only the one at
 // start-up needs it.
 func (s *state) heldByLock() map[netip.Addr]bool {
-	all, _ := s.a.leases.List(labels.Everything())
+	all := s.a.allLeases()
 	held := map[netip.Addr]bool{}
 	for _, l := range all {
 		if ip, err := netip.ParseAddr(l.Annotations[lease.AnnotationIP]); err == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == s.a.opt.Node {

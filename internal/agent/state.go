@@ -13,7 +13,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/eip-project/eip/internal/bgp"
 	"github.com/eip-project/eip/internal/config"
@@ -831,11 +830,7 @@ func (s *state) reconcile() {
 		s.lifetime.configure(s.cfg)
 		s.configureLAN()
 	}
-	all, err := s.a.leases.List(labels.Everything())
-	if err != nil {
-		s.log.Error("list leases from cache", "err", err)
-		return
-	}
+	all := s.a.allLeases()
 	locks := s.observe(all, now)
 	if s.dirtyNodes {
 		reserved := s.reservedAddresses()
@@ -1557,7 +1552,7 @@ func (s *state) shutdown() error {
 	now := s.a.clk.Now()
 	v := s.view(now)
 	s.log.Info("shutting down: handing off what this node holds")
-	all, _ := s.a.leases.List(labels.Everything())
+	all := s.a.allLeases()
 	locks := s.observe(all, now)
 	if v.Writable {
 		// Peers must see this node leave before they see its handoffs

@@ -128,7 +128,7 @@ func (v View) decide(ip IP) Decision {
 	case lk.Holder == "":
 		return v.race(ip, ip.FreeSince, Acquire, "free")
 	case v.Alive(lk.Holder):
-		return Decision{Reason: "held by live " + lk.Holder}
+		return Decision{Reason: "held by a live node"}
 	default:
 		since, ok := v.DeadSince(lk.Holder)
 		if !ok {
