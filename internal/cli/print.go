@@ -170,10 +170,18 @@ func configNotes(st Status) []string {
 // (A table library did the same at ten times the cost: 2 s of the plugin's
 // CPU for 10,000 IPs.)
 func writeTable(w io.Writer, header []string, rows [][]string) error {
-	widths := make([]int, len(header))
+	cols := len(header)
+	// Each cell's display width, measured once: header first, then rows.
+	cells := make([]int, 0, (len(rows)+1)*cols)
+	widths := make([]int, cols)
 	measure := func(row []string) {
-		for i, c := range row[:min(len(row), len(widths))] {
-			widths[i] = max(widths[i], runewidth.StringWidth(c))
+		for i := range cols {
+			c := 0
+			if i < len(row) {
+				c = displayWidth(row[i])
+			}
+			cells = append(cells, c)
+			widths[i] = max(widths[i], c)
 		}
 	}
 	measure(header)
@@ -182,22 +190,41 @@ func writeTable(w io.Writer, header []string, rows [][]string) error {
 	}
 	bw := bufio.NewWriter(w)
 	var line []byte
-	for _, row := range append([][]string{header}, rows...) {
+	write := func(n int, row []string) error {
 		line = line[:0]
-		for i, c := range row[:min(len(row), len(widths))] {
+		for i, c := range row[:min(len(row), cols)] {
 			line = append(line, c...)
-			if i < len(widths)-1 {
-				for range widths[i] - runewidth.StringWidth(c) + 3 {
+			if i < cols-1 {
+				for range widths[i] - cells[n*cols+i] + 3 {
 					line = append(line, ' ')
 				}
 			}
 		}
 		line = append(bytes.TrimRight(line, " "), '\n')
-		if _, err := bw.Write(line); err != nil {
+		_, err := bw.Write(line)
+		return err
+	}
+	if err := write(0, header); err != nil {
+		return err
+	}
+	for n, r := range rows {
+		if err := write(n+1, r); err != nil {
 			return err
 		}
 	}
 	return bw.Flush()
+}
+
+// displayWidth is how many columns s takes on a terminal. Nearly every cell
+// is printable ASCII, one column a byte, which runewidth would find out
+// grapheme by grapheme.
+func displayWidth(s string) int {
+	for i := range len(s) {
+		if s[i] < ' ' || s[i] > '~' {
+			return runewidth.StringWidth(s)
+		}
+	}
+	return len(s)
 }
 
 func iface(r IP) string {

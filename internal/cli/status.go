@@ -230,6 +230,8 @@ func buildStatus(s snapshot, now time.Time) Status {
 	for _, e := range entries {
 		named[e.IP] = true
 	}
+	// Sorted as pointers, then copied once: an IP is a few hundred bytes.
+	ordered := make([]*IP, 0, len(rows))
 	for _, r := range rows {
 		var lk *lease.Lock
 		if r.addr.IsValid() {
@@ -239,9 +241,13 @@ func buildStatus(s snapshot, now time.Time) Status {
 		reason, isRejected := rejected[r.IP]
 		r.State, r.Reason = ipState(named[r.addr], isRejected, reason, lk, r.nodeOf(nodes), known)
 		r.lanAnswers(r.nodeOf(nodes))
-		st.IPs = append(st.IPs, *r)
+		ordered = append(ordered, r)
 	}
-	slices.SortFunc(st.IPs, compareIPs)
+	slices.SortFunc(ordered, compareIPs)
+	st.IPs = make([]IP, len(ordered))
+	for i, r := range ordered {
+		st.IPs[i] = *r
+	}
 	slices.Sort(st.Warnings)
 	return st
 }
@@ -276,7 +282,7 @@ func (r *IP) lanAnswers(holder *Node) {
 
 // compareIPs orders rows numerically, IPv4 before IPv6, and text that is
 // not an IP last.
-func compareIPs(a, b IP) int {
+func compareIPs(a, b *IP) int {
 	switch {
 	case a.addr.IsValid() && b.addr.IsValid():
 		return a.addr.Compare(b.addr)
