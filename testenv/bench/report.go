@@ -168,11 +168,13 @@ func (r *Report) figures() []Figure {
 			figs = append(figs, Missing(statusName, UnitSeconds, statusTarget, res.StatusNote))
 			continue
 		}
-		var secs []float64
-		for _, d := range res.Status {
-			secs = append(secs, d.Seconds())
+		figs = append(figs, NewFigure(statusName, UnitSeconds, seconds(res.Status), statusTarget))
+		if len(res.StatusCPU) > 0 {
+			figs = append(figs, NewFigure(statusName+": the plugin's CPU", UnitSeconds, seconds(res.StatusCPU), Target{}))
 		}
-		figs = append(figs, NewFigure(statusName, UnitSeconds, secs, statusTarget))
+		if len(res.StatusAPIServerCPU) > 0 {
+			figs = append(figs, NewFigure(statusName+": kube-apiserver's CPU", UnitSeconds, seconds(res.StatusAPIServerCPU), Target{}))
+		}
 	}
 	for _, res := range r.ByNodes {
 		figs = append(figs, nodesFigures(res)...)
@@ -432,4 +434,13 @@ func eventFigures(res ScaleResult) []Figure {
 	s := NewFigure(fmt.Sprintf("Events summarised on the Node per node, %d IPs%s", res.IPs, res.quotaText()), UnitCount, left, Target{})
 	s.Note = fmt.Sprintf("said in %d EventsSummarised Events", summaries)
 	return []Figure{p, s}
+}
+
+// seconds is ds in seconds.
+func seconds(ds []time.Duration) []float64 {
+	out := make([]float64, len(ds))
+	for i, d := range ds {
+		out[i] = d.Seconds()
+	}
+	return out
 }
