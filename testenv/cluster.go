@@ -69,6 +69,9 @@ type Options struct {
 	StartTimeout time.Duration
 	// Logger receives progress; default discards it.
 	Logger *slog.Logger
+	// Profiling serves kube-apiserver's /debug/pprof (its --profiling),
+	// for the benchmark's profiles of the API server.
+	Profiling bool
 	// Router adds a BGP router running BIRD 2 and a routed client behind
 	// it (see Router).
 	Router bool

@@ -83,7 +83,7 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 		"--service-cluster-ip-range=" + serviceCIDR,
 		"--authorization-mode=RBAC",
 		"--cert-dir=" + filepath.Join(c.dir, "apiserver-certs"),
-		"--profiling=false",
+		"--profiling=" + strconv.FormatBool(c.opts.Profiling),
 		"--audit-policy-file=" + filepath.Join(c.dir, "audit-policy.yaml"),
 		"--audit-log-path=" + c.AuditLog(),
 		// Real kubelets register their node name as the Hostname address,

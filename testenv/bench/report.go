@@ -123,6 +123,11 @@ func (r *Report) figures() []Figure {
 				f.Note = fmt.Sprintf("a plain client with %d parallel creators", lr.Creators)
 				figs = append(figs, f)
 			}
+			if lr.AsEip > 0 {
+				f := NewFigure(fmt.Sprintf("the same client's Lease creates/s as eip's ServiceAccount, in protobuf, %d Leases", res.IPs), UnitPerSec, []float64{lr.AsEip}, Target{})
+				f.Note = "one more try each, as the cluster's admin in JSON and as eipd writes, with kube-apiserver's CPU profile of both (-profile)"
+				figs = append(figs, f)
+			}
 		}
 		figs = append(figs, loggedFigures(res)...)
 		name := fmt.Sprintf("cold start → all %d IPs bound%s", res.IPs, res.quotaText())
@@ -251,6 +256,10 @@ func cpuFigures(res ScaleResult) []Figure {
 		figs = append(figs, busy,
 			NewFigure("kube-apiserver CPU per Lease, "+phase.what, UnitMicros, []float64{micros(phase.acc.Processes[procAPIServer]) / n}, Target{}),
 			NewFigure("etcd CPU per Lease, "+phase.what, UnitMicros, []float64{micros(phase.acc.Processes[procEtcd]) / n}, Target{}))
+	}
+	if as := res.LeaseRate.AsEipCPU; as != nil {
+		figs = append(figs, NewFigure(fmt.Sprintf("kube-apiserver CPU per Lease, the plain client's %d creates as eip's ServiceAccount", res.IPs), UnitMicros,
+			[]float64{micros(as.Processes[procAPIServer]) / n}, Target{}))
 	}
 	if plain.ControlPlane() > 0 {
 		f := NewFigure(fmt.Sprintf("cold start ÷ (%d ÷ that rate), by the control plane's CPU alone", res.IPs), UnitFraction,

@@ -174,7 +174,7 @@ func (e *env) scale(ctx context.Context, run scaleRun) (res ScaleResult, err err
 		}
 	}
 	if run.leaseRate {
-		r, err := e.leaseRate(ctx, run.ips)
+		r, err := e.leaseRate(ctx, run.ips, run.profileDir)
 		if err != nil {
 			return res, err
 		}
@@ -239,12 +239,13 @@ func (e *env) scale(ctx context.Context, run scaleRun) (res ScaleResult, err err
 			}()
 		}
 	}
-	profiled := make(chan error, 1)
+	profiled := make(chan error, 2)
 	if run.profileDir != "" {
-		go func() {
-			profiled <- e.profile(ctx, e.nodes[0].Name, run.profileDir, fmt.Sprintf("%d-coldstart", run.ips), "cpu")
-		}()
+		tag := fmt.Sprintf("%d-coldstart", run.ips)
+		go func() { profiled <- e.profile(ctx, e.nodes[0].Name, run.profileDir, tag, "cpu") }()
+		go func() { profiled <- e.profileAPIServer(ctx, run.profileDir, tag, 10) }()
 	} else {
+		profiled <- nil
 		profiled <- nil
 	}
 	err = e.coldStart(ctx, t0, watch, &res)
@@ -255,8 +256,10 @@ func (e *env) scale(ctx context.Context, run scaleRun) (res ScaleResult, err err
 			res.ColdStartCPU = &acc
 		}
 	}
-	if perr := <-profiled; perr != nil {
-		e.log.Warn("profile", "err", perr)
+	for range 2 {
+		if perr := <-profiled; perr != nil {
+			e.log.Warn("profile", "err", perr)
+		}
 	}
 	if err != nil {
 		return res, err

@@ -54,7 +54,7 @@ func run(args []string) error {
 	settle := fs.Duration("settle", 5*time.Second, "wait after everything is bound, before a window")
 	starve := fs.Float64("starve", 10, "also run each scale with every eipd limited to this share of one core, in percent (0: do not)")
 	starvedOnly := fs.Bool("starved-only", false, "run each scale only with eipd limited by -starve")
-	profile := fs.Bool("profile", false, "run eipd with --pprof and save CPU and heap profiles (of the first node) at each scale and node count")
+	profile := fs.Bool("profile", false, "run eipd with --pprof and save CPU and heap profiles (of the first node) at each scale and node count, and kube-apiserver's CPU profile and metrics over the plain client's creates and the cold start")
 	verbose := fs.Bool("v", false, "log each sample")
 	keep := fs.Bool("keep", false, "keep the cluster's run directory (logs) even when everything worked")
 	config := map[string]string{}
@@ -118,7 +118,7 @@ func run(args []string) error {
 	ctx := context.Background()
 	fmt.Fprintf(os.Stderr, "bench: starting a %d-node test cluster\n", clusterNodes)
 	router := strings.Contains(","+*only+",", ","+bench.ScenarioBGP+",")
-	c, err := testenv.Start(ctx, testenv.Options{Nodes: clusterNodes, ServiceIPs: bench.MaxPinged, Router: router, Logger: log})
+	c, err := testenv.Start(ctx, testenv.Options{Nodes: clusterNodes, ServiceIPs: bench.MaxPinged, Router: router, Logger: log, Profiling: *profile})
 	if err != nil {
 		return err
 	}
