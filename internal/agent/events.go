@@ -24,8 +24,17 @@ import (
 // eip_events_summarised_total). The Event volume of a node is then
 // bounded by time, whatever the number of IPs; the Leases and `kubectl
 // eip status` say where every IP is.
+//
+// The Normal budget starts with startBurst when eipd starts and fills
+// one a second from there: the binds of a start (every IP of a new
+// cluster, or a restarted node's own IPs back on it) are seldom news to a
+// Service's owner, yet their first eventBurst Events were a tenth of the
+// API server's writes in a 3,000-IP cold start, each costing it more CPU
+// than a lock (docs/benchmarks.md). Warnings (an AddressConflict found at
+// start) keep their whole budget.
 const (
 	eventBurst   = 100
+	startBurst   = 10
 	eventRefill  = time.Second
 	summaryEvery = 10 * time.Second
 )
@@ -39,8 +48,11 @@ type eventBudget struct {
 	since time.Time
 }
 
-func newEventBudget() *eventBudget {
-	return &eventBudget{limits: map[string]*rate.Limiter{}, left: map[string]int{}}
+// newEventBudget is the budget of a node whose eipd started at start.
+func newEventBudget(start time.Time) *eventBudget {
+	normal := rate.NewLimiter(rate.Every(eventRefill), eventBurst)
+	normal.AllowN(start, eventBurst-startBurst)
+	return &eventBudget{limits: map[string]*rate.Limiter{corev1.EventTypeNormal: normal}, left: map[string]int{}}
 }
 
 // allow says whether an Event of this type and reason may be posted at

@@ -17,7 +17,8 @@ import (
 // summaryEvery after the first left out, in a Warning once a Warning was
 // left out.
 func TestEventBudget(t *testing.T) {
-	b := newEventBudget()
+	// Started long enough ago for the Normal budget to have filled.
+	b := newEventBudget(t0.Add(-eventBurst * eventRefill))
 	now := t0
 	for i := range eventBurst {
 		assert.Assert(t, b.allow(now, corev1.EventTypeNormal, "Bound"), "event %d", i)
@@ -61,6 +62,34 @@ func TestEventBudget(t *testing.T) {
 	assert.Assert(t, strings.HasPrefix(msg, "3 Events on Services not posted in the last 10s (1 Normal Bound, 2 Warning Unheard)"), msg)
 }
 
+// A node that just started has startBurst Normal Events, one more each
+// eventRefill, and builds its burst up from there; its Warnings have their
+// whole budget.
+func TestEventBudgetOfANodeJustStarted(t *testing.T) {
+	b := newEventBudget(t0)
+	for i := range startBurst {
+		assert.Assert(t, b.allow(t0, corev1.EventTypeNormal, "Bound"), "Normal Event %d at start", i)
+	}
+	assert.Assert(t, !b.allow(t0, corev1.EventTypeNormal, "Bound"))
+	for i := range eventBurst {
+		assert.Assert(t, b.allow(t0, corev1.EventTypeWarning, "AddressConflict"), "Warning %d at start", i)
+	}
+	assert.Assert(t, !b.allow(t0, corev1.EventTypeWarning, "AddressConflict"))
+	now := t0.Add(eventRefill)
+	assert.Assert(t, b.allow(now, corev1.EventTypeNormal, "Bound"), "one a second")
+	assert.Assert(t, !b.allow(now, corev1.EventTypeNormal, "Bound"))
+	now = t0.Add(time.Hour)
+	n := 0
+	for b.allow(now, corev1.EventTypeNormal, "Bound") {
+		n++
+	}
+	assert.Equal(t, n, eventBurst, "the whole burst once it has filled")
+	kind, msg, due := b.summary(t0.Add(summaryEvery))
+	assert.Assert(t, due)
+	assert.Equal(t, kind, corev1.EventTypeWarning)
+	assert.Assert(t, strings.HasPrefix(msg, "4 Events on Services not posted in the last 10s (3 Normal Bound, 1 Warning AddressConflict)"), msg)
+}
+
 // A node that binds more IPs at once than its Event budget allows posts a
 // Bound Event on the Services of as many as the budget lets through, and
 // summaryEvery later one Event on its Node counting the others: every bind
@@ -73,7 +102,6 @@ func TestLoopEventsBeyondTheBudgetAreSummarised(t *testing.T) {
 		w.addService("web-"+strconv.Itoa(i), testIP(i))
 	}
 	w.pass()
-	start := w.clk.Now()
 	for range 4 {
 		w.tick()
 	}
@@ -86,7 +114,9 @@ func TestLoopEventsBeyondTheBudgetAreSummarised(t *testing.T) {
 	assert.Equal(t, binds, n)
 	posted, summaries := recorded(w)
 	assert.Equal(t, len(summaries), 0)
-	allowed := eventBurst + int(w.clk.Since(start)/eventRefill)
+	// The node started with the world: its Normal budget fills one a
+	// second from startBurst then.
+	allowed := startBurst + int(w.clk.Since(t0)/eventRefill)
 	assert.Assert(t, posted <= allowed, "%d Bound Events posted, the budget allows %d", posted, allowed)
 
 	for range int(summaryEvery / w.s.cfg.RenewInterval) {

@@ -226,7 +226,7 @@ func newState(a *Agent) *state {
 		hb:        &heartbeater{a: a},
 		alloc:     newAllocator(),
 		conflicts: newAddrConflicts(),
-		events:    newEventBudget(),
+		events:    newEventBudget(a.clk.Now()),
 		watch:     newWatchdog(a.clk, a.opt.Hung),
 	}
 	s.lifetime = newKeeper(a.log, a.clk, a.opt.Addresser, a.opt.Metrics.RefreshLate, s.watch.quiet)
