@@ -101,7 +101,7 @@ type Agent struct {
 	changedAll bool
 	// leaseRV is the newest resourceVersion of the Leases the informer
 	// delivered. The watch delivers them in order, so the cache holds
-	// every Lease write up to it (see cacheHolds).
+	// every Lease write up to it (see leasesSeen).
 	leaseRV string
 }
 
@@ -205,13 +205,13 @@ func (a *Agent) sawLease(obj any) {
 	}
 }
 
-// cacheHolds reports whether the Leases' cache holds the Lease write that
-// returned resourceVersion rv, or a later one of the same Lease: the
-// informer delivered a Lease at least as new.
-func (a *Agent) cacheHolds(rv string) bool {
+// leasesSeen is the newest resourceVersion of the Leases the informer
+// delivered: the cache holds every Lease write up to it, and, read before
+// the cache, up to the cache's copies read after it.
+func (a *Agent) leasesSeen() string {
 	a.changesMu.Lock()
 	defer a.changesMu.Unlock()
-	return a.leaseRV != "" && !lease.Newer(rv, a.leaseRV)
+	return a.leaseRV
 }
 
 // takeLeaseChanges returns the names of the locks changed since the last

@@ -73,6 +73,8 @@ type world struct {
 	// cache does not until deliverLocks.
 	lockLag bool
 	lagged  []*coordinationv1.Lease
+	// afterListing runs once the Leases were next listed.
+	afterListing func()
 	// lockTimeouts: that many lock writes more fail as a request that the
 	// API server did not answer in time.
 	lockTimeouts int
@@ -97,6 +99,17 @@ var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 type informerCache struct {
 	cache.Indexer
 	keep cache.TransformFunc
+	// listed, if set, runs after each listing: the informer delivering
+	// while the loop reads what it listed.
+	listed *func()
+}
+
+func (c informerCache) List() []any {
+	out := c.Indexer.List()
+	if c.listed != nil && *c.listed != nil {
+		(*c.listed)()
+	}
+	return out
 }
 
 func (c informerCache) Add(obj any) error {
@@ -119,9 +132,12 @@ func (c informerCache) Update(obj any) error {
 func newWorld(t testing.TB, self string, cfg map[string]string) *world {
 	w := &world{t: t, clk: clocktesting.NewFakeClock(t0), addrs: map[netip.Prefix]string{}}
 	idx := func(obj runtime.Object) cache.Indexer {
-		return informerCache{cache.NewIndexer(cache.MetaNamespaceKeyFunc, indexersFor(obj)), newInterner().keepWhatIsRead}
+		return informerCache{Indexer: cache.NewIndexer(cache.MetaNamespaceKeyFunc, indexersFor(obj)), keep: newInterner().keepWhatIsRead}
 	}
-	w.svcs, w.nodes, w.leases = idx(&corev1.Service{}), idx(&corev1.Node{}), idx(&coordinationv1.Lease{})
+	w.svcs, w.nodes = idx(&corev1.Service{}), idx(&corev1.Node{})
+	leases := idx(&coordinationv1.Lease{}).(informerCache)
+	leases.listed = &w.afterListing
+	w.leases = leases
 	w.cms, w.eps = idx(&corev1.ConfigMap{}), idx(&discoveryv1.EndpointSlice{})
 	a, err := New(Options{
 		Node: self, Namespace: testNS, ConfigMap: testCM,

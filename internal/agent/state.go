@@ -64,8 +64,10 @@ type state struct {
 	inflight  map[string]bool
 	pending   map[string]string // lock name -> the holder an ownership write in flight names
 	// written are this node's successful lock writes until the cache
-	// shows them (effective).
+	// shows them (effective); seen is the Leases' cache's progress, read
+	// before the cache's copies that a pass compares with them.
 	written  map[string]*coordinationv1.Lease
+	seen     string
 	deleted  map[string]string // lock name -> resourceVersion we deleted
 	badLocks map[string]string // lock name -> resourceVersion already warned about
 
@@ -738,6 +740,7 @@ func (s *state) cachedLock(name string) *coordinationv1.Lease {
 // that go first first. TestIncrementalPassDecidesAsTheFullPass checks that a full pass
 // after it would act not at all.
 func (s *state) reconcileSome(now time.Time) {
+	s.seen = s.a.leasesSeen()
 	s.fence(now)
 	v := s.view(now)
 	if v.Writable {
@@ -807,6 +810,7 @@ func (s *state) decideOrphan(v lease.View, l *coordinationv1.Lease, now time.Tim
 // reconcile is one pass over everything; it is idempotent.
 func (s *state) reconcile() {
 	now := s.a.clk.Now()
+	s.seen = s.a.leasesSeen()
 	s.wake = time.Time{}
 	s.needFull = false
 	// Emptied by new maps, not cleared, and the others shrunk: see shrink.
@@ -1035,12 +1039,14 @@ func (s *state) effective(name string, cached *coordinationv1.Lease) *coordinati
 	}
 	if cached == nil {
 		// Our write created it, and the cache shows it once the watch
-		// delivered it; if the cache holds Lease writes as new and not
-		// this one, someone deleted it since. Given up a lease duration
-		// after the write, a lock that fifty nodes' loaded API server
-		// delivered 3.7 s late was taken for none: its holder unbound
-		// the IP ("bound without a lock") or created it again.
-		if !s.a.cacheHolds(w.ResourceVersion) {
+		// delivered it; if the cache held Lease writes as new before it
+		// was read and not this one, someone deleted it since. Given up a
+		// lease duration after the write, a lock that fifty nodes' loaded
+		// API server delivered 3.7 s late was taken for none: its holder
+		// unbound the IP ("bound without a lock") or created it again.
+		// Judged by the progress read after the cache, a lock delivered
+		// in between was taken for one deleted.
+		if s.seen == "" || lease.Newer(w.ResourceVersion, s.seen) {
 			return w
 		}
 	} else if lease.Newer(w.ResourceVersion, cached.ResourceVersion) {
@@ -1552,6 +1558,7 @@ func (s *state) shutdown() error {
 	now := s.a.clk.Now()
 	v := s.view(now)
 	s.log.Info("shutting down: handing off what this node holds")
+	s.seen = s.a.leasesSeen()
 	all := s.a.allLeases()
 	locks := s.observe(all, now)
 	if v.Writable {
