@@ -29,6 +29,10 @@ type env struct {
 	clock     clock.WithTicker
 	// newClient builds the API client; tests return a fake clientset.
 	newClient func() (kubernetes.Interface, error)
+	// lists reads the lists that grow with the IPs through a client of
+	// newClient: streamed from a real API server; tests, whose fake
+	// clientset has no HTTP client to stream from, list typed objects.
+	lists func(kubernetes.Interface) lists
 }
 
 func newEnv(streams genericiooptions.IOStreams) *env {
@@ -37,6 +41,7 @@ func newEnv(streams genericiooptions.IOStreams) *env {
 		flags:     genericclioptions.NewConfigFlags(true),
 		configMap: DefaultConfigMap,
 		clock:     clock.RealClock{},
+		lists:     func(c kubernetes.Interface) lists { return streamed{c} },
 	}
 	e.newClient = func() (kubernetes.Interface, error) {
 		cfg, err := e.flags.ToRESTConfig()

@@ -44,7 +44,7 @@ func (e *env) readStatus(ctx context.Context) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
-	s, err := readSnapshot(ctx, c, e.eipNamespace(), e.configMap)
+	s, err := readSnapshot(ctx, c, e.lists(c), e.eipNamespace(), e.configMap)
 	if err != nil {
 		return Status{}, err
 	}

@@ -171,8 +171,36 @@ func newHarness(t *testing.T, objs ...runtime.Object) *harness {
 		configMap: DefaultConfigMap,
 		clock:     h.clock,
 		newClient: func() (kubernetes.Interface, error) { return h.client, nil },
+		lists:     func(c kubernetes.Interface) lists { return typedLists{c} },
 	}
 	return h
+}
+
+// typedLists lists through the fake clientset, which cannot stream.
+type typedLists struct{ c kubernetes.Interface }
+
+func (t typedLists) leases(ctx context.Context, namespace string, opts metav1.ListOptions) ([]*coordinationv1.Lease, error) {
+	l, err := t.c.CoordinationV1().Leases(namespace).List(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return pointers(l.Items), nil
+}
+
+func (t typedLists) services(ctx context.Context, opts metav1.ListOptions) ([]*corev1.Service, error) {
+	l, err := t.c.CoreV1().Services(metav1.NamespaceAll).List(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return pointers(l.Items), nil
+}
+
+func pointers[T any](items []T) []*T {
+	out := make([]*T, len(items))
+	for i := range items {
+		out[i] = &items[i]
+	}
+	return out
 }
 
 // run runs kubectl-eip with args and returns what it printed.

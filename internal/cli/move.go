@@ -96,7 +96,7 @@ func (o *MoveOptions) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s, err := readSnapshot(ctx, c, o.namespace, o.configMap)
+	s, err := readSnapshot(ctx, c, o.lists(c), o.namespace, o.configMap)
 	if err != nil {
 		return err
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"golang.org/x/sync/errgroup"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,28 +19,20 @@ import (
 // Service's EndpointSlices. There are no per-IP requests,
 // so the cost does not grow with the number of IPs beyond the size of the
 // lists, and the wait is that of the longest list.
-func readSnapshot(ctx context.Context, c kubernetes.Interface, namespace, configMap string) (snapshot, error) {
+func readSnapshot(ctx context.Context, c kubernetes.Interface, l lists, namespace, configMap string) (snapshot, error) {
 	s := snapshot{namespace: namespace, configMap: configMap}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		leases, err := c.CoordinationV1().Leases(namespace).List(ctx, metav1.ListOptions{LabelSelector: listwatch.LeaseSelector})
-		if err != nil {
+		var err error
+		if s.leases, err = l.leases(ctx, namespace, metav1.ListOptions{LabelSelector: listwatch.LeaseSelector}); err != nil {
 			return fmt.Errorf("list leases in %s: %w", namespace, err)
-		}
-		s.leases = make([]*coordinationv1.Lease, len(leases.Items))
-		for i := range leases.Items {
-			s.leases[i] = &leases.Items[i]
 		}
 		return nil
 	})
 	g.Go(func() error {
-		svcs, err := c.CoreV1().Services(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
-		if err != nil {
+		var err error
+		if s.services, err = l.services(ctx, metav1.ListOptions{}); err != nil {
 			return fmt.Errorf("list services: %w", err)
-		}
-		s.services = make([]*corev1.Service, len(svcs.Items))
-		for i := range svcs.Items {
-			s.services[i] = &svcs.Items[i]
 		}
 		return nil
 	})
