@@ -671,23 +671,39 @@ func TestLoopRankTurnWaitsForOwnShare(t *testing.T) {
 }
 
 // Acquisitions that the API server does not answer in time halve how many
-// are in flight, down to one; each answered one widens that by one, up to
-// the writers. A node keeps as many in flight as the API server answers,
-// rather than sending each again as it times out.
+// are in flight, once for those sent before the last halving, down to a
+// quarter: below one, one at a time, and after one that timed out a pause
+// of a write's timeout (1/window - 1) times, 2 s at a half and 6 s at a
+// quarter. Each answered one doubles the window below one and widens it by
+// one above, up to the writers. A node keeps as many in flight as the API
+// server answers, rather than sending each again as it times out. (Until
+// the pause, four timeouts took the window from four to one at once, and
+// the sequence was [4, 1, 2, 4, 4, 1]: one each in flight at all times,
+// fifty nodes sent more than their API server answered in time; halved
+// for each, 32 writes that a stalled API server let time out together
+// would take the window to a quarter at once.)
 func TestLoopAcquisitionsBackOffWhileTheAPIServerIsSlow(t *testing.T) {
-	w := newWorld(t, "node-a", defaultTestConfig())
-	w.a.opt.ProbeWait, w.a.opt.Writers = 0, 4
-	var ips []netip.Addr
-	for n := range 12 {
-		ips = append(ips, testIP(n))
-	}
-	w.lockTimeouts = 4
+	w, ips := nodeWithWriters(t, 4, 12)
+	w.lockTimeouts = 8
 	w.addService("web", ips...)
 	w.pass()
-	for range 4 {
+	for n := 0; len(w.inFlight) == 0 && n < 10; n++ {
 		w.tick()
 	}
-	assert.DeepEqual(t, w.inFlight, []int{4, 1, 2, 4, 4, 1})
+	// 4 -> 2 once for four, 2 -> 1 once for two, 1 -> 0.5: a pause of 2 s.
+	assert.DeepEqual(t, w.inFlight, []int{4, 2, 1})
+	paused := w.clk.Now()
+	for n := 0; len(w.inFlight) == 3 && n < 20; n++ {
+		w.tick()
+	}
+	assert.Equal(t, w.clk.Now().Sub(paused), 2*time.Second)
+	assert.DeepEqual(t, w.inFlight, []int{4, 2, 1, 1}) // 0.5 -> 0.25: a pause of 6 s
+	paused = w.clk.Now()
+	for n := 0; len(w.inFlight) == 4 && n < 20; n++ {
+		w.tick()
+	}
+	assert.Equal(t, w.clk.Now().Sub(paused), 6*time.Second)
+	assert.DeepEqual(t, w.inFlight, []int{4, 2, 1, 1, 1, 1, 1, 2, 4, 3})
 	var created, timedOut int
 	for _, c := range w.take() {
 		switch {
@@ -697,7 +713,7 @@ func TestLoopAcquisitionsBackOffWhileTheAPIServerIsSlow(t *testing.T) {
 			created++
 		}
 	}
-	assert.Equal(t, timedOut, 4)
+	assert.Equal(t, timedOut, 8)
 	assert.Equal(t, created, 12)
 }
 
@@ -781,4 +797,43 @@ func lateLockOfRankTwo(t *testing.T) (*world, netip.Addr) {
 	name := leaseName(ip)
 	assert.DeepEqual(t, w.take(), []string{"create " + name + " holder=node-a", "bind " + ip.String()})
 	return w, ip
+}
+
+// A node starts with slowStart acquisitions in flight, widens the window by
+// one for each answered, and narrows it to slowStart again after a lock
+// write's timeout without one in flight: fifty nodes given 1,000 IPs at
+// once sent 32 creates each, and their API server refused most unread.
+func TestLoopAcquisitionsStartSlowAfterAQuietSpell(t *testing.T) {
+	w, ips := nodeWithWriters(t, 16, 60)
+	w.pass()
+	for range 4 {
+		w.tick()
+	}
+	w.addService("web", ips[:30]...)
+	w.pass()
+	assert.DeepEqual(t, w.inFlight, []int{4, 8, 16, 2})
+	for range 3 {
+		w.tick() // 1.5 s
+	}
+	w.addService("db", ips[30:35]...)
+	w.pass()
+	assert.DeepEqual(t, w.inFlight, []int{4, 8, 16, 2, 5}) // within a write's timeout of the last, as wide
+	for range 4 {
+		w.tick() // 2 s
+	}
+	w.addService("api", ips[35:]...)
+	w.pass()
+	assert.DeepEqual(t, w.inFlight, []int{4, 8, 16, 2, 5, 4, 8, 13})
+}
+
+// nodeWithWriters is node-a alone with that many writers, and n IPs for
+// its Services.
+func nodeWithWriters(t *testing.T, writers, n int) (*world, []netip.Addr) {
+	w := newWorld(t, "node-a", defaultTestConfig())
+	w.a.opt.ProbeWait, w.a.opt.Writers = 0, writers
+	ips := make([]netip.Addr, n)
+	for i := range ips {
+		ips[i] = testIP(i)
+	}
+	return w, ips
 }

@@ -23,6 +23,9 @@ type write struct {
 	timeout time.Duration
 	// drops: its IP was unbound when it was dispatched (see state.drop).
 	drops bool
+	// round numbers an acquisition in the order they were sent (see
+	// state.congestion).
+	round int
 }
 
 // writeResult comes back to the owner loop.
