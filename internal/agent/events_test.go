@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"net/netip"
 	"strconv"
 	"strings"
 	"testing"
@@ -150,4 +151,36 @@ func recorded(w *world) (bound int, summaries []string) {
 			return bound, summaries
 		}
 	}
+}
+
+// A ConfigMap that leaves many Services' IPs outside every range rejects
+// them all at once: the Warnings that say so come out of the node's
+// budget like any other Event, and the rest are summarised.
+func TestLoopRejectionsBeyondTheBudgetAreSummarised(t *testing.T) {
+	w := newWorld(t, "node-a", defaultTestConfig())
+	const n = 300
+	for i := range n {
+		// 198.19.0.0/16 is outside the test ConfigMap's range.
+		w.addService("web-"+strconv.Itoa(i), netip.AddrFrom4([4]byte{198, 19, byte(i / 250), byte(1 + i%250)}))
+	}
+	w.pass()
+	for range int(summaryEvery/w.s.cfg.RenewInterval) + 1 {
+		w.tick()
+	}
+	assert.Equal(t, len(w.take()), 0, "no rejected IP is bound or written")
+	rejections, summaries := 0, []string{}
+	ch := w.a.recorder.(*record.FakeRecorder).Events
+	for len(ch) > 0 {
+		switch e := <-ch; {
+		case strings.HasPrefix(e, "Warning AddressRejected "):
+			rejections++
+		case strings.HasPrefix(e, "Warning EventsSummarised "):
+			summaries = append(summaries, e)
+		default:
+			t.Fatalf("unexpected Event %q", e)
+		}
+	}
+	assert.Equal(t, rejections, eventBurst)
+	assert.Equal(t, len(summaries), 1)
+	assert.Assert(t, strings.Contains(summaries[0], fmt.Sprintf("(%d Warning AddressRejected)", n-eventBurst)), summaries[0])
 }

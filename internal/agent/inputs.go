@@ -144,8 +144,12 @@ func (s *state) preferredFor(e ipset.Entry) []string {
 }
 
 // reportRejections records a Warning event for each newly rejected address,
-// once per node and reason. Only the first live node reports, so a
-// three-node cluster does not triple every event.
+// once per node and reason, within the node's Event budget (events.go):
+// a ConfigMap edit that leaves a thousand Services' IPs outside every
+// range is a thousand rejections at once. Only the first live node
+// reports, so a three-node cluster does not triple every event; a node
+// that has not yet heard any heartbeat counts as first, which at a
+// cluster's start is every node, and the budget bounds that too.
 func (s *state) reportRejections(rejected []ipset.Rejection) {
 	now := s.a.clk.Now()
 	v := s.view(now)
@@ -163,9 +167,7 @@ func (s *state) reportRejections(rejected []ipset.Rejection) {
 			continue
 		}
 		ns, name, _ := strings.Cut(r.Service, "/")
-		if svc, err := s.a.services.Services(ns).Get(name); err == nil {
-			s.a.recorder.Event(svc, corev1.EventTypeWarning, "AddressRejected", fmt.Sprintf("%s is not bound by eip: %s", r.IP, r.Reason))
-		}
+		s.serviceEvent(ns, name, corev1.EventTypeWarning, "AddressRejected", fmt.Sprintf("%s is not bound by eip: %s", r.IP, r.Reason))
 	}
 	for key := range s.rejected {
 		if !seen[key] {
