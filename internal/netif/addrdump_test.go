@@ -118,6 +118,13 @@ func TestIfaceForWithManyAddressesOnTheTun(t *testing.T) {
 	forgetSubnets(a) // rather than wait for subnetsTTL
 	want["198.19.200.7"] = tun.Name()
 	check()
+
+	// A link's name is trusted as long as the subnets listed with it.
+	n.ip(t, n.a, "link", "set", "other0", "name", "other2")
+	check()
+	forgetSubnets(a)
+	want["198.19.1.7"] = "other2"
+	check()
 }
 
 // forgetSubnets drops the subnets IfaceFor listed, as subnetsTTL would.

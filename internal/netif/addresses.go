@@ -52,9 +52,10 @@ type Addresses struct {
 	refreshFD int
 
 	// subnets caches, per family, the addresses IfaceFor chooses among
-	// (host addresses left out), for subnetsTTL.
+	// (host addresses left out), and the names of their links, for
+	// subnetsTTL.
 	subnetsMu sync.Mutex
-	subnets   map[int]subnetList
+	subnets   map[int]*subnetList
 }
 
 // subnetsTTL is how long IfaceFor trusts the node's subnets as listed.
@@ -65,6 +66,7 @@ const subnetsTTL = time.Second
 type subnetList struct {
 	at    time.Time
 	addrs []ifAddr
+	names map[int]string // link names by index, looked up since at
 }
 
 type knownAddrs struct {
@@ -398,28 +400,46 @@ func (a *Addresses) IfaceFor(ip netip.Addr) (string, error) {
 		return "", fmt.Errorf("find interface for %s: %w", ip, a.err)
 	}
 	ip = ip.Unmap()
-	all, err := a.subnetsOf(family(ip))
+	subnets, err := a.subnetsOf(family(ip))
 	if err != nil {
 		return "", fmt.Errorf("find interface for %s: %w", ip, err)
 	}
-	index, ok := connectedLink(all, ip)
+	index, ok := connectedLink(subnets.addrs, ip)
 	if !ok {
 		return "", fmt.Errorf("find interface for %s: no connected subnet contains it", ip)
 	}
-	link, err := a.nl.LinkByIndex(index)
+	name, err := a.linkName(subnets, index)
 	if err != nil {
 		return "", fmt.Errorf("find interface for %s: link %d: %w", ip, index, err)
 	}
+	return name, nil
+}
+
+// linkName is the name of the link with index, looked up once for each
+// listing of the subnets l and trusted as long as it is: at a cold start of
+// thousands of IPs, a netlink lookup of the link, every attribute parsed,
+// for each IP was an eighth of what eipd allocated.
+func (a *Addresses) linkName(l *subnetList, index int) (string, error) {
+	a.subnetsMu.Lock()
+	defer a.subnetsMu.Unlock()
+	if name, ok := l.names[index]; ok {
+		return name, nil
+	}
+	link, err := a.nl.LinkByIndex(index)
+	if err != nil {
+		return "", err
+	}
+	l.names[index] = link.Attrs().Name
 	return link.Attrs().Name, nil
 }
 
 // subnetsOf returns the node's addresses of family fam that are not host
 // addresses, listed at most subnetsTTL ago.
-func (a *Addresses) subnetsOf(fam int) ([]ifAddr, error) {
+func (a *Addresses) subnetsOf(fam int) (*subnetList, error) {
 	a.subnetsMu.Lock()
 	defer a.subnetsMu.Unlock()
 	if l, ok := a.subnets[fam]; ok && time.Since(l.at) < subnetsTTL {
-		return l.addrs, nil
+		return l, nil
 	}
 	addrs, err := a.listSubnetLinks(fam)
 	if err != nil {
@@ -432,10 +452,11 @@ func (a *Addresses) subnetsOf(fam int) ([]ifAddr, error) {
 		}
 	}
 	if a.subnets == nil {
-		a.subnets = map[int]subnetList{}
+		a.subnets = map[int]*subnetList{}
 	}
-	a.subnets[fam] = subnetList{at: time.Now(), addrs: out}
-	return out, nil
+	l := &subnetList{at: time.Now(), addrs: out, names: map[int]string{}}
+	a.subnets[fam] = l
+	return l, nil
 }
 
 // listSubnetLinks lists the addresses of family fam on every interface
