@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	utilwait "k8s.io/apimachinery/pkg/util/wait"
-	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
@@ -81,7 +80,6 @@ type Agent struct {
 
 	services  corelisters.ServiceLister
 	nodes     corelisters.NodeLister
-	leases    coordinationlisters.LeaseNamespaceLister
 	leaseIdx  cache.Indexer // the Leases' cache, heartbeats indexed (heartbeatIndex)
 	configMap corelisters.ConfigMapNamespaceLister
 	// apiEndpoints are the kubernetes Service's EndpointSlices.
@@ -224,6 +222,20 @@ func (a *Agent) takeLeaseChanges() (map[string]bool, bool) {
 	return names, all
 }
 
+// lease is the Lease named name in the cache, nil if none. It reads the
+// cache by key, as a lister does, without the NotFound error a lister
+// makes for a name it does not hold: at a cold start the loop looks up
+// thousands of locks not yet written, and those errors were a twentieth of
+// what eipd allocated.
+func (a *Agent) lease(name string) *coordinationv1.Lease {
+	obj, ok, _ := a.leaseIdx.GetByKey(a.opt.Namespace + "/" + name)
+	if !ok {
+		return nil
+	}
+	l, _ := obj.(*coordinationv1.Lease)
+	return l
+}
+
 // heartbeats lists the heartbeat Leases in the cache. The informer watches
 // only the agent's namespace.
 func (a *Agent) heartbeats() []*coordinationv1.Lease {
@@ -278,7 +290,6 @@ func (a *Agent) startInformers(stop <-chan struct{}) error {
 	}
 	a.services = corelisters.NewServiceLister(svc.GetIndexer())
 	a.nodes = corelisters.NewNodeLister(node.GetIndexer())
-	a.leases = coordinationlisters.NewLeaseLister(ls.GetIndexer()).Leases(a.opt.Namespace)
 	a.leaseIdx = ls.GetIndexer()
 	a.configMap = corelisters.NewConfigMapLister(cms.GetIndexer()).ConfigMaps(a.opt.Namespace)
 	a.apiEndpoints = discoverylisters.NewEndpointSliceLister(eps.GetIndexer()).EndpointSlices(listwatch.APIServiceNamespace)

@@ -21,7 +21,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
-	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
@@ -154,7 +153,6 @@ func newWorld(t testing.TB, self string, cfg map[string]string) *world {
 	}
 	a.services = corelisters.NewServiceLister(w.svcs)
 	a.nodes = corelisters.NewNodeLister(w.nodes)
-	a.leases = coordinationlisters.NewLeaseLister(w.leases).Leases(testNS)
 	a.leaseIdx = w.leases
 	a.configMap = corelisters.NewConfigMapLister(w.cms).ConfigMaps(testNS)
 	a.apiEndpoints = discoverylisters.NewEndpointSliceLister(w.eps).EndpointSlices(listwatch.APIServiceNamespace)

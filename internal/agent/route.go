@@ -131,8 +131,7 @@ func (s *state) routeFor(ip netip.Addr, e ipset.Entry, med uint32) bgp.Route {
 // own latest write, or the cache.
 func (s *state) movesOf(ip netip.Addr) int32 {
 	name := lease.NameFor(ip)
-	l, _ := s.a.leases.Get(name)
-	if l = s.effective(name, l); l != nil && l.Spec.LeaseTransitions != nil {
+	if l := s.effective(name, s.a.lease(name)); l != nil && l.Spec.LeaseTransitions != nil {
 		return *l.Spec.LeaseTransitions
 	}
 	return 0

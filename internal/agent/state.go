@@ -740,8 +740,8 @@ func (s *state) takeLockChanges() bool {
 
 // cachedLock is the lock Lease named name in the cache, or nil.
 func (s *state) cachedLock(name string) *coordinationv1.Lease {
-	l, err := s.a.leases.Get(name)
-	if err != nil || l.Labels[lease.RoleLabel] != lease.RoleLock {
+	l := s.a.lease(name)
+	if l == nil || l.Labels[lease.RoleLabel] != lease.RoleLock {
 		return nil
 	}
 	return l
