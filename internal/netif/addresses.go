@@ -210,18 +210,25 @@ func (a *Addresses) lengths(link netlink.Link, ip netip.Addr) ([]int, error) {
 		return slices.Clone(k.bits[ip]), nil
 	}
 	a.mu.Unlock()
-	addrs, err := a.dumper.list(link.Attrs().Index, netlink.FAMILY_ALL)
-	if err != nil {
+	var k *knownAddrs
+	if err := a.dumper.list(link.Attrs().Index, netlink.FAMILY_ALL, func(addrs []ifAddr) { k = a.learn(link, addrs) }); err != nil {
 		return nil, err
 	}
-	k := a.learn(link, addrs)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return slices.Clone(k.bits[ip]), nil
 }
 
-// learn replaces what is known about link with a listing of it.
+// learn replaces what is known about link with a listing of it, unless
+// the listing agrees with it: the agent lists eipd's device every resync
+// period, and its thousands of addresses rarely change between two.
 func (a *Addresses) learn(link netlink.Link, addrs []ifAddr) *knownAddrs {
+	a.mu.Lock()
+	if k, ok := a.known[link.Attrs().Name]; ok && k.agrees(link.Attrs().Index, addrs) {
+		a.mu.Unlock()
+		return k
+	}
+	a.mu.Unlock()
 	k := &knownAddrs{link: link.Attrs().Index, bits: make(map[netip.Addr][]int, len(addrs))}
 	// An address's first length takes a slot of one array rather than a
 	// slice of its own: eipd's device holds thousands, each with one.
@@ -239,6 +246,27 @@ func (a *Addresses) learn(link netlink.Link, addrs []ifAddr) *knownAddrs {
 	defer a.mu.Unlock()
 	a.known[link.Attrs().Name] = k
 	return k
+}
+
+// agrees says whether k is what a listing of the link with that index
+// found, addrs.
+func (k *knownAddrs) agrees(link int, addrs []ifAddr) bool {
+	if k.link != link {
+		return false
+	}
+	n := 0
+	for _, bits := range k.bits {
+		n += len(bits)
+	}
+	if n != len(addrs) {
+		return false
+	}
+	for _, ia := range addrs {
+		if !slices.Contains(k.bits[ia.prefix.Addr()], ia.prefix.Bits()) {
+			return false
+		}
+	}
+	return true
 }
 
 // remember records ip's lengths on link (none: unbound) if link is known.
@@ -378,16 +406,18 @@ func (a *Addresses) List(iface string) ([]netip.Prefix, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list addresses on %s: %w", iface, err)
 	}
-	addrs, err := a.dumper.list(link.Attrs().Index, netlink.FAMILY_ALL)
+	var out []netip.Prefix
+	err = a.dumper.list(link.Attrs().Index, netlink.FAMILY_ALL, func(addrs []ifAddr) {
+		a.learn(link, addrs)
+		out = make([]netip.Prefix, 0, len(addrs))
+		for _, ia := range addrs {
+			if ia.global {
+				out = append(out, ia.prefix)
+			}
+		}
+	})
 	if err != nil {
 		return nil, fmt.Errorf("list addresses on %s: %w", iface, err)
-	}
-	a.learn(link, addrs)
-	out := make([]netip.Prefix, 0, len(addrs))
-	for _, ia := range addrs {
-		if ia.global {
-			out = append(out, ia.prefix)
-		}
 	}
 	return out, nil
 }
@@ -465,27 +495,28 @@ func (a *Addresses) subnetsOf(fam int) (*subnetList, error) {
 // interface only under strict checking; without it one dump of every
 // interface costs less than one per interface.
 func (a *Addresses) listSubnetLinks(fam int) ([]ifAddr, error) {
+	var out []ifAddr
+	keep := func(addrs []ifAddr) { out = append(out, addrs...) }
 	if !a.dumper.strict {
-		return a.dumper.list(0, fam)
+		err := a.dumper.list(0, fam, keep)
+		return out, err
 	}
 	links, err := dump(a.nl.LinkList)
 	if err != nil {
 		return nil, fmt.Errorf("list links: %w", err)
 	}
 	skip := a.hostOnlyLinks()
-	var out []ifAddr
 	for _, l := range links {
 		if skip[l.Attrs().Index] {
 			continue
 		}
-		addrs, err := a.dumper.list(l.Attrs().Index, fam)
+		err := a.dumper.list(l.Attrs().Index, fam, keep)
 		if errors.Is(err, unix.ENODEV) {
 			continue // deleted since the links were listed
 		}
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, addrs...)
 	}
 	return out, nil
 }

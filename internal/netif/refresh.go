@@ -42,7 +42,7 @@ func (a *Addresses) Refresh(addrs []Bound, lifetime time.Duration) error {
 	a.refreshMu.Lock()
 	defer a.refreshMu.Unlock()
 	if a.refreshFD < 0 {
-		if a.refreshFD, err = a.openRefreshSocket(); err != nil {
+		if a.refreshFD, err = openRouteSocket(a.ns); err != nil {
 			return fmt.Errorf("refresh addresses: %w", err)
 		}
 	}
@@ -55,9 +55,12 @@ func (a *Addresses) Refresh(addrs []Bound, lifetime time.Duration) error {
 	return errs
 }
 
-func (a *Addresses) openRefreshSocket() (int, error) {
+// openRouteSocket opens a blocking NETLINK_ROUTE socket in ns, bound to a
+// port the kernel picks, whose reads and writes time out after
+// netlinkTimeout.
+func openRouteSocket(ns netNamespace) (int, error) {
 	fd := -1
-	err := a.ns.do(func() error {
+	err := ns.do(func() error {
 		s, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE)
 		if err != nil {
 			return fmt.Errorf("open netlink: %w", err)
