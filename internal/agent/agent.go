@@ -79,6 +79,7 @@ type Agent struct {
 	recorder record.EventRecorder
 
 	services  corelisters.ServiceLister
+	svcIdx    cache.Indexer // the Services' cache, listed whole by allServices
 	nodes     corelisters.NodeLister
 	leaseIdx  cache.Indexer // the Leases' cache, heartbeats indexed (heartbeatIndex)
 	configMap corelisters.ConfigMapNamespaceLister
@@ -240,7 +241,7 @@ func (a *Agent) lease(name string) *coordinationv1.Lease {
 // only the agent's namespace.
 func (a *Agent) heartbeats() []*coordinationv1.Lease {
 	objs, _ := a.leaseIdx.ByIndex(heartbeatIndex, lease.RoleHeartbeat)
-	return leasesOf(objs)
+	return objectsOf[coordinationv1.Lease](objs)
 }
 
 // allLeases is every Lease in the cache (eipd watches one namespace).
@@ -249,14 +250,23 @@ func (a *Agent) heartbeats() []*coordinationv1.Lease {
 // metadata and labels and append each to a growing slice: a full pass
 // lists 10,000 locks.
 func (a *Agent) allLeases() []*coordinationv1.Lease {
-	return leasesOf(a.leaseIdx.List())
+	return objectsOf[coordinationv1.Lease](a.leaseIdx.List())
 }
 
-func leasesOf(objs []any) []*coordinationv1.Lease {
-	out := make([]*coordinationv1.Lease, 0, len(objs))
+// allServices is every Service in the cache, read as allLeases reads the
+// Leases: the lister's List appended each of them to a growing slice,
+// 0.3 MB a full pass at 10,000 Services, which the allocation pass lists.
+func (a *Agent) allServices() []*corev1.Service {
+	return objectsOf[corev1.Service](a.svcIdx.List())
+}
+
+// objectsOf is the objects of a cache's list that are T, in a slice of
+// their number.
+func objectsOf[T any](objs []any) []*T {
+	out := make([]*T, 0, len(objs))
 	for _, o := range objs {
-		if l, ok := o.(*coordinationv1.Lease); ok {
-			out = append(out, l)
+		if t, ok := o.(*T); ok {
+			out = append(out, t)
 		}
 	}
 	return out
@@ -289,6 +299,7 @@ func (a *Agent) startInformers(stop <-chan struct{}) error {
 		a.synced = append(a.synced, h.inf.HasSynced)
 	}
 	a.services = corelisters.NewServiceLister(svc.GetIndexer())
+	a.svcIdx = svc.GetIndexer()
 	a.nodes = corelisters.NewNodeLister(node.GetIndexer())
 	a.leaseIdx = ls.GetIndexer()
 	a.configMap = corelisters.NewConfigMapLister(cms.GetIndexer()).ConfigMaps(a.opt.Namespace)

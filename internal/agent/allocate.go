@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/eip-project/eip/internal/alloc"
@@ -197,11 +196,7 @@ func (s *state) allocate(v lease.View, locks map[string]*coordinationv1.Lease) {
 	if !s.cfgLoaded || !v.Writable {
 		return
 	}
-	svcs, err := s.a.services.List(labels.Everything())
-	if err != nil {
-		s.log.Error("list services from cache", "err", err)
-		return
-	}
+	svcs := s.a.allServices()
 	type unsettled struct {
 		svc *corev1.Service
 		req alloc.Request

@@ -456,11 +456,15 @@ func (s *state) resync(startup bool) {
 			s.log.Warn("resync: list addresses", "iface", iface, "err", err)
 			continue
 		}
-		present := make(map[netip.Addr]bool, len(have))
+		// found counts the bindings here listed as bound; the set of the
+		// addresses present is made only if some are not.
+		found := 0
 		for _, p := range have {
 			ip := p.Addr()
-			present[ip] = true
 			if b, ok := s.bound[ip]; ok && b.dev == iface {
+				if b.prefix == p {
+					found++
+				}
 				continue
 			}
 			if _, inRange := s.cfg.Lookup(ip); !inRange || s.reserved[ip] != "" || (startup && heldByLock[ip]) {
@@ -471,12 +475,30 @@ func (s *state) resync(startup bool) {
 				s.log.Error("remove stale address", "ip", ip, "iface", iface, "err", err)
 			}
 		}
+		if found == s.boundOn(iface) {
+			continue
+		}
+		present := make(map[netip.Addr]bool, len(have))
+		for _, p := range have {
+			present[p.Addr()] = true
+		}
 		for ip, b := range s.bound {
 			if b.dev == iface && !present[ip] {
 				s.addrMissing(b, true)
 			}
 		}
 	}
+}
+
+// boundOn is how many of this node's bindings are on dev.
+func (s *state) boundOn(dev string) int {
+	n := 0
+	for _, b := range s.bound {
+		if b.dev == dev {
+			n++
+		}
+	}
+	return n
 }
 
 // heldByLock returns the IPs whose lock names this node. Reading every lock

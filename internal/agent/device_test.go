@@ -91,6 +91,35 @@ func TestLoopRestoresADeletedDevice(t *testing.T) {
 	assert.Equal(t, len(w.s.linkDown), 0, "the device is not a LAN link")
 }
 
+// The resync finds what no address event told: an address of this node's
+// that is gone is bound again and counted as vanished, one in its ranges
+// that it does not hold is removed, and its own address bound with another
+// length counts as there.
+func TestLoopResyncFindsWhatNoEventTold(t *testing.T) {
+	w, ip, m := loneNodeBinds(t, false)
+	w.take()
+	p := netip.PrefixFrom(ip, 32)
+	w.s.resync(false)
+	assert.Equal(t, len(w.take()), 0, "a resync that found everything in place acted")
+
+	delete(w.addrs, p)
+	w.s.resync(false)
+	assert.DeepEqual(t, w.take(), []string{"bind 198.18.100.1"})
+	assert.Equal(t, w.addrs[p], testDev)
+	assert.Equal(t, m.vanished, 1)
+
+	stray := netip.PrefixFrom(testIP(5), 32)
+	w.addrs[stray] = testDev
+	w.s.resync(false)
+	assert.DeepEqual(t, w.take(), []string{"unbind " + testIP(5).String()})
+
+	delete(w.addrs, p)
+	w.addrs[netip.PrefixFrom(ip, 24)] = testDev
+	w.s.resync(false)
+	assert.Equal(t, len(w.take()), 0)
+	assert.Equal(t, m.vanished, 1)
+}
+
 type countingMetrics struct {
 	nopMetrics
 	vanished int

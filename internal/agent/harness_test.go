@@ -152,6 +152,7 @@ func newWorld(t testing.TB, self string, cfg map[string]string) *world {
 		t.Fatal(err)
 	}
 	a.services = corelisters.NewServiceLister(w.svcs)
+	a.svcIdx = w.svcs
 	a.nodes = corelisters.NewNodeLister(w.nodes)
 	a.leaseIdx = w.leases
 	a.configMap = corelisters.NewConfigMapLister(w.cms).ConfigMaps(testNS)

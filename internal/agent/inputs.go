@@ -100,11 +100,7 @@ func (s *state) reservedAddresses() map[netip.Addr]string {
 
 // computeEntries recomputes the managed IPs from the Services.
 func (s *state) computeEntries() {
-	svcs, err := s.a.services.List(labels.Everything())
-	if err != nil {
-		s.log.Error("list services from cache", "err", err)
-		return
-	}
+	svcs := s.a.allServices()
 	entries, rejected := ipset.Compute(svcs, s.cfg, s.reserved)
 	s.entries = make(map[netip.Addr]ipset.Entry, len(entries))
 	s.order = s.order[:0]
