@@ -179,20 +179,20 @@ func newHarness(t *testing.T, objs ...runtime.Object) *harness {
 // typedLists lists through the fake clientset, which cannot stream.
 type typedLists struct{ c kubernetes.Interface }
 
-func (t typedLists) leases(ctx context.Context, namespace string, opts metav1.ListOptions) ([]*coordinationv1.Lease, error) {
+func (t typedLists) leases(ctx context.Context, namespace string, opts metav1.ListOptions) ([]*coordinationv1.Lease, map[netip.Addr]*lease.Lock, error) {
 	l, err := t.c.CoordinationV1().Leases(namespace).List(ctx, opts)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return pointers(l.Items), nil
+	return pointers(l.Items), nil, nil
 }
 
-func (t typedLists) services(ctx context.Context, opts metav1.ListOptions) ([]*corev1.Service, error) {
+func (t typedLists) services(ctx context.Context, opts metav1.ListOptions) ([]*corev1.Service, []serviceIP, error) {
 	l, err := t.c.CoreV1().Services(metav1.NamespaceAll).List(ctx, opts)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return pointers(l.Items), nil
+	return pointers(l.Items), nil, nil
 }
 
 func pointers[T any](items []T) []*T {

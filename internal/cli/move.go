@@ -100,13 +100,13 @@ func (o *MoveOptions) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	l, from, err := planMove(s, buildStatus(s, o.clock.Now()), o.ip, o.node)
+	name, err := planMove(s, buildStatus(s, o.clock.Now()), o.ip, o.node)
 	if err != nil {
 		return err
 	}
 	leases := c.CoordinationV1().Leases(o.namespace)
 	start := o.clock.Now()
-	written, from, err := o.request(ctx, leases, l, from)
+	written, from, err := o.request(ctx, leases, name)
 	if err != nil {
 		return err
 	}
@@ -128,10 +128,10 @@ func fromText(from string) string {
 	return " from " + from
 }
 
-// planMove checks that ip may move to node and returns its lock Lease and
-// current holder. It is the whole of the plugin's validation; the holder
-// checks again (alive and eligible, in its own judgement) before it acts.
-func planMove(s snapshot, st Status, ip netip.Addr, node string) (*coordinationv1.Lease, string, error) {
+// planMove checks that ip may move to node and returns the name of its
+// lock. It is the whole of the plugin's validation; the holder checks again
+// (alive and eligible, in its own judgement) before it acts.
+func planMove(s snapshot, st Status, ip netip.Addr, node string) (string, error) {
 	var row *IP
 	for i := range st.IPs {
 		if st.IPs[i].addr == ip {
@@ -140,26 +140,21 @@ func planMove(s snapshot, st Status, ip netip.Addr, node string) (*coordinationv
 	}
 	switch {
 	case row == nil:
-		return nil, "", notManaged(ip)
+		return "", notManaged(ip)
 	case row.State == StateOutOfRange || row.State == StateRefused:
-		return nil, "", fmt.Errorf("%s is not managed by eip: %s names it, but %s", ip, strings.Join(row.Services, ","), row.Reason)
+		return "", fmt.Errorf("%s is not managed by eip: %s names it, but %s", ip, strings.Join(row.Services, ","), row.Reason)
 	case row.State == StateOrphan:
-		return nil, "", fmt.Errorf("%s is not managed by eip: no Service names it any more, and its lock is being deleted", ip)
+		return "", fmt.Errorf("%s is not managed by eip: no Service names it any more, and its lock is being deleted", ip)
 	case row.Lock == "":
-		return nil, "", fmt.Errorf("%s has no lock yet: no node has taken it; try again in a moment", ip)
+		return "", fmt.Errorf("%s has no lock yet: no node has taken it; try again in a moment", ip)
 	}
 	if err := checkTarget(s, st, node); err != nil {
-		return nil, "", err
+		return "", err
 	}
 	if row.Holder == node {
-		return nil, "", fmt.Errorf("%s is already on %s", ip, node)
+		return "", fmt.Errorf("%s is already on %s", ip, node)
 	}
-	for _, l := range s.leases {
-		if l.Name == row.Lock {
-			return l, row.Holder, nil
-		}
-	}
-	return nil, "", fmt.Errorf("lock %s of %s vanished", row.Lock, ip) // unreachable: rows come from these Leases
+	return row.Lock, nil
 }
 
 // checkTarget says why node cannot take an IP, or nil.
@@ -191,24 +186,27 @@ func checkTarget(s snapshot, st Status, node string) error {
 	return nil
 }
 
-// request writes the move request on the lock with its resourceVersion as
-// precondition. When someone wrote the lock in between, it reads the lock
-// again and retries, unless the IP is already where it should go. It
-// returns the written lock and the holder it asked.
-func (o *MoveOptions) request(ctx context.Context, leases coordinationv1client.LeaseInterface, l *coordinationv1.Lease, from string) (*coordinationv1.Lease, string, error) {
+// request reads the lock whole (status reads only part of it) and writes
+// the move request on it with its resourceVersion as precondition. When
+// someone wrote the lock in between, it reads the lock again and retries,
+// unless the IP is already where it should go. It returns the written lock
+// and the holder it asked.
+func (o *MoveOptions) request(ctx context.Context, leases coordinationv1client.LeaseInterface, name string) (*coordinationv1.Lease, string, error) {
 	for attempt := 1; ; attempt++ {
+		l, err := o.reread(ctx, leases, name)
+		if err != nil {
+			return nil, "", err
+		}
+		from := holderOf(l)
+		if from == o.node {
+			return nil, "", fmt.Errorf("%s is already on %s", o.ip, o.node)
+		}
 		out, err := leases.Update(ctx, lease.WithMoveTo(l, o.node), metav1.UpdateOptions{})
 		if err == nil {
 			return out, from, nil
 		}
 		if !apierrors.IsConflict(err) || attempt == moveAttempts {
-			return nil, "", fmt.Errorf("request move of %s to %s on lease %s/%s: %w", o.ip, o.node, o.namespace, l.Name, err)
-		}
-		if l, err = o.reread(ctx, leases, l.Name); err != nil {
-			return nil, "", err
-		}
-		if from = holderOf(l); from == o.node {
-			return nil, "", fmt.Errorf("%s is already on %s", o.ip, o.node)
+			return nil, "", fmt.Errorf("request move of %s to %s on lease %s/%s: %w", o.ip, o.node, o.namespace, name, err)
 		}
 	}
 }

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -47,14 +46,12 @@ func printStatus(w io.Writer, st Status, format string) error {
 		return err
 	}
 	var buf bytes.Buffer
-	if err := printTables(&buf, st, format == outputWide); err != nil {
-		return err
-	}
+	printTables(&buf, st, format == outputWide)
 	_, err := w.Write(buf.Bytes())
 	return err
 }
 
-func printTables(w *bytes.Buffer, st Status, wide bool) error {
+func printTables(w *bytes.Buffer, st Status, wide bool) {
 	now := st.ObservedAt
 	if len(st.IPs) == 0 {
 		w.WriteString("No external IPs.\n")
@@ -90,9 +87,7 @@ func printTables(w *bytes.Buffer, st Status, wide bool) error {
 			}
 			rows = append(rows, row)
 		}
-		if err := writeTable(w, header, rows); err != nil {
-			return err
-		}
+		writeTable(w, header, rows)
 	}
 	if len(st.Nodes) > 0 {
 		w.WriteString("\n")
@@ -101,9 +96,7 @@ func printTables(w *bytes.Buffer, st Status, wide bool) error {
 			rows = append(rows, []string{n.Name, yesNo(n.Alive, true), age(now, n.LastRenewTime), yesNo(n.Eligible, n.heartbeat),
 				strconv.Itoa(n.Holds), bound(n), orDash(n.message())})
 		}
-		if err := writeTable(w, []string{"NODE", "ALIVE", "RENEWED", "ELIGIBLE", "HOLDS", "BOUND", "MESSAGE"}, rows); err != nil {
-			return err
-		}
+		writeTable(w, []string{"NODE", "ALIVE", "RENEWED", "ELIGIBLE", "HOLDS", "BOUND", "MESSAGE"}, rows)
 	}
 	var sessions [][]string
 	for _, n := range st.Nodes {
@@ -113,9 +106,7 @@ func printTables(w *bytes.Buffer, st Status, wide bool) error {
 	}
 	if len(sessions) > 0 {
 		w.WriteString("\n")
-		if err := writeTable(w, []string{"NODE", "BGP PEER", "STATE", "UPTIME"}, sessions); err != nil {
-			return err
-		}
+		writeTable(w, []string{"NODE", "BGP PEER", "STATE", "UPTIME"}, sessions)
 	}
 	notes := configNotes(st)
 	if slices.ContainsFunc(st.IPs, func(r IP) bool { return r.ConflictMAC != "" || r.ClaimedBy != "" }) {
@@ -127,7 +118,6 @@ func printTables(w *bytes.Buffer, st Status, wide bool) error {
 			w.WriteString(n + "\n")
 		}
 	}
-	return nil
 }
 
 // routeMode: some IP is announced over BGP, so the tables say how each is.
@@ -169,7 +159,7 @@ func configNotes(st Status) []string {
 // spaces between columns, no trailing blanks. Widths are display widths.
 // (A table library did the same at ten times the cost: 2 s of the plugin's
 // CPU for 10,000 IPs.)
-func writeTable(w io.Writer, header []string, rows [][]string) error {
+func writeTable(w *bytes.Buffer, header []string, rows [][]string) {
 	cols := len(header)
 	// Each cell's display width, measured once: header first, then rows.
 	cells := make([]int, 0, (len(rows)+1)*cols)
@@ -188,31 +178,29 @@ func writeTable(w io.Writer, header []string, rows [][]string) error {
 	for _, r := range rows {
 		measure(r)
 	}
-	bw := bufio.NewWriter(w)
-	var line []byte
-	write := func(n int, row []string) error {
-		line = line[:0]
+	// Room for every line as wide as the widest, in ASCII.
+	line := 3*(cols-1) + 1
+	for _, c := range widths {
+		line += c
+	}
+	w.Grow((len(rows) + 1) * line)
+	write := func(n int, row []string) {
+		start := w.Len()
 		for i, c := range row[:min(len(row), cols)] {
-			line = append(line, c...)
+			w.WriteString(c)
 			if i < cols-1 {
 				for range widths[i] - cells[n*cols+i] + 3 {
-					line = append(line, ' ')
+					w.WriteByte(' ')
 				}
 			}
 		}
-		line = append(bytes.TrimRight(line, " "), '\n')
-		_, err := bw.Write(line)
-		return err
+		w.Truncate(start + len(bytes.TrimRight(w.Bytes()[start:], " ")))
+		w.WriteByte('\n')
 	}
-	if err := write(0, header); err != nil {
-		return err
-	}
+	write(0, header)
 	for n, r := range rows {
-		if err := write(n+1, r); err != nil {
-			return err
-		}
+		write(n+1, r)
 	}
-	return bw.Flush()
 }
 
 // displayWidth is how many columns s takes on a terminal. Nearly every cell

@@ -24,14 +24,14 @@ func readSnapshot(ctx context.Context, c kubernetes.Interface, l lists, namespac
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		var err error
-		if s.leases, err = l.leases(ctx, namespace, metav1.ListOptions{LabelSelector: listwatch.LeaseSelector}); err != nil {
+		if s.leases, s.locks, err = l.leases(ctx, namespace, metav1.ListOptions{LabelSelector: listwatch.LeaseSelector}); err != nil {
 			return fmt.Errorf("list leases in %s: %w", namespace, err)
 		}
 		return nil
 	})
 	g.Go(func() error {
 		var err error
-		if s.services, err = l.services(ctx, metav1.ListOptions{}); err != nil {
+		if s.services, s.serviceIPs, err = l.services(ctx, metav1.ListOptions{}); err != nil {
 			return fmt.Errorf("list services: %w", err)
 		}
 		return nil

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"sort"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -160,10 +161,17 @@ func (n Node) message() string {
 type snapshot struct {
 	namespace string
 	configMap string
-	leases    []*coordinationv1.Lease
-	services  []*corev1.Service
-	cm        *corev1.ConfigMap // nil when it does not exist
-	nodes     []*corev1.Node
+	// leases are eip's Leases; locks those of its valid locks that were
+	// parsed as they were read (the streamed lists), by IP, which leases
+	// then leaves out; buildStatus adds the valid locks of leases to it.
+	// Likewise services are Services, and serviceIPs the IPs named by
+	// Services that were read no further.
+	leases     []*coordinationv1.Lease
+	locks      map[netip.Addr]*lease.Lock
+	services   []*corev1.Service
+	serviceIPs []serviceIP
+	cm         *corev1.ConfigMap // nil when it does not exist
+	nodes      []*corev1.Node
 	// apiEndpoints are the kubernetes Service's EndpointSlices: the API
 	// server's addresses, which eip never binds.
 	apiEndpoints []*discoveryv1.EndpointSlice
@@ -186,7 +194,7 @@ func buildStatus(s snapshot, now time.Time) Status {
 	reserved := ipset.NodeAddresses(s.nodes)
 	maps.Copy(reserved, ipset.APIEndpoints(s.apiEndpoints))
 	cfg, known := readConfig(&st, s, reserved)
-	heartbeats, locks, byName := readLeases(&st, s.leases)
+	heartbeats, locks, byName := readLeases(&st, s.leases, s.locks)
 
 	nodes := buildNodes(heartbeats, locks, byName, nodeObjs, cfg, known, now)
 	for _, n := range nodes {
@@ -194,27 +202,41 @@ func buildStatus(s snapshot, now time.Time) Status {
 	}
 	slices.SortFunc(st.Nodes, func(a, b Node) int { return cmp.Compare(a.Name, b.Name) })
 
-	entries, rejections := ipset.Compute(s.services, cfg, reserved)
-	rows := map[string]*IP{}
-	row := func(addr netip.Addr, text string) *IP {
-		key := text
-		if addr.IsValid() {
-			key = addr.String()
+	entries, rejections := ipset.ComputeFrom(len(s.services)+len(s.serviceIPs), func(add func(service, text string)) {
+		for _, svc := range s.services {
+			ipset.EachIP(svc, add)
 		}
-		r, ok := rows[key]
-		if !ok {
-			r = &IP{IP: key, addr: addr, Services: []string{}}
-			rows[key] = r
+		for _, p := range s.serviceIPs {
+			add(p.service, p.ip)
 		}
-		return r
-	}
-	for _, e := range entries {
-		r := row(e.IP, "")
-		r.Services = e.Services
+	}, cfg, reserved)
+	// One row per IP, in a slice that never grows: the entries' first, in
+	// their order (by IP, so that an IP is found among them by binary
+	// search), then those only rejected or locked.
+	st.IPs = make([]IP, len(entries), len(entries)+len(rejections)+len(locks))
+	for i, e := range entries {
+		r := &st.IPs[i]
+		*r = IP{IP: e.IP.String(), addr: e.IP, Services: e.Services}
 		if known {
 			r.Interface, r.PrefixLength, r.Range = e.Binding.Iface, e.Binding.Bits, e.Binding.Range.Text
 			r.Announce = e.Binding.Announce.String()
 		}
+	}
+	extra := map[string]int{}
+	row := func(addr netip.Addr, text string) *IP {
+		if addr.IsValid() {
+			i := sort.Search(len(entries), func(i int) bool { return entries[i].IP.Compare(addr) >= 0 })
+			if i < len(entries) && entries[i].IP == addr {
+				return &st.IPs[i]
+			}
+			text = addr.String()
+		}
+		if i, ok := extra[text]; ok {
+			return &st.IPs[i]
+		}
+		extra[text] = len(st.IPs)
+		st.IPs = append(st.IPs, IP{IP: text, addr: addr, Services: []string{}})
+		return &st.IPs[len(st.IPs)-1]
 	}
 	rejected := map[string]string{}
 	for _, rj := range rejections {
@@ -226,28 +248,19 @@ func buildStatus(s snapshot, now time.Time) Status {
 	for _, lk := range locks {
 		row(lk.IP, "")
 	}
-	named := make(map[netip.Addr]bool, len(entries))
-	for _, e := range entries {
-		named[e.IP] = true
-	}
-	// Sorted as pointers, then copied once: an IP is a few hundred bytes.
-	ordered := make([]*IP, 0, len(rows))
-	for _, r := range rows {
+	for i := range st.IPs {
+		r := &st.IPs[i]
 		var lk *lease.Lock
 		if r.addr.IsValid() {
 			lk = lockFor(r.addr, locks, byName)
 		}
 		fillLock(r, lk, nodes)
 		reason, isRejected := rejected[r.IP]
-		r.State, r.Reason = ipState(named[r.addr], isRejected, reason, lk, r.nodeOf(nodes), known)
+		named := i < len(entries)
+		r.State, r.Reason = ipState(named, isRejected, reason, lk, r.nodeOf(nodes), known)
 		r.lanAnswers(r.nodeOf(nodes))
-		ordered = append(ordered, r)
 	}
-	slices.SortFunc(ordered, compareIPs)
-	st.IPs = make([]IP, len(ordered))
-	for i, r := range ordered {
-		st.IPs[i] = *r
-	}
+	st.IPs = sortIPs(st.IPs)
 	slices.Sort(st.Warnings)
 	return st
 }
@@ -278,6 +291,29 @@ func (r *IP) lanAnswers(holder *Node) {
 		}
 		r.Reason = why
 	}
+}
+
+// sortIPs orders rows by compareIPs. They are in order already unless some
+// IPs are only rejected or locked; then they are sorted as pointers and
+// copied once, an IP being a few hundred bytes.
+func sortIPs(rows []IP) []IP {
+	sorted := true
+	for i := 1; i < len(rows) && sorted; i++ {
+		sorted = compareIPs(&rows[i-1], &rows[i]) <= 0
+	}
+	if sorted {
+		return rows
+	}
+	ordered := make([]*IP, len(rows))
+	for i := range rows {
+		ordered[i] = &rows[i]
+	}
+	slices.SortFunc(ordered, compareIPs)
+	out := make([]IP, len(rows))
+	for i, r := range ordered {
+		out[i] = *r
+	}
+	return out
 }
 
 // compareIPs orders rows numerically, IPv4 before IPv6, and text that is
@@ -333,12 +369,15 @@ func everything() config.Config {
 	return cfg
 }
 
-// readLeases sorts eip's Leases into heartbeats and locks. A damaged lock
-// (garbage annotations) is kept by name: the daemons still honour its
-// holder for the IP its name belongs to.
-func readLeases(st *Status, leases []*coordinationv1.Lease) (map[string]lease.Heartbeat, map[string]lease.Lock, map[string]*coordinationv1.Lease) {
+// readLeases sorts eip's Leases into heartbeats and locks, adding the
+// locks to those parsed already (by IP: a valid lock's name is that of its
+// IP). A damaged lock (garbage annotations) is kept by name: the daemons
+// still honour its holder for the IP its name belongs to.
+func readLeases(st *Status, leases []*coordinationv1.Lease, locks map[netip.Addr]*lease.Lock) (map[string]lease.Heartbeat, map[netip.Addr]*lease.Lock, map[string]*coordinationv1.Lease) {
 	heartbeats := map[string]lease.Heartbeat{}
-	locks := map[string]lease.Lock{}
+	if locks == nil {
+		locks = make(map[netip.Addr]*lease.Lock, len(leases))
+	}
 	damaged := map[string]*coordinationv1.Lease{}
 	for _, l := range leases {
 		if l.Labels[lease.ManagedByLabel] != lease.ManagedBy {
@@ -361,7 +400,7 @@ func readLeases(st *Status, leases []*coordinationv1.Lease) (map[string]lease.He
 				damaged[l.Name] = l
 				continue
 			}
-			locks[l.Name] = lk
+			locks[lk.IP] = &lk
 		}
 	}
 	return heartbeats, locks, damaged
@@ -369,11 +408,11 @@ func readLeases(st *Status, leases []*coordinationv1.Lease) (map[string]lease.He
 
 // lockFor returns the lock of ip, or a damaged Lease by the lock's name read
 // as the daemons read it (holder and move target only), or nil.
-func lockFor(ip netip.Addr, locks map[string]lease.Lock, damaged map[string]*coordinationv1.Lease) *lease.Lock {
-	name := lease.NameFor(ip)
-	if lk, ok := locks[name]; ok {
-		return &lk
+func lockFor(ip netip.Addr, locks map[netip.Addr]*lease.Lock, damaged map[string]*coordinationv1.Lease) *lease.Lock {
+	if lk, ok := locks[ip]; ok || len(damaged) == 0 {
+		return lk
 	}
+	name := lease.NameFor(ip)
 	l, ok := damaged[name]
 	if !ok {
 		return nil
@@ -401,7 +440,7 @@ func fillLock(r *IP, lk *lease.Lock, nodes map[string]*Node) {
 
 // buildNodes describes every node with a heartbeat, and every holder
 // without one.
-func buildNodes(heartbeats map[string]lease.Heartbeat, locks map[string]lease.Lock, damaged map[string]*coordinationv1.Lease,
+func buildNodes(heartbeats map[string]lease.Heartbeat, locks map[netip.Addr]*lease.Lock, damaged map[string]*coordinationv1.Lease,
 	objs map[string]*corev1.Node, cfg config.Config, known bool, now time.Time) map[string]*Node {
 	nodes := map[string]*Node{}
 	for name, hb := range heartbeats {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -16,13 +17,16 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+
+	"github.com/eip-project/eip/internal/lease"
 )
 
 // lists reads the two lists that grow with the number of IPs: eip's
-// Leases and every Service.
+// Leases, the valid locks among them possibly already parsed, and every
+// Service, or the IPs the Services name.
 type lists interface {
-	leases(ctx context.Context, namespace string, opts metav1.ListOptions) ([]*coordinationv1.Lease, error)
-	services(ctx context.Context, opts metav1.ListOptions) ([]*corev1.Service, error)
+	leases(ctx context.Context, namespace string, opts metav1.ListOptions) ([]*coordinationv1.Lease, map[netip.Addr]*lease.Lock, error)
+	services(ctx context.Context, opts metav1.ListOptions) ([]*corev1.Service, []serviceIP, error)
 }
 
 // streamed reads them item by item as the API server sends them. client-go's
@@ -30,55 +34,39 @@ type lists interface {
 // once more to unwrap it, then decodes every item: at 10,000 IPs on the test
 // bed the plugin touched about 75 MB of fresh memory for two lists of about
 // 10 MB each, and the page faults alone cost it 0.2-0.4 s of CPU. Here each
-// item is decoded from a buffer used again for the next, and its
-// managedFields, which the plugin never reads, are dropped at once.
+// item is read from a buffer used again for the next, and only the fields
+// status reads are decoded (see readLeases and readServices).
 type streamed struct{ c kubernetes.Interface }
 
-func (s streamed) leases(ctx context.Context, namespace string, opts metav1.ListOptions) ([]*coordinationv1.Lease, error) {
-	return streamList[coordinationv1.Lease](ctx, s.c.CoordinationV1().RESTClient().Get().Namespace(namespace).Resource("leases"), opts)
+func (s streamed) leases(ctx context.Context, namespace string, opts metav1.ListOptions) (others []*coordinationv1.Lease, locks map[netip.Addr]*lease.Lock, err error) {
+	req := s.c.CoordinationV1().RESTClient().Get().Namespace(namespace).Resource("leases")
+	err = streamList(ctx, req, opts, func(r io.Reader) (err error) {
+		others, locks, err = readLeaseList(r)
+		return err
+	})
+	return others, locks, err
 }
 
-func (s streamed) services(ctx context.Context, opts metav1.ListOptions) ([]*corev1.Service, error) {
-	return streamList[corev1.Service](ctx, s.c.CoreV1().RESTClient().Get().Resource("services"), opts)
+func (s streamed) services(ctx context.Context, opts metav1.ListOptions) (_ []*corev1.Service, ips []serviceIP, err error) {
+	err = streamList(ctx, s.c.CoreV1().RESTClient().Get().Resource("services"), opts, func(r io.Reader) (err error) {
+		ips, err = readServiceList(r)
+		return err
+	})
+	return nil, ips, err
 }
 
-// item is a pointer to a built-in API type: it decodes itself from
-// protobuf and has managedFields.
-type item[T any] interface {
-	*T
-	Unmarshal([]byte) error
-	SetManagedFields([]metav1.ManagedFieldsEntry)
-}
-
-// streamList sends the list request req with opts and decodes the items one
-// at a time as they arrive.
-func streamList[T any, P item[T]](ctx context.Context, req *rest.Request, opts metav1.ListOptions) ([]P, error) {
+// streamList sends the list request req with opts and has read read the
+// answer.
+func streamList(ctx context.Context, req *rest.Request, opts metav1.ListOptions, read func(io.Reader) error) error {
 	body, err := req.VersionedParams(&opts, scheme.ParameterCodec).SetHeader("Accept", runtime.ContentTypeProtobuf).Stream(ctx)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer body.Close()
-	items, err := readItems[T, P](body)
-	if err != nil {
-		return nil, fmt.Errorf("read the list: %w", err)
+	if err := read(body); err != nil {
+		return fmt.Errorf("read the list: %w", err)
 	}
-	return items, nil
-}
-
-// readItems decodes the items of one list in the API server's protobuf
-// encoding, without their managedFields.
-func readItems[T any, P item[T]](r io.Reader) ([]P, error) {
-	var out []P
-	err := eachItem(r, func(b []byte) error {
-		p := P(new(T))
-		if err := p.Unmarshal(b); err != nil {
-			return err
-		}
-		p.SetManagedFields(nil)
-		out = append(out, p)
-		return nil
-	})
-	return out, err
+	return nil
 }
 
 // protobufMagic starts every protobuf-encoded object the API server sends;

@@ -58,11 +58,40 @@ func IsOurs(svc *corev1.Service) bool {
 // holds the nodes' own addresses, each mapped to its node's name; they are
 // never managed. Cost: O(IPs · log(IPs + ranges)).
 func Compute(services []*corev1.Service, cfg config.Config, reserved map[netip.Addr]string) ([]Entry, []Rejection) {
+	return ComputeFrom(len(services), func(add func(service, text string)) {
+		for _, svc := range services {
+			if svc != nil {
+				EachIP(svc, add)
+			}
+		}
+	}, cfg, reserved)
+}
+
+// EachIP calls add with svc's "namespace/name" and each IP text it names
+// as Compute reads them: spec.externalIPs, then, when IsOurs accepts svc,
+// status.loadBalancer.ingress[].ip.
+func EachIP(svc *corev1.Service, add func(service, text string)) {
+	name := svc.Namespace + "/" + svc.Name
+	for _, text := range svc.Spec.ExternalIPs {
+		add(name, text)
+	}
+	if IsOurs(svc) {
+		for _, ing := range svc.Status.LoadBalancer.Ingress {
+			if ing.IP != "" { // a hostname-only ingress names no IP
+				add(name, ing.IP)
+			}
+		}
+	}
+}
+
+// ComputeFrom is Compute of the (Service, IP text) pairs each gives to its
+// argument, as EachIP gives them; about n IPs are expected.
+func ComputeFrom(n int, each func(add func(service, text string)), cfg config.Config, reserved map[netip.Addr]string) ([]Entry, []Rejection) {
 	// Most Services name one IP: size for that to avoid regrowing.
 	var (
-		entries    = make([]Entry, 0, len(services))
+		entries    = make([]Entry, 0, n)
 		rejections []Rejection
-		index      = make(map[netip.Addr]int, len(services))
+		index      = make(map[netip.Addr]int, n)
 	)
 	add := func(service, text string) {
 		ip, err := netip.ParseAddr(text)
@@ -82,22 +111,7 @@ func Compute(services []*corev1.Service, cfg config.Config, reserved map[netip.A
 		index[ip] = len(entries)
 		entries = append(entries, Entry{IP: ip, Services: []string{service}, Binding: b})
 	}
-	for _, svc := range services {
-		if svc == nil {
-			continue
-		}
-		name := svc.Namespace + "/" + svc.Name
-		for _, text := range svc.Spec.ExternalIPs {
-			add(name, text)
-		}
-		if IsOurs(svc) {
-			for _, ing := range svc.Status.LoadBalancer.Ingress {
-				if ing.IP != "" { // a hostname-only ingress names no IP
-					add(name, ing.IP)
-				}
-			}
-		}
-	}
+	each(add)
 
 	slices.SortFunc(entries, func(a, b Entry) int { return a.IP.Compare(b.IP) })
 	for i := range entries {

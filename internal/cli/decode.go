@@ -1,0 +1,253 @@
+package cli
+
+import (
+	"io"
+	"net/netip"
+
+	"google.golang.org/protobuf/encoding/protowire"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/eip-project/eip/internal/ipset"
+	"github.com/eip-project/eip/internal/lease"
+)
+
+// The listed objects are read from their protobuf encoding field by field,
+// keeping only what status reads: the generated Unmarshal of a whole Lease
+// or Service allocates every field, managedFields and all, and a lock kept
+// as a Lease holds two maps. At 10,000 IPs on 3 nodes decoding was about
+// half of the plugin's CPU, much of it the page faults of a heap growing
+// from nothing. The objects kept are therefore partial, fit to be read and
+// never to be written back.
+
+// Field numbers in k8s.io/api's and apimachinery's generated.proto.
+const (
+	objectMetadata = 1 // Lease, Service
+	objectSpec     = 2
+	objectStatus   = 3 // Service
+
+	metaName            = 1
+	metaNamespace       = 3
+	metaResourceVersion = 6
+	metaLabels          = 11
+	metaAnnotations     = 12
+
+	mapKey   = 1
+	mapValue = 2
+
+	serviceSpecType              = 4
+	serviceSpecExternalIPs       = 5
+	serviceSpecLoadBalancerClass = 21
+	serviceStatusLoadBalancer    = 1
+	loadBalancerIngress          = 1
+	ingressIP                    = 1
+)
+
+// readLeaseList reads a list of eip's Leases. Each is decoded into one
+// Lease used again for the next, its name, namespace, resourceVersion,
+// labels, annotations and spec; a valid lock is kept only as the
+// lease.Lock that lease.ParseLock reads from it, by IP, anything else
+// (heartbeats, damaged locks) as a copy of the Lease.
+func readLeaseList(r io.Reader) ([]*coordinationv1.Lease, map[netip.Addr]*lease.Lock, error) {
+	var (
+		others []*coordinationv1.Lease
+		locks  = map[netip.Addr]*lease.Lock{}
+		slab   []lease.Lock // where the locks are, a few hundred at a time
+		l      coordinationv1.Lease
+		in     = interner{}
+	)
+	err := eachItem(r, func(b []byte) error {
+		clear(l.Labels)
+		clear(l.Annotations)
+		l.Name, l.Namespace, l.ResourceVersion, l.Spec = "", "", "", coordinationv1.LeaseSpec{}
+		err := eachBytesField(b, func(field protowire.Number, v []byte) error {
+			switch field {
+			case objectMetadata:
+				return decodeMeta(v, &l.ObjectMeta, in, true)
+			case objectSpec:
+				return l.Spec.Unmarshal(v)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if l.Labels[lease.ManagedByLabel] == lease.ManagedBy && l.Labels[lease.RoleLabel] == lease.RoleLock {
+			if lk, err := lease.ParseLock(&l); err == nil {
+				if len(slab) == cap(slab) {
+					slab = make([]lease.Lock, 0, 256)
+				}
+				slab = append(slab, lk)
+				locks[lk.IP] = &slab[len(slab)-1]
+				return nil
+			}
+		}
+		others = append(others, l.DeepCopy())
+		return nil
+	})
+	return others, locks, err
+}
+
+// serviceIP is one IP text a Service names, as ipset.EachIP gives it.
+type serviceIP struct{ service, ip string }
+
+// readServiceList reads a list of Services as the IP texts each names,
+// decoding each into one Service used again for the next: its name and
+// namespace, type, externalIPs and loadBalancerClass, and the IPs of its
+// load balancer's ingress.
+func readServiceList(r io.Reader) ([]serviceIP, error) {
+	var (
+		out []serviceIP
+		s   corev1.Service
+		in  = interner{}
+	)
+	add := func(service, ip string) { out = append(out, serviceIP{service, ip}) }
+	err := eachItem(r, func(b []byte) error {
+		s.Name, s.Namespace, s.Spec.Type, s.Spec.LoadBalancerClass = "", "", "", nil
+		s.Spec.ExternalIPs, s.Status.LoadBalancer.Ingress = s.Spec.ExternalIPs[:0], s.Status.LoadBalancer.Ingress[:0]
+		err := eachBytesField(b, func(field protowire.Number, v []byte) error {
+			switch field {
+			case objectMetadata:
+				return decodeMeta(v, &s.ObjectMeta, in, false)
+			case objectSpec:
+				return eachBytesField(v, func(field protowire.Number, v []byte) error {
+					switch field {
+					case serviceSpecType:
+						s.Spec.Type = corev1.ServiceType(in.get(v))
+					case serviceSpecExternalIPs:
+						s.Spec.ExternalIPs = append(s.Spec.ExternalIPs, string(v))
+					case serviceSpecLoadBalancerClass:
+						class := in.get(v)
+						s.Spec.LoadBalancerClass = &class
+					}
+					return nil
+				})
+			case objectStatus:
+				return eachNested(v, []protowire.Number{serviceStatusLoadBalancer, loadBalancerIngress}, func(v []byte) error {
+					ing := corev1.LoadBalancerIngress{}
+					err := eachBytesField(v, func(field protowire.Number, v []byte) error {
+						if field == ingressIP {
+							ing.IP = string(v)
+						}
+						return nil
+					})
+					s.Status.LoadBalancer.Ingress = append(s.Status.LoadBalancer.Ingress, ing)
+					return err
+				})
+			}
+			return nil
+		})
+		if err == nil {
+			ipset.EachIP(&s, add)
+		}
+		return err
+	})
+	return out, err
+}
+
+// eachNested calls fn with each value of the field path names, a field
+// of a message field of b, and so on.
+func eachNested(b []byte, path []protowire.Number, fn func(v []byte) error) error {
+	return eachBytesField(b, func(field protowire.Number, v []byte) error {
+		switch {
+		case field != path[0]:
+			return nil
+		case len(path) == 1:
+			return fn(v)
+		}
+		return eachNested(v, path[1:], fn)
+	})
+}
+
+// decodeMeta reads the name, namespace and resourceVersion of an object's
+// metadata, and with maps its labels and annotations.
+func decodeMeta(b []byte, m *metav1.ObjectMeta, in interner, maps bool) error {
+	return eachBytesField(b, func(field protowire.Number, v []byte) error {
+		switch field {
+		case metaName:
+			m.Name = string(v)
+		case metaNamespace:
+			m.Namespace = in.get(v)
+		case metaResourceVersion:
+			m.ResourceVersion = string(v)
+		case metaLabels:
+			if maps {
+				return decodeEntry(v, &m.Labels, in, in.get)
+			}
+		case metaAnnotations:
+			if maps {
+				return decodeEntry(v, &m.Annotations, in, copyString)
+			}
+		}
+		return nil
+	})
+}
+
+// decodeEntry adds one entry of a map<string, string> to *m: its key
+// interned, its value made by value.
+func decodeEntry(b []byte, m *map[string]string, in interner, value func([]byte) string) error {
+	var k, v []byte
+	err := eachBytesField(b, func(field protowire.Number, b []byte) error {
+		switch field {
+		case mapKey:
+			k = b
+		case mapValue:
+			v = b
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if *m == nil {
+		*m = map[string]string{}
+	}
+	(*m)[in.get(k)] = value(v)
+	return nil
+}
+
+// copyString is b as a string of its own.
+func copyString(b []byte) string { return string(b) }
+
+// eachBytesField calls fn with the number and value of each
+// length-delimited field of the message b, in order, and skips the others.
+// The value is b's own memory.
+func eachBytesField(b []byte, fn func(field protowire.Number, v []byte) error) error {
+	for len(b) > 0 {
+		field, wire, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		b = b[n:]
+		if wire != protowire.BytesType {
+			if n = protowire.ConsumeFieldValue(field, wire, b); n < 0 {
+				return protowire.ParseError(n)
+			}
+			b = b[n:]
+			continue
+		}
+		v, n := protowire.ConsumeBytes(b)
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		b = b[n:]
+		if err := fn(field, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// interner hands out one string for equal bytes: the namespaces, types and
+// label and annotation keys that most items of a list share.
+type interner map[string]string
+
+func (in interner) get(b []byte) string {
+	if s, ok := in[string(b)]; ok {
+		return s
+	}
+	s := string(b)
+	in[s] = s
+	return s
+}
