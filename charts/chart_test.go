@@ -149,7 +149,7 @@ func TestChartValues(t *testing.T) {
 		"--set", "daemonset.nodeSelector.eip-edge=true",
 		"--set", "daemonset.tolerations[0].key=edge,daemonset.tolerations[0].operator=Exists",
 		"--set", "daemonset.resources.requests.cpu=200m,daemonset.resources.limits.memory=256Mi",
-		"--set", "daemonset.priorityClassName=eip-critical,daemonset.goMemLimit=90MiB",
+		"--set", "daemonset.priorityClassName=eip-critical,daemonset.goMemLimit=90MiB,daemonset.goMaxProcs=2",
 		"--set", "metrics.port=9500",
 		"--set", "serviceMonitor.enabled=true,serviceMonitor.interval=30s,serviceMonitor.labels.release=prom",
 		"--set", "prometheusRule.enabled=true,prometheusRule.labels.release=prom",
@@ -169,6 +169,7 @@ func TestChartValues(t *testing.T) {
 	assert.Check(t, c.Resources.Limits.Memory().Equal(resource.MustParse("256Mi")), "%v", c.Resources)
 	assert.Check(t, is.Equal(pod.PriorityClassName, "eip-critical"))
 	assert.Check(t, slices.Contains(c.Env, corev1.EnvVar{Name: "GOMEMLIMIT", Value: "90MiB"}), "%v", c.Env)
+	assert.Check(t, slices.Contains(c.Env, corev1.EnvVar{Name: "GOMAXPROCS", Value: "2"}), "%v", c.Env)
 
 	cm := one[corev1.ConfigMap](t, objs, "ConfigMap edge-ips/eip-config")
 	cfg, err := config.Parse(cm.Data)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -269,6 +270,11 @@ func TestDaemonSet(t *testing.T) {
 			assert.Assert(t, ok && err == nil && strings.HasSuffix(v, "i"), "GOMEMLIMIT %q", e.Value)
 			q.Add(resource.MustParse("32Mi"))
 			assert.Check(t, q.Cmp(*c.Resources.Limits.Memory()) <= 0, "GOMEMLIMIT %s leaves less than 32Mi under the limit %s", e.Value, c.Resources.Limits.Memory())
+			continue
+		}
+		if e.Name == "GOMAXPROCS" {
+			n, err := strconv.Atoi(e.Value)
+			assert.Check(t, err == nil && n > 0, "GOMAXPROCS %q", e.Value)
 			continue
 		}
 		assert.Assert(t, e.ValueFrom != nil && e.ValueFrom.FieldRef != nil, "env %s", e.Name)
