@@ -837,3 +837,39 @@ func nodeWithWriters(t *testing.T, writers, n int) (*world, []netip.Addr) {
 	}
 	return w, ips
 }
+
+// A node whose window of acquisitions fell below one is at slowStart again
+// after a quiet spell, as one above it is: what its API server answered
+// before says as little. Fifty nodes' cold start let lock writes time out,
+// and a node left at a quarter sent a dead peer's IPs one at a time
+// minutes later, each after the answer to the one before.
+func TestLoopAcquisitionsStartSlowAfterAQuietSpellBelowOne(t *testing.T) {
+	w, ips := nodeWithWriters(t, 16, 8)
+	w.pass()
+	for range 4 {
+		w.tick()
+	}
+	w.lockTimeouts = len(ips)
+	w.addService("web", ips...)
+	w.pass()
+	for n := 0; len(w.inFlight) < 4 && n < 20; n++ {
+		w.tick()
+	}
+	assert.DeepEqual(t, w.inFlight, []int{4, 2, 1, 1}) // a quarter: a pause of 6 s
+	// node-b joins and takes them meanwhile, and holds them for a while.
+	w.addNode("node-b")
+	w.heartbeat("node-b", true)
+	for _, ip := range ips {
+		w.lock(ip, "node-b")
+	}
+	for range 20 {
+		w.tick("node-b")
+	}
+	w.lockTimeouts = 0
+	w.take()
+	// node-b dies: its IPs are node-a's alone.
+	for n := 0; len(w.inFlight) == 4 && n < 20; n++ {
+		w.tick()
+	}
+	assert.DeepEqual(t, w.inFlight, []int{4, 2, 1, 1, 4, 4})
+}

@@ -117,7 +117,8 @@ type state struct {
 	dropping     int // writes in flight whose IP was unbound first, see drop
 	// window is how many acquisitions may be in flight (congestion);
 	// below one, one at a time, none before paceUntil. idleSince is when
-	// the last acquisition in flight came back (windowAt). sent numbers
+	// the last acquisition in flight came back, or the last pause ended
+	// (windowAt). sent numbers
 	// the acquisitions sent, and cut is the first sent after the window
 	// was last narrowed.
 	window               float64
@@ -652,7 +653,10 @@ func (s *state) fence(now time.Time) {
 func (s *state) pass() {
 	now := s.a.clk.Now()
 	if !now.Before(s.paceUntil) {
-		s.paceUntil = time.Time{} // the acquisitions waiting for it are decided below
+		// The acquisitions waiting for it are decided below, and a quiet
+		// spell (windowAt) counts from its end.
+		s.idleSince = later(s.idleSince, s.paceUntil)
+		s.paceUntil = time.Time{}
 	}
 	delivered := s.takeLockChanges()
 	if s.hbDirty || delivered {
@@ -1276,15 +1280,17 @@ const (
 	minWindow = 0.25
 )
 
-// windowAt is the window of acquisitions in flight at now: after a lock
-// write's timeout with none in flight, no wider than slowStart. What the
-// API server answered before says little of what it answers now, and
-// fifty nodes given 1,000 IPs at once, each sending 32 creates, had the
-// API server refuse 891 requests unread (429) and let 117 creates time
-// out in the first ten seconds, against 11 taken.
+// windowAt is the window of acquisitions in flight at now: slowStart
+// after a quiet spell, a lock write's timeout with none in flight and no
+// pause. What the API server answered before says little of what it
+// answers now: fifty nodes given 1,000 IPs at once, each sending 32
+// creates, had the API server refuse 891 requests unread (429) and let 117
+// creates time out in the first ten seconds, against 11 taken; and a node
+// whose writes timed out in a cold start, left at a quarter, sent a dead
+// peer's IPs one at a time minutes later.
 func (s *state) windowAt(now time.Time) float64 {
-	if s.acquiring == 0 && now.Sub(s.idleSince) >= s.lockWriteTimeout() {
-		return min(s.window, slowStart)
+	if s.acquiring == 0 && !now.Before(s.paceUntil) && now.Sub(later(s.idleSince, s.paceUntil)) >= s.lockWriteTimeout() {
+		return slowStart
 	}
 	return s.window
 }
