@@ -77,6 +77,10 @@ type world struct {
 	// lockTimeouts: that many lock writes more fail as a request that the
 	// API server did not answer in time.
 	lockTimeouts int
+	// lockLatency: the API server answers each lock write this late. One
+	// answered no sooner than its timeout is still carried out, but its
+	// writer sees the timeout.
+	lockLatency time.Duration
 	// inFlight: how many lock writes were in flight together, each time
 	// settle answered some.
 	inFlight []int
@@ -308,6 +312,12 @@ func (w *world) answer(j write) writeResult {
 		res.err = w.Delete(context.Background(), j.name, j.rv)
 	default:
 		res.out, res.err = w.Update(context.Background(), j.lease)
+	}
+	if w.lockLatency > 0 && w.lockLatency >= j.timeout {
+		if res.err == nil {
+			w.calls[len(w.calls)-1] += " after the timeout"
+		}
+		res.out, res.err = nil, context.DeadlineExceeded
 	}
 	return res
 }

@@ -1167,9 +1167,16 @@ func goesFirst(v lease.View, ip netip.Addr, holder, planned string) bool {
 	return planned == v.Self || free && lease.Rank(ip, v.Self, v.Live) == 0
 }
 
-// lockWriteTimeout is how long a lock write may take.
+// lockWriteTimeout is how long a lock write may take: twice the lease
+// duration, at least 4 s. A write that times out at its writer may still
+// be carried out, and is taken for congestion (the window halves). When a
+// node of fifty died, their API server answered the takeovers in up to
+// 2.4 s, and with the lease duration (2 s) as the timeout half of them
+// timed out, 23 after the API server had taken them: their nodes' windows
+// fell to one at a time, with pauses, and each sent the write again on
+// the lock it had read, a certain conflict.
 func (s *state) lockWriteTimeout() time.Duration {
-	return max(s.cfg.LeaseDuration, 2*time.Second)
+	return max(2*s.cfg.LeaseDuration, 4*time.Second)
 }
 
 func (s *state) apply(v lease.View, ip netip.Addr, name string, l *coordinationv1.Lease, lk *lease.Lock, d lease.Decision) {
