@@ -16,12 +16,19 @@ func TestDaemonSetPrivileges(t *testing.T) {
 	assert.Check(t, is.Equal(p.mask, uint64(0x3000)))
 	assert.Check(t, p.readOnlyRoot)
 	assert.Check(t, is.DeepEqual(p.devices, []string{"/dev/net/tun"}))
-	// The literal environment (the Go runtime's memory limit) reaches
-	// eipd; what the pod's fields give (NODE_NAME) does not.
-	assert.Check(t, is.Len(p.env, 1))
-	assert.Check(t, strings.HasPrefix(p.env[0], "GOMEMLIMIT="), "%q", p.env)
+	// The literal environment (the Go runtime's memory limit and its
+	// number of threads running Go code) reaches eipd; what the pod's
+	// fields give (NODE_NAME) does not.
+	var names []string
+	for _, e := range p.env {
+		name, _, _ := strings.Cut(e, "=")
+		names = append(names, name)
+	}
+	assert.Check(t, is.DeepEqual(names, []string{"GOMEMLIMIT", "GOMAXPROCS"}))
 	_, _, env := p.Command("/bin/eipd", nil)
-	assert.Check(t, is.Contains(env, p.env[0]))
+	for _, e := range p.env {
+		assert.Check(t, is.Contains(env, e))
+	}
 }
 
 func TestDevicesOfRefusesOtherVolumes(t *testing.T) {
