@@ -383,10 +383,15 @@ func (s *state) deviceEvent(ev netif.LinkEvent) {
 
 // claim: another machine announced an address. While our renewals fail,
 // peers may have judged us dead and taken the address: give it up at once.
-// An eip node that probes for an address we hold has taken its lock over
-// and binds it once we stop answering (addrConflicts), so its probe counts
-// as its claim; a stranger's probe is answered by our kernel, and claims
-// nothing. A claim for an address this node neither probes nor holds
+// An eip node that probes for an address we hold may have taken its lock
+// over, and binds it once we stop answering (addrConflicts), so its probe
+// counts as its claim once a peer can have judged us dead
+// (mayBeJudgedDead); before then it is a node whose cache has not shown
+// our lock yet, probing while its create is refused. At fifty nodes on a
+// loaded API server a renewal answered in more than half a lease made such
+// probes unbind IPs their holders had just bound, dark for up to 42 s. A
+// stranger's probe is answered by our kernel, and claims nothing. A claim
+// for an address this node neither probes nor holds
 // changes nothing, and says so: it asks for no pass. At a cold start every
 // frame of the other nodes' probes and announcements is such a claim,
 // about 80,000 for each node at 10,000 IPs on 3 nodes, and each used to
@@ -398,7 +403,8 @@ func (s *state) claim(c netif.Claim) (changed bool) {
 		return false
 	}
 	s.dirty[c.IP] = true
-	if s.conflictClaim(c) || !bound || s.apiOK(s.a.clk.Now()) || c.Probe && !s.eipMAC(c.MAC.String()) {
+	now := s.a.clk.Now()
+	if s.conflictClaim(c) || !bound || s.apiOK(now) || c.Probe && (!s.eipMAC(c.MAC.String()) || !s.mayBeJudgedDead(now)) {
 		return true
 	}
 	s.log.Warn("another node claimed an address we hold while the API is unreachable; unbinding", "ip", c.IP, "iface", c.Iface, "mac", c.MAC.String(), "probe", c.Probe)

@@ -591,7 +591,10 @@ func TestLoopTakeoverOwnShareFirst(t *testing.T) {
 
 // A holder cut off from the API server gives an IP up when an eip node
 // probes for it (that node took the lock over, and binds once nobody
-// answers), but not for a stranger's probe, which its kernel answers.
+// answers), but not for a stranger's probe, which its kernel answers, and
+// not before a peer can have judged it dead: until its last renewal the
+// API server took is a lease duration old, the probe is another node's
+// whose cache has not shown the lock yet, and whose create is refused.
 func TestLoopHolderWithoutAPIUnbindsOnAPeersProbe(t *testing.T) {
 	w := newWorld(t, "node-a", defaultTestConfig())
 	w.addNode("node-b")
@@ -607,6 +610,12 @@ func TestLoopHolderWithoutAPIUnbindsOnAPeersProbe(t *testing.T) {
 	w.s.renewFailing = true
 	w.s.claim(netif.Claim{Iface: testIface, IP: ip, MAC: net.HardwareAddr{2, 0, 0, 0, 0, 9}, Probe: true})
 	assert.DeepEqual(t, w.take(), []string(nil))
+	w.s.claim(netif.Claim{Iface: testIface, IP: ip, MAC: peerMAC("node-b"), Probe: true})
+	assert.DeepEqual(t, w.take(), []string(nil)) // a renew interval after the last renewal
+	w.step(w.s.lastRenewOK.Add(w.s.lastRenewFor).Sub(w.clk.Now()) - time.Millisecond)
+	w.s.claim(netif.Claim{Iface: testIface, IP: ip, MAC: peerMAC("node-b"), Probe: true})
+	assert.DeepEqual(t, w.take(), []string(nil)) // just before a peer can have judged node-a dead
+	w.step(time.Millisecond)
 	w.s.claim(netif.Claim{Iface: testIface, IP: ip, MAC: peerMAC("node-b"), Probe: true})
 	assert.DeepEqual(t, w.take(), []string{"unbind 198.18.100.1"})
 }

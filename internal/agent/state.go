@@ -381,6 +381,16 @@ func (s *state) apiOK(now time.Time) bool {
 	return !s.renewFailing && !s.lastRenewOK.IsZero() && now.Sub(s.lastRenewOK) <= s.lastRenewFor/2
 }
 
+// mayBeJudgedDead reports whether a peer may have judged this node dead by
+// now and taken its IPs over: peers report not hearing it over the LAN,
+// or the last renewal the API server took was sent a whole lease duration
+// ago (the duration it wrote). A peer times that duration from when its
+// watch showed the renewal, which is after it was sent, so no peer judges
+// this node dead by its heartbeat any sooner.
+func (s *state) mayBeJudgedDead(now time.Time) bool {
+	return s.unheard || s.lastRenewOK.IsZero() || now.Sub(s.lastRenewOK) >= s.lastRenewFor
+}
+
 func (s *state) requestRenew() {
 	r := s.renewal()
 	select {
