@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -86,6 +87,16 @@ type world struct {
 	inFlight []int
 	// hung is how long the loop was quiet when the watchdog fired.
 	hung time.Duration
+	// trace is every effect the loop had on the world, in order and
+	// timed: API writes and their failures, renewals asked for and made,
+	// address changes and probes. The property tests compare it whole with
+	// a golden file, so a change of behaviour cannot hide in a refactor.
+	trace []string
+}
+
+// record appends an effect to the trace, stamped with the fake clock.
+func (w *world) record(what string) {
+	w.trace = append(w.trace, fmt.Sprintf("%s %s", w.clk.Now().Sub(t0), what))
 }
 
 const (
@@ -107,8 +118,15 @@ type informerCache struct {
 	listed *func()
 }
 
+// List lists in the order of the keys: a real cache's order is a map's,
+// and the golden traces need the loop's inputs in one order.
 func (c informerCache) List() []any {
 	out := c.Indexer.List()
+	slices.SortFunc(out, func(x, y any) int {
+		kx, _ := cache.MetaNamespaceKeyFunc(x)
+		ky, _ := cache.MetaNamespaceKeyFunc(y)
+		return strings.Compare(kx, ky)
+	})
 	if c.listed != nil && *c.listed != nil {
 		(*c.listed)()
 	}
@@ -293,6 +311,7 @@ func (w *world) renew() bool {
 	case r := <-w.s.renewReq:
 		sent := w.clk.Now()
 		w.renewTries = append(w.renewTries, fmt.Sprintf("%s timeout=%s", sent.Sub(t0), r.timeout))
+		w.record(fmt.Sprintf("renewal asked timeout=%s", r.timeout))
 		err := w.s.hb.renew(r)
 		w.s.renewed(renewResult{renewal: r, sent: sent, err: err})
 		w.s.hbDirty = w.s.hbDirty || !w.watchLag
@@ -316,6 +335,7 @@ func (w *world) answer(j write) writeResult {
 	if w.lockLatency > 0 && w.lockLatency >= j.timeout {
 		if res.err == nil {
 			w.calls[len(w.calls)-1] += " after the timeout"
+			w.trace[len(w.trace)-1] += " after the timeout"
 		}
 		res.out, res.err = nil, context.DeadlineExceeded
 	}
@@ -340,15 +360,23 @@ func (w *world) get(name string) *coordinationv1.Lease {
 func (w *world) log(verb string, l *coordinationv1.Lease) {
 	if l.Labels[lease.RoleLabel] == lease.RoleHeartbeat {
 		// Renewals come every tick: kept apart from the other calls.
-		w.renewals = append(w.renewals, fmt.Sprintf("%s %s eligible=%s duration=%ds", w.clk.Now().Sub(t0), verb,
-			l.Annotations[lease.AnnotationEligible], *l.Spec.LeaseDurationSeconds))
+		r := fmt.Sprintf("%s eligible=%s duration=%ds", verb, l.Annotations[lease.AnnotationEligible], *l.Spec.LeaseDurationSeconds)
+		w.renewals = append(w.renewals, fmt.Sprintf("%s %s", w.clk.Now().Sub(t0), r))
+		w.record("heartbeat " + r)
 		return
 	}
 	h := ""
 	if l.Spec.HolderIdentity != nil {
 		h = *l.Spec.HolderIdentity
 	}
-	w.calls = append(w.calls, fmt.Sprintf("%s %s holder=%s", verb, l.Name, h))
+	w.call(fmt.Sprintf("%s %s holder=%s", verb, l.Name, h))
+}
+
+// call logs an API write or an address change, in the calls a test takes
+// and in the trace.
+func (w *world) call(what string) {
+	w.calls = append(w.calls, what)
+	w.record(what)
 }
 
 // errAPIDown is what every Lease request returns while apiDown is set.
@@ -360,12 +388,13 @@ func (w *world) timedOut(verb string, l *coordinationv1.Lease) bool {
 		return false
 	}
 	w.lockTimeouts--
-	w.calls = append(w.calls, fmt.Sprintf("%s %s timed out", verb, l.Name))
+	w.call(fmt.Sprintf("%s %s timed out", verb, l.Name))
 	return true
 }
 
 func (w *world) Create(_ context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
 	if w.apiDown {
+		w.record("create " + l.Name + " refused: API down")
 		return nil, errAPIDown
 	}
 	if w.timedOut("create", l) {
@@ -398,6 +427,7 @@ func (w *world) deliverLocks() {
 
 func (w *world) Update(_ context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
 	if w.apiDown {
+		w.record("update " + l.Name + " refused: API down")
 		return nil, errAPIDown
 	}
 	if w.timedOut("update", l) {
@@ -424,6 +454,7 @@ func (w *world) Update(_ context.Context, l *coordinationv1.Lease) (*coordinatio
 
 func (w *world) Delete(_ context.Context, name, rv string) error {
 	if w.apiDown {
+		w.record("delete " + name + " refused: API down")
 		return errAPIDown
 	}
 	cur := w.get(name)
@@ -440,6 +471,7 @@ func (w *world) Delete(_ context.Context, name, rv string) error {
 }
 
 func (w *world) Get(_ context.Context, name string) (*coordinationv1.Lease, error) {
+	w.record("get " + name)
 	if w.apiDown {
 		return nil, errAPIDown
 	}
@@ -468,7 +500,7 @@ func (w *world) Add(iface string, p netip.Prefix, _ time.Duration) error {
 		return nil
 	}
 	w.addrs[p] = iface
-	w.calls = append(w.calls, "bind "+p.Addr().String())
+	w.call("bind " + p.Addr().String())
 	return nil
 }
 
@@ -479,7 +511,7 @@ func (w *world) Refresh(addrs []netif.Bound, _ time.Duration) error {
 
 func (w *world) Del(_ string, p netip.Prefix) error {
 	delete(w.addrs, p)
-	w.calls = append(w.calls, "unbind "+p.Addr().String())
+	w.call("unbind " + p.Addr().String())
 	return nil
 }
 
@@ -504,7 +536,7 @@ func (w *world) Name() string                      { return testDev }
 func (w *world) Announce(string, netip.Addr) error { return nil }
 func (w *world) Stop(netip.Addr)                   {}
 func (w *world) Probe(_ string, ip netip.Addr) error {
-	w.calls = append(w.calls, "probe "+ip.String())
+	w.call("probe " + ip.String())
 	return nil
 }
 

@@ -4,11 +4,18 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"net/netip"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"gotest.tools/v3/golden"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/eip-project/eip/internal/lease"
 )
 
 // The loop runs a reconcile pass only for inputs that may change a decision
@@ -104,6 +111,55 @@ func skippedPassesWouldActNot(t *testing.T, seed uint64) {
 	if skipped == 0 || passes == 0 {
 		t.Fatalf("seed %d: %d passes, %d skipped: the sequence did not exercise both", seed, passes, skipped)
 	}
+	assertTrace(t, w, fmt.Sprintf("skipped-%02d", seed))
+}
+
+// assertTrace compares the world's whole trace with its golden file
+// (testdata/trace/NAME.golden; go test -update writes them).
+func assertTrace(t *testing.T, w *world, name string) {
+	t.Helper()
+	golden.Assert(t, strings.Join(canonicalTrace(w.trace), "\n")+"\n", filepath.Join("trace", name+".golden"))
+}
+
+// canonicalTrace orders the effects that the loop made on several IPs in
+// one instant by IP, keeping each IP's own effects in the order they came:
+// the loop walks maps, so which of two IPs it acts on first is not
+// behaviour, but an unbind before its lock's hand-off is. A line that names
+// no IP (a renewal) stays where it is and bounds the runs it sorts.
+func canonicalTrace(trace []string) []string {
+	out := slices.Clone(trace)
+	ipOf := func(line string) (at, ip string) {
+		at, rest, _ := strings.Cut(line, " ")
+		for _, f := range strings.Fields(rest) {
+			if a, err := netip.ParseAddr(f); err == nil {
+				return at, a.String()
+			}
+			if n, ok := strings.CutPrefix(f, "eip-"); ok && n != "" {
+				return at, n
+			}
+		}
+		return at, ""
+	}
+	key := func(line string) string {
+		at, ip := ipOf(line)
+		if a, err := netip.ParseAddr(ip); err == nil {
+			ip = lease.NameFor(a)[len("eip-"):]
+		}
+		return at + " " + ip
+	}
+	for i := 0; i < len(out); {
+		at, ip := ipOf(out[i])
+		j := i + 1
+		for ip != "" && j < len(out) {
+			if at2, ip2 := ipOf(out[j]); at2 != at || ip2 == "" {
+				break
+			}
+			j++
+		}
+		slices.SortStableFunc(out[i:j], func(a, b string) int { return strings.Compare(key(a), key(b)) })
+		i = j
+	}
+	return out
 }
 
 // randomWorld is node-a with live peers and Services named svc-N, each
@@ -188,7 +244,7 @@ func incrementalDecidesAsFull(t *testing.T, seed uint64) {
 		w.take()
 		checks++
 		saved := *w.s
-		freeSince, waiting, ipWake, writableDeps := maps.Clone(w.s.freeSince), maps.Clone(w.s.waiting), maps.Clone(w.s.ipWake), maps.Clone(w.s.writableDeps)
+		freeSince, waiting, ipWake, writableDeps := maps.Clone(w.s.freeSince), w.s.waiting.clone(), maps.Clone(w.s.ipWake), maps.Clone(w.s.writableDeps)
 		w.s.reconcile()
 		calls, queued := w.take(), len(w.s.jobs)
 		*w.s = saved
@@ -271,6 +327,7 @@ func incrementalDecidesAsFull(t *testing.T, seed uint64) {
 	if incremental == 0 || checks == 0 {
 		t.Fatalf("seed %d: %d incremental passes, %d checks: the sequence did not exercise the incremental pass", seed, incremental, checks)
 	}
+	assertTrace(t, w, fmt.Sprintf("incremental-%02d", seed))
 }
 
 // A mass failover answered the way the loop answers it: 400 IPs of a
@@ -313,6 +370,7 @@ func TestIncrementalMassFailoverTakesEveryIP(t *testing.T) {
 	if full > 40 {
 		t.Fatalf("%d full passes for %d write results", full, n)
 	}
+	assertTrace(t, w, "mass-failover")
 }
 
 // heldByNodeC is node-a's loop with writers lock writers, settled with
@@ -410,4 +468,5 @@ func TestLoopSlowFullPassesDoNotFeedThemselves(t *testing.T) {
 	if full > 1 {
 		t.Fatalf("%d full passes in the failover, want only the one for node-c's death", full)
 	}
+	assertTrace(t, w, "slow-full-passes")
 }

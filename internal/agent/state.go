@@ -158,8 +158,7 @@ type state struct {
 	names             map[string]netip.Addr
 	ipWake            map[netip.Addr]time.Time
 	ipWakeMin         time.Time
-	waiting           map[netip.Addr]bool
-	waitingFirst      int
+	waiting           waitQueue
 	deciding          netip.Addr // the IP whose decision wakeAt times, if valid
 	// first says, per IP of order, whether the last full pass decided it
 	// among those that go first (reconcile); kept for the next one.
@@ -221,7 +220,7 @@ func newState(a *Agent) *state {
 		ownRemovals:  map[netip.Addr]int{},
 		names:        map[string]netip.Addr{},
 		ipWake:       map[netip.Addr]time.Time{},
-		waiting:      map[netip.Addr]bool{},
+		waiting:      newWaitQueue(),
 		dropWaiting:  map[netip.Addr]bool{},
 		writableDeps: map[netip.Addr]bool{},
 		needBarrier:  true,
@@ -782,19 +781,20 @@ func (s *state) reconcileSome(now time.Time) {
 			s.ipWakeMin = at
 		}
 	}
-	for ip := range s.dirty {
+	// In the order of the IPs, so that the writes a pass makes depend on
+	// its inputs alone, not on the order of a map.
+	for _, ip := range slices.SortedFunc(maps.Keys(s.dirty), netip.Addr.Compare) {
 		s.decideOne(v, ip, now)
 	}
 	clear(s.dirty)
 	for _, first := range []bool{true, false} {
-		for ip, f := range s.waiting {
+		s.waiting.each(first, func(ip netip.Addr) bool {
 			if s.acquisitionsFull(now) {
-				break
+				return false
 			}
-			if f == first {
-				s.decideOne(v, ip, now)
-			}
-		}
+			s.decideOne(v, ip, now)
+			return true
+		})
 	}
 	s.a.opt.Metrics.Held(len(s.bound))
 }
@@ -808,7 +808,7 @@ func (s *state) decideOne(v lease.View, ip netip.Addr, now time.Time) {
 		s.decide(v, ip, name, l, true, s.planOne(v, ip, name, l))
 		return
 	}
-	s.unwait(ip)
+	s.waiting.remove(ip)
 	delete(s.ipWake, ip)
 	if cached != nil {
 		s.decideOrphan(v, cached, now)
@@ -840,10 +840,10 @@ func (s *state) reconcile() {
 	s.wake = time.Time{}
 	s.needFull = false
 	// Emptied by new maps, not cleared, and the others shrunk: see shrink.
-	s.dirty, s.waiting, s.dropWaiting, s.lateBinds = map[netip.Addr]bool{}, map[netip.Addr]bool{}, map[netip.Addr]bool{}, map[netip.Addr]bool{}
+	s.dirty, s.dropWaiting, s.lateBinds = map[netip.Addr]bool{}, map[netip.Addr]bool{}, map[netip.Addr]bool{}
+	s.waiting = newWaitQueue()
 	s.ipWake = map[netip.Addr]time.Time{}
 	s.ipWakeMin = time.Time{}
-	s.waitingFirst = 0
 	s.freeSince = shrink(s.freeSince)
 	s.written = shrink(s.written)
 	s.claimed.keepOnly(func(ip netip.Addr) bool {
@@ -908,8 +908,9 @@ func (s *state) reconcile() {
 			}
 		}
 	}
-	for name, l := range locks {
-		if _, named := s.names[name]; !named {
+	// In the order listed, not the map's: see reconcileSome.
+	for _, l := range all {
+		if _, named := s.names[l.Name]; !named && l.Labels[lease.RoleLabel] == lease.RoleLock {
 			s.decideOrphan(v, l, now)
 		}
 	}
@@ -1115,7 +1116,7 @@ func (s *state) lockOf(ip netip.Addr, l *coordinationv1.Lease, lk *lease.Lock) *
 func (s *state) decide(v lease.View, ip netip.Addr, name string, l *coordinationv1.Lease, named bool, planned string) {
 	s.deciding = ip
 	defer func() { s.deciding = netip.Addr{} }()
-	s.unwait(ip)
+	s.waiting.remove(ip)
 	delete(s.ipWake, ip)
 	lk := s.lockOf(ip, l, &s.read)
 	if lk == nil || lk.Holder == "" || !s.live.Known(lk.Holder) {
@@ -1154,8 +1155,8 @@ func (s *state) decide(v lease.View, ip netip.Addr, name string, l *coordination
 		// one whose rank's turn came waits too while any of those does,
 		// or it would take the writer they wait for, racing another
 		// node for its share (a Lease conflict).
-		if first := goesFirst(v, ip, holder, planned); s.acquisitionsFull(v.Now) || !first && s.waitingFirst > 0 {
-			s.wait(ip, first)
+		if first := goesFirst(v, ip, holder, planned); s.acquisitionsFull(v.Now) || !first && s.waiting.firstWaiting() > 0 {
+			s.waiting.add(ip, first)
 			return
 		}
 	}
@@ -1372,25 +1373,6 @@ func (s *state) drop(w *write, why string) bool {
 	s.unbind(w.ip, why)
 	w.drops = true
 	return true
-}
-
-// wait records an acquisition decided while it may not be sent (see
-// decide), and unwait forgets one; waitingFirst counts those that go first.
-func (s *state) wait(ip netip.Addr, first bool) {
-	s.unwait(ip)
-	s.waiting[ip] = first
-	if first {
-		s.waitingFirst++
-	}
-}
-
-func (s *state) unwait(ip netip.Addr) {
-	if first, ok := s.waiting[ip]; ok {
-		if first {
-			s.waitingFirst--
-		}
-		delete(s.waiting, ip)
-	}
 }
 
 func (s *state) writeDone(r writeResult) {

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"maps"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -51,4 +52,10 @@ func TestVerdictsIgnoreRenewals(t *testing.T) {
 	after := s.verdicts(now)
 	assert.Check(t, before["node-b"].alive && !after["node-b"].alive, "node-b: %v → %v", before["node-b"], after["node-b"])
 	assert.Check(t, after["node-c"].alive && after["node-c"].renewing)
+}
+
+// clone is a copy of the queue that changes to q do not reach.
+func (q waitQueue) clone() waitQueue {
+	q.at, q.order = maps.Clone(q.at), slices.Clone(q.order)
+	return q
 }
