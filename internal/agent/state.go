@@ -1354,18 +1354,15 @@ func (s *state) congestion(r writeResult, now time.Time) {
 // drop unbinds w's IP, if bound, before w is dispatched, and reports
 // whether w may go. While as many writes whose IP was unbound first are in
 // flight as there are writers, a bound IP waits, bound, and is decided
-// again when one of them comes back. Unbound all at once, a node that its peers
-// stopped hearing for a moment (fifty nodes on the 2-core test bed) left
-// every IP it held dark until each hand-off's write came back: with the
-// API server answering in seconds, 243 IPs for up to a minute, though the
-// node was heard again 22 ms later and the writes failed. Now at most a
-// writer's worth are dark at a time, and the rest stay bound if the node
-// is heard again first. A node shutting down hands everything off at once.
+// again when one of them comes back: at most a writer's worth of IPs are
+// dark at a time, and the rest stay bound if the node is heard again
+// before their turn (design-notes.md, "Dropping a writer's worth at a
+// time"). A stop keeps to the same bound (shutdown).
 func (s *state) drop(w *write, why string) bool {
 	if _, bound := s.bound[w.ip]; !bound {
 		return true
 	}
-	if !s.shutting && s.dropping >= s.a.opt.Writers {
+	if s.dropping >= s.a.opt.Writers {
 		s.dropWaiting[w.ip] = true
 		return false
 	}
@@ -1649,31 +1646,34 @@ func (s *state) shutdown() error {
 	// This node is out of v.Live now: the policy places its IPs as if
 	// they were free (spread: in balance), and rank decides the rest.
 	plan := s.plan(v, locks)
+	var held []managed
 	for _, m := range s.order {
-		ip, name := m.ip, m.name
-		l := s.effective(name, locks[name])
-		lk := s.lockOf(ip, l, &s.read)
-		if lk == nil || lk.Holder != v.Self || s.inflight[name] || !v.Writable {
-			continue
+		lk := s.lockOf(m.ip, s.effective(m.name, locks[m.name]), &s.read)
+		if lk != nil && lk.Holder == v.Self && !s.inflight[m.name] && v.Writable {
+			held = append(held, m)
 		}
-		t := plan[ip]
-		if t == "" {
-			t = v.BestPeer(ip)
-		}
-		d := lease.Decision{Action: lease.Release, Reason: "shutting down; no live eligible peer"}
-		if t != "" {
-			d = lease.Decision{Action: lease.Handoff, Target: t, Reason: "shutting down"}
-		}
-		s.apply(v, ip, name, l, lk, d)
 	}
-	deadline := s.a.clk.After(2 * s.cfg.LeaseDuration)
-	for len(s.inflight) > 0 {
+	// Each IP is unbound just before its hand-off is sent, and no more are
+	// in flight than there are writers: queued all at once, the last of
+	// thousands would wait dark for the writes before them, and those
+	// beyond the writers' queue would never be sent at all. A stop gives
+	// up once no write came back for two lease durations; peers then take
+	// what is left as from a dead node.
+	idle := 2 * s.cfg.LeaseDuration
+	quiet := s.a.clk.NewTimer(idle)
+	defer quiet.Stop()
+	for next := 0; next < len(held) || len(s.inflight) > 0; {
+		for ; next < len(held) && s.dropping < s.a.opt.Writers; next++ {
+			s.handOff(v, plan, held[next], locks)
+		}
 		select {
 		case r := <-s.results:
 			s.writeDone(r)
-		case <-deadline:
-			s.log.Warn("gave up waiting for handoffs", "pending", len(s.inflight))
+			quiet.Reset(idle)
+		case <-quiet.C():
+			s.log.Warn("gave up waiting for handoffs", "pending", len(s.inflight), "unsent", len(held)-next)
 			s.inflight = map[string]bool{}
+			next = len(held)
 		}
 	}
 	for ip := range s.bound {
@@ -1693,6 +1693,22 @@ func (s *state) shutdown() error {
 // heartbeatNow asks the heartbeat writer for req (a renewal, or the
 // deletion at shutdown), after any renewal it has in flight, and waits for
 // the answer.
+// handOff gives m, held by this node, to the node plan names, or to the
+// best-ranked live peer; with none, it releases it.
+func (s *state) handOff(v lease.View, plan map[netip.Addr]string, m managed, locks map[string]*coordinationv1.Lease) {
+	l := s.effective(m.name, locks[m.name])
+	lk := s.lockOf(m.ip, l, &s.read)
+	t := plan[m.ip]
+	if t == "" {
+		t = v.BestPeer(m.ip)
+	}
+	d := lease.Decision{Action: lease.Release, Reason: "shutting down; no live eligible peer"}
+	if t != "" {
+		d = lease.Decision{Action: lease.Handoff, Target: t, Reason: "shutting down"}
+	}
+	s.apply(v, m.ip, m.name, l, lk, d)
+}
+
 func (s *state) heartbeatNow(req renewal) error {
 	deadline := s.a.clk.After(2 * s.cfg.LeaseDuration)
 	for sent := false; ; {
