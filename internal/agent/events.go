@@ -3,6 +3,7 @@ package agent
 import (
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -94,4 +95,45 @@ func (b *eventBudget) summary(now time.Time) (kind, msg string, ok bool) {
 		total, now.Sub(b.since).Round(time.Second), strings.Join(parts, ", "), eventBurst, eventRefill)
 	clear(b.left)
 	return kind, msg, true
+}
+
+// event posts an Event on each Service of ip, within the node's budget
+// (events.go); the rest are summarised.
+func (s *state) event(ip netip.Addr, kind, reason, msg string) {
+	e, ok := s.entries[ip]
+	if !ok {
+		return
+	}
+	for _, key := range e.Services {
+		ns, name, _ := strings.Cut(key, "/")
+		s.serviceEvent(ns, name, kind, reason, msg)
+	}
+}
+
+// serviceEvent posts an Event on the Service ns/name, if the node's
+// budget allows it; otherwise it is counted for the next summary.
+func (s *state) serviceEvent(ns, name, kind, reason, msg string) {
+	svc, err := s.a.services.Services(ns).Get(name)
+	if err != nil {
+		return
+	}
+	if !s.events.allow(s.a.clk.Now(), kind, reason) {
+		s.a.opt.Metrics.EventSummarised(reason)
+		return
+	}
+	s.a.recorder.Event(svc, kind, reason, msg)
+}
+
+// postSummary posts the summary of the Events the budget left out, when
+// one is due, on this node's Node object, where `kubectl describe node`
+// shows it.
+func (s *state) postSummary(now time.Time) {
+	kind, msg, ok := s.events.summary(now)
+	if !ok {
+		return
+	}
+	s.log.Info("Events on Services summarised", "summary", msg)
+	if n, err := s.a.nodes.Get(s.a.opt.Node); err == nil {
+		s.a.recorder.Event(n, kind, "EventsSummarised", msg)
+	}
 }

@@ -1,0 +1,461 @@
+package agent
+
+import (
+	"maps"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/eip-project/eip/internal/config"
+	"github.com/eip-project/eip/internal/lease"
+	"github.com/eip-project/eip/internal/policy"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+)
+
+// cachedLock is the lock Lease named name in the cache, or nil.
+func (s *state) cachedLock(name string) *coordinationv1.Lease {
+	l := s.a.lease(name)
+	if l == nil || l.Labels[lease.RoleLabel] != lease.RoleLock {
+		return nil
+	}
+	return l
+}
+
+// reconcileSome decides again the dirty IPs, those whose own decision
+// time came, and as many waiting acquisitions as there is room for, those
+// that go first first. TestIncrementalPassDecidesAsTheFullPass checks that a full pass
+// after it would act not at all.
+func (s *state) reconcileSome(now time.Time) {
+	s.seen = s.a.leasesSeen()
+	s.fence(now)
+	v := s.view(now)
+	if v.Writable {
+		s.fenced = false
+		s.stalled = false
+	}
+	s.ipWakeMin = time.Time{}
+	for ip, at := range s.ipWake {
+		if !now.Before(at) {
+			s.dirty[ip] = true
+			delete(s.ipWake, ip)
+		} else if s.ipWakeMin.IsZero() || at.Before(s.ipWakeMin) {
+			s.ipWakeMin = at
+		}
+	}
+	// In the order of the IPs, so that the writes a pass makes depend on
+	// its inputs alone, not on the order of a map.
+	for _, ip := range slices.SortedFunc(maps.Keys(s.dirty), netip.Addr.Compare) {
+		s.decideOne(v, ip, now)
+	}
+	clear(s.dirty)
+	for _, first := range []bool{true, false} {
+		s.waiting.each(first, func(ip netip.Addr) bool {
+			if s.acquisitionsFull(now) {
+				return false
+			}
+			s.decideOne(v, ip, now)
+			return true
+		})
+	}
+	s.a.opt.Metrics.Held(len(s.bound))
+}
+
+// decideOne decides one IP as the full pass would.
+func (s *state) decideOne(v lease.View, ip netip.Addr, now time.Time) {
+	name := lease.NameFor(ip)
+	cached := s.cachedLock(name)
+	if _, named := s.entries[ip]; named {
+		l := s.effective(name, cached)
+		s.decide(v, ip, name, l, true, s.planOne(v, ip, name, l))
+		return
+	}
+	s.waiting.remove(ip)
+	delete(s.ipWake, ip)
+	if cached != nil {
+		s.decideOrphan(v, cached, now)
+	} else if _, bound := s.bound[ip]; bound {
+		s.unbind(ip, "not named by any Service")
+	}
+}
+
+// decideOrphan decides the lock l of an IP no Service names.
+func (s *state) decideOrphan(v lease.View, l *coordinationv1.Lease, now time.Time) {
+	if l = s.effective(l.Name, l); l == nil {
+		return
+	}
+	lk, err := lease.ParseLock(l)
+	if err != nil {
+		s.warnBadLock(l, err, "no Service names its IP, so it is ignored")
+		return
+	}
+	if s.reservationSpared(l, lk.IP, now) {
+		return
+	}
+	s.decide(v, lk.IP, l.Name, l, false, "")
+}
+
+// reconcile is one pass over everything; it is idempotent.
+func (s *state) reconcile() {
+	now := s.a.clk.Now()
+	s.seen = s.a.leasesSeen()
+	s.wake = time.Time{}
+	s.needFull = false
+	// Emptied by new maps, not cleared, and the others shrunk: see shrink.
+	s.dirty, s.dropWaiting, s.lateBinds = map[netip.Addr]bool{}, map[netip.Addr]bool{}, map[netip.Addr]bool{}
+	s.waiting = newWaitQueue()
+	s.ipWake = map[netip.Addr]time.Time{}
+	s.ipWakeMin = time.Time{}
+	s.freeSince = shrink(s.freeSince)
+	s.written = shrink(s.written)
+	s.claimed.keepOnly(func(ip netip.Addr) bool {
+		_, probing := s.conflicts.probing[ip]
+		_, bound := s.bound[ip]
+		return probing || bound
+	})
+	s.writableDeps = map[netip.Addr]bool{}
+	s.fence(now)
+	changed := false
+	if s.dirtyCM {
+		s.dirtyCM = false
+		changed = s.loadConfig()
+		s.lifetime.configure(s.cfg)
+		s.configureLAN()
+	}
+	all := s.a.allLeases()
+	locks := s.observe(all, now)
+	if s.dirtyNodes {
+		reserved := s.reservedAddresses()
+		if s.reserved != nil && !maps.Equal(reserved, s.reserved) {
+			// A range may now contain an address never to be bound: the
+			// ConfigMap is checked again, and refused if so.
+			s.cfgRV = ""
+			changed = s.loadConfig() || changed
+		}
+		s.reserved = reserved
+	}
+	if s.dirtySvc || s.dirtyNodes || changed {
+		s.computeEntries()
+		s.dirtySvc = false
+	}
+	if s.dirtyNodes || changed {
+		s.configureRouter()
+	}
+	s.dirtyNodes = false
+	s.updateEligibility()
+	v := s.view(now)
+	s.lastPass, s.passWritable, s.fullUnwritable = now, v.Writable, !v.Writable
+	if v.Writable {
+		s.fenced = false
+		s.stalled = false
+	}
+	plan := s.plan(v, locks)
+	s.allocate(v, locks)
+
+	// Acquisitions in flight are bounded (see dispatch), so the IPs the
+	// policy gives this node, or free ones it ranks first for, go first:
+	// it races for the others' only once its own are under way.
+	s.first = slices.Grow(s.first[:0], len(s.order))[:len(s.order)]
+	for i, m := range s.order {
+		var holder string
+		if l := locks[m.name]; l != nil && l.Spec.HolderIdentity != nil {
+			holder = *l.Spec.HolderIdentity
+		}
+		s.first[i] = goesFirst(v, m.ip, holder, plan[m.ip])
+	}
+	for _, first := range []bool{true, false} {
+		for i, m := range s.order {
+			if s.first[i] == first {
+				s.decide(v, m.ip, m.name, s.effective(m.name, locks[m.name]), true, plan[m.ip])
+			}
+		}
+	}
+	// In the order listed, not the map's: see reconcileSome.
+	for _, l := range all {
+		if _, named := s.names[l.Name]; !named && l.Labels[lease.RoleLabel] == lease.RoleLock {
+			s.decideOrphan(v, l, now)
+		}
+	}
+	for ip := range s.bound {
+		if _, named := s.entries[ip]; !named {
+			if _, locked := locks[lease.NameFor(ip)]; !locked {
+				s.unbind(ip, "not named by any Service")
+			}
+		}
+	}
+	if v.Writable {
+		s.collectHeartbeats(v, all)
+	}
+	s.passVerdicts = s.verdicts(now)
+	s.a.opt.Metrics.Held(len(s.bound))
+	s.a.opt.Metrics.Managed(len(s.entries))
+}
+
+// observe feeds heartbeats to the liveness tracker and returns the locks
+// by name.
+func (s *state) observe(all []*coordinationv1.Lease, now time.Time) map[string]*coordinationv1.Lease {
+	locks := make(map[string]*coordinationv1.Lease, len(all))
+	seen := map[string]bool{}
+	for _, l := range all {
+		switch l.Labels[lease.RoleLabel] {
+		case lease.RoleHeartbeat:
+			hb, err := lease.ParseHeartbeat(l)
+			if err != nil {
+				continue
+			}
+			s.live.Observe(hb, now)
+			seen[hb.Node] = true
+		case lease.RoleLock:
+			locks[l.Name] = l
+		}
+	}
+	for _, n := range s.live.Nodes() {
+		if !seen[n] {
+			s.live.Gone(n, now)
+		}
+	}
+	return locks
+}
+
+// effective is the lock as this node should see it: the cache, or our own
+// write when the cache has not caught up with it yet.
+func (s *state) effective(name string, cached *coordinationv1.Lease) *coordinationv1.Lease {
+	if rv, ok := s.deleted[name]; ok {
+		if cached != nil && cached.ResourceVersion == rv {
+			return nil
+		}
+		delete(s.deleted, name)
+	}
+	w, ok := s.written[name]
+	if !ok {
+		return cached
+	}
+	if cached == nil {
+		// Our write created it, and the cache shows it once the watch
+		// delivered it; if the cache held Lease writes as new before it
+		// was read and not this one, someone deleted it since. Given up a
+		// lease duration after the write, a lock that fifty nodes' loaded
+		// API server delivered 3.7 s late was taken for none: its holder
+		// unbound the IP ("bound without a lock") or created it again.
+		// Judged by the progress read after the cache, a lock delivered
+		// in between was taken for one deleted.
+		if s.seen == "" || lease.Newer(w.ResourceVersion, s.seen) {
+			return w
+		}
+	} else if lease.Newer(w.ResourceVersion, cached.ResourceVersion) {
+		return w
+	}
+	delete(s.written, name)
+	return cached
+}
+
+// warnBadLock logs, once per version, a lock damaged by hand and what this
+// node does about it.
+func (s *state) warnBadLock(l *coordinationv1.Lease, err error, effect string) {
+	if s.badLocks[l.Name] == l.ResourceVersion {
+		return
+	}
+	s.badLocks[l.Name] = l.ResourceVersion
+	s.log.Warn("damaged lock: "+effect, "lease", l.Name, "err", err)
+}
+
+// lockOf reads l for ip into lk and returns lk, or nil without a lock. A
+// lock damaged by hand (garbage annotations) is still a lock: its holder
+// is honoured and its next write repairs it.
+func (s *state) lockOf(ip netip.Addr, l *coordinationv1.Lease, lk *lease.Lock) *lease.Lock {
+	if l == nil {
+		return nil
+	}
+	var err error
+	*lk, err = lease.ParseLock(l)
+	if err != nil {
+		s.warnBadLock(l, err, "its holder is honoured until its next owner writes it whole")
+		*lk = lease.Lock{Name: l.Name, IP: ip, ResourceVersion: l.ResourceVersion}
+		if h := l.Spec.HolderIdentity; h != nil {
+			lk.Holder = *h
+		}
+		lk.MoveTo = l.Annotations[lease.AnnotationMoveTo]
+	}
+	return lk
+}
+
+func (s *state) decide(v lease.View, ip netip.Addr, name string, l *coordinationv1.Lease, named bool, planned string) {
+	s.deciding = ip
+	defer func() { s.deciding = netip.Addr{} }()
+	s.waiting.remove(ip)
+	delete(s.ipWake, ip)
+	lk := s.lockOf(ip, l, &s.read)
+	if lk == nil || lk.Holder == "" || !s.live.Known(lk.Holder) {
+		if _, ok := s.freeSince[ip]; !ok {
+			s.freeSince[ip] = v.Now
+		}
+	} else {
+		delete(s.freeSince, ip)
+	}
+	if s.inflight[name] {
+		return
+	}
+	if lk == nil || lk.Holder != v.Self {
+		s.conflicts.forget(ip)
+	}
+	_, bound := s.bound[ip]
+	in := lease.IP{Addr: ip, Lock: lk, Named: named, Bound: bound, FreeSince: s.freeSince[ip], Planned: planned}
+	d := lease.Decide(v, in)
+	other := v
+	other.Writable = !v.Writable
+	if o := lease.Decide(other, in); o.Action != d.Action || o.Target != d.Target || !o.At.Equal(d.At) {
+		s.writableDeps[ip] = true
+	} else {
+		delete(s.writableDeps, ip)
+	}
+	if named && bound && lk != nil && lk.Holder == v.Self {
+		s.rebindIfMoved(ip)
+	}
+	if d.Action == lease.Create || d.Action == lease.Acquire {
+		var holder string
+		if lk != nil {
+			holder = lk.Holder
+		}
+		// Decided again when one in flight completes, those the policy
+		// gives this node or that it ranks first for before the others;
+		// one whose rank's turn came waits too while any of those does,
+		// or it would take the writer they wait for, racing another
+		// node for its share (a Lease conflict).
+		if first := goesFirst(v, ip, holder, planned); s.acquisitionsFull(v.Now) || !first && s.waiting.firstWaiting() > 0 {
+			s.waiting.add(ip, first)
+			return
+		}
+	}
+	s.apply(v, ip, name, l, lk, d)
+	if !named {
+		delete(s.freeSince, ip)
+	}
+}
+
+// goesFirst: an acquisition of ip, held by holder ("" if free), is one
+// this node makes before the others while its writers are all busy: the
+// policy gives it the IP, or nobody live holds it and this node ranks
+// first among the live ones. A dead holder's IPs count as free: in a mass
+// failover each survivor first takes those it ranks first for, and races
+// for the others' only when its own are under way, rather than spending
+// its writers on Lease conflicts.
+func goesFirst(v lease.View, ip netip.Addr, holder, planned string) bool {
+	free := holder == "" || !v.Alive(holder)
+	return planned == v.Self || free && lease.Rank(ip, v.Self, v.Live) == 0
+}
+
+func (s *state) apply(v lease.View, ip netip.Addr, name string, l *coordinationv1.Lease, lk *lease.Lock, d lease.Decision) {
+	if !d.At.IsZero() {
+		s.wakeAt(d.At)
+	}
+	e := s.entries[ip]
+	w := write{ip: ip, name: name, action: d.Action, timeout: s.lockWriteTimeout()}
+	now := s.a.clk.Now()
+	switch d.Action {
+	case lease.None:
+		return
+	case lease.Bind:
+		s.bind(ip, e, d.Reason)
+		return
+	case lease.Unbind:
+		s.unbind(ip, d.Reason)
+		return
+	case lease.Create:
+		w.target = v.Self
+		w.lease = lease.NewLockLease(s.a.opt.Namespace, ip, v.Self, e.Services, now)
+		s.probeEarly(ip, e)
+	case lease.Acquire:
+		w.target = v.Self
+		s.probeEarly(ip, e)
+		if lk.Holder != "" {
+			w.dead, _ = v.DeadSince(lk.Holder)
+			w.from = lk.Holder
+		}
+		w.lease = lease.WithHolder(l, ip, v.Self, e.Services, now)
+	case lease.Handoff, lease.Release:
+		if _, bound := s.bound[ip]; d.Action == lease.Handoff && !bound {
+			// The target binds a handed-off IP without probing, as its
+			// holder removed the address first. One this node never bound
+			// (in use on the LAN, or still being probed) is released
+			// instead, naming the target as a move: it takes the lock at
+			// once, as an acquisition, and probes.
+			w.action = lease.Release
+			w.lease = lease.WithMoveTo(lease.WithHolder(l, ip, "", e.Services, now), d.Target)
+			s.log.Info("releasing an IP not bound here for its new holder to probe", "ip", ip, "node", d.Target, "reason", d.Reason)
+			break
+		}
+		if d.Action == lease.Handoff {
+			w.target = d.Target
+		}
+		if !s.drop(&w, d.Reason) {
+			return
+		}
+		w.lease = lease.WithHolder(l, ip, w.target, e.Services, now)
+	case lease.Delete:
+		if !s.drop(&w, d.Reason) {
+			return
+		}
+		w.rv = l.ResourceVersion
+	case lease.ClearMove:
+		w.lease = lease.WithMoveTo(l, "")
+	}
+	s.log.Debug("lock write", "ip", ip, "lease", w.name, "action", d.Action, "target", w.target, "reason", d.Reason)
+	s.dispatch(w)
+}
+
+// plan asks the policy where IPs should be.
+func (s *state) plan(v lease.View, locks map[string]*coordinationv1.Lease) map[netip.Addr]string {
+	holders := map[netip.Addr]string{}
+	for _, m := range s.order {
+		if s.cfg.Policy != config.PolicySpread && len(s.preferred[m.ip]) == 0 {
+			// The sticky plan moves only IPs with a preferred node.
+			continue
+		}
+		s.deciding = m.ip
+		holders[m.ip] = s.plannedHolder(v, m.name, s.effective(m.name, locks[m.name]))
+	}
+	s.deciding = netip.Addr{}
+	return policy.Plan(policy.Input{Policy: s.cfg.Policy, Live: v.Live, Holders: holders, Preferred: s.preferred})
+}
+
+// plannedHolder is the holder the policy plans from: the lock's, or the
+// one an ownership write in flight names (planning again from the old
+// holder would hand off other IPs for a move already under way); "" when
+// not live.
+func (s *state) plannedHolder(v lease.View, name string, l *coordinationv1.Lease) string {
+	h, moving := s.pending[name]
+	if !moving && l != nil && l.Spec.HolderIdentity != nil {
+		h = *l.Spec.HolderIdentity
+	}
+	if !slices.Contains(v.Live, h) {
+		return ""
+	}
+	return h
+}
+
+// planOne is plan for one IP. Only the sticky plan of an IP depends on
+// that IP alone; under spread every pass is a full one (fullDue).
+func (s *state) planOne(v lease.View, ip netip.Addr, name string, l *coordinationv1.Lease) string {
+	in := policy.Input{Policy: s.cfg.Policy, Live: v.Live,
+		Holders: map[netip.Addr]string{ip: s.plannedHolder(v, name, l)}, Preferred: map[netip.Addr][]string{ip: s.preferred[ip]}}
+	return policy.Plan(in)[ip]
+}
+
+// collectHeartbeats deletes the heartbeats of nodes that are dead and whose
+// Node object is gone. The first live eligible node does it.
+func (s *state) collectHeartbeats(v lease.View, all []*coordinationv1.Lease) {
+	if len(v.Live) == 0 || v.Live[0] != v.Self {
+		return
+	}
+	for _, l := range all {
+		node, ok := lease.NodeOf(l.Name)
+		if !ok || l.Labels[lease.RoleLabel] != lease.RoleHeartbeat || v.Alive(node) || s.inflight[l.Name] {
+			continue
+		}
+		if _, err := s.a.nodes.Get(node); !apierrors.IsNotFound(err) {
+			continue
+		}
+		s.log.Info("deleting the heartbeat of a dead node that no longer exists", "node", node, "lease", l.Name)
+		s.dispatch(write{name: l.Name, action: lease.Delete, rv: l.ResourceVersion, timeout: s.cfg.LeaseDuration})
+	}
+}

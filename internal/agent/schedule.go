@@ -1,0 +1,241 @@
+package agent
+
+import (
+	"maps"
+	"net/netip"
+	"time"
+
+	"github.com/eip-project/eip/internal/config"
+	"github.com/eip-project/eip/internal/lease"
+)
+
+// passDue says whether the renew tick, the result of a renewal or the
+// timer needs a reconcile pass. None of them changes a lock, a Service or a
+// heartbeat in the cache: those wake the loop themselves. What a pass reads
+// that changes with time alone is a decision's own time (s.wake: a rank's
+// turn, fence-after, an allocation's retry), the end of a pause between
+// acquisitions (paceUntil, see congestion), a node's verdict (seen
+// renewing, judged dead), and whether this node may write (a renewal failed
+// or came back, the watch went quiet); the last two are compared with the
+// last pass. A full pass every resync period stays as a safety net. At
+// 10,000 IPs a pass costs tens of milliseconds, and ticks and renewals came
+// four times a second.
+func (s *state) passDue(now time.Time) bool {
+	return !s.wake.IsZero() && !now.Before(s.wake) ||
+		!s.ipWakeMin.IsZero() && !now.Before(s.ipWakeMin) || len(s.dirty) > 0 ||
+		!s.paceUntil.IsZero() && !now.Before(s.paceUntil) ||
+		s.writable(now) != s.passWritable ||
+		!maps.Equal(s.passVerdicts, s.verdicts(now)) ||
+		now.Sub(s.lastPass) >= s.a.opt.Resync
+}
+
+// nextWake is when the timer should wake the loop: a decision's time, the
+// end of a pause between acquisitions, or the next moment a node's verdict
+// changes if no heartbeat does.
+func (s *state) nextWake(now time.Time) time.Time {
+	expiry, _ := s.live.NextExpiry(now)
+	next := s.wake
+	for _, t := range []time.Time{s.ipWakeMin, expiry, s.unheardAt, s.paceUntil} {
+		if !t.IsZero() && (next.IsZero() || t.Before(next)) {
+			next = t
+		}
+	}
+	return next
+}
+
+func (s *state) fullDue(now time.Time) bool {
+	return s.needFull || s.dirtySvc || s.dirtyNodes || s.dirtyCM || s.cfg.Policy == config.PolicySpread ||
+		!s.wake.IsZero() && !now.Before(s.wake) ||
+		!maps.Equal(s.passVerdicts, s.verdicts(now)) ||
+		now.Sub(s.lastPass) >= s.a.opt.Resync
+}
+
+// writableChanged answers a change of whether this node may write: the
+// IPs whose decision depends on it are decided again, not every IP. Most
+// do not: a held and bound IP stays, a live peer's stays with it. At
+// 10,000 IPs a full pass took a second on the loaded test bed during a
+// mass failover; the renewal its tick sent meanwhile came back too late
+// to keep this node writable, which asked for another full pass, and the
+// next renewal for one more: the survivors spent the failover in full
+// passes, and dispatched one window of takeovers between two of them.
+// A stall ends when this node may write again (see tick), so the IPs a
+// late loop did not bind are decided again then too. Allocation and
+// collecting heartbeats happen in full passes alone: one that ran while
+// this node could not write is run again once it can.
+func (s *state) writableChanged(w bool) {
+	s.passWritable = w
+	for ip := range s.writableDeps {
+		s.dirty[ip] = true
+	}
+	clear(s.writableDeps)
+	if !w {
+		return
+	}
+	for ip := range s.lateBinds {
+		s.dirty[ip] = true
+	}
+	clear(s.lateBinds)
+	if s.fullUnwritable {
+		s.needFull = true
+	}
+}
+
+// takeLockChanges marks dirty the IPs of the locks the informer saw
+// change since the last pass, and says whether it saw any Lease change.
+func (s *state) takeLockChanges() bool {
+	names, all := s.a.takeLeaseChanges()
+	s.needFull = s.needFull || all
+	for name := range names {
+		if ip, ok := s.names[name]; ok {
+			s.dirty[ip] = true
+			continue
+		}
+		l := s.cachedLock(name)
+		if l == nil {
+			// An orphan's lock is gone: nothing is left to decide for its
+			// IP, but a Service's allocation may have waited for it to be
+			// released, and only the full pass allocates.
+			s.needFull = true
+			continue
+		}
+		if lk, err := lease.ParseLock(l); err == nil {
+			s.dirty[lk.IP] = true
+		} else {
+			s.needFull = true // the full pass warns about it
+		}
+	}
+	return all || len(names) > 0
+}
+
+// shrink returns m, or a new map of what it holds if that is little. A Go
+// map keeps the room of the most it ever held, and at a cold start or a
+// mass failover the loop's per-IP maps held thousands of IPs for a while
+// (free, waiting, dirty, their wake times, our writes): at 10,000 IPs 2.4
+// MB of heap that the steady state kept, when clear emptied them.
+func shrink[K comparable, V any](m map[K]V) map[K]V {
+	if len(m) > shrinkBelow {
+		return m
+	}
+	out := make(map[K]V, len(m))
+	maps.Copy(out, m)
+	return out
+}
+
+// shrinkBelow: a per-IP map holding no more is made again by shrink.
+const shrinkBelow = 64
+
+// wakeAt asks for a pass at t: a pass over the IP being decided when the
+// time is that IP's, a full pass otherwise.
+func (s *state) wakeAt(t time.Time) {
+	if ip := s.deciding; ip.IsValid() {
+		s.wakeIPAt(ip, t)
+		return
+	}
+	if s.wake.IsZero() || t.Before(s.wake) {
+		s.wake = t
+	}
+}
+
+// wakeIPAt asks for a pass over ip at t.
+func (s *state) wakeIPAt(ip netip.Addr, t time.Time) {
+	if cur, ok := s.ipWake[ip]; !ok || t.Before(cur) {
+		s.ipWake[ip] = t
+	}
+	if s.ipWakeMin.IsZero() || t.Before(s.ipWakeMin) {
+		s.ipWakeMin = t
+	}
+}
+
+// heartbeatEvent answers a renewal of a heartbeat that the watch
+// delivered, and reports whether a pass is needed: a full one when
+// heartbeatsRenewed says so, one over the IPs that depend on it when
+// whether this node may write changed (its own renewal came back).
+func (s *state) heartbeatEvent() bool {
+	s.needFull = s.heartbeatsRenewed() || s.needFull
+	return s.needFull || s.writable(s.a.clk.Now()) != s.passWritable
+}
+
+// heartbeatsRenewed observes the heartbeats after a renewal of one and
+// reports whether a full pass is needed: only when what every IP's
+// decision reads (a node's liveness, status or duration, or the set of
+// nodes) differs from what the last full pass read. Peers renew several
+// times a second, and a pass over every IP for each renewal that changed
+// none of that was most of eipd's CPU at 5,000 IPs. What changes with
+// time alone needs no event: the timer wakes the loop at the next expiry
+// (nextWake).
+func (s *state) heartbeatsRenewed() bool {
+	now := s.a.clk.Now()
+	known, seen := len(s.live.Nodes()), 0
+	for _, l := range s.a.heartbeats() {
+		hb, err := lease.ParseHeartbeat(l)
+		if err != nil {
+			continue
+		}
+		if !s.live.Known(hb.Node) {
+			return true
+		}
+		s.live.Observe(hb, now)
+		seen++
+	}
+	return seen != known || !maps.Equal(s.passVerdicts, s.verdicts(now))
+}
+
+func (s *state) verdicts(now time.Time) map[string]verdict {
+	out := map[string]verdict{}
+	for _, n := range s.live.Nodes() {
+		hb, _ := s.live.Heartbeat(n)
+		// Held is read by kubectl eip status, never by a pass, and during
+		// a cold start or a mass failover it changes with every renewal
+		// of every node: it made each a pass over every IP. Duration is
+		// read by the liveness tracker alone, and what it judges with it
+		// is alive and renewing: when a node died, each survivor left
+		// slow heartbeats and both its renewal and its peer's asked every
+		// survivor for a pass over every IP as the takeovers began.
+		hb.Version, hb.RenewTime, hb.Held, hb.Duration = "", time.Time{}, 0, 0
+		out[n] = verdict{alive: s.live.Alive(n, now), renewing: s.live.Renewing(n, now), status: hb}
+	}
+	return out
+}
+
+// pass answers the inputs handled since the last one. Only a change of
+// something every IP reads needs a pass over every IP (reconcile): the
+// configuration, a Service or a Node, a node's verdict, whether this node
+// may write, a time the pass itself set, the policy spread (whose plan
+// weighs every IP against the others), and the resync period. Otherwise
+// only the IPs whose lock, write or address changed, or whose own
+// decision time came, are decided again (reconcileSome): at 10,000 IPs a
+// full pass costs tens of milliseconds, and at a cold start or a mass
+// failover every few write results asked for one.
+func (s *state) pass() {
+	now := s.a.clk.Now()
+	if !now.Before(s.paceUntil) {
+		// The acquisitions waiting for it are decided below, and a quiet
+		// spell (windowAt) counts from its end.
+		s.idleSince = later(s.idleSince, s.paceUntil)
+		s.paceUntil = time.Time{}
+	}
+	delivered := s.takeLockChanges()
+	if s.hbDirty || delivered {
+		s.hbDirty = false
+		s.needFull = s.heartbeatsRenewed() || s.needFull
+	}
+	if delivered {
+		// The watch that carries the heartbeats delivered a Lease, and
+		// every heartbeat the cache held after it was just observed.
+		s.live.Delivered(now)
+	}
+	if w := s.writable(now); w != s.passWritable {
+		s.writableChanged(w)
+	}
+	if s.fullDue(now) {
+		s.reconcile()
+		return
+	}
+	s.reconcileSome(now)
+}
+
+// verdict is what a reconcile pass reads about a node from its heartbeat.
+type verdict struct {
+	alive, renewing bool
+	status          lease.Heartbeat // Version, RenewTime and Held cleared: they change with every renewal
+}

@@ -1,0 +1,384 @@
+package agent
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/eip-project/eip/internal/config"
+	"github.com/eip-project/eip/internal/lease"
+	"github.com/eip-project/eip/internal/policy"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// writable: this node may write locks. Its renewals succeed and its cache
+// has caught up with its own latest heartbeat since the last break.
+func (s *state) writable(now time.Time) bool {
+	return s.cfgLoaded && s.apiOK(now) && !s.needBarrier && s.live.SelfSeenSince(s.barrier) && s.live.Connected(now)
+}
+
+// apiOK: the last renewal succeeded, recently enough: within half of the
+// duration it was renewed with (a slow heartbeat lasts renewFactor lease
+// durations). Judged against the fast pace alone, a node on slow
+// heartbeats could write and bind only in the second after each renewal,
+// and a takeover or a hand-off would wait for the next one. Judged against
+// the pace of now, a node that just lost a peer (and so renews fast again)
+// could not take over from it until its next renewal: the survivor that
+// ticked first after the verdict took every IP, ranks notwithstanding.
+func (s *state) apiOK(now time.Time) bool {
+	return !s.renewFailing && !s.lastRenewOK.IsZero() && now.Sub(s.lastRenewOK) <= s.lastRenewFor/2
+}
+
+// mayBeJudgedDead reports whether a peer may have judged this node dead by
+// now and taken its IPs over: peers report not hearing it over the LAN,
+// or the last renewal the API server took was sent a whole lease duration
+// ago (the duration it wrote). A peer times that duration from when its
+// watch showed the renewal, which is after it was sent, so no peer judges
+// this node dead by its heartbeat any sooner.
+func (s *state) mayBeJudgedDead(now time.Time) bool {
+	return s.unheard || s.lastRenewOK.IsZero() || now.Sub(s.lastRenewOK) >= s.lastRenewFor
+}
+
+func (s *state) requestRenew() {
+	r := s.renewal()
+	select {
+	case s.renewReq <- r:
+		s.lastRenewAsked, s.lastAsked = s.a.clk.Now(), r
+	default: // the previous renewal is still in flight
+	}
+}
+
+// idleRenewFactor: a node that may hold no IP and holds none renews its
+// heartbeat this many times less often, with a duration as many times
+// longer. Nobody takes over from it, so its liveness only feeds `kubectl
+// eip status`; every renewal costs a write and one watch event for every
+// node. In a rack of fifty nodes of which five may hold IPs, it takes
+// eip's writes from 100/s to 19/s and the watch events from 5,000/s to
+// 950/s (docs/benchmarks.md).
+const idleRenewFactor = 10
+
+// idle: this node may hold no IP, holds none and writes none.
+func (s *state) idle() bool {
+	return !(s.selfEligible && !s.shutting) && len(s.bound) == 0 && len(s.inflight) == 0
+}
+
+// renewal is the heartbeat renewal this node's state asks for now.
+func (s *state) renewal() renewal {
+	conflicts, claims := s.conflicts.report(s.a.clk.Now())
+	r := renewal{
+		status: lease.HeartbeatStatus{Eligible: s.selfEligible && !s.shutting, Error: s.statusError(), Held: len(s.bound), BGP: s.bgpSessions,
+			MACs: s.ownMACs(), Conflicts: conflicts, Claims: claims, LivenessPort: s.lanPort},
+		// Neither the duration nor the timeout may be shorter than what
+		// peers need to see the renewal; a renewal slower than half a
+		// lease is a failure as far as holding addresses goes.
+		duration: s.cfg.LeaseDuration,
+		timeout:  max(s.cfg.LeaseDuration/2, s.cfg.RenewInterval),
+	}
+	factor := s.renewFactor(s.a.clk.Now())
+	r.duration *= time.Duration(factor)
+	// A slow heartbeat lasts factor lease durations, and nobody judges
+	// this node by it within one: its renewal may take half its own
+	// period. Held to half a lease, renewals that a loaded API server
+	// applied in a second and a half failed (150 a minute at fifty
+	// nodes), were written again, and met a newer version.
+	r.timeout = max(r.timeout, time.Duration(factor)*s.cfg.RenewInterval/2)
+	return r
+}
+
+// renewBackoff is how long after a failed renewal a node on slow heartbeats
+// (factor > 1) writes it again: one renew interval after the first failure,
+// then twice as long after each further one, up to maxRenewBackoff renew
+// intervals. Its heartbeat lasts factor lease durations from the last
+// renewal that succeeded, and its peers hear it over the LAN meanwhile;
+// until one succeeds it binds nothing new. Written again every renew
+// interval, the renewals of fifty nodes added a write a second each to the
+// load that made them fail. Renewed every renew interval (factor 1), a
+// node's liveness rests on its heartbeat: it tries again at every tick.
+func (s *state) renewBackoff(factor int) time.Duration {
+	if factor == 1 || s.renewFails == 0 {
+		return 0
+	}
+	wait := s.cfg.RenewInterval
+	for range s.renewFails - 1 {
+		wait = min(2*wait, maxRenewBackoff*s.cfg.RenewInterval)
+	}
+	return wait
+}
+
+// renewFactor is how many renew intervals this node's heartbeat lasts: one,
+// or more when nobody needs it renewed often: the node is idle, or its
+// liveness goes over the LAN (lanSlow).
+func (s *state) renewFactor(now time.Time) int {
+	switch {
+	case s.lanSlow(now):
+		return s.slowFactor()
+	case s.idle():
+		return idleRenewFactor
+	}
+	return 1
+}
+
+// renewDue: the tick renews every renew interval, a slow heartbeat every
+// renewFactor of them, and any node at once when what it says of itself
+// changed (it became eligible, say) or when the duration it last wrote
+// runs out before the next renewal at this pace could come.
+//
+// Both are judged against the renewal last asked for, not the heartbeat in
+// the cache. The cache shows a renewal only once the watch delivers it:
+// on a loaded API server that took longer than a tick, and every tick
+// meanwhile wrote the same change again (up to three writes a node for
+// each). And a duration that merely differs is no reason to write: the
+// slow factor changes with the number of nodes, and rewriting every
+// heartbeat whenever it did cost a write per node for every second node
+// that joined beyond twenty, N (N − 20) / 2 writes or more at a cold start
+// (fifty nodes joining in a minute wrote 17 heartbeats a second, against
+// 4 once all had joined).
+func (s *state) renewDue(now time.Time) bool {
+	factor := s.renewFactor(now)
+	if s.renewFailing {
+		return now.Sub(s.renewFailedAt) >= s.renewBackoff(factor)-s.cfg.RenewInterval/2
+	}
+	if factor == 1 || s.lastRenewAsked.IsZero() {
+		return true
+	}
+	period := time.Duration(factor) * s.cfg.RenewInterval
+	want := s.renewal()
+	if !sameStatus(want.status, s.lastAsked.status) || s.lastAsked.duration < period+want.timeout {
+		return true
+	}
+	return now.Sub(s.lastRenewAsked) >= period-s.cfg.RenewInterval/2
+}
+
+// sameStatus: a and b say the same of the node but for the IPs it holds,
+// which only `kubectl eip status` reads: it changes with every bind, and
+// waits for the next renewal.
+func sameStatus(a, b lease.HeartbeatStatus) bool {
+	a.Held, b.Held = 0, 0
+	return a == b
+}
+
+func (s *state) statusError() string {
+	var parts []string
+	if s.cfgErr != "" {
+		parts = append(parts, s.cfgErr)
+	}
+	if s.routerErr != "" {
+		parts = append(parts, s.routerErr)
+	}
+	if !s.selfEligible && s.selfReason != "" {
+		parts = append(parts, s.selfReason)
+	}
+	if s.shutting {
+		parts = append(parts, "shutting down")
+	}
+	return strings.Join(parts, "; ")
+}
+
+func (s *state) renewed(r renewResult) {
+	if r.err != nil {
+		if !s.renewFailing {
+			s.log.Warn("heartbeat renewal failed; holding what is bound, binding nothing new", "err", r.err, "lease", lease.HeartbeatName(s.a.opt.Node))
+		}
+		s.renewFailing, s.needBarrier = true, true
+		s.renewFails++
+		s.renewFailedAt = s.a.clk.Now()
+		s.a.opt.Metrics.APIError("renew")
+		return
+	}
+	s.a.opt.Metrics.Renewed(r.took)
+	if s.renewFailing {
+		s.log.Info("heartbeat renewed again; re-reading locks before binding anything new")
+	}
+	if s.needBarrier && !r.sent.Before(s.stallAt) {
+		s.barrier = r.sent.Round(0).Truncate(time.Microsecond)
+		s.needBarrier = false
+		s.peersKnownAt = r.sent.Add(s.cfg.RenewInterval)
+	}
+	s.renewFailing, s.renewFails = false, 0
+	s.lastRenewOK, s.lastRenewFor = r.sent, r.duration
+}
+
+// tick runs every renew interval: have the address lifetimes refreshed
+// (see keeper), renew the heartbeat, and now and then resync.
+func (s *state) tick() {
+	now := s.a.clk.Now()
+	if !s.lastTick.IsZero() && now.Sub(s.lastTick) > s.stallAfter() {
+		// Stalled: peers may judge this node dead before they see the
+		// renewal this tick sends. Bind nothing until that renewal came
+		// back through the watch, with every lock change made before it
+		// (what is bound stays: a taker's probe waits for it to go).
+		if !s.stalled {
+			s.log.Warn("the loop stalled; re-reading the locks before binding or refreshing anything", "since", now.Sub(s.lastTick))
+		}
+		s.stalled, s.stallAt, s.needBarrier = true, now, true
+	}
+	s.lastTick = now
+	s.watch.progressed(now)
+	if !s.loopLate(now) {
+		s.lifetime.loopTicked()
+		for ip := range s.lateBinds {
+			s.dirty[ip] = true
+		}
+		clear(s.lateBinds)
+	}
+	s.postSummary(now)
+	s.observeSessions()
+	s.takeDatagrams()
+	s.tellSpeaker()
+	s.setLANTimings()
+	// A stalled loop renews at once, slow heartbeat or not: it binds
+	// nothing until a renewal sent since comes back.
+	if s.renewDue(now) || s.stalled && s.needBarrier {
+		s.requestRenew()
+	}
+	if now.Sub(s.lastResync) >= s.a.opt.Resync {
+		s.resync(false)
+	}
+}
+
+// fence, with api-loss=fence, unbinds everything once fence-after has
+// passed since the last successful renewal was sent, and until then wakes
+// the loop exactly when it will have: waiting for the next tick could fence
+// up to a renew interval late, which is the whole default margin between
+// fence-after and the moment a peer may judge this node dead.
+func (s *state) fence(now time.Time) {
+	if s.cfg.APILoss != config.APILossFence || len(s.bound) == 0 || s.lastRenewOK.IsZero() {
+		return
+	}
+	if !lease.Fenced(s.lastRenewOK, now, s.cfg.FenceAfter) {
+		s.wakeAt(s.lastRenewOK.Add(s.cfg.FenceAfter))
+		return
+	}
+	if s.apiOK(now) {
+		return
+	}
+	s.log.Warn("fencing: no successful renewal within fence-after; unbinding everything", "fenceAfter", s.cfg.FenceAfter)
+	s.a.opt.Metrics.Fenced()
+	for ip := range s.bound {
+		s.event(ip, corev1.EventTypeWarning, "Fenced", fmt.Sprintf("unbound %s from %s: API server unreachable (api-loss=fence)", ip, s.a.opt.Node))
+		s.unbind(ip, "fenced")
+	}
+	s.fenced = true
+}
+
+func (s *state) view(now time.Time) lease.View {
+	var live []string
+	for _, n := range s.live.Nodes() {
+		// Live takes only nodes seen renewing: it is whom IPs are given
+		// to. A node merely not judged dead (a quiet stream, a break)
+		// keeps its IPs through View.Alive.
+		if s.live.Renewing(n, now) && s.eligible(n) {
+			live = append(live, n)
+		}
+	}
+	slices.Sort(live)
+	return lease.View{
+		Self:       s.a.opt.Node,
+		Now:        now,
+		Writable:   s.writable(now),
+		Eligible:   s.selfEligible && !s.shutting,
+		Live:       live,
+		Alive:      func(n string) bool { return s.live.Alive(n, now) },
+		DeadSince:  func(n string) (time.Time, bool) { return s.live.DeadSince(n, now) },
+		Step:       s.cfg.RankStep(),
+		LateStep:   s.lockWriteTimeout(),
+		PeersKnown: s.peersKnownAt,
+	}
+}
+
+// eligible: may node hold IPs, as far as this node can tell?
+func (s *state) eligible(node string) bool {
+	if node == s.a.opt.Node {
+		return s.selfEligible && !s.shutting
+	}
+	hb, ok := s.live.Heartbeat(node)
+	if !ok || !hb.Eligible {
+		return false
+	}
+	n, _ := s.a.nodes.Get(node)
+	ok, _ = policy.NodeEligible(n, s.cfg.NodeSelector)
+	return ok
+}
+
+// updateEligibility judges again whether this node may hold IPs and says so
+// whenever the answer or its reason changes: in the log, and, when the
+// configuration names an interface this node lacks (which only an operator
+// can fix), in a Warning event on the ConfigMap.
+func (s *state) updateEligibility() {
+	ok, why, missingIface := s.eligibleSelf()
+	if ok == s.selfEligible && why == s.selfReason {
+		return
+	}
+	s.selfEligible, s.selfReason = ok, why
+	if ok {
+		s.log.Info("this node is eligible to hold IPs")
+		return
+	}
+	s.log.Warn("this node is not eligible to hold IPs", "reason", why)
+	if cm, err := s.a.configMap.Get(s.a.opt.ConfigMap); err == nil && missingIface {
+		s.a.recorder.Event(cm, corev1.EventTypeWarning, "InterfaceMissing",
+			fmt.Sprintf("node %s holds no IPs: %s", s.a.opt.Node, why))
+	}
+}
+
+// eligibleSelf says whether this node may hold IPs, why not, and whether
+// the reason is an interface of the configuration missing here.
+func (s *state) eligibleSelf() (ok bool, why string, missingIface bool) {
+	n, _ := s.a.nodes.Get(s.a.opt.Node)
+	if ok, why := policy.NodeEligible(n, s.cfg.NodeSelector); !ok {
+		return false, why, false
+	}
+	if !s.cfgLoaded {
+		return false, "no valid configuration", false
+	}
+	if s.unheard {
+		return false, fmt.Sprintf("peers do not hear this node's liveness datagrams (UDP port %d)", s.lanPort), false
+	}
+	if len(s.cfg.Ranges) == 0 {
+		// Without ranges this node manages no IP: peers must not hand it any.
+		return false, "no ranges are configured", false
+	}
+	for _, iface := range s.configuredIfaces() {
+		if _, err := s.a.opt.Links.Up(iface); err != nil {
+			return false, fmt.Sprintf("interface %q from the configuration: %v", iface, err), true
+		}
+	}
+	return true, "", false
+}
+
+// configuredIfaces are the interface names the configuration names
+// explicitly ("auto" resolves per IP).
+func (s *state) configuredIfaces() []string {
+	var out []string
+	for _, r := range s.cfg.Ranges {
+		if r.Iface != "auto" && r.Iface != "" && !slices.Contains(out, r.Iface) {
+			out = append(out, r.Iface)
+		}
+	}
+	return out
+}
+
+func (s *state) heartbeatNow(req renewal) error {
+	deadline := s.a.clk.After(2 * s.cfg.LeaseDuration)
+	for sent := false; ; {
+		var reqs chan renewal
+		if !sent {
+			reqs = s.renewReq
+		}
+		select {
+		case reqs <- req:
+			sent = true
+		case r := <-s.renewRes:
+			if r.renewal == req {
+				return r.err
+			}
+		case <-deadline:
+			return fmt.Errorf("heartbeat: no answer within %s", 2*s.cfg.LeaseDuration)
+		}
+	}
+}
+
+// maxRenewBackoff bounds, in renew intervals, how long a node on slow
+// heartbeats waits before it writes a failed renewal again.
+const maxRenewBackoff = 4

@@ -1,0 +1,90 @@
+package agent
+
+import (
+	"net/netip"
+
+	"github.com/eip-project/eip/internal/lease"
+	coordinationv1 "k8s.io/api/coordination/v1"
+)
+
+func (s *state) shutdown() error {
+	s.shutting = true
+	now := s.a.clk.Now()
+	v := s.view(now)
+	s.log.Info("shutting down: handing off what this node holds")
+	s.seen = s.a.leasesSeen()
+	all := s.a.allLeases()
+	locks := s.observe(all, now)
+	if v.Writable {
+		// Peers must see this node leave before they see its handoffs
+		// (the watch delivers Leases in the order they were written), or
+		// a policy that still counts it live hands IPs back to it.
+		if err := s.heartbeatNow(s.renewal()); err != nil {
+			s.log.Warn("announce shutdown in the heartbeat", "err", err)
+		}
+	}
+	// This node is out of v.Live now: the policy places its IPs as if
+	// they were free (spread: in balance), and rank decides the rest.
+	plan := s.plan(v, locks)
+	var held []managed
+	for _, m := range s.order {
+		lk := s.lockOf(m.ip, s.effective(m.name, locks[m.name]), &s.read)
+		if lk != nil && lk.Holder == v.Self && !s.inflight[m.name] && v.Writable {
+			held = append(held, m)
+		}
+	}
+	// Each IP is unbound just before its hand-off is sent, and no more are
+	// in flight than there are writers: queued all at once, the last of
+	// thousands would wait dark for the writes before them, and those
+	// beyond the writers' queue would never be sent at all. A stop gives
+	// up once no write came back for two lease durations; peers then take
+	// what is left as from a dead node.
+	idle := 2 * s.cfg.LeaseDuration
+	quiet := s.a.clk.NewTimer(idle)
+	defer quiet.Stop()
+	for next := 0; next < len(held) || len(s.inflight) > 0; {
+		for ; next < len(held) && s.dropping < s.a.opt.Writers; next++ {
+			s.handOff(v, plan, held[next], locks)
+		}
+		select {
+		case r := <-s.results:
+			s.writeDone(r)
+			quiet.Reset(idle)
+		case <-quiet.C():
+			s.log.Warn("gave up waiting for handoffs", "pending", len(s.inflight), "unsent", len(held)-next)
+			s.inflight = map[string]bool{}
+			next = len(held)
+		}
+	}
+	for ip := range s.bound {
+		s.unbind(ip, "shutting down")
+	}
+	for _, cancel := range s.claimWatch {
+		cancel()
+	}
+	if err := s.heartbeatNow(renewal{remove: true, timeout: s.cfg.LeaseDuration}); err != nil {
+		s.log.Warn("delete heartbeat", "err", err)
+	}
+	s.closeLAN()
+	s.log.Info("stopped")
+	return nil
+}
+
+// heartbeatNow asks the heartbeat writer for req (a renewal, or the
+// deletion at shutdown), after any renewal it has in flight, and waits for
+// the answer.
+// handOff gives m, held by this node, to the node plan names, or to the
+// best-ranked live peer; with none, it releases it.
+func (s *state) handOff(v lease.View, plan map[netip.Addr]string, m managed, locks map[string]*coordinationv1.Lease) {
+	l := s.effective(m.name, locks[m.name])
+	lk := s.lockOf(m.ip, l, &s.read)
+	t := plan[m.ip]
+	if t == "" {
+		t = v.BestPeer(m.ip)
+	}
+	d := lease.Decision{Action: lease.Release, Reason: "shutting down; no live eligible peer"}
+	if t != "" {
+		d = lease.Decision{Action: lease.Handoff, Target: t, Reason: "shutting down"}
+	}
+	s.apply(v, m.ip, m.name, l, lk, d)
+}
