@@ -45,7 +45,9 @@ const (
 	StateOutOfRange State = "out-of-range"
 	// StateRefused: a Service names the IP inside a range, but eip never
 	// binds it: a node's own address, a special-purpose address, the
-	// network or broadcast address of a range, or not an IP at all.
+	// network or broadcast address of a range, an address of a range kept
+	// for other namespaces, spec.externalIPs with external-ips off, or not
+	// an IP at all.
 	StateRefused State = "refused"
 	// StateOrphan: a lock exists but no Service names the IP; its holder
 	// (or the top-ranked live node) deletes the lock.
