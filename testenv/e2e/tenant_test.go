@@ -67,45 +67,60 @@ func (e *env) serviceIn(ns, name string, ips []netip.Addr, opts ...svcOption) {
 	e.must(err)
 }
 
-// A team cannot take another team's address, nor one of a range kept for
-// another team: its claim is refused with an Event that says why, and
-// `kubectl eip status` says it too, while the owner's address stays where
-// it is. Two teams share an address only when both carry the same sharing
-// key, and only the owner's team chooses where it lives.
+// A team cannot take another team's address: its claim is refused with an
+// Event that says why, and `kubectl eip status` says it too, while the
+// owner's address stays where it is. Two teams share an address only when
+// both carry the same sharing key, and only the owner's team chooses where
+// it lives.
 func TestTenantCannotTakeAnotherNamespacesAddress(t *testing.T) {
-	cfg := defaultConfig()
-	cfg["ranges"] += "\n198.18.103.0/24 name=team-a namespaces=" + tenantA
-	e := newEnv(t, cfg)
+	e := newEnv(t, defaultConfig())
 	e.tenant(tenantA)
 	e.tenant(tenantB)
-	taken, kept, shared := testenv.ServiceIP(180), netip.MustParseAddr("198.18.103.5"), testenv.ServiceIP(181)
+	taken, shared := testenv.ServiceIP(180), testenv.ServiceIP(181)
 	key := annotated(ipset.AnnotationSharingKey, "web")
 
 	e.serviceIn(tenantA, "web", []netip.Addr{taken, shared}, key)
 	holder := e.served(taken)
 	e.served(shared)
-	// Created later: the address is team A's.
+	// Created later: the addresses are team A's.
 	created := time.Now()
-	e.serviceIn(tenantB, "steal", []netip.Addr{taken, kept})
+	e.serviceIn(tenantB, "steal", []netip.Addr{taken})
 	e.serviceIn(tenantB, "shared", []netip.Addr{shared}, key, annotated(ipset.AnnotationPreferredNodes, e.other(e.holder(shared))))
 	e.serviceIn(tenantA, "picky", []netip.Addr{shared}, annotated(ipset.AnnotationPreferredNodes, "Node_X"))
 
 	msg := e.warningSince("Service", tenantB+"/steal", "AddressRejected", created, taken.String()+" ", "held for "+tenantA+"/web, of another namespace")
 	t.Logf("%s: %s", taken, msg)
-	msg = e.warningSince("Service", tenantB+"/steal", "AddressRejected", created, kept.String()+" ",
-		"range team-a is only for namespace "+tenantA+", not "+tenantB)
-	t.Logf("%s: %s", kept, msg)
 	msg = e.warningSince("Service", tenantB+"/shared", "PreferenceIgnored", created, shared.String()+" ",
 		"only Services of namespace "+tenantA+", which holds the address")
 	t.Logf("%s: %s", shared, msg)
 	msg = e.warningSince("Service", tenantA+"/picky", "PreferenceIgnored", created, `"Node_X" is not a node name`)
 	t.Logf("%s: %s", shared, msg)
 	e.statusShows("refused for "+tenantB+"/steal: held for "+tenantA+"/web", "-o", "wide")
-	e.neverBound(tenantB+"/steal", []netip.Addr{kept})
 	assert.Check(t, e.holder(taken) == holder, "%s moved from %s to %s", taken, holder, e.holder(taken))
 	for _, ev := range e.events("Service", tenantB+"/shared", "AddressRejected") {
 		t.Errorf("%s/shared shares %s under the owner's key, yet: %s", tenantB, shared, ev.Message)
 	}
+}
+
+// A range kept for some namespaces (namespaces=) serves no other: another
+// namespace's Service naming one of its addresses is refused with an Event
+// that says why, and the address is never bound.
+func TestRangeKeptForNamespaces(t *testing.T) {
+	cfg := defaultConfig()
+	cfg["ranges"] += "\n198.18.103.0/24 name=team-a namespaces=" + tenantA
+	e := newEnv(t, cfg)
+	e.tenant(tenantA)
+	e.tenant(tenantB)
+	kept, theirs := netip.MustParseAddr("198.18.103.5"), netip.MustParseAddr("198.18.103.6")
+	created := time.Now()
+	e.serviceIn(tenantB, "steal", []netip.Addr{kept})
+	e.serviceIn(tenantA, "web", []netip.Addr{theirs})
+	e.served(theirs)
+	msg := e.warningSince("Service", tenantB+"/steal", "AddressRejected", created, kept.String()+" ",
+		"range team-a is only for namespace "+tenantA+", not "+tenantB)
+	t.Logf("%s: %s", kept, msg)
+	e.statusShows("range team-a is only for namespace", "-o", "wide")
+	e.neverBound(tenantB+"/steal", []netip.Addr{kept})
 }
 
 // With external-ips off, eip manages the addresses of LoadBalancer
