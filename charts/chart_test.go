@@ -107,10 +107,11 @@ func one[T any](t *testing.T, objs map[string]object, key string) T {
 
 func keys(objs map[string]object) []string { return slices.Sorted(maps.Keys(objs)) }
 
-func kustomize(t *testing.T) string {
+// kustomize renders the kustomization in manifests/dir.
+func kustomize(t *testing.T, dir string) string {
 	t.Helper()
 	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
-	res, err := k.Run(filesys.MakeFsOnDisk(), filepath.Join(repoRoot(t), "manifests"))
+	res, err := k.Run(filesys.MakeFsOnDisk(), filepath.Join(repoRoot(t), "manifests", dir))
 	assert.NilError(t, err)
 	b, err := res.AsYaml()
 	assert.NilError(t, err)
@@ -128,7 +129,7 @@ func TestChartLints(t *testing.T) {
 // object and field for field.
 func TestChartRendersTheManifests(t *testing.T) {
 	chart := objects(t, helm(t, "template", "eip", "charts/eip"))
-	base := objects(t, kustomize(t))
+	base := objects(t, kustomize(t, ""))
 	assert.Equal(t, len(base), 8, "%v", keys(base))
 	assert.DeepEqual(t, chart, base) // on a difference, make charts/eip follow manifests/
 
@@ -137,6 +138,29 @@ func TestChartRendersTheManifests(t *testing.T) {
 	inNS := objects(t, helm(t, "template", "eip", "charts/eip", "--namespace", "eip-system"))
 	delete(base, "Namespace <nil>/eip-system")
 	assert.DeepEqual(t, inNS, base)
+}
+
+// admission.enabled adds the objects of manifests/admission, and its
+// values reach the policies' parameters and the ServiceAccount they bind.
+func TestChartAdmission(t *testing.T) {
+	chart := objects(t, helm(t, "template", "eip", "charts/eip", "--set", "admission.enabled=true"))
+	base := objects(t, kustomize(t, ""))
+	admission := objects(t, kustomize(t, "admission"))
+	assert.Equal(t, len(admission), 5, "%v", keys(admission))
+	maps.Copy(base, admission)
+	assert.DeepEqual(t, chart, base) // on a difference, make charts/eip follow manifests/admission
+
+	chart = objects(t, helm(t, "template", "eip", "charts/eip", "--set", "admission.enabled=true", "--set", "namespace.name=edge-ips",
+		"--set", "admission.externalIPs=off", "--set-string", "admission.externalIPNamespaces=team-a\\,team-b", "--set", "admission.cidrs=192.0.2.0/28"))
+	params := chart["ConfigMap edge-ips/eip-admission"]["data"]
+	assert.DeepEqual(t, params, map[string]any{"external-ips": "off", "external-ip-namespaces": "team-a,team-b", "cidrs": "192.0.2.0/28"})
+	b, err := yaml.Marshal(chart["ValidatingAdmissionPolicy <nil>/eip-status"])
+	assert.NilError(t, err)
+	assert.Check(t, is.Contains(string(b), "system:serviceaccount:edge-ips:eip"))
+	for _, kind := range []string{"ValidatingAdmissionPolicyBinding <nil>/eip-status", "ValidatingAdmissionPolicyBinding <nil>/eip-services"} {
+		ref := chart[kind]["spec"].(map[string]any)["paramRef"].(map[string]any)
+		assert.Check(t, is.Equal(ref["namespace"], "edge-ips"), kind)
+	}
 }
 
 // Every value the chart offers shows in what it renders.

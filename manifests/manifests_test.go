@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -50,9 +52,10 @@ type kustomization struct {
 	} `json:"images"`
 }
 
-func readKustomization(t *testing.T) kustomization {
+// readKustomization reads the kustomization.yaml of dir.
+func readKustomization(t *testing.T, dir string) kustomization {
 	t.Helper()
-	b, err := os.ReadFile("kustomization.yaml")
+	b, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
 	assert.NilError(t, err)
 	var k kustomization
 	assert.NilError(t, yaml.UnmarshalStrict(b, &k))
@@ -60,15 +63,15 @@ func readKustomization(t *testing.T) kustomization {
 }
 
 // decodeAll strictly decodes every document of every resource in the
-// kustomization into typed objects: a misspelt field fails here, as it would
-// on `kubectl apply --validate=strict`.
-func decodeAll(t *testing.T) []runtime.Object {
+// kustomization of dir into typed objects: a misspelt field fails here, as
+// it would on `kubectl apply --validate=strict`.
+func decodeAll(t *testing.T, dir string) []runtime.Object {
 	t.Helper()
 	strict := json.NewSerializerWithOptions(json.DefaultMetaFactory, scheme.Scheme, scheme.Scheme,
 		json.SerializerOptions{Yaml: true, Strict: true})
 	var objs []runtime.Object
-	for _, file := range readKustomization(t).Resources {
-		b, err := os.ReadFile(file)
+	for _, file := range readKustomization(t, dir).Resources {
+		b, err := os.ReadFile(filepath.Join(dir, file))
 		assert.NilError(t, err)
 		r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(b)))
 		for {
@@ -117,7 +120,7 @@ func one[T runtime.Object](t *testing.T, objs []runtime.Object) T {
 }
 
 func TestKustomizationListsEveryManifest(t *testing.T) {
-	k := readKustomization(t)
+	k := readKustomization(t, ".")
 	assert.Equal(t, k.APIVersion, "kustomize.config.k8s.io/v1beta1")
 	assert.Equal(t, k.Kind, "Kustomization")
 	files, err := filepath.Glob("*.yaml")
@@ -134,7 +137,7 @@ func TestKustomizationListsEveryManifest(t *testing.T) {
 }
 
 func TestEveryObjectIsEips(t *testing.T) {
-	objs := decodeAll(t)
+	objs := decodeAll(t, ".")
 	kinds := map[string]int{}
 	for _, o := range objs {
 		kind := o.GetObjectKind().GroupVersionKind().Kind
@@ -161,7 +164,7 @@ func TestEveryObjectIsEips(t *testing.T) {
 }
 
 func TestRBACIsMinimal(t *testing.T) {
-	objs := decodeAll(t)
+	objs := decodeAll(t, ".")
 	read := []string{"list", "watch"}
 	cr := one[*rbacv1.ClusterRole](t, objs)
 	assert.DeepEqual(t, cr.Rules, []rbacv1.PolicyRule{
@@ -189,7 +192,7 @@ func TestRBACIsMinimal(t *testing.T) {
 }
 
 func TestConfigMapShipsTheDefaults(t *testing.T) {
-	cm := one[*corev1.ConfigMap](t, decodeAll(t))
+	cm := one[*corev1.ConfigMap](t, decodeAll(t, "."))
 	assert.Equal(t, cm.Name, "eip-config")
 	assert.DeepEqual(t, slices.Sorted(func(yield func(string) bool) {
 		for k := range cm.Data {
@@ -219,7 +222,7 @@ func TestConfigMapKeysAreCommented(t *testing.T) {
 }
 
 func TestDaemonSet(t *testing.T) {
-	objs := decodeAll(t)
+	objs := decodeAll(t, ".")
 	ds := one[*appsv1.DaemonSet](t, objs)
 	spec := ds.Spec.Template.Spec
 
@@ -301,3 +304,30 @@ func TestDaemonSet(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// The optional admission policies decode strictly, take their parameters
+// from the one ConfigMap in eip's namespace, and bind eip's own
+// ServiceAccount by name.
+func TestAdmissionManifests(t *testing.T) {
+	objs := decodeAll(t, "admission")
+	params := one[*corev1.ConfigMap](t, objs)
+	assert.Check(t, is.Equal(params.Namespace, namespace))
+	assert.Check(t, is.DeepEqual(slices.Sorted(maps.Keys(params.Data)), []string{"cidrs", "external-ip-namespaces", "external-ips"}))
+	policies := only[*admissionv1.ValidatingAdmissionPolicy](t, objs)
+	bindings := only[*admissionv1.ValidatingAdmissionPolicyBinding](t, objs)
+	assert.Equal(t, len(policies), 2)
+	assert.Equal(t, len(bindings), len(policies))
+	for i, p := range policies {
+		assert.Check(t, is.Equal(*p.Spec.FailurePolicy, admissionv1.Fail), p.Name)
+		assert.Check(t, is.Equal(p.Spec.ParamKind.Kind, "ConfigMap"), p.Name)
+		b := bindings[i]
+		assert.Check(t, is.Equal(b.Spec.PolicyName, p.Name))
+		assert.Check(t, is.DeepEqual(b.Spec.ValidationActions, []admissionv1.ValidationAction{admissionv1.Deny}))
+		assert.Check(t, is.Equal(b.Spec.ParamRef.Name, params.Name), b.Name)
+		assert.Check(t, is.Equal(b.Spec.ParamRef.Namespace, namespace), b.Name)
+		assert.Check(t, is.Equal(*b.Spec.ParamRef.ParameterNotFoundAction, admissionv1.DenyAction), b.Name)
+	}
+	status := policies[1]
+	assert.Equal(t, status.Name, "eip-status")
+	assert.Check(t, is.Contains(status.Spec.MatchConditions[0].Expression, "'system:serviceaccount:"+namespace+":"+serviceAccount+"'"))
+}

@@ -15,10 +15,6 @@ import (
 	"github.com/eip-project/eip/internal/lease"
 )
 
-// AnnotationPreferredNodes on a Service lists the nodes its IPs should live
-// on, in order of preference, comma separated.
-const AnnotationPreferredNodes = "eip.io/preferred-nodes"
-
 // loadConfig parses the ConfigMap when it changed. An invalid one keeps the
 // last good configuration in force, is logged, recorded as a Warning event
 // on the ConfigMap and reported in the heartbeat. It returns whether the
@@ -111,8 +107,10 @@ func (s *state) computeEntries() {
 		s.entries[e.IP] = e
 		s.names[name] = e.IP
 		s.order = append(s.order, managed{ip: e.IP, name: name})
-		if p := s.preferredFor(e); len(p) > 0 {
+		if p := e.Preferred; len(p) > 0 {
 			s.preferred[e.IP] = p
+		} else if len(s.cfg.PreferredNodes) > 0 {
+			s.preferred[e.IP] = s.cfg.PreferredNodes
 		}
 	}
 	for ip := range s.freeSince {
@@ -121,22 +119,6 @@ func (s *state) computeEntries() {
 		}
 	}
 	s.reportRejections(rejected)
-}
-
-// preferredFor: the first Service naming the IP that has a preference
-// decides; otherwise the ConfigMap's default list.
-func (s *state) preferredFor(e ipset.Entry) []string {
-	for _, key := range e.Services {
-		ns, name, _ := strings.Cut(key, "/")
-		svc, err := s.a.services.Services(ns).Get(name)
-		if err != nil {
-			continue
-		}
-		if v := svc.Annotations[AnnotationPreferredNodes]; v != "" {
-			return strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' })
-		}
-	}
-	return s.cfg.PreferredNodes
 }
 
 // reportRejections records a Warning event for each newly rejected address,
@@ -163,6 +145,10 @@ func (s *state) reportRejections(rejected []ipset.Rejection) {
 			continue
 		}
 		ns, name, _ := strings.Cut(r.Service, "/")
+		if r.Preference {
+			s.serviceEvent(ns, name, corev1.EventTypeWarning, "PreferenceIgnored", fmt.Sprintf("%s does not decide where %s lives: %s", ipset.AnnotationPreferredNodes, r.IP, r.Reason))
+			continue
+		}
 		s.serviceEvent(ns, name, corev1.EventTypeWarning, "AddressRejected", fmt.Sprintf("%s is not bound by eip: %s", r.IP, r.Reason))
 	}
 	for key := range s.rejected {

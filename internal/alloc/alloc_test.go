@@ -396,22 +396,55 @@ func TestAssign(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			req, err := alloc.RequestOf(tc.svc)
-			assert.NilError(t, err)
-			current := alloc.Current(tc.svc)
-			res := tc.world.space(cfg).Assign(req, current)
-			assert.DeepEqual(t, strs(res.IPs), tc.ips)
-			assert.DeepEqual(t, strs(res.Reserve), tc.reserve)
-			if tc.refused == "" {
-				assert.Equal(t, len(res.Refused), 0, "refused: %v", res.Refused)
-			} else {
-				assert.Equal(t, len(res.Refused), 1, "refused: %v", res.Refused)
-				assert.Assert(t, strings.Contains(res.Refused[0], tc.refused), "refused: %q", res.Refused[0])
-			}
-			assert.Equal(t, req.Settled(current, cfg), !res.Changes(current) && len(res.Refused) == 0 && len(res.Reserve) == 0,
-				"Settled agrees with Assign")
+			assertAssign(t, cfg, tc.world, tc.svc, tc.ips, tc.reserve, tc.refused)
 		})
 	}
+}
+
+// A range kept for some namespaces gives no address to a Service of
+// another, neither when it asks for none nor by name nor by address.
+func TestAssignHonoursRangeNamespaces(t *testing.T) {
+	cfg := testConfig(t, `
+198.18.10.0/30 name=team-a auto-assign namespaces=team-a
+198.18.10.4/30 name=open auto-assign
+198.18.20.1-198.18.20.3 name=fixed namespaces=team-a,team-c
+`)
+	for _, tc := range []struct {
+		name         string
+		svc          *corev1.Service
+		ips, reserve []string
+		refused      string
+	}{
+		{name: "its namespace's range first", svc: svc("team-a/web"), ips: []string{"198.18.10.1"}, reserve: []string{"198.18.10.1"}},
+		{name: "another namespace skips it", svc: svc("team-b/web"), ips: []string{"198.18.10.5"}, reserve: []string{"198.18.10.5"}},
+		{name: "by name", svc: svc("team-b/web", annotate(alloc.AnnotationRange, "fixed")), refused: "no IPv4 range among the ranges named by annotation eip.io/range (fixed)"},
+		{name: "by name, allowed", svc: svc("team-c/web", annotate(alloc.AnnotationRange, "fixed")), ips: []string{"198.18.20.1"}, reserve: []string{"198.18.20.1"}},
+		{name: "by address", svc: svc("team-b/web", lbIP("198.18.20.2")), refused: "requested address 198.18.20.2: range fixed is only for namespaces team-a, team-c, not team-b"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assertAssign(t, cfg, world{}, tc.svc, tc.ips, tc.reserve, tc.refused)
+		})
+	}
+}
+
+// assertAssign checks what Assign answers for svc in w: the status ips,
+// the reservations, and the one refusal refused is part of (none if "").
+func assertAssign(t *testing.T, cfg config.Config, w world, svc *corev1.Service, ips, reserve []string, refused string) {
+	t.Helper()
+	req, err := alloc.RequestOf(svc)
+	assert.NilError(t, err)
+	current := alloc.Current(svc)
+	res := w.space(cfg).Assign(req, current)
+	assert.DeepEqual(t, strs(res.IPs), ips)
+	assert.DeepEqual(t, strs(res.Reserve), reserve)
+	if refused == "" {
+		assert.Equal(t, len(res.Refused), 0, "refused: %v", res.Refused)
+	} else {
+		assert.Equal(t, len(res.Refused), 1, "refused: %v", res.Refused)
+		assert.Assert(t, strings.Contains(res.Refused[0], refused), "refused: %q", res.Refused[0])
+	}
+	assert.Equal(t, req.Settled(current, cfg), !res.Changes(current) && len(res.Refused) == 0 && len(res.Reserve) == 0,
+		"Settled agrees with Assign")
 }
 
 func strs(ips []netip.Addr) []string {

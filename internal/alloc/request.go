@@ -22,7 +22,7 @@ const (
 	AnnotationRange = "eip.io/range"
 	// AnnotationSharingKey lets Services that carry the same key share an
 	// address when their ports do not clash.
-	AnnotationSharingKey = "eip.io/sharing-key"
+	AnnotationSharingKey = ipset.AnnotationSharingKey
 	// AnnotationReservedFor on a lock Lease marks it as a reservation made
 	// for the Service "namespace/name" before that Service's status names
 	// the address.
@@ -105,6 +105,11 @@ func RequestOf(svc *corev1.Service) (Request, error) {
 		}
 	}
 	return r, nil
+}
+
+func (r Request) namespace() string {
+	ns, _, _ := strings.Cut(r.Service, "/")
+	return ns
 }
 
 // requestedIPs reads AnnotationIPs and spec.loadBalancerIP; when both are

@@ -244,6 +244,9 @@ func (s *Space) refusal(req Request, ip netip.Addr) string {
 	if why != "" {
 		return why
 	}
+	if ns := req.namespace(); !b.Range.Allows(ns) {
+		return b.Range.NotFor(ns)
+	}
 	if len(req.Ranges) > 0 && !slices.Contains(req.Ranges, b.Range.Name) {
 		return fmt.Sprintf("outside the ranges named by annotation %s (%s)", AnnotationRange, strings.Join(req.Ranges, ", "))
 	}
@@ -344,12 +347,13 @@ func (r Request) requested(f corev1.IPFamily) (netip.Addr, bool) {
 }
 
 // rangesFor are the ranges req may be given an address of family f from:
-// the ranges it names, else the auto-assign ranges. They point into cfg.
+// the ranges it names, else the auto-assign ranges, of those its namespace
+// may use. They point into cfg.
 func rangesFor(cfg config.Config, req Request, f corev1.IPFamily) []*config.Range {
 	var out []*config.Range
 	for i := range cfg.Ranges {
 		r := &cfg.Ranges[i]
-		if FamilyOf(r.First) != f {
+		if FamilyOf(r.First) != f || !r.Allows(req.namespace()) {
 			continue
 		}
 		if len(req.Ranges) > 0 && slices.Contains(req.Ranges, r.Name) || len(req.Ranges) == 0 && r.AutoAssign {

@@ -50,7 +50,7 @@ func benchmarkStatus(b *testing.B, ips int) {
 		if s.leases, s.locks, err = readLeaseList(bytes.NewReader(lb)); err != nil {
 			b.Fatal(err)
 		}
-		if s.serviceIPs, err = readServiceList(bytes.NewReader(sb)); err != nil {
+		if s.claims, err = readServiceList(bytes.NewReader(sb)); err != nil {
 			b.Fatal(err)
 		}
 		if err := printStatus(io.Discard, buildStatus(s, now), outputWide); err != nil {

@@ -30,6 +30,7 @@ const (
 	metaName            = 1
 	metaNamespace       = 3
 	metaResourceVersion = 6
+	metaCreation        = 8
 	metaLabels          = 11
 	metaAnnotations     = 12
 
@@ -89,27 +90,26 @@ func readLeaseList(r io.Reader) ([]*coordinationv1.Lease, map[netip.Addr]*lease.
 	return others, locks, err
 }
 
-// serviceIP is one IP text a Service names, as ipset.EachIP gives it.
-type serviceIP struct{ service, ip string }
-
-// readServiceList reads a list of Services as the IP texts each names,
-// decoding each into one Service used again for the next: its name and
-// namespace, type, externalIPs and loadBalancerClass, and the IPs of its
-// load balancer's ingress.
-func readServiceList(r io.Reader) ([]serviceIP, error) {
+// readServiceList reads a list of Services as the claims each makes,
+// decoding each into one Service used again for the next: its name,
+// namespace, creationTimestamp and sharing key, type, externalIPs and
+// loadBalancerClass, and the IPs of its load balancer's ingress.
+func readServiceList(r io.Reader) ([]ipset.Claim, error) {
 	var (
-		out []serviceIP
+		out []ipset.Claim
 		s   corev1.Service
 		in  = interner{}
 	)
-	add := func(service, ip string) { out = append(out, serviceIP{service, ip}) }
+	add := func(c ipset.Claim) { out = append(out, c) }
 	err := eachItem(r, func(b []byte) error {
 		s.Name, s.Namespace, s.Spec.Type, s.Spec.LoadBalancerClass = "", "", "", nil
+		s.CreationTimestamp = metav1.Time{}
+		clear(s.Annotations)
 		s.Spec.ExternalIPs, s.Status.LoadBalancer.Ingress = s.Spec.ExternalIPs[:0], s.Status.LoadBalancer.Ingress[:0]
 		err := eachBytesField(b, func(field protowire.Number, v []byte) error {
 			switch field {
 			case objectMetadata:
-				return decodeMeta(v, &s.ObjectMeta, in, false)
+				return decodeServiceMeta(v, &s.ObjectMeta, in)
 			case objectSpec:
 				return eachBytesField(v, func(field protowire.Number, v []byte) error {
 					switch field {
@@ -184,19 +184,35 @@ func decodeMeta(b []byte, m *metav1.ObjectMeta, in interner, maps bool) error {
 	})
 }
 
-// decodeEntry adds one entry of a map<string, string> to *m: its key
-// interned, its value made by value.
-func decodeEntry(b []byte, m *map[string]string, in interner, value func([]byte) string) error {
-	var k, v []byte
-	err := eachBytesField(b, func(field protowire.Number, b []byte) error {
+// decodeServiceMeta reads what ipset.EachIP reads of a Service's metadata:
+// its name and namespace, creationTimestamp, sharing key and preferred
+// nodes.
+func decodeServiceMeta(b []byte, m *metav1.ObjectMeta, in interner) error {
+	if err := decodeMeta(b, m, in, false); err != nil {
+		return err
+	}
+	return eachBytesField(b, func(field protowire.Number, v []byte) error {
 		switch field {
-		case mapKey:
-			k = b
-		case mapValue:
-			v = b
+		case metaCreation:
+			return m.CreationTimestamp.Unmarshal(v)
+		case metaAnnotations:
+			k, val, err := mapEntry(v)
+			if key := string(k); err == nil && (key == ipset.AnnotationSharingKey || key == ipset.AnnotationPreferredNodes) {
+				if m.Annotations == nil {
+					m.Annotations = map[string]string{}
+				}
+				m.Annotations[key] = string(val)
+			}
+			return err
 		}
 		return nil
 	})
+}
+
+// decodeEntry adds one entry of a map<string, string> to *m: its key
+// interned, its value made by value.
+func decodeEntry(b []byte, m *map[string]string, in interner, value func([]byte) string) error {
+	k, v, err := mapEntry(b)
 	if err != nil {
 		return err
 	}
@@ -205,6 +221,20 @@ func decodeEntry(b []byte, m *map[string]string, in interner, value func([]byte)
 	}
 	(*m)[in.get(k)] = value(v)
 	return nil
+}
+
+// mapEntry is the key and value of b, one entry of a map<string, string>.
+func mapEntry(b []byte) (k, v []byte, err error) {
+	err = eachBytesField(b, func(field protowire.Number, b []byte) error {
+		switch field {
+		case mapKey:
+			k = b
+		case mapValue:
+			v = b
+		}
+		return nil
+	})
+	return k, v, err
 }
 
 // copyString is b as a string of its own.

@@ -22,6 +22,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/eip-project/eip/internal/ipset"
 	"github.com/eip-project/eip/internal/lease"
 )
 
@@ -187,7 +188,7 @@ func (t typedLists) leases(ctx context.Context, namespace string, opts metav1.Li
 	return pointers(l.Items), nil, nil
 }
 
-func (t typedLists) services(ctx context.Context, opts metav1.ListOptions) ([]*corev1.Service, []serviceIP, error) {
+func (t typedLists) services(ctx context.Context, opts metav1.ListOptions) ([]*corev1.Service, []ipset.Claim, error) {
 	l, err := t.c.CoreV1().Services(metav1.NamespaceAll).List(ctx, opts)
 	if err != nil {
 		return nil, nil, err

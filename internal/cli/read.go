@@ -31,7 +31,7 @@ func readSnapshot(ctx context.Context, c kubernetes.Interface, l lists, namespac
 	})
 	g.Go(func() error {
 		var err error
-		if s.services, s.serviceIPs, err = l.services(ctx, metav1.ListOptions{}); err != nil {
+		if s.services, s.claims, err = l.services(ctx, metav1.ListOptions{}); err != nil {
 			return fmt.Errorf("list services: %w", err)
 		}
 		return nil

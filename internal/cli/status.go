@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -44,7 +45,9 @@ const (
 	StateOutOfRange State = "out-of-range"
 	// StateRefused: a Service names the IP inside a range, but eip never
 	// binds it: a node's own address, a special-purpose address, the
-	// network or broadcast address of a range, or not an IP at all.
+	// network or broadcast address of a range, an address of a range kept
+	// for other namespaces, spec.externalIPs with external-ips off, or not
+	// an IP at all.
 	StateRefused State = "refused"
 	// StateOrphan: a lock exists but no Service names the IP; its holder
 	// (or the top-ranked live node) deletes the lock.
@@ -164,14 +167,14 @@ type snapshot struct {
 	// leases are eip's Leases; locks those of its valid locks that were
 	// parsed as they were read (the streamed lists), by IP, which leases
 	// then leaves out; buildStatus adds the valid locks of leases to it.
-	// Likewise services are Services, and serviceIPs the IPs named by
+	// Likewise services are Services, and claims the IPs named by
 	// Services that were read no further.
-	leases     []*coordinationv1.Lease
-	locks      map[netip.Addr]*lease.Lock
-	services   []*corev1.Service
-	serviceIPs []serviceIP
-	cm         *corev1.ConfigMap // nil when it does not exist
-	nodes      []*corev1.Node
+	leases   []*coordinationv1.Lease
+	locks    map[netip.Addr]*lease.Lock
+	services []*corev1.Service
+	claims   []ipset.Claim
+	cm       *corev1.ConfigMap // nil when it does not exist
+	nodes    []*corev1.Node
 	// apiEndpoints are the kubernetes Service's EndpointSlices: the API
 	// server's addresses, which eip never binds.
 	apiEndpoints []*discoveryv1.EndpointSlice
@@ -202,12 +205,12 @@ func buildStatus(s snapshot, now time.Time) Status {
 	}
 	slices.SortFunc(st.Nodes, func(a, b Node) int { return cmp.Compare(a.Name, b.Name) })
 
-	entries, rejections := ipset.ComputeFrom(len(s.services)+len(s.serviceIPs), func(add func(service, text string)) {
+	entries, rejections := ipset.ComputeFrom(len(s.services)+len(s.claims), func(add func(ipset.Claim)) {
 		for _, svc := range s.services {
 			ipset.EachIP(svc, add)
 		}
-		for _, p := range s.serviceIPs {
-			add(p.service, p.ip)
+		for _, c := range s.claims {
+			add(c)
 		}
 	}, cfg, reserved)
 	// One row per IP, in a slice that never grows: the entries' first, in
@@ -222,11 +225,14 @@ func buildStatus(s snapshot, now time.Time) Status {
 			r.Announce = e.Binding.Announce.String()
 		}
 	}
+	entryOf := func(addr netip.Addr) (int, bool) {
+		i := sort.Search(len(entries), func(i int) bool { return entries[i].IP.Compare(addr) >= 0 })
+		return i, i < len(entries) && entries[i].IP == addr
+	}
 	extra := map[string]int{}
 	row := func(addr netip.Addr, text string) *IP {
 		if addr.IsValid() {
-			i := sort.Search(len(entries), func(i int) bool { return entries[i].IP.Compare(addr) >= 0 })
-			if i < len(entries) && entries[i].IP == addr {
+			if i, ok := entryOf(addr); ok {
 				return &st.IPs[i]
 			}
 			text = addr.String()
@@ -239,8 +245,18 @@ func buildStatus(s snapshot, now time.Time) Status {
 		return &st.IPs[len(st.IPs)-1]
 	}
 	rejected := map[string]string{}
+	// By entry, the Services refused an IP that others are served: the
+	// row keeps the served IP's state and names them in its reason.
+	refusedFor := map[int][]string{}
 	for _, rj := range rejections {
-		addr, _ := netip.ParseAddr(rj.IP)
+		if rj.Preference {
+			continue // the IP is served; the daemons' Event says its placement annotation is ignored
+		}
+		addr, err := netip.ParseAddr(rj.IP)
+		if i, ok := entryOf(addr.Unmap()); err == nil && ok {
+			refusedFor[i] = append(refusedFor[i], "refused for "+rj.Service+": "+rj.Reason)
+			continue
+		}
 		r := row(addr.Unmap(), rj.IP)
 		r.Services = append(r.Services, rj.Service)
 		rejected[r.IP] = rj.Reason
@@ -258,6 +274,12 @@ func buildStatus(s snapshot, now time.Time) Status {
 		reason, isRejected := rejected[r.IP]
 		named := i < len(entries)
 		r.State, r.Reason = ipState(named, isRejected, reason, lk, r.nodeOf(nodes), known)
+		if notes := refusedFor[i]; len(notes) > 0 {
+			if r.Reason != "" {
+				notes = append([]string{r.Reason}, notes...)
+			}
+			r.Reason = strings.Join(notes, "; ")
+		}
 		r.lanAnswers(r.nodeOf(nodes))
 	}
 	st.IPs = sortIPs(st.IPs)

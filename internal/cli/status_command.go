@@ -46,8 +46,10 @@ problem with the ConfigMap.
 States: bound (a live node holds it), moving (a move is pending), unbound (no
 live holder: no lock yet, or its holder died and the live nodes take it
 over), out-of-range (named by a Service outside every range: never bound),
-refused (a node's own address or a special address: never bound), orphan (a
-lock no Service names any more: being deleted).
+refused (a node's own address, a special address, a range kept for other
+namespaces, or spec.externalIPs with external-ips off: never bound), orphan
+(a lock no Service names any more: being deleted). A Service refused an IP
+that another namespace's Service holds is named in the REASON of its row.
 
 ALIVE means the holder's heartbeat was renewed within its lease duration,
 judged on this machine's clock.`,

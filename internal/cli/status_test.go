@@ -175,6 +175,35 @@ func TestStatusAPIServerEndpointIsRefused(t *testing.T) {
 	assert.Equal(t, st.IPs[0].Reason, "an address of the API server")
 }
 
+// A Service naming another namespace's address, or one of a range kept for
+// other namespaces, is refused as the daemons refuse it: the served row
+// keeps its state and names the refused Service, an address nobody may
+// have is refused.
+func TestStatusAcrossNamespaces(t *testing.T) {
+	objs := fixture()
+	cm := objs[0].(*corev1.ConfigMap)
+	cm.Data["ranges"] = "198.18.100.0/24 namespaces=default,shop\n2001:db8::100:0/112 iface=eth1"
+	objs = append(objs, externalIPs("tenant", "steal", "198.18.100.3", "198.18.100.7"),
+		externalIPs("tenant", "v6", "2001:db8::100:1"))
+	h := newHarness(t, objs...)
+	out, err := h.run(context.Background(), "status", "-o", "json", "198.18.100.3", "198.18.100.7", "2001:db8::100:1")
+	assert.NilError(t, err)
+	var st Status
+	assert.NilError(t, json.Unmarshal([]byte(out), &st))
+	assert.Equal(t, len(st.IPs), 3)
+	const outside = "range \"198.18.100.0/24 namespaces=default,shop\" is only for namespaces default, shop, not tenant"
+	taken, refused, shared := st.IPs[0], st.IPs[1], st.IPs[2]
+	assert.DeepEqual(t, taken.Services, []string{"shop/front"})
+	assert.Equal(t, taken.State, StateUnbound)
+	assert.Equal(t, taken.Reason, "holder node-4 is not alive; live nodes take it over; refused for tenant/steal: "+outside)
+	assert.DeepEqual(t, refused.Services, []string{"tenant/steal"})
+	assert.Equal(t, refused.State, StateRefused)
+	assert.Equal(t, refused.Reason, outside)
+	assert.DeepEqual(t, shared.Services, []string{"default/api"})
+	assert.Equal(t, shared.State, StateBound)
+	assert.Equal(t, shared.Reason, "refused for tenant/v6: held for default/api, of another namespace (Services of different namespaces share an address only when both carry annotation eip.io/sharing-key with the same value)")
+}
+
 func TestStatusWatch(t *testing.T) {
 	h := newHarness(t, fixture()...)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 
+	"github.com/eip-project/eip/internal/ipset"
 	"github.com/eip-project/eip/internal/lease"
 )
 
@@ -26,7 +27,7 @@ import (
 // Service, or the IPs the Services name.
 type lists interface {
 	leases(ctx context.Context, namespace string, opts metav1.ListOptions) ([]*coordinationv1.Lease, map[netip.Addr]*lease.Lock, error)
-	services(ctx context.Context, opts metav1.ListOptions) ([]*corev1.Service, []serviceIP, error)
+	services(ctx context.Context, opts metav1.ListOptions) ([]*corev1.Service, []ipset.Claim, error)
 }
 
 // streamed reads them item by item as the API server sends them. client-go's
@@ -47,7 +48,7 @@ func (s streamed) leases(ctx context.Context, namespace string, opts metav1.List
 	return others, locks, err
 }
 
-func (s streamed) services(ctx context.Context, opts metav1.ListOptions) (_ []*corev1.Service, ips []serviceIP, err error) {
+func (s streamed) services(ctx context.Context, opts metav1.ListOptions) (_ []*corev1.Service, ips []ipset.Claim, err error) {
 	err = streamList(ctx, s.c.CoreV1().RESTClient().Get().Resource("services"), opts, func(r io.Reader) (err error) {
 		ips, err = readServiceList(r)
 		return err

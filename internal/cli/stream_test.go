@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"gotest.tools/v3/assert"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -102,8 +101,8 @@ func TestReadServiceList(t *testing.T) {
 	theirs.Spec.LoadBalancerClass = &class
 	theirs.Spec.ExternalIPs = []string{"198.18.100.6"}
 	list := &corev1.ServiceList{}
-	var want []serviceIP
-	for _, s := range []*corev1.Service{
+	var want []ipset.Claim
+	for i, s := range []*corev1.Service{
 		externalIPs("default", "a", "198.18.100.1"),
 		externalIPs("default", "plain"),
 		externalIPs("web", "b", "198.18.100.2", "2001:db8::100:2", "not an IP"),
@@ -112,10 +111,15 @@ func TestReadServiceList(t *testing.T) {
 		theirs,
 		loadBalancer("web", "unclassed", "198.18.100.4"),
 	} {
-		ipset.EachIP(s, func(service, ip string) { want = append(want, serviceIP{service, ip}) })
 		s = withBookkeeping(s.DeepCopy())
+		s.CreationTimestamp = metav1.NewTime(now.Add(time.Duration(i) * time.Second))
 		s.Labels = map[string]string{"app": "web"}
 		s.Annotations = map[string]string{"kubectl.kubernetes.io/last-applied-configuration": `{"kind":"Service"}`}
+		if i%2 == 0 {
+			s.Annotations[ipset.AnnotationSharingKey] = fmt.Sprintf("key-%d", i)
+			s.Annotations[ipset.AnnotationPreferredNodes] = "node-b,node-a"
+		}
+		ipset.EachIP(s, func(c ipset.Claim) { want = append(want, c) })
 		s.Spec.ClusterIP, s.Spec.ClusterIPs = "10.96.0.10", []string{"10.96.0.10"}
 		s.Spec.Ports = []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}
 		s.Spec.Selector = map[string]string{"app": "web"}
@@ -124,7 +128,7 @@ func TestReadServiceList(t *testing.T) {
 	assert.Equal(t, len(want), 9)
 	got, err := readServiceList(bytes.NewReader(encode(t, list)))
 	assert.NilError(t, err)
-	assert.DeepEqual(t, got, want, cmp.AllowUnexported(serviceIP{}))
+	assert.DeepEqual(t, got, want)
 }
 
 // The status built from the lists as the API server encodes them is the
@@ -153,7 +157,7 @@ func TestStatusFromEncodedLists(t *testing.T) {
 	assert.NilError(t, err)
 	assert.Assert(t, len(read.locks) > 0 && len(read.leases) > 0)
 	read.services = nil
-	read.serviceIPs, err = readServiceList(bytes.NewReader(encode(t, services)))
+	read.claims, err = readServiceList(bytes.NewReader(encode(t, services)))
 	assert.NilError(t, err)
 	for _, format := range []string{outputWide, outputJSON} {
 		var want, got bytes.Buffer

@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
@@ -51,6 +53,9 @@ type Range struct {
 	Iface string
 	// AutoAssign lets LoadBalancer Services be given addresses from this range.
 	AutoAssign bool
+	// Namespaces are the only namespaces whose Services may use the
+	// range's addresses, sorted; nil means every namespace.
+	Namespaces []string
 	// Announce says whether the range's IPs are announced by ARP/NA, by
 	// BGP or both; empty means arp.
 	Announce Announce
@@ -85,13 +90,35 @@ func (r Range) Unusable(ip netip.Addr) string {
 	return ""
 }
 
+// Allows reports whether a Service of namespace ns may use r's addresses.
+func (r Range) Allows(ns string) bool {
+	return r.Namespaces == nil || slices.Contains(r.Namespaces, ns)
+}
+
+// NotFor says why a Service of namespace ns may not use r's addresses, as
+// a Rejection reason: "range NAME is only for namespaces a, b".
+func (r Range) NotFor(ns string) string {
+	name := r.Name
+	if name == "" {
+		name = strconv.Quote(r.Text)
+	}
+	return fmt.Sprintf("range %s is only for namespace%s %s, not %s", name, plural(len(r.Namespaces)), strings.Join(r.Namespaces, ", "), ns)
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
 // String returns the range as written.
 func (r Range) String() string { return r.Text }
 
 // sameEffect reports whether r and o bind the same addresses the same way.
 func (r Range) sameEffect(o Range) bool {
 	return r.Name == o.Name && r.First == o.First && r.Last == o.Last && r.Prefix == o.Prefix &&
-		r.Bits == o.Bits && r.Iface == o.Iface && r.AutoAssign == o.AutoAssign &&
+		r.Bits == o.Bits && r.Iface == o.Iface && r.AutoAssign == o.AutoAssign && slices.Equal(r.Namespaces, o.Namespaces) &&
 		r.Announce == o.Announce && slices.Equal(r.Communities, o.Communities) && r.LocalPref == o.LocalPref
 }
 
@@ -128,6 +155,9 @@ type Config struct {
 	// state: each node renews its heartbeat every
 	// SlowFactor(nodes) renew intervals.
 	HeartbeatWrites float64
+	// ExternalIPs says whether spec.externalIPs are managed; when false,
+	// only the load-balancer addresses of LoadBalancer Services are.
+	ExternalIPs bool
 	// PreferredNodes are node names in order of preference.
 	PreferredNodes []string
 	// Ranges are the address ranges eip may bind, sorted by First (IPv4
@@ -154,6 +184,7 @@ func Default() Config {
 		APILoss:       APILossHold,
 		FenceAfter:    defaultFenceAfter(lease),
 		LivenessPort:  DefaultLivenessPort,
+		ExternalIPs:   true,
 
 		HeartbeatWrites: DefaultHeartbeatWrites,
 	}
@@ -255,7 +286,7 @@ func (c Config) Equal(o Config) bool {
 		c.Policy == o.Policy && selectorString(c.NodeSelector) == selectorString(o.NodeSelector) &&
 		c.LeaseDuration == o.LeaseDuration && c.RenewInterval == o.RenewInterval &&
 		c.APILoss == o.APILoss && c.FenceAfter == o.FenceAfter && c.LivenessPort == o.LivenessPort && c.HeartbeatWrites == o.HeartbeatWrites &&
-		slices.Equal(c.PreferredNodes, o.PreferredNodes) &&
+		c.ExternalIPs == o.ExternalIPs && slices.Equal(c.PreferredNodes, o.PreferredNodes) &&
 		slices.EqualFunc(c.Ranges, o.Ranges, Range.sameEffect) && c.BGP.Equal(o.BGP)
 }
 

@@ -44,6 +44,10 @@
 //	                a second all nodes together make at most: each node
 //	                renews every max(10, nodes ÷ (this × renew-interval))
 //	                renew intervals. 0.1 to 1000. Default 4.
+//	external-ips    "on" (default): eip manages the addresses of
+//	                spec.externalIPs and those of LoadBalancer Services;
+//	                "off": LoadBalancer Services only, and a Service's
+//	                spec.externalIPs are refused (reported, never bound).
 //	preferred-nodes node names separated by commas or whitespace, in order of
 //	                preference. Default none.
 //	ranges          the address ranges eip may bind, one a line (below).
@@ -74,6 +78,9 @@
 //	iface=NAME         interface for this range, or "auto". Default: iface.
 //	auto-assign[=BOOL] LoadBalancer Services without an address may be given one
 //	                   from this range. Default false.
+//	namespaces=LIST    only Services of these namespaces (comma separated, no
+//	                   spaces) may use the range's addresses, by any means;
+//	                   others are refused. Default: every namespace.
 //	announce=MODE      arp (default): answered and announced on the LAN
 //	                   interface by gratuitous ARP/NA; bgp: a host route
 //	                   announced to bgp-peers, the address on eipd's device

@@ -28,6 +28,7 @@ const (
 	keyLivenessPort   = "liveness-port"
 	keyHBWrites       = "heartbeat-writes"
 	keyPreferredNodes = "preferred-nodes"
+	keyExternalIPs    = "external-ips"
 	keyRanges         = "ranges"
 )
 
@@ -41,7 +42,7 @@ const (
 // Keys returns the ConfigMap keys Parse understands, in the order it reads them.
 func Keys() []string {
 	return []string{keyIface, keyNetmask, keyNetmask6, keyPolicy, keyNodeSelector,
-		keyLeaseDuration, keyRenewInterval, keyAPILoss, keyFenceAfter, keyLivenessPort, keyHBWrites, keyPreferredNodes, keyRanges,
+		keyLeaseDuration, keyRenewInterval, keyAPILoss, keyFenceAfter, keyLivenessPort, keyHBWrites, keyExternalIPs, keyPreferredNodes, keyRanges,
 		keyBGPASN, keyBGPRouterID, keyBGPPeers}
 }
 
@@ -118,6 +119,16 @@ func Parse(data map[string]string) (Config, error) {
 			bad(keyHBWrites, v, err)
 		} else {
 			c.HeartbeatWrites = w
+		}
+	}
+	if v, ok := value(keyExternalIPs); ok {
+		switch v {
+		case "on":
+			c.ExternalIPs = true
+		case "off":
+			c.ExternalIPs = false
+		default:
+			bad(keyExternalIPs, v, errors.New(`is not a switch: use "on" (spec.externalIPs and LoadBalancer addresses) or "off" (LoadBalancer addresses only)`))
 		}
 	}
 	if v, ok := value(keyPreferredNodes); ok {
@@ -226,20 +237,40 @@ func (c *Config) parseDurations(value func(string) (string, bool)) error {
 // parsePreferredNodes reads node names separated by commas or whitespace.
 // A repeated name is dropped with a warning: only its first place counts.
 func (c *Config) parsePreferredNodes(v string) error {
-	var errs error
-	fields := strings.FieldsFunc(v, func(r rune) bool { return r == ',' || strings.ContainsRune(" \t\r\n", r) })
-	for _, n := range fields {
-		if msgs := validation.IsDNS1123Subdomain(n); len(msgs) > 0 {
-			errs = errors.Join(errs, fmt.Errorf("%s: %q is not a node name: %s", keyPreferredNodes, n, strings.Join(msgs, "; ")))
-			continue
-		}
-		if slices.Contains(c.PreferredNodes, n) {
-			c.Warnings = append(c.Warnings, fmt.Sprintf("%s lists %q more than once; its first place counts", keyPreferredNodes, n))
-			continue
-		}
-		c.PreferredNodes = append(c.PreferredNodes, n)
+	names, repeated, err := nodeNames(v, keyPreferredNodes)
+	for _, n := range repeated {
+		c.Warnings = append(c.Warnings, fmt.Sprintf("%s lists %q more than once; its first place counts", keyPreferredNodes, n))
 	}
-	return errs
+	c.PreferredNodes = names
+	return err
+}
+
+// ParsePreferredNodes reads a list of preferred nodes written as the
+// preferred-nodes key takes it (names separated by commas or whitespace),
+// the value of what (such as an annotation). A repeated name keeps its
+// first place. The error names every name that is not a node name, one
+// line each, starting with what.
+func ParsePreferredNodes(v, what string) ([]string, error) {
+	names, _, err := nodeNames(v, what)
+	return names, err
+}
+
+// nodeNames splits v, the value of what, at commas and whitespace into
+// node names (DNS subdomains), in order, without repeats, which it
+// returns apart.
+func nodeNames(v, what string) (names, repeated []string, err error) {
+	for _, n := range strings.FieldsFunc(v, func(r rune) bool { return r == ',' || strings.ContainsRune(" \t\r\n", r) }) {
+		if msgs := validation.IsDNS1123Subdomain(n); len(msgs) > 0 {
+			err = errors.Join(err, fmt.Errorf("%s: %q is not a node name: %s", what, n, strings.Join(msgs, "; ")))
+			continue
+		}
+		if slices.Contains(names, n) {
+			repeated = append(repeated, n)
+			continue
+		}
+		names = append(names, n)
+	}
+	return names, repeated, err
 }
 
 // Bounds of heartbeat-writes.

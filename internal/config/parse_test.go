@@ -193,6 +193,12 @@ func TestParseKeys(t *testing.T) {
 				c.Warnings = []string{`heartbeat-writes has no effect without liveness over the LAN (liveness-port off, or api-loss "fence"): every heartbeat is renewed every renew-interval`}
 			}},
 
+		// external-ips
+		{name: "external-ips off", data: map[string]string{"external-ips": " off"}, want: func(c *config.Config) { c.ExternalIPs = false }},
+		{name: "external-ips on", data: map[string]string{"external-ips": "on"}, want: func(*config.Config) {}},
+		{name: "external-ips bool", data: map[string]string{"external-ips": "false"},
+			err: []string{`external-ips "false" is not a switch: use "on" (spec.externalIPs and LoadBalancer addresses) or "off" (LoadBalancer addresses only)`}},
+
 		// preferred-nodes
 		{name: "preferred", data: map[string]string{"preferred-nodes": "node-b, node-a\n\tnode-c.example.com,,"},
 			want: func(c *config.Config) { c.PreferredNodes = []string{"node-b", "node-a", "node-c.example.com"} }},
@@ -293,5 +299,5 @@ func TestKeys(t *testing.T) {
 	c, err := config.Parse(data)
 	assert.NilError(t, err)
 	assert.Equal(t, len(c.Warnings), 0, fmt.Sprint(c.Warnings))
-	assert.Equal(t, len(config.Keys()), 16)
+	assert.Equal(t, len(config.Keys()), 17)
 }

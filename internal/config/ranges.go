@@ -17,11 +17,12 @@ const (
 	optNetmask    = "netmask"
 	optIface      = "iface"
 	optAutoAssign = "auto-assign"
+	optNamespaces = "namespaces"
 )
 
 // rangeOptions are the options a range line accepts, for messages.
 func rangeOptions() []string {
-	return []string{optName, optNetmask, optIface, optAutoAssign, optAnnounce, optCommunities, optLocalPref}
+	return []string{optName, optNetmask, optIface, optAutoAssign, optNamespaces, optAnnounce, optCommunities, optLocalPref}
 }
 
 // parseRanges reads the ranges value, one range a line, resolving defaults
@@ -137,6 +138,12 @@ func parseRange(line string, c Config) (Range, error) {
 				}
 			}
 			r.AutoAssign = b
+		case optNamespaces:
+			ns, err := parseNamespaces(val)
+			if err != nil {
+				return Range{}, err
+			}
+			r.Namespaces = ns
 		case optAnnounce:
 			switch a := Announce(val); a {
 			case AnnounceARP:
@@ -188,6 +195,20 @@ func (r *Range) routeMode(seen map[string]bool) error {
 		r.Iface, r.Bits = RouteIface, r.First.BitLen()
 	}
 	return nil
+}
+
+// parseNamespaces reads the namespaces option: namespace names separated
+// by commas, sorted and without repeats.
+func parseNamespaces(val string) ([]string, error) {
+	var out []string
+	for _, n := range strings.Split(val, ",") {
+		if msgs := validation.IsDNS1123Label(n); len(msgs) > 0 {
+			return nil, fmt.Errorf("namespaces %q: %q is not a namespace name: %s; write namespaces=NAME[,NAME...] without spaces", val, n, strings.Join(msgs, "; "))
+		}
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
 }
 
 // parseAddrs reads a CIDR, a first-last span or a single address into r.

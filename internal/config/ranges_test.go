@@ -75,6 +75,13 @@ func TestParseRanges(t *testing.T) {
 				First: a("198.18.100.0"), Last: a("198.18.100.255"), Prefix: pf("198.18.100.0/24"), Bits: 32, Iface: "auto"}},
 		},
 		{
+			name: "namespaces sorted without repeats",
+			text: "198.18.100.0/24 namespaces=team-b,team-a,team-b name=b",
+			want: []config.Range{{Name: "b", Text: "198.18.100.0/24 namespaces=team-b,team-a,team-b name=b", Line: 1,
+				First: a("198.18.100.0"), Last: a("198.18.100.255"), Prefix: pf("198.18.100.0/24"), Bits: 32, Iface: "auto",
+				Namespaces: []string{"team-a", "team-b"}}},
+		},
+		{
 			name: "global defaults resolved per family",
 			data: map[string]string{"iface": "eth0", "netmask": "24", "netmask6": "64"},
 			text: "2001:db8::/120\n198.18.0.0/24\n198.18.1.0/24 iface=eth1 netmask=/16\n2001:db8:1::/120 netmask=112 iface=auto",
@@ -153,6 +160,11 @@ func TestParseRanges(t *testing.T) {
 		{name: "bad netmask v6", text: "2001:db8::/64 netmask=129", errors: []string{`netmask "129" is out of range`}},
 		{name: "bad iface", text: "198.18.0.0/24 iface=averyveryverylongname", errors: []string{`iface "averyveryverylongname" is longer than 15 bytes`}},
 		{name: "bad auto-assign", text: "198.18.0.0/24 auto-assign=yes", errors: []string{`auto-assign "yes" is not a boolean: use true or false`}},
+		{name: "namespaces empty", text: "198.18.0.0/24 namespaces=",
+			errors: []string{`namespaces "": "" is not a namespace name: a lowercase RFC 1123 label must consist of`, `write namespaces=NAME[,NAME...]`}},
+		{name: "namespaces with space", text: "198.18.0.0/24 namespaces=a, b", errors: []string{`namespaces "a,": "" is not a namespace name`, `without spaces`}},
+		{name: "namespaces bad name", text: "198.18.0.0/24 namespaces=a,Team_B", errors: []string{`namespaces "a,Team_B": "Team_B" is not a namespace name`}},
+		{name: "namespaces trailing comma", text: "198.18.0.0/24 namespaces=a,", errors: []string{`namespaces "a,": "" is not a namespace name`}},
 		{name: "duplicate names", text: "198.18.0.0/24 name=a\n198.18.1.0/24 name=b\n198.18.2.0/24 name=a",
 			errors: []string{`ranges line 3 "198.18.2.0/24 name=a": name "a" is already used on line 1`}},
 		{name: "overlap", text: "198.18.0.0/24\n198.18.0.128-198.18.1.5",
@@ -215,6 +227,18 @@ func TestRangeContains(t *testing.T) {
 		assert.Equal(t, tc.r.Contains(a(tc.ip)), tc.want, "%s in %s", tc.ip, tc.r)
 	}
 	assert.Assert(t, !v4.Contains(netip.Addr{}))
+}
+
+func TestRangeAllows(t *testing.T) {
+	c, err := config.Parse(map[string]string{"ranges": "198.18.0.0/24\n198.18.1.0/24 namespaces=team-b,team-a name=shared\n198.18.2.7 namespaces=team-a"})
+	assert.NilError(t, err)
+	open, shared, one := c.Ranges[0], c.Ranges[1], c.Ranges[2]
+	assert.Check(t, open.Allows("anyone"))
+	assert.Check(t, shared.Allows("team-a") && shared.Allows("team-b"))
+	assert.Check(t, !shared.Allows("team-c") && !shared.Allows(""))
+	assert.Check(t, one.Allows("team-a") && !one.Allows("team-b"))
+	assert.Equal(t, shared.NotFor("team-c"), "range shared is only for namespaces team-a, team-b, not team-c")
+	assert.Equal(t, one.NotFor("team-b"), `range "198.18.2.7 namespaces=team-a" is only for namespace team-a, not team-b`)
 }
 
 func TestRangeUnusable(t *testing.T) {
@@ -354,20 +378,22 @@ func TestConfigEqual(t *testing.T) {
 		assert.Assert(t, c.Equal(parse(edit)), name)
 	}
 	for name, edit := range map[string]func(map[string]string){
-		"iface":     func(d map[string]string) { d["iface"] = "eth0" },
-		"netmask":   func(d map[string]string) { d["netmask"] = "24" },
-		"netmask6":  func(d map[string]string) { d["netmask6"] = "64" },
-		"policy":    func(d map[string]string) { d["policy"] = "spread" },
-		"selector":  func(d map[string]string) { d["node-selector"] = "a=b" },
-		"lease":     func(d map[string]string) { d["lease-duration"] = "3s" },
-		"renew":     func(d map[string]string) { d["renew-interval"] = "1s" },
-		"api-loss":  func(d map[string]string) { d["api-loss"] = "fence" },
-		"fence":     func(d map[string]string) { d["fence-after"] = "1s" },
-		"preferred": func(d map[string]string) { d["preferred-nodes"] = "n1" },
-		"range":     func(d map[string]string) { d["ranges"] = "198.18.0.0/24" },
-		"auto":      func(d map[string]string) { d["ranges"] = "198.18.0.0/24 auto-assign\n198.18.1.0/24" },
-		"name":      func(d map[string]string) { d["ranges"] = "198.18.0.0/24 name=x\n198.18.1.0/24" },
-		"span":      func(d map[string]string) { d["ranges"] = "198.18.0.0-198.18.0.255\n198.18.1.0/24" },
+		"iface":      func(d map[string]string) { d["iface"] = "eth0" },
+		"netmask":    func(d map[string]string) { d["netmask"] = "24" },
+		"netmask6":   func(d map[string]string) { d["netmask6"] = "64" },
+		"policy":     func(d map[string]string) { d["policy"] = "spread" },
+		"selector":   func(d map[string]string) { d["node-selector"] = "a=b" },
+		"lease":      func(d map[string]string) { d["lease-duration"] = "3s" },
+		"renew":      func(d map[string]string) { d["renew-interval"] = "1s" },
+		"api-loss":   func(d map[string]string) { d["api-loss"] = "fence" },
+		"fence":      func(d map[string]string) { d["fence-after"] = "1s" },
+		"preferred":  func(d map[string]string) { d["preferred-nodes"] = "n1" },
+		"range":      func(d map[string]string) { d["ranges"] = "198.18.0.0/24" },
+		"auto":       func(d map[string]string) { d["ranges"] = "198.18.0.0/24 auto-assign\n198.18.1.0/24" },
+		"name":       func(d map[string]string) { d["ranges"] = "198.18.0.0/24 name=x\n198.18.1.0/24" },
+		"span":       func(d map[string]string) { d["ranges"] = "198.18.0.0-198.18.0.255\n198.18.1.0/24" },
+		"namespaces": func(d map[string]string) { d["ranges"] = "198.18.0.0/24 namespaces=a\n198.18.1.0/24" },
+		"external":   func(d map[string]string) { d["external-ips"] = "off" },
 	} {
 		assert.Assert(t, !c.Equal(parse(edit)), name)
 	}

@@ -2,8 +2,11 @@ package ipset
 
 import (
 	"cmp"
+	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -15,11 +18,34 @@ import (
 // type LoadBalancer with no class are served too.
 const LoadBalancerClass = "eip.io/eip"
 
+// Annotations eip reads on a Service to decide who holds an IP and where.
+const (
+	// AnnotationSharingKey lets Services of different namespaces use one
+	// address when both carry the same value (and lets LoadBalancer
+	// Services share an allocated address, see package alloc).
+	AnnotationSharingKey = "eip.io/sharing-key"
+	// AnnotationPreferredNodes lists the nodes a Service's IPs should live
+	// on, in order of preference, separated by commas or spaces.
+	AnnotationPreferredNodes = "eip.io/preferred-nodes"
+)
+
 // Entry is one managed IP.
 type Entry struct {
 	IP netip.Addr
-	// Services name the IP, as "namespace/name", sorted, without repeats.
+	// Services name the IP and are served by it, as "namespace/name",
+	// sorted, without repeats: its Owner, the Services of the Owner's
+	// namespace, and those of other namespaces that carry the Owner's
+	// sharing key.
 	Services []string
+	// Owner is the oldest Service naming the IP that may use it
+	// (creationTimestamp, then "namespace/name"): every node and
+	// `kubectl eip status` agree on it without talking to each other.
+	Owner string
+	// Preferred are the nodes the IP should live on, from the
+	// AnnotationPreferredNodes of the first Service of the Owner's
+	// namespace (in the order of Services) that carries a valid one; nil
+	// when none does.
+	Preferred []string
 	// Binding is how the IP is bound; Binding.Range points into the Config
 	// given to Compute.
 	Binding config.Binding
@@ -33,7 +59,12 @@ const (
 	ReasonNoRanges      = "no ranges are configured"
 )
 
-// Rejection is an IP that a Service names but eip will not bind.
+// ReasonExternalIPsOff is why an address of spec.externalIPs is refused
+// with the external-ips key off.
+const ReasonExternalIPsOff = "spec.externalIPs are not managed (external-ips: off in the ConfigMap); only the addresses of LoadBalancer Services are"
+
+// Rejection is an IP that a Service names but eip will not bind for it, or,
+// with Preference, a preference of the Service that eip does not honour.
 type Rejection struct {
 	// Service is "namespace/name".
 	Service string
@@ -42,6 +73,9 @@ type Rejection struct {
 	// Reason is a sentence fragment for events and status, such as
 	// "outside every configured range": "external IP 1.2.3.4 not managed: " + Reason.
 	Reason string
+	// Preference: the IP is served (for this Service or another), but the
+	// Service's AnnotationPreferredNodes does not decide where it lives.
+	Preference bool
 }
 
 // IsOurs reports whether eip serves svc as its load balancer: svc is of type
@@ -51,14 +85,45 @@ func IsOurs(svc *corev1.Service) bool {
 		(svc.Spec.LoadBalancerClass == nil || *svc.Spec.LoadBalancerClass == LoadBalancerClass)
 }
 
+// Claim is one IP text a Service names, with what decides whether the
+// Service may have it.
+type Claim struct {
+	// Service is "namespace/name".
+	Service string
+	// IP is the text the Service gives.
+	IP string
+	// External: the text comes from spec.externalIPs, else from the
+	// load-balancer status.
+	External bool
+	// Created is the Service's creationTimestamp.
+	Created time.Time
+	// SharingKey and Preferred are the Service's AnnotationSharingKey and
+	// AnnotationPreferredNodes.
+	SharingKey, Preferred string
+}
+
+func (c Claim) namespace() string {
+	ns, _, _ := strings.Cut(c.Service, "/")
+	return ns
+}
+
+// older orders claims by their Service's age, then its name: the first
+// owns an IP they both name.
+func (c Claim) older(o Claim) bool {
+	if !c.Created.Equal(o.Created) {
+		return c.Created.Before(o.Created)
+	}
+	return c.Service < o.Service
+}
+
 // Compute returns the managed IPs sorted (numerically, IPv4 before IPv6) and
 // the refused (Service, IP) pairs sorted by Service then IP. The IPs come
-// from spec.externalIPs of every Service and from
-// status.loadBalancer.ingress[].ip of the Services IsOurs accepts. reserved
-// holds the nodes' own addresses, each mapped to its node's name; they are
-// never managed. Cost: O(IPs · log(IPs + ranges)).
+// from spec.externalIPs of every Service (unless cfg.ExternalIPs is off)
+// and from status.loadBalancer.ingress[].ip of the Services IsOurs accepts.
+// reserved holds the nodes' own addresses, each mapped to its node's name;
+// they are never managed. Cost: O(IPs · log(IPs + ranges)).
 func Compute(services []*corev1.Service, cfg config.Config, reserved map[netip.Addr]string) ([]Entry, []Rejection) {
-	return ComputeFrom(len(services), func(add func(service, text string)) {
+	return ComputeFrom(len(services), func(add func(Claim)) {
 		for _, svc := range services {
 			if svc != nil {
 				EachIP(svc, add)
@@ -67,52 +132,114 @@ func Compute(services []*corev1.Service, cfg config.Config, reserved map[netip.A
 	}, cfg, reserved)
 }
 
-// EachIP calls add with svc's "namespace/name" and each IP text it names
-// as Compute reads them: spec.externalIPs, then, when IsOurs accepts svc,
+// EachIP calls add with each IP text svc names as Compute reads them:
+// spec.externalIPs, then, when IsOurs accepts svc,
 // status.loadBalancer.ingress[].ip.
-func EachIP(svc *corev1.Service, add func(service, text string)) {
-	name := svc.Namespace + "/" + svc.Name
+func EachIP(svc *corev1.Service, add func(Claim)) {
+	c := Claim{
+		Service: svc.Namespace + "/" + svc.Name, Created: svc.CreationTimestamp.Time,
+		SharingKey: strings.TrimSpace(svc.Annotations[AnnotationSharingKey]), Preferred: svc.Annotations[AnnotationPreferredNodes],
+	}
+	c.External = true
 	for _, text := range svc.Spec.ExternalIPs {
-		add(name, text)
+		c.IP = text
+		add(c)
 	}
 	if IsOurs(svc) {
+		c.External = false
 		for _, ing := range svc.Status.LoadBalancer.Ingress {
 			if ing.IP != "" { // a hostname-only ingress names no IP
-				add(name, ing.IP)
+				c.IP = ing.IP
+				add(c)
 			}
 		}
 	}
 }
 
-// ComputeFrom is Compute of the (Service, IP text) pairs each gives to its
-// argument, as EachIP gives them; about n IPs are expected.
-func ComputeFrom(n int, each func(add func(service, text string)), cfg config.Config, reserved map[netip.Addr]string) ([]Entry, []Rejection) {
+// ComputeFrom is Compute of the claims each gives to its argument, as
+// EachIP gives them; about n IPs are expected.
+//
+// A claim is refused when its text is not an address, when external-ips is
+// off and it comes from spec.externalIPs, when Judge refuses its address,
+// and when the address's range is not for the Service's namespace. Of the
+// claims left for one address, the oldest Service's owns it; another
+// Service's is served along when it is of the owner's namespace or carries
+// the owner's sharing key, and refused otherwise: whoever may create a
+// Service in one namespace cannot take an address another namespace uses.
+func ComputeFrom(n int, each func(add func(Claim)), cfg config.Config, reserved map[netip.Addr]string) ([]Entry, []Rejection) {
 	// Most Services name one IP: size for that to avoid regrowing.
 	var (
 		entries    = make([]Entry, 0, n)
+		owners     = make([]Claim, 0, n) // the owner of each entry so far
+		others     []pending             // the entries' other claims
 		rejections []Rejection
 		index      = make(map[netip.Addr]int, n)
 	)
-	add := func(service, text string) {
-		ip, err := netip.ParseAddr(text)
-		if err != nil {
-			rejections = append(rejections, Rejection{Service: service, IP: text, Reason: "not a valid IP address"})
+	reject := func(c Claim, reason string) {
+		rejections = append(rejections, Rejection{Service: c.Service, IP: c.IP, Reason: reason})
+	}
+	add := func(c Claim) {
+		ip, err := netip.ParseAddr(c.IP)
+		switch {
+		case err != nil:
+			reject(c, "not a valid IP address")
+			return
+		case c.External && !cfg.ExternalIPs:
+			reject(c, ReasonExternalIPsOff)
 			return
 		}
-		if i, ok := index[ip]; ok {
-			entries[i].Services = append(entries[i].Services, service)
+		i, ok := index[ip]
+		if !ok {
+			b, reason := Judge(ip, cfg, reserved)
+			if reason != "" {
+				reject(c, reason)
+				return
+			}
+			// Indexed even when no claim is let in, so that the address is
+			// judged once; an entry without owner is dropped below.
+			i, index[ip] = len(entries), len(entries)
+			entries = append(entries, Entry{IP: ip, Binding: b})
+			owners = append(owners, Claim{})
+		}
+		if r := entries[i].Binding.Range; !r.Allows(c.namespace()) {
+			reject(c, r.NotFor(c.namespace()))
 			return
 		}
-		b, reason := Judge(ip, cfg, reserved)
-		if reason != "" {
-			rejections = append(rejections, Rejection{Service: service, IP: text, Reason: reason})
-			return
+		switch {
+		case owners[i].Service == "":
+			owners[i] = c
+		case c.older(owners[i]):
+			others = append(others, pending{i, owners[i]})
+			owners[i] = c
+		default:
+			others = append(others, pending{i, c})
 		}
-		index[ip] = len(entries)
-		entries = append(entries, Entry{IP: ip, Services: []string{service}, Binding: b})
 	}
 	each(add)
 
+	var prefs []pending // the claims let in that state a preference
+	for i, o := range owners {
+		if o.Service == "" {
+			continue
+		}
+		entries[i].Owner, entries[i].Services = o.Service, []string{o.Service}
+		if o.Preferred != "" {
+			prefs = append(prefs, pending{i, o})
+		}
+	}
+	for _, p := range others {
+		if why := refusal(p.claim, owners[p.entry]); why != "" {
+			reject(p.claim, why)
+			continue
+		}
+		entries[p.entry].Services = append(entries[p.entry].Services, p.claim.Service)
+		if p.claim.Preferred != "" {
+			prefs = append(prefs, p)
+		}
+	}
+	rejections = append(rejections, preferences(entries, owners, prefs)...)
+
+	entries = slices.DeleteFunc(entries, func(e Entry) bool { return e.Owner == "" })
 	slices.SortFunc(entries, func(a, b Entry) int { return a.IP.Compare(b.IP) })
 	for i := range entries {
 		if s := entries[i].Services; len(s) > 1 {
@@ -121,9 +248,60 @@ func ComputeFrom(n int, each func(add func(service, text string)), cfg config.Co
 		}
 	}
 	slices.SortFunc(rejections, func(a, b Rejection) int {
-		return cmp.Or(cmp.Compare(a.Service, b.Service), cmp.Compare(a.IP, b.IP))
+		return cmp.Or(cmp.Compare(a.Service, b.Service), cmp.Compare(a.IP, b.IP), cmp.Compare(a.Reason, b.Reason))
 	})
 	return entries, slices.Compact(rejections)
+}
+
+// preferences sets the Preferred nodes of entries from prefs, claims let
+// in that carry AnnotationPreferredNodes, and returns the preferences it
+// does not honour: those of another namespace than the owner's (a tenant
+// sharing an address does not choose where it lives) and those that are
+// not lists of node names. Of the rest, the Service first by name decides.
+func preferences(entries []Entry, owners []Claim, prefs []pending) []Rejection {
+	slices.SortFunc(prefs, func(a, b pending) int {
+		return cmp.Or(cmp.Compare(a.entry, b.entry), cmp.Compare(a.claim.Service, b.claim.Service))
+	})
+	var out []Rejection
+	ignore := func(c Claim, why string) {
+		out = append(out, Rejection{Service: c.Service, IP: c.IP, Reason: why, Preference: true})
+	}
+	for _, p := range prefs {
+		e, owner := &entries[p.entry], owners[p.entry]
+		if p.claim.namespace() != owner.namespace() {
+			ignore(p.claim, fmt.Sprintf("only Services of namespace %s, which holds the address (%s), choose where it lives", owner.namespace(), owner.Service))
+			continue
+		}
+		nodes, err := config.ParsePreferredNodes(p.claim.Preferred, "annotation "+AnnotationPreferredNodes)
+		switch {
+		case err != nil:
+			ignore(p.claim, strings.ReplaceAll(err.Error(), "\n", "; "))
+		case e.Preferred == nil && len(nodes) > 0:
+			e.Preferred = nodes
+		}
+	}
+	return out
+}
+
+// pending is a claim on entries[entry] that is not (or no longer) its
+// owner's.
+type pending struct {
+	entry int
+	claim Claim
+}
+
+// refusal says why c may not share the address that owner holds, or "".
+func refusal(c, owner Claim) string {
+	switch {
+	case c.Service == owner.Service || c.namespace() == owner.namespace():
+		return ""
+	case c.SharingKey != "" && c.SharingKey == owner.SharingKey:
+		return ""
+	case c.SharingKey == "" || owner.SharingKey == "":
+		return fmt.Sprintf("held for %s, of another namespace (Services of different namespaces share an address only when both carry annotation %s with the same value)",
+			owner.Service, AnnotationSharingKey)
+	}
+	return fmt.Sprintf("held for %s, of another namespace, whose annotation %s differs", owner.Service, AnnotationSharingKey)
 }
 
 // Judge returns how ip is bound, or why it is not (a Rejection.Reason):

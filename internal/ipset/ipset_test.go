@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"gotest.tools/v3/assert"
 	corev1 "k8s.io/api/core/v1"
@@ -128,14 +129,14 @@ func TestCompute(t *testing.T) {
 			want: []entry{lan("198.18.0.14", "a/other")},
 		},
 		{
-			name: "one IP, several Services",
+			name: "one IP, several Services of a namespace",
 			services: []*corev1.Service{
-				service("z/last", externalIPs("198.18.0.20")),
+				service("a/last", externalIPs("198.18.0.20")),
 				service("a/first", externalIPs("198.18.0.20")),
-				service("m/lb", loadBalancer("", "198.18.0.20")),
+				service("a/lb", loadBalancer("", "198.18.0.20")),
 				service("a/both", externalIPs("198.18.0.21", "198.18.0.21"), loadBalancer("", "198.18.0.21")),
 			},
-			want: []entry{lan("198.18.0.20", "a/first", "m/lb", "z/last"), lan("198.18.0.21", "a/both")},
+			want: []entry{lan("198.18.0.20", "a/first", "a/last", "a/lb"), lan("198.18.0.21", "a/both")},
 		},
 		{
 			name: "IPv6 spellings are one IP",
@@ -290,6 +291,8 @@ func TestComputeOrderIndependent(t *testing.T) {
 	services = append(services,
 		service("x/dup1", externalIPs("198.18.0.5", "::ffff:198.18.0.5")),
 		service("x/dup2", loadBalancer("", "198.18.0.5", "203.0.113.9")),
+		service("y/steal", externalIPs("198.18.0.5"), annotated(ipset.AnnotationPreferredNodes, "node-y")),
+		service("x/prefers", externalIPs("198.18.0.5"), annotated(ipset.AnnotationPreferredNodes, "node-x")),
 	)
 	wantEntries, wantRejections := ipset.Compute(services, cfg, nil)
 	assert.Assert(t, len(wantEntries) > 0 && len(wantRejections) > 0)
@@ -321,6 +324,7 @@ func benchServices(n int) []*corev1.Service {
 		case i%100 == 99:
 			opt = externalIPs(fmt.Sprintf("203.0.113.%d", i%250))
 		case i%50 == 49:
+			name = fmt.Sprintf("ns-%d/svc-%d", (i-1)%50, i) // shares with the Service before it, of its namespace
 			opt = externalIPs(fmt.Sprintf("198.18.%d.%d", 100+(i-1)/250, (i-1)%250+1))
 		case i%10 == 9:
 			opt = loadBalancer("", fmt.Sprintf("2001:db8:100::%x", i))
@@ -379,3 +383,217 @@ func TestNodeAddresses(t *testing.T) {
 		netip.MustParseAddr("198.18.0.12"):  config.NodeAddress("n2"),
 	})
 }
+
+func created(t time.Time) option {
+	return func(s *corev1.Service) { s.CreationTimestamp = metav1.NewTime(t) }
+}
+
+func annotated(k, v string) option {
+	return func(s *corev1.Service) {
+		if s.Annotations == nil {
+			s.Annotations = map[string]string{}
+		}
+		s.Annotations[k] = v
+	}
+}
+
+// Whoever may create a Service in one namespace cannot take an address
+// of another namespace's, nor one of a range kept for other namespaces.
+func TestComputeAcrossNamespaces(t *testing.T) {
+	cfg := mustParse(t, map[string]string{"ranges": "198.18.0.0/24\n198.18.1.0/24 name=team-a namespaces=team-a,team-c\n198.18.2.0/24 name=lb",
+		"iface": "eth0"})
+	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	old, young := created(t0), created(t0.Add(time.Second))
+	key := func(k string) option { return annotated(ipset.AnnotationSharingKey, k) }
+	const noKey = "held for a/web, of another namespace (Services of different namespaces share an address only when both carry annotation eip.io/sharing-key with the same value)"
+	tests := []struct {
+		name       string
+		external   string // the external-ips key
+		services   []*corev1.Service
+		want       map[string][]string // IP -> Services served
+		owners     map[string]string   // IP -> owner
+		rejections []ipset.Rejection
+	}{
+		{
+			name: "the oldest Service owns the address; another namespace's is refused, listed first or not",
+			services: []*corev1.Service{
+				service("b/steal", externalIPs("198.18.0.5"), young),
+				service("a/web", externalIPs("198.18.0.5"), old),
+				service("c/lb", loadBalancer("", "198.18.0.5"), young),
+			},
+			want:   map[string][]string{"198.18.0.5": {"a/web"}},
+			owners: map[string]string{"198.18.0.5": "a/web"},
+			rejections: []ipset.Rejection{
+				{Service: "b/steal", IP: "198.18.0.5", Reason: noKey},
+				{Service: "c/lb", IP: "198.18.0.5", Reason: noKey},
+			},
+		},
+		{
+			name: "age decides before the name",
+			services: []*corev1.Service{
+				service("a/web", externalIPs("198.18.0.5"), young),
+				service("z/old", externalIPs("198.18.0.5"), old),
+			},
+			want:   map[string][]string{"198.18.0.5": {"z/old"}},
+			owners: map[string]string{"198.18.0.5": "z/old"},
+			rejections: []ipset.Rejection{{Service: "a/web", IP: "198.18.0.5",
+				Reason: "held for z/old, of another namespace (Services of different namespaces share an address only when both carry annotation eip.io/sharing-key with the same value)"}},
+		},
+		{
+			name: "created in the same second: the name decides",
+			services: []*corev1.Service{
+				service("b/x", externalIPs("198.18.0.5"), old),
+				service("a/web", externalIPs("198.18.0.5"), old),
+			},
+			want:       map[string][]string{"198.18.0.5": {"a/web"}},
+			owners:     map[string]string{"198.18.0.5": "a/web"},
+			rejections: []ipset.Rejection{{Service: "b/x", IP: "198.18.0.5", Reason: noKey}},
+		},
+		{
+			name: "the owner's namespace shares without a key",
+			services: []*corev1.Service{
+				service("a/web", externalIPs("198.18.0.5"), old, key("k")),
+				service("a/other", externalIPs("198.18.0.5"), young, key("z")),
+				service("a/none", externalIPs("198.18.0.5"), young),
+			},
+			want:   map[string][]string{"198.18.0.5": {"a/none", "a/other", "a/web"}},
+			owners: map[string]string{"198.18.0.5": "a/web"},
+		},
+		{
+			name: "another namespace shares with the owner's key, not with another",
+			services: []*corev1.Service{
+				service("a/web", externalIPs("198.18.0.5", "198.18.0.6"), old, key("k")),
+				service("b/shared", externalIPs("198.18.0.5"), young, key("k")),
+				service("c/other", externalIPs("198.18.0.5"), young, key("z")),
+				service("d/none", externalIPs("198.18.0.5"), young),
+				service("e/old", externalIPs("198.18.0.7"), old),
+				service("f/keyed", externalIPs("198.18.0.7"), young, key("k")),
+			},
+			want:   map[string][]string{"198.18.0.5": {"a/web", "b/shared"}, "198.18.0.6": {"a/web"}, "198.18.0.7": {"e/old"}},
+			owners: map[string]string{"198.18.0.5": "a/web", "198.18.0.6": "a/web", "198.18.0.7": "e/old"},
+			rejections: []ipset.Rejection{
+				{Service: "c/other", IP: "198.18.0.5", Reason: "held for a/web, of another namespace, whose annotation eip.io/sharing-key differs"},
+				{Service: "d/none", IP: "198.18.0.5", Reason: noKey},
+				{Service: "f/keyed", IP: "198.18.0.7", Reason: "held for e/old, of another namespace (Services of different namespaces share an address only when both carry annotation eip.io/sharing-key with the same value)"},
+			},
+		},
+		{
+			name: "a range kept for some namespaces",
+			services: []*corev1.Service{
+				service("b/steal", externalIPs("198.18.1.5", "198.18.1.6"), old),
+				service("team-a/web", externalIPs("198.18.1.5"), young),
+				service("team-c/lb", loadBalancer("", "198.18.1.7"), young),
+			},
+			want:   map[string][]string{"198.18.1.5": {"team-a/web"}, "198.18.1.7": {"team-c/lb"}},
+			owners: map[string]string{"198.18.1.5": "team-a/web", "198.18.1.7": "team-c/lb"},
+			rejections: []ipset.Rejection{
+				{Service: "b/steal", IP: "198.18.1.5", Reason: "range team-a is only for namespaces team-a, team-c, not b"},
+				{Service: "b/steal", IP: "198.18.1.6", Reason: "range team-a is only for namespaces team-a, team-c, not b"},
+			},
+		},
+		{
+			name:     "external-ips off: LoadBalancer addresses only; a refused claim owns nothing",
+			external: "off",
+			services: []*corev1.Service{
+				service("b/ext", externalIPs("198.18.2.5", "198.18.0.9"), old),
+				service("a/lb", loadBalancer("", "198.18.2.5"), young),
+				service("a/both", externalIPs("198.18.2.6"), loadBalancer("", "198.18.2.7"), young),
+			},
+			want:   map[string][]string{"198.18.2.5": {"a/lb"}, "198.18.2.7": {"a/both"}},
+			owners: map[string]string{"198.18.2.5": "a/lb", "198.18.2.7": "a/both"},
+			rejections: []ipset.Rejection{
+				{Service: "a/both", IP: "198.18.2.6", Reason: ipset.ReasonExternalIPsOff},
+				{Service: "b/ext", IP: "198.18.0.9", Reason: ipset.ReasonExternalIPsOff},
+				{Service: "b/ext", IP: "198.18.2.5", Reason: ipset.ReasonExternalIPsOff},
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := cfg
+			if tc.external != "" {
+				cfg = mustParse(t, map[string]string{"ranges": cfg.Ranges[0].Text + "\n" + cfg.Ranges[1].Text + "\n" + cfg.Ranges[2].Text,
+					"iface": "eth0", "external-ips": tc.external})
+			}
+			entries, rejections := ipset.Compute(tc.services, cfg, nil)
+			got, owners := map[string][]string{}, map[string]string{}
+			for _, e := range entries {
+				got[e.IP.String()], owners[e.IP.String()] = e.Services, e.Owner
+			}
+			assert.DeepEqual(t, got, tc.want)
+			assert.DeepEqual(t, owners, tc.owners)
+			assert.DeepEqual(t, rejections, tc.rejections)
+		})
+	}
+}
+
+// eip.io/preferred-nodes is read only from the namespace that owns the
+// address, and only when it lists node names.
+func TestComputePreferredNodes(t *testing.T) {
+	cfg := mustParse(t, map[string]string{"ranges": "198.18.0.0/24"})
+	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	old, young := created(t0), created(t0.Add(time.Second))
+	prefer := func(v string) option { return annotated(ipset.AnnotationPreferredNodes, v) }
+	key := annotated(ipset.AnnotationSharingKey, "k")
+	tests := []struct {
+		name       string
+		services   []*corev1.Service
+		want       []string
+		rejections []ipset.Rejection
+	}{
+		{name: "none", services: []*corev1.Service{service("a/web", externalIPs("198.18.0.5"))}},
+		{
+			name:     "the owner's, as a list",
+			services: []*corev1.Service{service("a/web", externalIPs("198.18.0.5"), prefer("node-b, node-a node-b"))},
+			want:     []string{"node-b", "node-a"},
+		},
+		{
+			name: "of the owner's namespace, the first by name",
+			services: []*corev1.Service{
+				service("a/web", externalIPs("198.18.0.5"), old),
+				service("a/z", externalIPs("198.18.0.5"), young, prefer("node-z")),
+				service("a/b", externalIPs("198.18.0.5"), young, prefer("node-b")),
+			},
+			want: []string{"node-b"},
+		},
+		{
+			name: "a Service sharing from another namespace does not choose",
+			services: []*corev1.Service{
+				service("a/web", externalIPs("198.18.0.5"), old, key),
+				service("b/shared", externalIPs("198.18.0.5"), young, key, prefer("node-b")),
+			},
+			rejections: []ipset.Rejection{{Service: "b/shared", IP: "198.18.0.5", Preference: true,
+				Reason: "only Services of namespace a, which holds the address (a/web), choose where it lives"}},
+		},
+		{
+			name: "a refused Service's preference is moot",
+			services: []*corev1.Service{
+				service("a/web", externalIPs("198.18.0.5"), old),
+				service("b/steal", externalIPs("198.18.0.5"), young, prefer("node-b")),
+			},
+			rejections: []ipset.Rejection{{Service: "b/steal", IP: "198.18.0.5",
+				Reason: "held for a/web, of another namespace (Services of different namespaces share an address only when both carry annotation eip.io/sharing-key with the same value)"}},
+		},
+		{
+			name: "not node names: ignored, the next one decides",
+			services: []*corev1.Service{
+				service("a/a", externalIPs("198.18.0.5"), old, prefer("node-a,Node_B,-x")),
+				service("a/b", externalIPs("198.18.0.5"), young, prefer("node-c")),
+			},
+			want: []string{"node-c"},
+			rejections: []ipset.Rejection{{Service: "a/a", IP: "198.18.0.5", Preference: true,
+				Reason: `annotation eip.io/preferred-nodes: "Node_B" is not a node name: ` + dns1123Subdomain + `; annotation eip.io/preferred-nodes: "-x" is not a node name: ` + dns1123Subdomain}},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			entries, rejections := ipset.Compute(tc.services, cfg, nil)
+			assert.Equal(t, len(entries), 1)
+			assert.DeepEqual(t, entries[0].Preferred, tc.want)
+			assert.DeepEqual(t, rejections, tc.rejections)
+		})
+	}
+}
+
+// dns1123Subdomain is what apimachinery says of a name that is not one.
+const dns1123Subdomain = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"

@@ -126,9 +126,9 @@ func (e *env) refusesEach(cases []badConfig) {
 	}
 }
 
-// statusShows checks that `kubectl eip status` prints s, when the plugin
-// was built (make build; KUBECTL_EIP_BIN).
-func (e *env) statusShows(s string) {
+// statusShows checks that `kubectl eip status [args]` prints s, when the
+// plugin was built (make build; KUBECTL_EIP_BIN).
+func (e *env) statusShows(s string, args ...string) {
 	e.t.Helper()
 	bin := os.Getenv("KUBECTL_EIP_BIN")
 	if bin == "" {
@@ -140,7 +140,7 @@ func (e *env) statusShows(s string) {
 	e.eventually("kubectl eip status shows "+s, func() (bool, string) {
 		// A non-zero exit (the plugin reports problems that way) still
 		// prints the table.
-		out, err := cluster.Exec(e.ctx, testenv.Client, bin, "--kubeconfig="+cluster.AdminKubeconfig(), "-n", testenv.Namespace, "status")
+		out, err := cluster.Exec(e.ctx, testenv.Client, append([]string{bin, "--kubeconfig=" + cluster.AdminKubeconfig(), "-n", testenv.Namespace, "status"}, args...)...)
 		var ee *exec.ExitError
 		if err != nil && !errors.As(err, &ee) {
 			return false, err.Error()

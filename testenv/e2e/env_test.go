@@ -337,11 +337,16 @@ func (e *env) other(than ...string) string {
 	return ""
 }
 
+// events are the Events of reason about the object kind name, which is
+// in svcNamespace, eip's own for a ConfigMap, or written "namespace/name".
 func (e *env) events(kind, name, reason string) []corev1.Event {
 	e.t.Helper()
 	ns := svcNamespace
 	if kind == "ConfigMap" {
 		ns = testenv.Namespace
+	}
+	if n, short, ok := strings.Cut(name, "/"); ok {
+		ns, name = n, short
 	}
 	list, err := e.k.CoreV1().Events(ns).List(e.ctx, metav1.ListOptions{})
 	e.must(err)

@@ -17,7 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 
-	"github.com/eip-project/eip/internal/agent"
+	"github.com/eip-project/eip/internal/ipset"
 	"github.com/eip-project/eip/internal/lease"
 	"github.com/eip-project/eip/internal/policy"
 	"github.com/eip-project/eip/testenv"
@@ -408,7 +408,7 @@ func (e *env) preferService(name, preferred string, ips ...netip.Addr) {
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: svcNamespace,
 			Labels:      map[string]string{e2eLabel: "true"},
-			Annotations: map[string]string{agent.AnnotationPreferredNodes: preferred},
+			Annotations: map[string]string{ipset.AnnotationPreferredNodes: preferred},
 		},
 		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
 	}

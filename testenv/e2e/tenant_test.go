@@ -1,0 +1,141 @@
+package e2e
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/eip-project/eip/internal/ipset"
+	"github.com/eip-project/eip/testenv"
+)
+
+// Tenants: Services of two namespaces, as two teams that may each create
+// Services in their own namespace only (CVE-2020-8554).
+const (
+	tenantA = "eip-e2e-team-a"
+	tenantB = "eip-e2e-team-b"
+)
+
+// tenant makes namespace ns if it is missing and deletes the test's
+// Services in it now (a failed run may have left some) and when the test
+// ends.
+func (e *env) tenant(ns string) {
+	e.t.Helper()
+	_, err := e.k.CoreV1().Namespaces().Create(e.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	if !apierrors.IsAlreadyExists(err) {
+		e.must(err)
+	}
+	clean := func() error {
+		svcs, err := e.k.CoreV1().Services(ns).List(e.ctx, metav1.ListOptions{LabelSelector: e2eLabel})
+		if err != nil {
+			return err
+		}
+		for _, s := range svcs.Items {
+			if err := e.k.CoreV1().Services(ns).Delete(e.ctx, s.Name, metav1.DeleteOptions{}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	e.must(clean())
+	e.t.Cleanup(func() {
+		if err := clean(); err != nil {
+			e.t.Errorf("delete the Services of %s: %v", ns, err)
+		}
+	})
+}
+
+// serviceIn creates Service ns/name naming ips in spec.externalIPs.
+func (e *env) serviceIn(ns, name string, ips []netip.Addr, opts ...svcOption) {
+	e.t.Helper()
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{e2eLabel: "true"}, Annotations: map[string]string{}},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
+	}
+	for _, ip := range ips {
+		svc.Spec.ExternalIPs = append(svc.Spec.ExternalIPs, ip.String())
+	}
+	for _, o := range opts {
+		o(svc)
+	}
+	_, err := e.k.CoreV1().Services(ns).Create(e.ctx, svc, metav1.CreateOptions{})
+	e.must(err)
+}
+
+// A team cannot take another team's address: its claim is refused with an
+// Event that says why, and `kubectl eip status` says it too, while the
+// owner's address stays where it is. Two teams share an address only when
+// both carry the same sharing key, and only the owner's team chooses where
+// it lives.
+func TestTenantCannotTakeAnotherNamespacesAddress(t *testing.T) {
+	e := newEnv(t, defaultConfig())
+	e.tenant(tenantA)
+	e.tenant(tenantB)
+	taken, shared := testenv.ServiceIP(180), testenv.ServiceIP(181)
+	key := annotated(ipset.AnnotationSharingKey, "web")
+
+	e.serviceIn(tenantA, "web", []netip.Addr{taken, shared}, key)
+	holder := e.served(taken)
+	e.served(shared)
+	// Created later: the addresses are team A's.
+	created := time.Now()
+	e.serviceIn(tenantB, "steal", []netip.Addr{taken})
+	e.serviceIn(tenantB, "shared", []netip.Addr{shared}, key, annotated(ipset.AnnotationPreferredNodes, e.other(e.holder(shared))))
+	e.serviceIn(tenantA, "picky", []netip.Addr{shared}, annotated(ipset.AnnotationPreferredNodes, "Node_X"))
+
+	msg := e.warningSince("Service", tenantB+"/steal", "AddressRejected", created, taken.String()+" ", "held for "+tenantA+"/web, of another namespace")
+	t.Logf("%s: %s", taken, msg)
+	msg = e.warningSince("Service", tenantB+"/shared", "PreferenceIgnored", created, shared.String()+" ",
+		"only Services of namespace "+tenantA+", which holds the address")
+	t.Logf("%s: %s", shared, msg)
+	msg = e.warningSince("Service", tenantA+"/picky", "PreferenceIgnored", created, `"Node_X" is not a node name`)
+	t.Logf("%s: %s", shared, msg)
+	e.statusShows("refused for "+tenantB+"/steal: held for "+tenantA+"/web", "-o", "wide")
+	assert.Check(t, e.holder(taken) == holder, "%s moved from %s to %s", taken, holder, e.holder(taken))
+	for _, ev := range e.events("Service", tenantB+"/shared", "AddressRejected") {
+		t.Errorf("%s/shared shares %s under the owner's key, yet: %s", tenantB, shared, ev.Message)
+	}
+}
+
+// A range kept for some namespaces (namespaces=) serves no other: another
+// namespace's Service naming one of its addresses is refused with an Event
+// that says why, and the address is never bound.
+func TestRangeKeptForNamespaces(t *testing.T) {
+	cfg := defaultConfig()
+	cfg["ranges"] += "\n198.18.103.0/24 name=team-a namespaces=" + tenantA
+	e := newEnv(t, cfg)
+	e.tenant(tenantA)
+	e.tenant(tenantB)
+	kept, theirs := netip.MustParseAddr("198.18.103.5"), netip.MustParseAddr("198.18.103.6")
+	created := time.Now()
+	e.serviceIn(tenantB, "steal", []netip.Addr{kept})
+	e.serviceIn(tenantA, "web", []netip.Addr{theirs})
+	e.served(theirs)
+	msg := e.warningSince("Service", tenantB+"/steal", "AddressRejected", created, kept.String()+" ",
+		"range team-a is only for namespace "+tenantA+", not "+tenantB)
+	t.Logf("%s: %s", kept, msg)
+	e.statusShows("range team-a is only for namespace", "-o", "wide")
+	e.neverBound(tenantB+"/steal", []netip.Addr{kept})
+}
+
+// With external-ips off, eip manages the addresses of LoadBalancer
+// Services only: a Service's spec.externalIPs are refused and reported.
+func TestExternalIPsOff(t *testing.T) {
+	cfg := allocConfig()
+	cfg["external-ips"] = "off"
+	e := newEnv(t, cfg)
+	ip := testenv.ServiceIP(182)
+	created := time.Now()
+	e.service("external", ip)
+	e.lbService("lb")
+	e.served(e.lbIPs("lb", 1)[0])
+	msg := e.warningSince("Service", "external", "AddressRejected", created, ip.String()+" ", "external-ips: off")
+	t.Logf("%s: %s", ip, msg)
+	e.neverBound("external", []netip.Addr{ip})
+	e.statusShows("external-ips: off", "-o", "wide")
+}
