@@ -315,7 +315,7 @@ func (s *state) space(svcs []*corev1.Service, locks map[string]*coordinationv1.L
 			delete(al.lost, ip)
 			continue
 		}
-		s.wakeAt(l.at.Add(s.cfg.LeaseDuration))
+		s.wakeFull(l.at.Add(s.cfg.LeaseDuration))
 		sp.Lock(ip, l.reservedFor)
 	}
 	return sp
@@ -361,7 +361,7 @@ func (s *state) candidatesFree(svc *corev1.Service, ips []netip.Addr, now time.T
 		if mac := cmp.Or(p.stranger, p.answeredBy); mac != "" {
 			delete(c.probing, ip)
 			al.inUse[ip] = now.Add(inUseFor)
-			s.wakeAt(now)
+			s.wakeFull(now)
 			s.a.opt.Metrics.AddressConflict()
 			s.log.Warn("a new address answers on the LAN; giving the Service another", "service", key(svc), "ip", ip, "mac", mac)
 			s.a.recorder.Event(svc, corev1.EventTypeWarning, "AddressConflict",
@@ -370,16 +370,16 @@ func (s *state) candidatesFree(svc *corev1.Service, ips []netip.Addr, now time.T
 		}
 		p = s.probeStep(ip, p)
 		if n, gap := p.wants(s.a.opt.ProbeWait); p.sent < n {
-			s.wakeAt(p.started.Add(time.Duration(p.sent) * gap))
+			s.wakeFull(p.started.Add(time.Duration(p.sent) * gap))
 			continue
 		}
 		if done := p.done(s.a.opt.ProbeWait); now.Before(done) {
-			s.wakeAt(done)
+			s.wakeFull(done)
 			continue
 		}
 		delete(c.probing, ip)
 		al.probedFree[ip] = now
-		s.wakeAt(now)
+		s.wakeFull(now)
 	}
 	return free
 }
@@ -395,13 +395,13 @@ func (s *state) mayAllocate(v lease.View, svc *corev1.Service) bool {
 	}
 	if w, ok := al.written[k]; ok {
 		if lease.Newer(w.rv, svc.ResourceVersion) && now.Sub(w.at) < s.cfg.LeaseDuration {
-			s.wakeAt(w.at.Add(s.cfg.LeaseDuration))
+			s.wakeFull(w.at.Add(s.cfg.LeaseDuration))
 			return false // our status write has not reached the cache yet
 		}
 		delete(al.written, k)
 	}
 	if t, ok := al.retry[k]; ok && now.Before(t) {
-		s.wakeAt(t)
+		s.wakeFull(t)
 		return false
 	}
 	since, ok := al.since[k]
@@ -410,7 +410,7 @@ func (s *state) mayAllocate(v lease.View, svc *corev1.Service) bool {
 	}
 	at := since.Add(time.Duration(lease.RankFor(string(svc.UID), v.Self, v.Live)) * s.allocStep())
 	if at.After(now) {
-		s.wakeAt(at)
+		s.wakeFull(at)
 		return false
 	}
 	return true
@@ -431,7 +431,7 @@ func (s *state) dispatchAlloc(svc *corev1.Service, res alloc.Result, now time.Ti
 		s.alloc.inflight[k] = slices.Clone(res.Reserve)
 		s.log.Debug("allocating", "service", k, "ip", res.IPs, "reserve", res.Reserve)
 	default:
-		s.wakeAt(now.Add(s.cfg.RankStep())) // the queue is full; the next pass tries again
+		s.wakeFull(now.Add(s.cfg.RankStep())) // the queue is full; the next pass tries again
 	}
 }
 
@@ -526,7 +526,7 @@ func (s *state) reservationSpared(l *coordinationv1.Lease, ip netip.Addr, now ti
 		s.alloc.firstSeen[l.Name] = now
 	}
 	if now.Sub(first) < s.reservationGrace() {
-		s.wakeAt(first.Add(s.reservationGrace()))
+		s.wakeFull(first.Add(s.reservationGrace()))
 		return true
 	}
 	return false

@@ -88,7 +88,7 @@ func (s *state) bind(ip netip.Addr, e ipset.Entry, why string) {
 			// for none (the IP stayed held and unbound until the
 			// resync's full pass, 10 s later).
 			s.writableDeps[ip] = true
-			s.wakeAt(now.Add(s.cfg.RenewInterval))
+			s.wakeIP(ip, now.Add(s.cfg.RenewInterval))
 		}
 		return
 	}

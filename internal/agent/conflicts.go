@@ -200,7 +200,7 @@ func (s *state) probed(ip netip.Addr, iface string) bool {
 	}
 	now := s.a.clk.Now()
 	if u, ok := c.inUse[ip]; ok && now.Before(u.retry) {
-		s.wakeAt(u.retry)
+		s.wakeIP(ip, u.retry)
 		return false
 	}
 	p, ok := c.probing[ip]
@@ -213,11 +213,11 @@ func (s *state) probed(ip netip.Addr, iface string) bool {
 	}
 	p = s.probeStep(ip, p)
 	if n, gap := p.wants(wait); p.sent < n {
-		s.wakeAt(p.started.Add(time.Duration(p.sent) * gap))
+		s.wakeIP(ip, p.started.Add(time.Duration(p.sent)*gap))
 		return false
 	}
 	if done := p.done(wait); now.Before(done) {
-		s.wakeAt(done)
+		s.wakeIP(ip, done)
 		return false
 	}
 	return s.probeDone(ip, iface)
@@ -244,7 +244,7 @@ func (s *state) inUseBy(ip netip.Addr, p probeRun) {
 	u := inUse{mac: p.stranger, attempts: prev.attempts + 1}
 	u.retry = s.a.clk.Now().Add(min(time.Second<<(u.attempts-1), maxProbeBackoff))
 	c.inUse[ip] = u
-	s.wakeAt(u.retry)
+	s.wakeIP(ip, u.retry)
 	s.a.opt.Metrics.AddressConflict()
 	if prev.mac != u.mac {
 		s.log.Warn("address in use on the LAN by a machine that is not an eip node; not binding it", "ip", ip, "iface", p.iface, "mac", u.mac)
@@ -277,7 +277,7 @@ func (s *state) conflictClaim(cl netif.Claim) bool {
 			p.rechecking, p.started, p.sent = true, now.Add(recheckAfter(now.Sub(p.peerSince))), 0
 			// Only this IP's decision waits for it: a full pass for
 			// each, in a mass failover, held every takeover back.
-			s.wakeIPAt(cl.IP, p.started)
+			s.wakeIP(cl.IP, p.started)
 		} else {
 			p.stranger = mac
 		}

@@ -280,8 +280,6 @@ func (s *state) lockOf(ip netip.Addr, l *coordinationv1.Lease, lk *lease.Lock) *
 }
 
 func (s *state) decide(v lease.View, ip netip.Addr, name string, l *coordinationv1.Lease, named bool, planned string) {
-	s.deciding = ip
-	defer func() { s.deciding = netip.Addr{} }()
 	s.waiting.remove(ip)
 	delete(s.ipWake, ip)
 	lk := s.lockOf(ip, l, &s.read)
@@ -346,7 +344,7 @@ func goesFirst(v lease.View, ip netip.Addr, holder, planned string) bool {
 
 func (s *state) apply(v lease.View, ip netip.Addr, name string, l *coordinationv1.Lease, lk *lease.Lock, d lease.Decision) {
 	if !d.At.IsZero() {
-		s.wakeAt(d.At)
+		s.wakeIP(ip, d.At)
 	}
 	e := s.entries[ip]
 	w := write{ip: ip, name: name, action: d.Action, timeout: s.lockWriteTimeout()}
@@ -411,10 +409,8 @@ func (s *state) plan(v lease.View, locks map[string]*coordinationv1.Lease) map[n
 			// The sticky plan moves only IPs with a preferred node.
 			continue
 		}
-		s.deciding = m.ip
 		holders[m.ip] = s.plannedHolder(v, m.name, s.effective(m.name, locks[m.name]))
 	}
-	s.deciding = netip.Addr{}
 	return policy.Plan(policy.Input{Policy: s.cfg.Policy, Live: v.Live, Holders: holders, Preferred: s.preferred})
 }
 

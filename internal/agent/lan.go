@@ -232,7 +232,7 @@ func (s *state) checkUnheard(now time.Time) bool {
 		return false
 	}
 	s.unheard = un
-	s.wakeAt(now) // a pass now: eligibility changed
+	s.wakeFull(now) // a pass now: eligibility changed
 	if !un {
 		s.log.Info("peers hear this node over the LAN again")
 		return true

@@ -124,20 +124,16 @@ func shrink[K comparable, V any](m map[K]V) map[K]V {
 // shrinkBelow: a per-IP map holding no more is made again by shrink.
 const shrinkBelow = 64
 
-// wakeAt asks for a pass at t: a pass over the IP being decided when the
-// time is that IP's, a full pass otherwise.
-func (s *state) wakeAt(t time.Time) {
-	if ip := s.deciding; ip.IsValid() {
-		s.wakeIPAt(ip, t)
-		return
-	}
+// wakeFull asks for a full pass at t: for a time that is not one IP's.
+func (s *schedule) wakeFull(t time.Time) {
 	if s.wake.IsZero() || t.Before(s.wake) {
 		s.wake = t
 	}
 }
 
-// wakeIPAt asks for a pass over ip at t.
-func (s *state) wakeIPAt(ip netip.Addr, t time.Time) {
+// wakeIP asks for a pass over ip alone at t: a time of ip's decision, a
+// probe or a bind. Deciding ip is all a full pass would do for it then.
+func (s *schedule) wakeIP(ip netip.Addr, t time.Time) {
 	if cur, ok := s.ipWake[ip]; !ok || t.Before(cur) {
 		s.ipWake[ip] = t
 	}

@@ -247,7 +247,7 @@ func (s *state) fence(now time.Time) {
 		return
 	}
 	if !lease.Fenced(s.lastRenewOK, now, s.cfg.FenceAfter) {
-		s.wakeAt(s.lastRenewOK.Add(s.cfg.FenceAfter))
+		s.wakeFull(s.lastRenewOK.Add(s.cfg.FenceAfter))
 		return
 	}
 	if s.apiOK(now) {

@@ -39,6 +39,30 @@ type state struct {
 	a   *Agent
 	log *slog.Logger
 
+	desired
+	self
+	lockBook
+	writeQueue
+	schedule
+	binder
+	routing
+	lanState
+
+	live      *lease.Liveness
+	renewReq  chan renewal
+	renewRes  chan renewResult
+	claims    chan netif.Claim
+	hb        *heartbeater
+	alloc     *allocator
+	lifetime  *keeper
+	watch     *watchdog
+	conflicts addrConflicts
+	events    *eventBudget
+}
+
+// desired is what this node is asked to manage: the configuration in
+// force, and the IPs the Services name within it.
+type desired struct {
 	cfg       config.Config
 	cfgLoaded bool   // a good configuration is in force
 	cfgErr    string // why the current ConfigMap is not in force
@@ -47,23 +71,16 @@ type state struct {
 
 	entries   map[netip.Addr]ipset.Entry
 	order     []managed
+	names     map[string]netip.Addr // each managed IP's lock name to it
 	preferred map[netip.Addr][]string
 	reserved  map[netip.Addr]string
 	rejected  map[string]bool // "svc ip reason" already reported
+}
 
-	live      *lease.Liveness
-	bound     map[netip.Addr]binding
-	freeSince map[netip.Addr]time.Time
-	inflight  map[string]bool
-	pending   map[string]string // lock name -> the holder an ownership write in flight names
-	// written are this node's successful lock writes until the cache
-	// shows them (effective); seen is the Leases' cache's progress, read
-	// before the cache's copies that a pass compares with them.
-	written  map[string]*coordinationv1.Lease
-	seen     string
-	deleted  map[string]string // lock name -> resourceVersion we deleted
-	badLocks map[string]string // lock name -> resourceVersion already warned about
-
+// self is what this node knows of its own standing: whether it may write,
+// bind and hold (its renewals, the barrier after a break, a stalled loop,
+// fencing), and whether it is eligible.
+type self struct {
 	lastRenewOK time.Time // when the last successful renewal was sent
 	// lastRenewFor is the lease duration that renewal wrote.
 	lastRenewFor time.Duration
@@ -82,46 +99,64 @@ type state struct {
 	// late and the locks were not re-read since (loopLate), stallAt when.
 	lastTick, stallAt time.Time
 	stalled           bool
-	// lateBinds are held IPs not bound because the loop was late; its
-	// next tick on time decides them again.
-	lateBinds map[netip.Addr]bool
-	// ownRemovals counts, per IP, the removals this node made whose
-	// address events have not come back yet (see addrEvent).
-	ownRemovals map[netip.Addr]int
-	linkDown    map[string]bool
-	claimWatch  map[string]context.CancelFunc
-	claimed     *claimedSet
-	autoIface   map[netip.Addr]string // "auto" resolved, see ifaceFor
-	arpAnswers  map[string]bool       // per LAN interface, see placeOnDevice
-	macs        string                // ownMACs; "" until listed, and after a link changed
-	fenced      bool
-	shutting    bool
-	routerErr   string // why the route-mode configuration was refused
-	bgpSessions string // lease.FormatBGPSessions of the sessions, for the heartbeat
-	sessions    map[netip.Addr]sessionSeen
-	routes      int // routes announced
-
-	selfEligible bool
+	fenced            bool
+	shutting          bool
+	selfEligible      bool
+	selfReason        string
 	// peersKnownAt: until then this node has not watched heartbeats for a
 	// renew interval since it (re)connected, so it may not know every live
 	// peer, nor its rank among them, and races for no IP.
 	peersKnownAt time.Time
-	acquiring    int // Create and Acquire writes in flight, see dispatch
-	dropping     int // writes in flight whose IP was unbound first, see drop
+}
+
+// lockBook is the locks as this node sees them beyond its cache: its own
+// writes the cache does not show yet, its deletions, and what it already
+// warned about.
+type lockBook struct {
+	// written are this node's successful lock writes until the cache
+	// shows them (effective); seen is the Leases' cache's progress, read
+	// before the cache's copies that a pass compares with them.
+	written  map[string]*coordinationv1.Lease
+	seen     string
+	deleted  map[string]string // lock name -> resourceVersion we deleted
+	badLocks map[string]string // lock name -> resourceVersion already warned about
+	// freeSince is when each IP was first seen free, or held by a node
+	// never seen alive.
+	freeSince map[netip.Addr]time.Time
+	// read is the lock being decided (lockOf): one for the loop, which
+	// decides one IP at a time, where a lock read by each decision was
+	// 10,000 allocations a full pass (lease.Decide's results hold what
+	// it is given, so the compiler cannot keep one on the stack).
+	read lease.Lock
+}
+
+// writeQueue is the lock writes in flight and the room for more: the
+// window of acquisitions and the bound on IPs dark for a hand-off.
+type writeQueue struct {
+	jobs     chan write
+	results  chan writeResult
+	inflight map[string]bool
+	pending  map[string]string // lock name -> the holder an ownership write in flight names
+	// waiting are the acquisitions decided while they could not be sent.
+	waiting   waitQueue
+	acquiring int // Create and Acquire writes in flight, see dispatch
+	dropping  int // writes in flight whose IP was unbound first, see drop
 	// window is how many acquisitions may be in flight (congestion);
 	// below one, one at a time, none before paceUntil. idleSince is when
 	// the last acquisition in flight came back, or the last pause ended
-	// (windowAt). sent numbers
-	// the acquisitions sent, and cut is the first sent after the window
-	// was last narrowed.
+	// (windowAt). sent numbers the acquisitions sent, and cut is the first
+	// sent after the window was last narrowed.
 	window               float64
 	paceUntil, idleSince time.Time
 	sent, cut            int
 	// dropWaiting are the bound IPs whose hand-off or delete waits for
 	// one of those (drop).
 	dropWaiting map[netip.Addr]bool
-	selfReason  string
+}
 
+// schedule is when the loop passes, and over what: the inputs that ask
+// for a full pass, the IPs to decide again, and the times it set.
+type schedule struct {
 	dirtySvc, dirtyNodes, dirtyCM bool
 	wake                          time.Time
 	lastResync                    time.Time
@@ -138,46 +173,49 @@ type state struct {
 	// this node may write: a change of that decides only them again
 	// (writableChanged).
 	writableDeps map[netip.Addr]bool
-
-	// The incremental pass (see pass): needFull says an input since the
-	// last pass changed something every IP reads; hbDirty that a
-	// heartbeat was renewed. dirty are the IPs whose lock, write or
-	// address changed, names maps each managed IP's lock name to it.
-	// ipWake holds each IP's own decision time (ipWakeMin the earliest),
-	// and waiting the acquisitions decided while all were in flight,
-	// each with whether it goes first (see reconcile).
+	// needFull says an input since the last pass changed something every
+	// IP reads; hbDirty that a heartbeat was renewed. dirty are the IPs
+	// whose lock, write or address changed. ipWake holds each IP's own
+	// decision time (ipWakeMin the earliest).
 	needFull, hbDirty bool
 	dirty             map[netip.Addr]bool
-	names             map[string]netip.Addr
 	ipWake            map[netip.Addr]time.Time
 	ipWakeMin         time.Time
-	waiting           waitQueue
-	deciding          netip.Addr // the IP whose decision wakeAt times, if valid
 	// first says, per IP of order, whether the last full pass decided it
 	// among those that go first (reconcile); kept for the next one.
 	first []bool
-	// read is the lock being decided (lockOf): one for the loop, which
-	// decides one IP at a time, where a lock read by each decision was
-	// 10,000 allocations a full pass (lease.Decide's results hold what
-	// it is given, so the compiler cannot keep one on the stack).
-	read lease.Lock
+}
 
-	renewReq  chan renewal
-	renewRes  chan renewResult
-	jobs      chan write
-	results   chan writeResult
-	claims    chan netif.Claim
-	hb        *heartbeater
-	alloc     *allocator
-	lifetime  *keeper
-	watch     *watchdog
-	conflicts addrConflicts
-	events    *eventBudget
+// binder is what this node has bound, and on which interface or device.
+type binder struct {
+	bound map[netip.Addr]binding
+	// lateBinds are held IPs not bound because the loop was late; its
+	// next tick on time decides them again.
+	lateBinds map[netip.Addr]bool
+	// ownRemovals counts, per IP, the removals this node made whose
+	// address events have not come back yet (see addrEvent).
+	ownRemovals map[netip.Addr]int
+	linkDown    map[string]bool
+	claimWatch  map[string]context.CancelFunc
+	claimed     *claimedSet
+	autoIface   map[netip.Addr]string // "auto" resolved, see ifaceFor
+	arpAnswers  map[string]bool       // per LAN interface, see placeOnDevice
+	macs        string                // ownMACs; "" until listed, and after a link changed
+}
 
-	// Liveness over the LAN (lan.go): the socket and its port, what
-	// arrives on it (read by the speaker, lanspeaker.go, which also
-	// sends), and whether a peer no longer hears this node (and when it
-	// may stop hearing it).
+// routing is route mode's state (route.go).
+type routing struct {
+	routerErr   string // why the route-mode configuration was refused
+	bgpSessions string // lease.FormatBGPSessions of the sessions, for the heartbeat
+	sessions    map[netip.Addr]sessionSeen
+	routes      int // routes announced
+}
+
+// lanState is liveness over the LAN (lan.go): the socket and its port,
+// what arrives on it (read by the speaker, lanspeaker.go, which also
+// sends), and whether a peer no longer hears this node (and when it may
+// stop hearing it).
+type lanState struct {
 	lanConn   LANConn
 	lanPort   uint16
 	lanIn     chan lanlive.Received
@@ -192,38 +230,48 @@ type state struct {
 func newState(a *Agent) *state {
 	s := &state{
 		a: a, log: a.log,
-		cfg:          config.Default(),
-		window:       min(slowStart, float64(a.opt.Writers)),
-		entries:      map[netip.Addr]ipset.Entry{},
-		rejected:     map[string]bool{},
-		bound:        map[netip.Addr]binding{},
-		freeSince:    map[netip.Addr]time.Time{},
-		inflight:     map[string]bool{},
-		pending:      map[string]string{},
-		written:      map[string]*coordinationv1.Lease{},
-		deleted:      map[string]string{},
-		badLocks:     map[string]string{},
-		linkDown:     map[string]bool{},
-		claimWatch:   map[string]context.CancelFunc{},
-		claimed:      newClaimedSet(),
-		autoIface:    map[netip.Addr]string{},
-		arpAnswers:   map[string]bool{},
-		dirty:        map[netip.Addr]bool{},
-		lateBinds:    map[netip.Addr]bool{},
-		ownRemovals:  map[netip.Addr]int{},
-		names:        map[string]netip.Addr{},
-		ipWake:       map[netip.Addr]time.Time{},
-		waiting:      newWaitQueue(),
-		dropWaiting:  map[netip.Addr]bool{},
-		writableDeps: map[netip.Addr]bool{},
-		needBarrier:  true,
-		dirtySvc:     true, dirtyNodes: true, dirtyCM: true,
+		desired: desired{
+			cfg:      config.Default(),
+			entries:  map[netip.Addr]ipset.Entry{},
+			names:    map[string]netip.Addr{},
+			rejected: map[string]bool{},
+		},
+		self: self{needBarrier: true},
+		lockBook: lockBook{
+			written:   map[string]*coordinationv1.Lease{},
+			deleted:   map[string]string{},
+			badLocks:  map[string]string{},
+			freeSince: map[netip.Addr]time.Time{},
+		},
+		writeQueue: writeQueue{
+			jobs:        make(chan write, 4096),
+			results:     make(chan writeResult, 64),
+			inflight:    map[string]bool{},
+			pending:     map[string]string{},
+			waiting:     newWaitQueue(),
+			window:      min(slowStart, float64(a.opt.Writers)),
+			dropWaiting: map[netip.Addr]bool{},
+		},
+		schedule: schedule{
+			dirtySvc: true, dirtyNodes: true, dirtyCM: true,
+			writableDeps: map[netip.Addr]bool{},
+			dirty:        map[netip.Addr]bool{},
+			ipWake:       map[netip.Addr]time.Time{},
+		},
+		binder: binder{
+			bound:       map[netip.Addr]binding{},
+			lateBinds:   map[netip.Addr]bool{},
+			ownRemovals: map[netip.Addr]int{},
+			linkDown:    map[string]bool{},
+			claimWatch:  map[string]context.CancelFunc{},
+			claimed:     newClaimedSet(),
+			autoIface:   map[netip.Addr]string{},
+			arpAnswers:  map[string]bool{},
+		},
+		lanState:  lanState{lanIn: make(chan lanlive.Received, 256)},
 		renewReq:  make(chan renewal, 1),
 		renewRes:  make(chan renewResult, 1),
-		jobs:      make(chan write, 4096),
-		results:   make(chan writeResult, 64),
 		claims:    make(chan netif.Claim, 64),
-		lanIn:     make(chan lanlive.Received, 256),
 		hb:        &heartbeater{a: a},
 		alloc:     newAllocator(),
 		conflicts: newAddrConflicts(),

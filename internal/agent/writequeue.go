@@ -49,7 +49,7 @@ func (s *state) dispatch(w write) {
 		}
 	default:
 		// The queue is full; the next pass tries again.
-		s.wakeAt(now.Add(s.cfg.RankStep()))
+		s.wakeIP(w.ip, now.Add(s.cfg.RankStep()))
 	}
 }
 
