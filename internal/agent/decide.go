@@ -299,9 +299,7 @@ func (s *state) decide(v lease.View, ip netip.Addr, name string, l *coordination
 	_, bound := s.bound[ip]
 	in := lease.IP{Addr: ip, Lock: lk, Named: named, Bound: bound, FreeSince: s.freeSince[ip], Planned: planned}
 	d := lease.Decide(v, in)
-	other := v
-	other.Writable = !v.Writable
-	if o := lease.Decide(other, in); o.Action != d.Action || o.Target != d.Target || !o.At.Equal(d.At) {
+	if d.ReadWritable {
 		s.writableDeps[ip] = true
 	} else {
 		delete(s.writableDeps, ip)

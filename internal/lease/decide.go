@@ -87,6 +87,10 @@ type Decision struct {
 	Target string
 	At     time.Time
 	Reason string
+	// ReadWritable: the rules consulted View.Writable to reach it, so it
+	// may be another once that changes. One that did not stands whatever
+	// becomes of it.
+	ReadWritable bool
 }
 
 // Decide is the per-IP rule book of docs/design.md (Binding and hand-off
@@ -99,7 +103,7 @@ func Decide(v View, ip IP) Decision {
 		// Peers started at the same moment show their first heartbeats
 		// within a renew interval; racing before that, every node of a
 		// cluster starting cold ranks itself first for every IP.
-		return Decision{At: v.PeersKnown, Reason: "learning the live nodes before racing"}
+		return Decision{At: v.PeersKnown, Reason: "learning the live nodes before racing", ReadWritable: d.ReadWritable}
 	}
 	return d
 }
@@ -111,18 +115,22 @@ func (v View) decide(ip IP) Decision {
 		ip.FreeSince = v.PeersKnown
 	}
 	if !ip.Named {
-		return decideOrphan(v, ip)
+		d := decideOrphan(v, ip)
+		d.ReadWritable = ip.Lock != nil
+		return d
 	}
 	lk := ip.Lock
 	switch {
 	case lk == nil:
 		d := v.race(ip, ip.FreeSince, Create, "no lock yet")
 		if ip.Bound && d.Action == None {
-			return Decision{Action: Unbind, Reason: "bound without a lock"}
+			return Decision{Action: Unbind, Reason: "bound without a lock", ReadWritable: true}
 		}
 		return d
 	case lk.Holder == v.Self:
-		return v.decideHeld(ip)
+		d := v.decideHeld(ip)
+		d.ReadWritable = true
+		return d
 	case ip.Bound:
 		return Decision{Action: Unbind, Reason: "lock names " + holderText(lk.Holder)}
 	case lk.Holder == "":
@@ -154,6 +162,12 @@ func holderText(h string) string {
 // (one step more when the policy chose another live node, which then wins
 // without a conflict unless it fails to act).
 func (v View) race(ip IP, since time.Time, act Action, why string) Decision {
+	d := v.raceRule(ip, since, act, why)
+	d.ReadWritable = true
+	return d
+}
+
+func (v View) raceRule(ip IP, since time.Time, act Action, why string) Decision {
 	if !v.Writable || !v.Eligible {
 		return Decision{Reason: why + "; this node cannot take it now"}
 	}

@@ -242,3 +242,46 @@ func TestDeadHoldersIPIsRacedByTheFirstRanks(t *testing.T) {
 	assert.DeepEqual(t, waits[:len(want)], want)
 	assert.Equal(t, waits[48], 2*step+46*lateStep)
 }
+
+// A decision that says it did not read Writable is the same whichever
+// Writable is: the loop decides again, when that changes, only the IPs
+// whose decision read it. Over every combination of lock, holder, move,
+// naming, binding, eligibility, plan and free time.
+func TestDecideSaysWhetherItReadWritable(t *testing.T) {
+	holders := []string{"", "a", "b", "x", "ghost"}
+	planned := []string{"", "a", "b"}
+	frees := []time.Time{{}, now().Add(-time.Minute), now()}
+	n := 0
+	for _, hasLock := range []bool{false, true} {
+		for _, holder := range holders {
+			for _, moveTo := range []string{"", "a", "b", "x"} {
+				for _, named := range []bool{false, true} {
+					for _, bound := range []bool{false, true} {
+						for _, eligible := range []bool{false, true} {
+							for _, p := range planned {
+								for _, free := range frees {
+									ip := lease.IP{Addr: ipRanked(t, 1), Named: named, Bound: bound, Planned: p, FreeSince: free}
+									if hasLock {
+										ip.Lock = lock(holder, moveTo)
+									}
+									v := decideView()
+									v.Eligible = eligible
+									d := lease.Decide(v, ip)
+									v.Writable = false
+									o := lease.Decide(v, ip)
+									assert.Equal(t, d.ReadWritable, o.ReadWritable, "%+v", ip)
+									if !d.ReadWritable {
+										n++
+										d.ReadWritable, o.ReadWritable = false, false
+										assert.DeepEqual(t, d, o)
+									}
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	assert.Assert(t, n > 0, "no decision stood whatever Writable was")
+}
