@@ -125,7 +125,7 @@ func fromText(from string) string {
 	if from == "" {
 		return ""
 	}
-	return " from " + from
+	return " from " + escapeControls(from)
 }
 
 // planMove checks that ip may move to node and returns the name of its
