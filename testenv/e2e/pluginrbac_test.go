@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"gotest.tools/v3/assert"
@@ -23,7 +24,9 @@ import (
 // else. A user who may request a move but not watch the lock gets the
 // request withdrawn, not left to act later.
 func TestPluginRoles(t *testing.T) {
-	e := newEnv(t, defaultConfig())
+	cfg := defaultConfig()
+	cfg["lease-duration"] = "10s"
+	e := newEnv(t, cfg)
 	root, err := testenv.RepoRoot()
 	e.must(err)
 	e.must(cluster.ApplyFiles(e.ctx, filepath.Join(root, "manifests", "plugin-rbac.yaml")))
@@ -69,19 +72,27 @@ func TestPluginRoles(t *testing.T) {
 		"auth", "can-i", "update", "leases.coordination.k8s.io", "-n", "kube-system", "--as", "e2e-operator")
 	assert.Equal(t, strings.TrimSpace(string(can)), "no")
 
-	// The holder may act on the request before the plugin takes it back:
-	// either way, no request is left behind.
-	out, err = e.kubectlEip("--as", "e2e-nowatch", "move", ip.String(), holder)
-	l = e.lock(ip)
-	assert.Equal(t, l.Annotations[lease.AnnotationMoveTo], "", "a request is left on the lock")
-	if err != nil {
-		assert.ErrorContains(t, err, `cannot watch resource "leases"`)
-		assert.ErrorContains(t, err, "the move request was withdrawn")
-		assert.Equal(t, *l.Spec.HolderIdentity, target)
-	} else {
-		t.Logf("the holder acted before the plugin withdrew: %s", out)
-		assert.Equal(t, *l.Spec.HolderIdentity, holder)
+	// The holder, frozen, cannot act on the request before the plugin
+	// takes it back. A lease duration of 10 s keeps its peers from taking
+	// its IPs meanwhile.
+	pid := cluster.DaemonPID(target)
+	assert.Assert(t, pid != 0)
+	e.must(syscall.Kill(pid, syscall.SIGSTOP))
+	frozen := true
+	thaw := func() {
+		if frozen {
+			frozen = false
+			e.must(syscall.Kill(pid, syscall.SIGCONT))
+		}
 	}
+	t.Cleanup(thaw)
+	_, err = e.kubectlEip("--as", "e2e-nowatch", "move", ip.String(), holder)
+	l = e.lock(ip)
+	thaw()
+	assert.Check(t, is.ErrorContains(err, `cannot watch resource "leases"`))
+	assert.Check(t, is.ErrorContains(err, "the move request was withdrawn"))
+	assert.Check(t, is.Equal(l.Annotations[lease.AnnotationMoveTo], ""), "a request is left on the lock")
+	assert.Check(t, is.Equal(e.served(ip), target), "the IP stays where it was")
 }
 
 // bindUser binds user to the ClusterRole role: cluster-wide, or in
