@@ -9,13 +9,14 @@ FROM --platform=$BUILDPLATFORM golang:1.26 AS build
 ARG TARGETOS TARGETARCH
 ARG VERSION=dev
 WORKDIR /src
-ENV GOFLAGS=-mod=mod
+# Modules only as go.sum pins them.
+ENV GOFLAGS=-mod=readonly
 COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
-    go build -trimpath -tags grpcnotrace -ldflags "-s -w -X main.version=${VERSION}" -o /out/eipd ./daemon
+    go build -mod=readonly -trimpath -tags grpcnotrace -ldflags "-s -w -X main.version=${VERSION}" -o /out/eipd ./daemon
 
 FROM scratch
 ARG VERSION=dev

@@ -130,7 +130,7 @@ func TestChartLints(t *testing.T) {
 func TestChartRendersTheManifests(t *testing.T) {
 	chart := objects(t, helm(t, "template", "eip", "charts/eip"))
 	base := objects(t, kustomize(t, ""))
-	assert.Equal(t, len(base), 8, "%v", keys(base))
+	assert.Equal(t, len(base), 12, "%v", keys(base))
 	assert.DeepEqual(t, chart, base) // on a difference, make charts/eip follow manifests/
 
 	// Installed into eip's own namespace (helm install -n eip-system
@@ -254,4 +254,36 @@ func path(v any, steps ...any) any {
 		}
 	}
 	return v
+}
+
+// eipd's Role may create Secrets in eip's namespace (a create cannot be
+// limited to a name). In kube-system a Secret can be a bootstrap token,
+// which joins a node to the cluster, and default is everyone's: the chart
+// refuses both.
+func TestChartRefusesSharedNamespaces(t *testing.T) {
+	for _, ns := range []string{"kube-system", "default"} {
+		_, err := runHelm(t, "template", "eip", "charts/eip", "--set", "namespace.name="+ns)
+		assert.Check(t, is.ErrorContains(err, `namespace.name: eip cannot share namespace "`+ns+`"`), ns)
+	}
+}
+
+// The liveness port the DaemonSet declares is the ConfigMap's.
+func TestChartLivenessPort(t *testing.T) {
+	livenessPorts := func(args ...string) []corev1.ContainerPort {
+		t.Helper()
+		objs := objects(t, helm(t, append([]string{"template", "eip", "charts/eip"}, args...)...))
+		ds := one[appsv1.DaemonSet](t, objs, "DaemonSet eip-system/eipd")
+		return slices.DeleteFunc(ds.Spec.Template.Spec.Containers[0].Ports, func(p corev1.ContainerPort) bool { return p.Name != "liveness" })
+	}
+	udp := func(port int32) []corev1.ContainerPort {
+		return []corev1.ContainerPort{{Name: "liveness", ContainerPort: port, Protocol: corev1.ProtocolUDP}}
+	}
+	assert.Check(t, is.DeepEqual(livenessPorts(), udp(9403)))
+	assert.Check(t, is.DeepEqual(livenessPorts("--set", "config.liveness-port=9500"), udp(9500)))
+	assert.Check(t, is.DeepEqual(livenessPorts("--set-string", "config.liveness-port=9501"), udp(9501)))
+	assert.Check(t, is.DeepEqual(livenessPorts("--set-string", "config.liveness-port="), udp(9403)), "empty means the default")
+	assert.Check(t, is.Len(livenessPorts("--set-string", "config.liveness-port=off"), 0))
+	assert.Check(t, is.Len(livenessPorts("--set", "config.liveness-port=0"), 0))
+	_, err := runHelm(t, "template", "eip", "charts/eip", "--set-string", "config.liveness-port=80")
+	assert.Check(t, is.ErrorContains(err, `config.liveness-port: "80" is not a port from 1024 to 65535, nor "off"`))
 }

@@ -55,7 +55,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "path to a kubeconfig; empty means in-cluster configuration")
 	fs.StringVar(&o.node, "node-name", os.Getenv("NODE_NAME"), "name of this node's Node object (default $NODE_NAME)")
 	fs.StringVar(&o.namespace, "namespace", envOr("POD_NAMESPACE", "eip-system"), "namespace of eip's Leases and ConfigMap (default $POD_NAMESPACE or eip-system)")
-	fs.StringVar(&o.configMap, "config-map", "eip-config", "name of the ConfigMap holding eip's configuration")
+	fs.StringVar(&o.configMap, "config-map", "eip-config", "name of the ConfigMap holding eip's configuration (eipd's Role may read only eip-config: rename it there too)")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", ":9402", "address serving /metrics, /healthz and /readyz; empty disables")
 	fs.BoolVar(&o.pprof, "pprof", false, "also serve /debug/pprof/ on --metrics-addr")
 	fs.IntVar(&o.verbosity, "v", 0, "log verbosity: 0 info, 1 debug (per-IP decisions), 2 also client-go's own logs")

@@ -37,6 +37,7 @@ const (
 	serviceAccount = "eip"
 	image          = "ghcr.io/eip-project/eipd"
 	metricsPort    = 9402
+	configMap      = "eip-config"
 )
 
 // kustomization is the part of kustomization.yaml this base uses; decoding
@@ -144,56 +145,99 @@ func TestEveryObjectIsEips(t *testing.T) {
 		kinds[kind]++
 		m, ok := o.(interface {
 			GetNamespace() string
+			GetName() string
 			GetLabels() map[string]string
 		})
 		assert.Assert(t, ok, "%T", o)
 		assert.Check(t, is.Equal(m.GetLabels()["app.kubernetes.io/part-of"], "eip"), kind)
-		switch kind {
-		case "Namespace", "ClusterRole", "ClusterRoleBinding":
+		switch {
+		case kind == "Namespace", kind == "ClusterRole", kind == "ClusterRoleBinding":
 			assert.Check(t, is.Equal(m.GetNamespace(), ""), kind)
+		case m.GetNamespace() == "default":
+			// Only the right to read the API server's EndpointSlices.
+			assert.Check(t, kind == "Role" || kind == "RoleBinding", kind)
 		default:
 			assert.Check(t, is.Equal(m.GetNamespace(), namespace), kind)
 		}
 	}
 	assert.DeepEqual(t, kinds, map[string]int{
-		"Namespace": 1, "ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1,
-		"Role": 1, "RoleBinding": 1, "ConfigMap": 1, "DaemonSet": 1,
+		"Namespace": 1, "ServiceAccount": 1, "ClusterRole": 3, "ClusterRoleBinding": 1,
+		"Role": 2, "RoleBinding": 2, "ConfigMap": 1, "DaemonSet": 1,
 	})
 	assert.Equal(t, one[*corev1.Namespace](t, objs).Name, namespace)
 	assert.Equal(t, one[*corev1.ServiceAccount](t, objs).Name, serviceAccount)
 }
 
+// named returns the object of type T with that namespace and name.
+func named[T interface {
+	runtime.Object
+	GetNamespace() string
+	GetName() string
+}](t *testing.T, objs []runtime.Object, ns, name string) T {
+	t.Helper()
+	for _, o := range only[T](t, objs) {
+		if o.GetNamespace() == ns && o.GetName() == name {
+			return o
+		}
+	}
+	t.Fatalf("no %T %s/%s", *new(T), ns, name)
+	return *new(T)
+}
+
 func TestRBACIsMinimal(t *testing.T) {
 	objs := decodeAll(t, ".")
 	read := []string{"list", "watch"}
-	cr := one[*rbacv1.ClusterRole](t, objs)
+	cr := named[*rbacv1.ClusterRole](t, objs, "", "eip")
 	assert.DeepEqual(t, cr.Rules, []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: read},
 		{APIGroups: []string{""}, Resources: []string{"services/status"}, Verbs: []string{"patch"}},
 		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: read},
-		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: read},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 	})
-	role := one[*rbacv1.Role](t, objs)
+	role := named[*rbacv1.Role](t, objs, namespace, "eip")
 	assert.DeepEqual(t, role.Rules, []rbacv1.PolicyRule{
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
-		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: read},
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{configMap}, Verbs: read},
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{lanlive.KeySecret}, Verbs: []string{"get"}},
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}},
+	})
+	apiServer := named[*rbacv1.Role](t, objs, "default", "eip")
+	assert.DeepEqual(t, apiServer.Rules, []rbacv1.PolicyRule{
+		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: read},
 	})
 
 	sa := []rbacv1.Subject{{Kind: "ServiceAccount", Name: serviceAccount, Namespace: namespace}}
 	crb := one[*rbacv1.ClusterRoleBinding](t, objs)
 	assert.DeepEqual(t, crb.RoleRef, rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: cr.Name})
 	assert.DeepEqual(t, crb.Subjects, sa)
-	rb := one[*rbacv1.RoleBinding](t, objs)
-	assert.DeepEqual(t, rb.RoleRef, rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: role.Name})
-	assert.DeepEqual(t, rb.Subjects, sa)
+	for _, ns := range []string{namespace, "default"} {
+		rb := named[*rbacv1.RoleBinding](t, objs, ns, "eip")
+		assert.DeepEqual(t, rb.RoleRef, rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "eip"})
+		assert.DeepEqual(t, rb.Subjects, sa)
+	}
+}
+
+// The plugin's roles: eip-view reads what status reads and writes nothing;
+// eip-operator adds the lock updates and watches of move, meant to be bound
+// in eip's namespace only. testenv/e2e runs the plugin as users bound to
+// them.
+func TestPluginRoles(t *testing.T) {
+	objs := decodeAll(t, ".")
+	read := []string{"list", "watch"}
+	assert.DeepEqual(t, named[*rbacv1.ClusterRole](t, objs, "", "eip-view").Rules, []rbacv1.PolicyRule{
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{configMap}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"services", "nodes"}, Verbs: read},
+		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: read},
+	})
+	assert.DeepEqual(t, named[*rbacv1.ClusterRole](t, objs, "", "eip-operator").Rules, []rbacv1.PolicyRule{
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "watch", "update"}},
+	})
 }
 
 func TestConfigMapShipsTheDefaults(t *testing.T) {
 	cm := one[*corev1.ConfigMap](t, decodeAll(t, "."))
-	assert.Equal(t, cm.Name, "eip-config")
+	assert.Equal(t, cm.Name, configMap)
 	assert.DeepEqual(t, slices.Sorted(func(yield func(string) bool) {
 		for k := range cm.Data {
 			if !yield(k) {

@@ -48,3 +48,24 @@ func TestEipdBuildsWithoutGRPCTrace(t *testing.T) {
 	assert.Check(t, !slices.Contains(deps, "golang.org/x/net/trace"), "eipd links golang.org/x/net/trace even with grpcnotrace")
 	assert.Check(t, slices.Contains(deps, "google.golang.org/grpc"), "eipd no longer links gRPC: this test is moot")
 }
+
+// Release builds use the go.sum in the tree and never edit it
+// (-mod=readonly): a module missing from go.sum fails the release instead
+// of being fetched and trusted on the spot. The flag is on each command
+// line, where it overrides the -mod=mod that the Makefile exports for
+// development builds.
+func TestReleaseBuildsAreReadonly(t *testing.T) {
+	for _, f := range []string{"release.sh", "image.sh", "../Dockerfile"} {
+		b, err := os.ReadFile(f)
+		assert.NilError(t, err)
+		assert.Check(t, !strings.Contains(string(b), "-mod=mod"), "%s", f)
+		commands := 0
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.Contains(line, "go build") || strings.Contains(line, "go run") {
+				commands++
+				assert.Check(t, strings.Contains(line, " -mod=readonly "), "%s: %s", f, line)
+			}
+		}
+		assert.Check(t, commands > 0, "%s runs no go build", f)
+	}
+}

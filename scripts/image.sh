@@ -16,7 +16,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
-export GOFLAGS=${GOFLAGS:--mod=mod} CGO_ENABLED=0
+# -mod=readonly on each go command: modules only as go.sum pins them.
+export CGO_ENABLED=0
 
 VERSION=${VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo dev)}
 IMAGE=${IMAGE:-ghcr.io/eip-project/eipd}
@@ -33,7 +34,7 @@ for p in $PLATFORMS; do
 	bin="bin/image/eipd-$os-$arch"
 	echo "building eipd $VERSION for $p" >&2
 	# grpcnotrace: see EIPD_TAGS in the Makefile.
-	GOOS=$os GOARCH=$arch go build -trimpath -tags grpcnotrace -ldflags "-s -w -X main.version=$VERSION" -o "$bin" ./daemon
+	GOOS=$os GOARCH=$arch go build -mod=readonly -trimpath -tags grpcnotrace -ldflags "-s -w -X main.version=$VERSION" -o "$bin" ./daemon
 	args+=(--binary "$p=$bin")
 done
-go run ./scripts/image --out "$OUT" --name "$IMAGE" --version "$VERSION" --revision "$revision" "${args[@]}"
+go run -mod=readonly ./scripts/image --out "$OUT" --name "$IMAGE" --version "$VERSION" --revision "$revision" "${args[@]}"

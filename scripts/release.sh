@@ -8,7 +8,7 @@
 # anything else, e.g. git describe's 5e7ffc2-dirty, becomes
 # v0.0.0-g5e7ffc2-dirty); OUT, the output directory (default bin/release).
 # The archives are reproducible: the same commit, version and Go give the
-# same bytes.
+# same bytes. Builds take modules only as go.sum pins them (-mod=readonly).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -30,7 +30,7 @@ for platform in linux/amd64 linux/arm64 darwin/amd64 darwin/arm64; do
 	os=${platform%/*} arch=${platform#*/}
 	dir="$stage/${os}_$arch"
 	mkdir -p "$dir"
-	GOOS=$os GOARCH=$arch CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$version" \
+	GOOS=$os GOARCH=$arch CGO_ENABLED=0 go build -mod=readonly -trimpath -ldflags "-s -w -X main.version=$version" \
 		-o "$dir/kubectl-eip" ./kubectl-eip
 	install -m 0755 kubectl-eip/kubectl_complete-eip "$dir/"
 	install -m 0644 LICENSE "$dir/"

@@ -104,5 +104,5 @@ func ipDescription(r IP) string {
 	if r.Holder == "" {
 		return string(r.State)
 	}
-	return string(r.State) + " on " + r.Holder
+	return string(r.State) + " on " + escapeControls(r.Holder)
 }

@@ -52,7 +52,9 @@ sticky policy the IP then stays on that node while it lives.
 The time printed runs from writing the request to seeing the lock name the
 node, which binds the IP within milliseconds of that write.
 
-On timeout the request is withdrawn, so it cannot take effect later.`,
+On timeout, or when watching the lock fails, the request is withdrawn, so
+that it cannot take effect later; a request someone else wrote meanwhile
+stays.`,
 		Example: `  kubectl eip move 198.18.100.1 node-2
   kubectl eip move 2001:db8::100:1 node-3 --timeout 30s
   kubectl eip move 198.18.100.1 node-2 --wait=false`,
@@ -125,7 +127,7 @@ func fromText(from string) string {
 	if from == "" {
 		return ""
 	}
-	return " from " + from
+	return " from " + escapeControls(from)
 }
 
 // planMove checks that ip may move to node and returns the name of its
@@ -234,7 +236,11 @@ func (o *MoveOptions) await(ctx context.Context, leases coordinationv1client.Lea
 			ResourceVersion: rv,
 		})
 		if err != nil {
-			return fmt.Errorf("watch lease %s/%s: %w", o.namespace, name, err)
+			if ctx.Err() != nil {
+				return o.interrupted(name)
+			}
+			// Nobody would see the request through.
+			return o.withdraw(ctx, leases, name, from, fmt.Errorf("watch lease %s/%s: %w", o.namespace, name, err))
 		}
 		// What happened before the watch began; the watch brings the rest.
 		l, err := o.reread(ctx, leases, name)
@@ -260,9 +266,9 @@ func (o *MoveOptions) follow(ctx context.Context, leases coordinationv1client.Le
 	for {
 		select {
 		case <-ctx.Done():
-			return false, fmt.Errorf("interrupted; the request to move %s to %s stays on lease %s/%s", o.ip, o.node, o.namespace, name)
+			return false, o.interrupted(name)
 		case <-timer.C():
-			err := o.giveUp(ctx, leases, name, from)
+			err := o.withdraw(ctx, leases, name, from, fmt.Errorf("timed out after %s: %s is still on %s, not %s", o.Timeout, o.ip, orNone(from), o.node))
 			return err == nil, err
 		case ev, open := <-w.ResultChan():
 			if !open || ev.Type == watch.Error {
@@ -283,25 +289,34 @@ func (o *MoveOptions) follow(ctx context.Context, leases coordinationv1client.Le
 	}
 }
 
-// giveUp withdraws a request that timed out, unless it just succeeded; nil
-// means the target holds the IP after all.
-func (o *MoveOptions) giveUp(ctx context.Context, leases coordinationv1client.LeaseInterface, name, from string) error {
-	timedOut := fmt.Errorf("timed out after %s: %s is still on %s, not %s", o.Timeout, o.ip, orNone(from), o.node)
+func (o *MoveOptions) interrupted(name string) error {
+	return fmt.Errorf("interrupted; the request to move %s to %s stays on lease %s/%s", o.ip, o.node, o.namespace, name)
+}
+
+// withdraw takes back the request after cause (a timeout, a failed watch)
+// ended the wait, unless the move just succeeded: nil means the target
+// holds the IP after all. Each write is on the version just read, and only
+// when the lock still asks for o.node, so a request someone wrote meanwhile
+// stays.
+func (o *MoveOptions) withdraw(ctx context.Context, leases coordinationv1client.LeaseInterface, name, from string, cause error) error {
 	for attempt := 1; ; attempt++ {
 		l, err := o.reread(ctx, leases, name)
 		if err != nil {
-			return err
+			return fmt.Errorf("%w; %w", cause, err)
 		}
 		if done, err := moveOutcome(l, o.ip, from, o.node); done || err != nil {
-			return err
+			if err != nil {
+				return fmt.Errorf("%w; %w", cause, err)
+			}
+			return nil
 		}
 		_, err = leases.Update(ctx, lease.WithMoveTo(l, ""), metav1.UpdateOptions{})
 		switch {
 		case err == nil:
-			return fmt.Errorf("%w; the move request was withdrawn", timedOut)
+			return fmt.Errorf("%w; the move request was withdrawn", cause)
 		case !apierrors.IsConflict(err) || attempt == moveAttempts:
 			return fmt.Errorf("%w; withdrawing the move request failed, remove annotation %s from lease %s/%s: %w",
-				timedOut, lease.AnnotationMoveTo, o.namespace, name, err)
+				cause, lease.AnnotationMoveTo, o.namespace, name, err)
 		}
 	}
 }

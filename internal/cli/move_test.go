@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"strings"
 	"testing"
@@ -10,8 +11,10 @@ import (
 	"gotest.tools/v3/assert"
 	"gotest.tools/v3/poll"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/eip-project/eip/internal/lease"
@@ -259,4 +262,43 @@ func (h *harness) lease(name string) *coordinationv1.Lease {
 	l, err := h.client.CoordinationV1().Leases(ns).Get(context.Background(), name, metav1.GetOptions{})
 	assert.NilError(h.t, err)
 	return l
+}
+
+// A watch that fails leaves nobody to see the move through: the request is
+// withdrawn, so that it cannot take effect later.
+func TestMoveWithdrawsWhenWatchFails(t *testing.T) {
+	h := newHarness(t, fixture()...)
+	h.client.PrependWatchReactor("leases", func(k8stesting.Action) (bool, watch.Interface, error) {
+		return true, nil, apierrors.NewForbidden(coordinationv1.Resource("leases"), "", errors.New(`user "op" cannot watch`))
+	})
+	_, err := h.run(context.Background(), "move", "198.18.100.1", "node-2")
+	assert.Error(t, err, `watch lease eip-system/eip-198-18-100-1: leases.coordination.k8s.io is forbidden: user "op" cannot watch; the move request was withdrawn`)
+	l := h.lease("eip-198-18-100-1")
+	assert.Equal(t, *l.Spec.HolderIdentity, "node-1")
+	_, pending := l.Annotations[lease.AnnotationMoveTo]
+	assert.Assert(t, !pending)
+	ups := h.updates()
+	assert.Equal(t, len(ups), 2)
+	assert.Equal(t, ups[1].ResourceVersion, "1001", "withdrawn on the version the request wrote, not blindly")
+}
+
+// A request written by someone else after this one is theirs: it stays.
+func TestMoveWatchFailsKeepsNewerRequest(t *testing.T) {
+	h := newHarness(t, fixture()...)
+	leases := h.client.CoordinationV1().Leases(ns)
+	h.client.PrependWatchReactor("leases", func(k8stesting.Action) (bool, watch.Interface, error) {
+		gvr := coordinationv1.SchemeGroupVersion.WithResource("leases")
+		obj, err := h.client.Tracker().Get(gvr, ns, "eip-198-18-100-1")
+		assert.NilError(t, err)
+		l := withMoveTo(obj.(*coordinationv1.Lease), "node-3")
+		l.ResourceVersion = "900"
+		assert.NilError(t, h.client.Tracker().Update(gvr, l, ns))
+		return true, nil, errors.New("connection refused")
+	})
+	_, err := h.run(context.Background(), "move", "198.18.100.1", "node-2")
+	assert.Error(t, err, "watch lease eip-system/eip-198-18-100-1: connection refused; a move of 198.18.100.1 to node-3 was requested meanwhile")
+	l, err := leases.Get(context.Background(), "eip-198-18-100-1", metav1.GetOptions{})
+	assert.NilError(t, err)
+	assert.Equal(t, l.Annotations[lease.AnnotationMoveTo], "node-3")
+	assert.Equal(t, len(h.updates()), 1, "only the request was written")
 }

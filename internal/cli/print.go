@@ -35,10 +35,16 @@ func printStatus(w io.Writer, st Status, format string) error {
 		if err != nil {
 			return fmt.Errorf("encode json: %w", err)
 		}
-		_, err = fmt.Fprintf(w, "%s\n", b)
+		_, err = fmt.Fprintf(w, "%s\n", escapeJSON(b))
 		return err
 	case outputYAML:
-		b, err := yaml.Marshal(st)
+		// From json, as yaml.Marshal would, escaped: the YAML parser
+		// refuses a raw DEL or C1 character, and its emitter escapes
+		// every control character.
+		b, err := json.Marshal(st)
+		if err == nil {
+			b, err = yaml.JSONToYAML(escapeJSON(b))
+		}
 		if err != nil {
 			return fmt.Errorf("encode yaml: %w", err)
 		}
@@ -115,7 +121,7 @@ func printTables(w *bytes.Buffer, st Status, wide bool) {
 	if len(notes) > 0 {
 		w.WriteString("\n")
 		for _, n := range notes {
-			w.WriteString(n + "\n")
+			w.WriteString(escapeControls(n) + "\n")
 		}
 	}
 }
@@ -156,7 +162,8 @@ func configNotes(st Status) []string {
 }
 
 // writeTable writes a kubectl-style table: no borders, left-aligned, three
-// spaces between columns, no trailing blanks. Widths are display widths.
+// spaces between columns, no trailing blanks, control characters escaped in
+// every cell. Widths are display widths.
 // (A table library did the same at ten times the cost: 2 s of the plugin's
 // CPU for 10,000 IPs.)
 func writeTable(w *bytes.Buffer, header []string, rows [][]string) {
@@ -168,6 +175,7 @@ func writeTable(w *bytes.Buffer, header []string, rows [][]string) {
 		for i := range cols {
 			c := 0
 			if i < len(row) {
+				row[i] = escapeControls(row[i])
 				c = displayWidth(row[i])
 			}
 			cells = append(cells, c)

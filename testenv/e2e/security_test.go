@@ -124,11 +124,11 @@ var unusedOnPurpose = func() map[permission]string {
 		"against an API server that cannot, they fall back to LIST"
 	ns := testenv.Namespace
 	return map[permission]string{
-		{"", "", "services", "list"}:                       listFallback,
-		{"", "", "nodes", "list"}:                          listFallback,
-		{ns, "coordination.k8s.io", "leases", "list"}:      listFallback,
-		{ns, "", "configmaps", "list"}:                     listFallback,
-		{"", "discovery.k8s.io", "endpointslices", "list"}: listFallback,
+		{"", "", "services", "list"}:                              listFallback,
+		{"", "", "nodes", "list"}:                                 listFallback,
+		{ns, "coordination.k8s.io", "leases", "list"}:             listFallback,
+		{ns, "", "configmaps", "list"}:                            listFallback,
+		{"default", "discovery.k8s.io", "endpointslices", "list"}: listFallback,
 	}
 }()
 
@@ -136,7 +136,7 @@ var unusedOnPurpose = func() map[permission]string {
 // refused none: the API server's audit log of a workload that exercises
 // every code path that talks to the API (start, bind, auto-assignment,
 // events and their repeats, a move, a graceful stop, a Service deleted)
-// is compared with the live ClusterRole and Role from manifests/rbac.yaml.
+// is compared with the live ClusterRole and Roles from manifests/rbac.yaml.
 func TestRBACMatchesWhatEipdUses(t *testing.T) {
 	began := time.Now()
 	cfg := defaultConfig()
@@ -246,14 +246,12 @@ func (e *env) auditedSince(t time.Time) (used, denied map[permission]int) {
 	return used, denied
 }
 
-// granted expands the live ClusterRole and Role eip into single
-// permissions: cluster-wide ones with scope "", the Role's with its
-// namespace.
+// granted expands the live ClusterRole eip and the Roles eip (in eip's
+// namespace and in default) into single permissions: cluster-wide ones
+// with scope "", a Role's with its namespace.
 func (e *env) granted() []permission {
 	e.t.Helper()
 	cr, err := e.k.RbacV1().ClusterRoles().Get(e.ctx, "eip", metav1.GetOptions{})
-	e.must(err)
-	role, err := e.k.RbacV1().Roles(testenv.Namespace).Get(e.ctx, "eip", metav1.GetOptions{})
 	e.must(err)
 	var out []permission
 	add := func(scope string, rules []rbacv1.PolicyRule) {
@@ -268,7 +266,11 @@ func (e *env) granted() []permission {
 		}
 	}
 	add("", cr.Rules)
-	add(testenv.Namespace, role.Rules)
+	for _, ns := range []string{testenv.Namespace, "default"} {
+		role, err := e.k.RbacV1().Roles(ns).Get(e.ctx, "eip", metav1.GetOptions{})
+		e.must(err)
+		add(ns, role.Rules)
+	}
 	return out
 }
 
