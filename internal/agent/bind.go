@@ -199,6 +199,15 @@ func (s *state) probeEarly(ip netip.Addr, e ipset.Entry) {
 	}
 }
 
+// carryOut carries out a decision about ip's address alone: an Unbind
+// unbinds it. Every address this node gives up goes through here, or
+// through a hand-off's drop, each the outcome of a lease decision.
+func (s *state) carryOut(ip netip.Addr, d lease.Decision) {
+	if d.Action == lease.Unbind {
+		s.unbind(ip, d.Reason)
+	}
+}
+
 func (s *state) unbind(ip netip.Addr, why string) {
 	b, ok := s.forgetBinding(ip)
 	if !ok {
@@ -255,6 +264,7 @@ func (s *state) rebindIfMoved(ip netip.Addr) {
 		}
 		return
 	}
+	// Not given up: moved, still held, to where the configuration puts it.
 	s.unbind(ip, "configuration changed")
 	s.bind(ip, e, "configuration changed")
 }
@@ -337,7 +347,7 @@ func (s *state) linkEvent(ev netif.LinkEvent) {
 		s.linkDown[ev.Iface] = true
 		for ip, b := range s.bound {
 			if b.iface == ev.Iface {
-				s.unbind(ip, "link lost carrier")
+				s.carryOut(ip, lease.DecideLinkDown())
 			}
 		}
 		return
@@ -404,11 +414,18 @@ func (s *state) claim(c netif.Claim) (changed bool) {
 	}
 	s.dirty[c.IP] = true
 	now := s.a.clk.Now()
-	if s.conflictClaim(c) || !bound || s.apiOK(now) || c.Probe && (!s.eipMAC(c.MAC.String()) || !s.mayBeJudgedDead(now)) {
+	if s.conflictClaim(c) || !bound {
 		return true
 	}
-	s.log.Warn("another node claimed an address we hold while the API is unreachable; unbinding", "ip", c.IP, "iface", c.Iface, "mac", c.MAC.String(), "probe", c.Probe)
-	s.unbind(c.IP, "claimed by "+c.MAC.String())
+	mac, apiOK := c.MAC.String(), s.apiOK(now)
+	// Whose MAC it is matters only to a probe while cut off: looked up
+	// then alone, as it reads every peer's heartbeat.
+	peer := !apiOK && c.Probe && s.eipMAC(mac)
+	d := lease.DecideClaim(lease.Claim{MAC: mac, Probe: c.Probe, Peer: peer}, apiOK, s.mayBeJudgedDead(now))
+	if d.Action == lease.Unbind {
+		s.log.Warn("another node claimed an address we hold while the API is unreachable; unbinding", "ip", c.IP, "iface", c.Iface, "mac", mac, "probe", c.Probe)
+	}
+	s.carryOut(c.IP, d)
 	return true
 }
 

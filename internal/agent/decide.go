@@ -75,7 +75,7 @@ func (s *state) decideOne(v lease.View, ip netip.Addr, now time.Time) {
 	if cached != nil {
 		s.decideOrphan(v, cached, now)
 	} else if _, bound := s.bound[ip]; bound {
-		s.unbind(ip, "not named by any Service")
+		s.carryOut(ip, lease.Decide(v, lease.IP{Addr: ip, Bound: true}))
 	}
 }
 
@@ -179,7 +179,7 @@ func (s *state) reconcile() {
 	for ip := range s.bound {
 		if _, named := s.entries[ip]; !named {
 			if _, locked := locks[lease.NameFor(ip)]; !locked {
-				s.unbind(ip, "not named by any Service")
+				s.carryOut(ip, lease.Decide(v, lease.IP{Addr: ip, Bound: true}))
 			}
 		}
 	}
@@ -354,7 +354,7 @@ func (s *state) apply(v lease.View, ip netip.Addr, name string, l *coordinationv
 		s.bind(ip, e, d.Reason)
 		return
 	case lease.Unbind:
-		s.unbind(ip, d.Reason)
+		s.carryOut(ip, d)
 		return
 	case lease.Create:
 		w.target = v.Self

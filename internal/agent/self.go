@@ -243,21 +243,21 @@ func (s *state) tick() {
 // up to a renew interval late, which is the whole default margin between
 // fence-after and the moment a peer may judge this node dead.
 func (s *state) fence(now time.Time) {
-	if s.cfg.APILoss != config.APILossFence || len(s.bound) == 0 || s.lastRenewOK.IsZero() {
+	if s.cfg.APILoss != config.APILossFence || len(s.bound) == 0 {
 		return
 	}
-	if !lease.Fenced(s.lastRenewOK, now, s.cfg.FenceAfter) {
-		s.wakeFull(s.lastRenewOK.Add(s.cfg.FenceAfter))
-		return
+	d := lease.DecideFence(s.lastRenewOK, now, s.cfg.FenceAfter, s.apiOK(now))
+	if !d.At.IsZero() {
+		s.wakeFull(d.At)
 	}
-	if s.apiOK(now) {
+	if d.Action != lease.Unbind {
 		return
 	}
 	s.log.Warn("fencing: no successful renewal within fence-after; unbinding everything", "fenceAfter", s.cfg.FenceAfter)
 	s.a.opt.Metrics.Fenced()
 	for ip := range s.bound {
 		s.event(ip, corev1.EventTypeWarning, "Fenced", fmt.Sprintf("unbound %s from %s: API server unreachable (api-loss=fence)", ip, s.a.opt.Node))
-		s.unbind(ip, "fenced")
+		s.carryOut(ip, d)
 	}
 	s.fenced = true
 }

@@ -57,7 +57,7 @@ func (s *state) shutdown() error {
 		}
 	}
 	for ip := range s.bound {
-		s.unbind(ip, "shutting down")
+		s.carryOut(ip, lease.DecideStopped())
 	}
 	for _, cancel := range s.claimWatch {
 		cancel()
