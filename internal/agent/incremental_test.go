@@ -2,7 +2,6 @@ package agent
 
 import (
 	"fmt"
-	"maps"
 	"math/rand/v2"
 	"net/netip"
 	"path/filepath"
@@ -49,11 +48,9 @@ func skippedPassesWouldActNot(t *testing.T, seed uint64) {
 		w.take()
 		// The check must not change what the loop remembers of its
 		// last pass, or it would hide the loop's own mistakes.
-		lastPass, passWritable, fullUnwritable, passVerdicts, wake := w.s.lastPass, w.s.passWritable, w.s.fullUnwritable, w.s.passVerdicts, w.s.wake
-		writableDeps := maps.Clone(w.s.writableDeps)
+		restore := snapshot(w.s)
 		w.s.reconcile()
-		w.s.lastPass, w.s.passWritable, w.s.fullUnwritable, w.s.passVerdicts, w.s.wake = lastPass, passWritable, fullUnwritable, passVerdicts, wake
-		w.s.writableDeps = writableDeps
+		restore()
 		if calls := w.take(); len(calls) > 0 || len(w.s.jobs) > 0 {
 			t.Fatalf("seed %d: the loop skipped a pass after %s at %s, but a pass acts: %v, %d writes queued",
 				seed, what, w.clk.Now().Sub(t0), calls, len(w.s.jobs))
@@ -243,12 +240,10 @@ func incrementalDecidesAsFull(t *testing.T, seed uint64) {
 		takeJobs()
 		w.take()
 		checks++
-		saved := *w.s
-		freeSince, waiting, ipWake, writableDeps := maps.Clone(w.s.freeSince), w.s.waiting.clone(), maps.Clone(w.s.ipWake), maps.Clone(w.s.writableDeps)
+		restore := snapshot(w.s)
 		w.s.reconcile()
 		calls, queued := w.take(), len(w.s.jobs)
-		*w.s = saved
-		w.s.freeSince, w.s.waiting, w.s.ipWake, w.s.writableDeps = freeSince, waiting, ipWake, writableDeps
+		restore()
 		if len(calls) > 0 || queued > 0 {
 			t.Fatalf("seed %d: after %s at %s the loop left something a full pass does: %v, %d writes",
 				seed, what, w.clk.Now().Sub(t0), calls, queued)

@@ -2,10 +2,11 @@ package agent
 
 import (
 	"maps"
-	"slices"
+	"reflect"
 	"strconv"
 	"testing"
 	"time"
+	"unsafe"
 
 	"gotest.tools/v3/assert"
 
@@ -54,8 +55,39 @@ func TestVerdictsIgnoreRenewals(t *testing.T) {
 	assert.Check(t, after["node-c"].alive && after["node-c"].renewing)
 }
 
-// clone is a copy of the queue that changes to q do not reach.
-func (q waitQueue) clone() waitQueue {
-	q.at, q.order = maps.Clone(q.at), slices.Clone(q.order)
-	return q
+// snapshot returns what puts s back as it is now. Every map and slice of
+// the state and of its parts is copied, so a check that runs a pass on the
+// live state and then restores it leaks nothing into the loop's memory,
+// whatever field a later change adds.
+func snapshot(s *state) (restore func()) {
+	saved := *s
+	copyContainers(reflect.ValueOf(&saved).Elem())
+	return func() { *s = saved }
+}
+
+// copyContainers replaces, in the struct v, every map and slice by a copy,
+// descending into the structs it holds by value.
+func copyContainers(v reflect.Value) {
+	for i := range v.NumField() {
+		f := v.Field(i)
+		f = reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem()
+		switch f.Kind() {
+		case reflect.Map:
+			if !f.IsNil() {
+				m := reflect.MakeMapWithSize(f.Type(), f.Len())
+				for it := f.MapRange(); it.Next(); {
+					m.SetMapIndex(it.Key(), it.Value())
+				}
+				f.Set(m)
+			}
+		case reflect.Slice:
+			if !f.IsNil() {
+				c := reflect.MakeSlice(f.Type(), f.Len(), f.Len())
+				reflect.Copy(c, f)
+				f.Set(c)
+			}
+		case reflect.Struct:
+			copyContainers(f)
+		}
+	}
 }
