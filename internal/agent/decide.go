@@ -45,18 +45,25 @@ func (s *state) reconcileSome(now time.Time) {
 	}
 	// In the order of the IPs, so that the writes a pass makes depend on
 	// its inputs alone, not on the order of a map.
-	for _, ip := range slices.SortedFunc(maps.Keys(s.dirty), netip.Addr.Compare) {
+	s.dirtyOrder = s.dirtyOrder[:0]
+	for ip := range s.dirty {
+		s.dirtyOrder = append(s.dirtyOrder, ip)
+	}
+	slices.SortFunc(s.dirtyOrder, netip.Addr.Compare)
+	for _, ip := range s.dirtyOrder {
 		s.decideOne(v, ip, now)
 	}
 	clear(s.dirty)
 	for _, first := range []bool{true, false} {
-		s.waiting.each(first, func(ip netip.Addr) bool {
-			if s.acquisitionsFull(now) {
-				return false
+		end := s.waiting.start()
+		for i := 0; !s.acquisitionsFull(now); {
+			ip, after, ok := s.waiting.next(i, end, first)
+			if !ok {
+				break
 			}
 			s.decideOne(v, ip, now)
-			return true
-		})
+			i = after
+		}
 	}
 	s.a.opt.Metrics.Held(len(s.bound))
 }
@@ -103,7 +110,7 @@ func (s *state) reconcile() {
 	s.needFull = false
 	// Emptied by new maps, not cleared, and the others shrunk: see shrink.
 	s.dirty, s.dropWaiting, s.lateBinds = map[netip.Addr]bool{}, map[netip.Addr]bool{}, map[netip.Addr]bool{}
-	s.waiting = newWaitQueue()
+	s.waiting.reset()
 	s.ipWake = map[netip.Addr]time.Time{}
 	s.ipWakeMin = time.Time{}
 	s.freeSince = shrink(s.freeSince)

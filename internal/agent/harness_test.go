@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -123,9 +124,8 @@ type informerCache struct {
 func (c informerCache) List() []any {
 	out := c.Indexer.List()
 	slices.SortFunc(out, func(x, y any) int {
-		kx, _ := cache.MetaNamespaceKeyFunc(x)
-		ky, _ := cache.MetaNamespaceKeyFunc(y)
-		return strings.Compare(kx, ky)
+		mx, my := x.(metav1.Object), y.(metav1.Object)
+		return cmp.Or(strings.Compare(mx.GetNamespace(), my.GetNamespace()), strings.Compare(mx.GetName(), my.GetName()))
 	})
 	if c.listed != nil && *c.listed != nil {
 		(*c.listed)()

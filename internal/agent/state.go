@@ -179,6 +179,7 @@ type schedule struct {
 	// decision time (ipWakeMin the earliest).
 	needFull, hbDirty bool
 	dirty             map[netip.Addr]bool
+	dirtyOrder        []netip.Addr // dirty in address order, kept for its room
 	ipWake            map[netip.Addr]time.Time
 	ipWakeMin         time.Time
 	// first says, per IP of order, whether the last full pass decided it

@@ -28,6 +28,16 @@ type waitSlot struct {
 
 func newWaitQueue() waitQueue { return waitQueue{at: map[netip.Addr]waitEntry{}} }
 
+// reset empties the queue for a full pass, which decides every IP again.
+// The map is made anew, as a Go map keeps the room of the most it held
+// (see shrink); the order keeps its room, 32 bytes an IP, so that a full
+// pass of a cold start does not grow it from nothing each time.
+func (q *waitQueue) reset() {
+	q.at, q.nFirst = map[netip.Addr]waitEntry{}, 0
+	clear(q.order)
+	q.order = q.order[:0]
+}
+
 // add queues ip at the back, or moves it there.
 func (q *waitQueue) add(ip netip.Addr, first bool) {
 	q.remove(ip)
@@ -51,21 +61,24 @@ func (q *waitQueue) remove(ip netip.Addr) {
 // firstWaiting counts the waiting acquisitions that go first.
 func (q *waitQueue) firstWaiting() int { return q.nFirst }
 
-// each calls f, in queue order, for the IPs that wait with the given
-// first and were queued before each began, until f returns false. f may
-// add and remove IPs.
-func (q *waitQueue) each(first bool, f func(netip.Addr) bool) {
+// start begins a walk of the queue: the slots before the end it returns
+// hold the IPs queued so far. IPs queued during the walk are past it.
+func (q *waitQueue) start() (end int) {
 	q.compact()
-	n := len(q.order)
-	for i := 0; i < n && i < len(q.order); i++ {
+	return len(q.order)
+}
+
+// next is the first IP at or after slot i, before end, that still waits
+// there with the given first, and the slot after it; ok is false when
+// there is none. The IPs may be added and removed between calls.
+func (q *waitQueue) next(i, end int, first bool) (ip netip.Addr, after int, ok bool) {
+	for ; i < end; i++ {
 		s := q.order[i]
-		if e, ok := q.at[s.ip]; !ok || e.seq != s.seq || e.first != first {
-			continue
-		}
-		if !f(s.ip) {
-			return
+		if e, ok := q.at[s.ip]; ok && e.seq == s.seq && e.first == first {
+			return s.ip, i + 1, true
 		}
 	}
+	return netip.Addr{}, end, false
 }
 
 // compact drops the stale slots once they outnumber the live ones, so the
