@@ -2,7 +2,9 @@
 // honest about what exists: every Markdown link, and every docs/… path
 // named in Markdown, Go, shell, YAML or the Makefile, must resolve, anchors
 // (#section) included, and a Markdown file named without a directory must
-// exist somewhere in the repository.
+// exist somewhere in the repository. A path cited in a commit,
+// COMMIT:docs/… (a benchmark run removed from the tree), must exist in
+// that commit, and the commit in the history of HEAD.
 package docs
 
 import (
@@ -12,6 +14,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path"
 	"regexp"
 	"slices"
@@ -24,7 +27,11 @@ import (
 )
 
 func TestRepoReferencesResolve(t *testing.T) {
-	problems, err := brokenRefs(os.DirFS(".."))
+	inCommit := gitHistory("..")
+	if inCommit == nil {
+		t.Log("citations of git history (COMMIT:docs/…) not checked: no git, or a shallow clone")
+	}
+	problems, err := brokenRefs(os.DirFS(".."), inCommit)
 	assert.NilError(t, err)
 	for _, p := range problems {
 		t.Error(p)
@@ -52,7 +59,7 @@ func TestBrokenRefsFindsEachKind(t *testing.T) {
 		"bin/ignored" + md: {Data: []byte("[gone](" + gone + ")\n")},
 		"data.json":        {Data: []byte(gone + "\n")},
 	}
-	problems, err := brokenRefs(fsys)
+	problems, err := brokenRefs(fsys, nil)
 	assert.NilError(t, err)
 	assert.DeepEqual(t, problems, []string{
 		"README" + md + ":6: link " + gone + ": does not exist",
@@ -66,6 +73,65 @@ func TestBrokenRefsFindsEachKind(t *testing.T) {
 		"internal/x/doc.go:1: reference " + d + "design" + md + "#targets: does not exist",
 		"scripts/x.sh:2: reference " + gone + ": does not exist",
 	})
+}
+
+func TestBrokenRefsChecksCitationsOfGitHistory(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("needs git:", err)
+	}
+	dir := t.TempDir()
+	git := func(args ...string) string {
+		t.Helper()
+		args = append([]string{"-C", dir, "-c", "user.name=eip", "-c", "user.email=eip@example.com",
+			"-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null"}, args...)
+		out, err := exec.Command("git", args...).CombinedOutput()
+		assert.NilError(t, err, "git %s: %s", strings.Join(args, " "), out)
+		return strings.TrimSpace(string(out))
+	}
+	write := func(p, data string) {
+		t.Helper()
+		assert.NilError(t, os.MkdirAll(path.Dir(path.Join(dir, p)), 0o755))
+		assert.NilError(t, os.WriteFile(path.Join(dir, p), []byte(data), 0o644))
+	}
+	// Built from pieces, so that the repository check does not read this
+	// file's fixtures as references.
+	const d = "docs/"
+	git("init", "-q", "-b", "main")
+	write(d+"run/table.txt", "x\n")
+	git("add", "-A")
+	git("commit", "-q", "-m", "a run")
+	added := git("rev-parse", "--short", "HEAD")
+	git("rm", "-q", "-r", d+"run")
+	git("commit", "-q", "-m", "the run removed")
+	removed := git("rev-parse", "--short", "HEAD")
+	git("checkout", "-q", "-b", "side")
+	write(d+"side.txt", "x\n")
+	git("add", "-A")
+	git("commit", "-q", "-m", "a side branch")
+	side := git("rev-parse", "--short", "HEAD")
+	git("checkout", "-q", "main")
+	write("README.md", "`"+added+":"+d+"run/table.txt`, `git show "+added+":"+d+"run/`\n"+
+		added+":"+d+"run/gone.txt\n"+
+		removed+":"+d+"run/table.txt\n"+
+		side+":"+d+"side.txt\n"+
+		"0123456:"+d+"run/table.txt\n"+
+		d+"run/table.txt\n")
+
+	problems, err := brokenRefs(os.DirFS(dir), gitHistory(dir))
+	assert.NilError(t, err)
+	assert.DeepEqual(t, problems, []string{
+		"README.md:2: reference " + added + ":" + d + "run/gone.txt: not in commit " + added,
+		"README.md:3: reference " + removed + ":" + d + "run/table.txt: not in commit " + removed,
+		"README.md:4: reference " + side + ":" + d + "side.txt: commit " + side + " is not in the history of HEAD",
+		"README.md:5: reference 0123456:" + d + "run/table.txt: no commit 0123456 in the repository",
+		"README.md:6: reference " + d + "run/table.txt: does not exist",
+	})
+
+	// Without the history (no git, a shallow clone) a citation is not
+	// checked, and is still not read as a path in the tree.
+	problems, err = brokenRefs(os.DirFS(dir), nil)
+	assert.NilError(t, err)
+	assert.DeepEqual(t, problems, []string{"README.md:6: reference " + d + "run/table.txt: does not exist"})
 }
 
 func TestSlug(t *testing.T) {
@@ -91,6 +157,9 @@ var (
 	// docsRef matches a path under docs/ named anywhere in a file, with an
 	// optional anchor, when it is not part of a longer path or URL.
 	docsRef = regexp.MustCompile(`(^|[^A-Za-z0-9_./-])(docs/[A-Za-z0-9_./-]*[A-Za-z0-9_])(#[a-z0-9_-]+)?`)
+	// gitRef matches a path under docs/ in a commit, COMMIT:docs/…, as
+	// git names it: how the docs cite a file removed from the tree.
+	gitRef = regexp.MustCompile(`(^|[^A-Za-z0-9_./-])([0-9a-f]{7,40}):(docs/[A-Za-z0-9_./-]*[A-Za-z0-9_])`)
 	// mdName matches a Markdown file named on its own, without a
 	// directory: some file of that name must exist.
 	mdName     = regexp.MustCompile(`(^|[^A-Za-z0-9_./-])([A-Za-z0-9_-]+\.md)\b`)
@@ -103,9 +172,10 @@ var (
 )
 
 // brokenRefs returns one line per reference in fsys that does not resolve,
-// as "file:line: what: why", in file order.
-func brokenRefs(fsys fs.FS) ([]string, error) {
-	r := &resolver{fsys: fsys, headings: map[string][]string{}, mdNames: map[string]bool{}}
+// as "file:line: what: why", in file order. inCommit checks a citation of
+// git history, COMMIT:docs/…; with inCommit nil they are not checked.
+func brokenRefs(fsys fs.FS, inCommit func(commit, p string) error) ([]string, error) {
+	r := &resolver{fsys: fsys, inCommit: inCommit, headings: map[string][]string{}, mdNames: map[string]bool{}}
 	var files []string
 	err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -141,8 +211,9 @@ func brokenRefs(fsys fs.FS) ([]string, error) {
 
 type resolver struct {
 	fsys     fs.FS
-	headings map[string][]string // Markdown file → its anchors
-	mdNames  map[string]bool     // base names of the repository's Markdown files
+	inCommit func(commit, p string) error // nil: citations of history unchecked
+	headings map[string][]string          // Markdown file → its anchors
+	mdNames  map[string]bool              // base names of the repository's Markdown files
 }
 
 func (r *resolver) check(file string, b []byte) []string {
@@ -181,6 +252,13 @@ func (r *resolver) check(file string, b []byte) []string {
 				}
 			}
 		}
+		for _, m := range gitRef.FindAllStringSubmatch(refs, -1) {
+			if r.inCommit != nil {
+				report(n, "reference", m[2]+":"+m[3], r.inCommit(m[2], m[3]))
+			}
+		}
+		// A path cited in a commit is not a path of the tree.
+		refs = gitRef.ReplaceAllString(refs, "$1")
 		for _, m := range docsRef.FindAllStringSubmatch(refs, -1) {
 			report(n, "reference", m[2]+m[3], r.resolve(".", m[2]+m[3]))
 		}
@@ -279,4 +357,30 @@ func slug(heading string) string {
 		}
 	}
 	return b.String()
+}
+
+// gitHistory returns a check that the repository at dir holds p in
+// commit, and that commit is in the history of HEAD; or nil when it
+// cannot tell: no git, or a shallow clone without that history.
+func gitHistory(dir string) func(commit, p string) error {
+	out, err := exec.Command("git", "-C", dir, "rev-parse", "--is-shallow-repository").Output()
+	if err != nil || strings.TrimSpace(string(out)) != "false" {
+		return nil
+	}
+	return func(commit, p string) error {
+		// --is-ancestor exits 1 for a commit off HEAD's history, 128 for
+		// a name that is no commit.
+		err := exec.Command("git", "-C", dir, "merge-base", "--is-ancestor", commit, "HEAD").Run()
+		var exit *exec.ExitError
+		switch {
+		case errors.As(err, &exit) && exit.ExitCode() == 1:
+			return fmt.Errorf("commit %s is not in the history of HEAD", commit)
+		case err != nil:
+			return fmt.Errorf("no commit %s in the repository", commit)
+		}
+		if exec.Command("git", "-C", dir, "cat-file", "-e", commit+":"+p).Run() != nil {
+			return fmt.Errorf("not in commit %s", commit)
+		}
+		return nil
+	}
 }
