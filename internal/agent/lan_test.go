@@ -27,13 +27,9 @@ type lanNet struct {
 	last lanlive.Message // the latest message sent
 }
 
-func (n *lanNet) Send(to []netip.AddrPort, b []byte) error {
-	m, err := lanlive.Decode(b)
-	if err != nil {
-		return err
-	}
-	for _, a := range to {
-		n.sent = append(n.sent, fmt.Sprintf("%s from %s", a, m.From))
+func (n *lanNet) Send(to []lanlive.Peer, m lanlive.Message) error {
+	for _, p := range to {
+		n.sent = append(n.sent, fmt.Sprintf("%s from %s", p.Addr, m.From))
 	}
 	n.last = m
 	return nil

@@ -145,10 +145,9 @@ func TestSpeakerHearsJoiningNode(t *testing.T) {
 // chanConn hands every datagram sent to a channel.
 type chanConn chan lanlive.Message
 
-func (c chanConn) Send(_ []netip.AddrPort, b []byte) error {
-	m, err := lanlive.Decode(b)
+func (c chanConn) Send(_ []lanlive.Peer, m lanlive.Message) error {
 	c <- m
-	return err
+	return nil
 }
 
 func (c chanConn) Close() error { return nil }

@@ -46,6 +46,13 @@ const (
 	// AnnotationLivenessPort on a heartbeat is the UDP port on which the
 	// node sends and hears liveness over the LAN; absent when it does not.
 	AnnotationLivenessPort = "eip.io/liveness-port"
+	// AnnotationLivenessFormat on a heartbeat names the format of the
+	// node's liveness datagrams, LivenessFormat; absent on an eipd from
+	// before datagrams carried a boot, a counter and a destination.
+	AnnotationLivenessFormat = "eip.io/liveness-format"
+	// LivenessFormat is the format of liveness datagrams this eipd speaks
+	// (lanlive): its peers take no datagram of the format before from it.
+	LivenessFormat = "2"
 )
 
 // heartbeatPrefix starts every heartbeat Lease name. No IP text starts with

@@ -148,6 +148,11 @@ type Heartbeat struct {
 	// LivenessPort is the UDP port of the node's liveness over the LAN, 0
 	// when it has none (docs/design.md, Liveness over the LAN).
 	LivenessPort uint16
+	// LivenessCurrent is whether the node's heartbeat names the current
+	// format of liveness datagrams (AnnotationLivenessFormat): false for
+	// an eipd from before it, whose datagrams carry no boot, counter or
+	// destination.
+	LivenessCurrent bool
 	// Version changes with every renewal; observers compare it, never times.
 	Version string
 }
@@ -171,6 +176,7 @@ func ParseHeartbeat(l *coordinationv1.Lease) (Heartbeat, error) {
 	if p, err := strconv.ParseUint(l.Annotations[AnnotationLivenessPort], 10, 16); err == nil {
 		h.LivenessPort = uint16(p)
 	}
+	h.LivenessCurrent = l.Annotations[AnnotationLivenessFormat] == LivenessFormat
 	if h.Held, _ = strconv.Atoi(l.Annotations[AnnotationHeld]); h.Held < 0 {
 		h.Held = 0
 	}
@@ -238,8 +244,10 @@ func RenewedHeartbeat(current *coordinationv1.Lease, namespace, node string, dur
 	}
 	if st.LivenessPort == 0 {
 		delete(l.Annotations, AnnotationLivenessPort)
+		delete(l.Annotations, AnnotationLivenessFormat)
 	} else {
 		l.Annotations[AnnotationLivenessPort] = strconv.Itoa(int(st.LivenessPort))
+		l.Annotations[AnnotationLivenessFormat] = LivenessFormat
 	}
 	holder := node
 	l.Spec.HolderIdentity = &holder

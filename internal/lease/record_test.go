@@ -174,7 +174,7 @@ func TestHeartbeatRoundTrip(t *testing.T) {
 	assert.NilError(t, err)
 	assert.DeepEqual(t, h, lease.Heartbeat{
 		Node: "node-a", Duration: 2 * time.Second, RenewTime: at(0),
-		Eligible: true, Held: 12, LivenessPort: 9403, Version: "100",
+		Eligible: true, Held: 12, LivenessPort: 9403, LivenessCurrent: true, Version: "100",
 	})
 
 	later := at(500 * time.Millisecond)
