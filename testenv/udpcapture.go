@@ -33,15 +33,7 @@ func (c *Cluster) CaptureUDP(node string, port uint16) (*UDPCapture, error) {
 		return nil, err
 	}
 	u := &UDPCapture{from: n.ipv4, port: port}
-	err = n.ns.do(func() error {
-		ifi, err := net.InterfaceByName("eth0")
-		if err != nil {
-			return err
-		}
-		u.conn, err = packet.Listen(ifi, packet.Datagram, unix.ETH_P_IP, nil)
-		return err
-	})
-	if err != nil {
+	if u.conn, err = n.ns.listenPacket(packet.Datagram, unix.ETH_P_IP); err != nil {
 		return nil, fmt.Errorf("capture UDP port %d of %s: %w", port, node, err)
 	}
 	return u, nil
