@@ -200,9 +200,13 @@ func Listen(o Options, out chan<- Received) (*Conn, error) {
 	if o.Drops == nil {
 		o.Drops = &Drops{}
 	}
-	udp, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(o.Addr, o.Port)))
+	at := &net.UDPAddr{Port: int(o.Port)}
+	if o.Addr.IsValid() {
+		at = net.UDPAddrFromAddrPort(netip.AddrPortFrom(o.Addr, o.Port))
+	}
+	udp, err := net.ListenUDP("udp", at)
 	if err != nil {
-		return nil, fmt.Errorf("liveness over the LAN: listen on UDP %s: %w", netip.AddrPortFrom(o.Addr, o.Port), err)
+		return nil, fmt.Errorf("liveness over the LAN: listen on UDP %s: %w", at, err)
 	}
 	c := &Conn{udp: udp, keys: o.Keys, drops: o.Drops, s: NewSession(o.Node, o.Boot)}
 	go c.read(out)
