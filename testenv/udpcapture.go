@@ -33,7 +33,9 @@ func (c *Cluster) CaptureUDP(node string, port uint16) (*UDPCapture, error) {
 		return nil, err
 	}
 	u := &UDPCapture{from: n.ipv4, port: port}
-	if u.conn, err = n.ns.listenPacket(packet.Datagram, unix.ETH_P_IP); err != nil {
+	// Every protocol: a packet socket sees what the host sends only when
+	// it taps all of them.
+	if u.conn, err = n.ns.listenPacket(packet.Datagram, unix.ETH_P_ALL); err != nil {
 		return nil, fmt.Errorf("capture UDP port %d of %s: %w", port, node, err)
 	}
 	return u, nil
@@ -56,7 +58,8 @@ func (u *UDPCapture) Next(deadline time.Time) (Captured, error) {
 	}
 }
 
-// parse reads an IPv4 packet: a UDP datagram from the node to the port.
+// parse reads a packet that may be IPv4: a UDP datagram from the node to
+// the port.
 func (u *UDPCapture) parse(p []byte) (Captured, bool) {
 	if len(p) < 20 || p[0]>>4 != 4 || p[9] != unix.IPPROTO_UDP {
 		return Captured{}, false
