@@ -198,7 +198,7 @@ func TestRBACIsMinimal(t *testing.T) {
 	assert.DeepEqual(t, role.Rules, []rbacv1.PolicyRule{
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{configMap}, Verbs: read},
-		{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{lanlive.KeySecret}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{lanlive.KeySecret}, Verbs: []string{"get", "watch"}},
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}},
 	})
 	apiServer := named[*rbacv1.Role](t, objs, "default", "eip")
