@@ -210,20 +210,24 @@ func (p *speaker) record(rx lanlive.Received, now time.Time) (answer string, ok 
 		return "", false
 	}
 	if !p.known[from] {
-		p.joined[from] = now
 		p.joinedFrom[from] = netip.AddrPortFrom(rx.Source, rx.Port)
 	}
 	if rx.Kind == lanlive.Hello {
 		return from, p.answer(from, true, now)
 	}
+	if !p.known[from] {
+		p.joined[from] = now
+	}
 	before := p.signs[from]
 	p.sign(from, now)
 	ages := make(map[string]time.Duration, min(len(rx.Msg.Ages), len(p.known)+len(p.joined)+1))
 	for n, age := range rx.Msg.Ages {
-		if n != from && (n == p.self || p.counts(n, now)) {
+		switch {
+		case n == from:
+		case n == p.self:
 			ages[n] = age
-		}
-		if n != p.self && n != from && p.counts(n, now) {
+		case p.counts(n, now):
+			ages[n] = age
 			p.sign(n, now.Add(-age-relayAllowance))
 		}
 	}
