@@ -176,7 +176,9 @@ func ParseHeartbeat(l *coordinationv1.Lease) (Heartbeat, error) {
 	if p, err := strconv.ParseUint(l.Annotations[AnnotationLivenessPort], 10, 16); err == nil {
 		h.LivenessPort = uint16(p)
 	}
-	h.LivenessCurrent = l.Annotations[AnnotationLivenessFormat] == LivenessFormat
+	if t := l.Spec.RenewTime; t != nil {
+		h.LivenessCurrent = l.Annotations[AnnotationLivenessFormat] == livenessFormatAt(t.Time)
+	}
 	if h.Held, _ = strconv.Atoi(l.Annotations[AnnotationHeld]); h.Held < 0 {
 		h.Held = 0
 	}
@@ -206,6 +208,12 @@ type HeartbeatStatus struct {
 	MACs, Conflicts, Claims string
 	// LivenessPort is the UDP port of liveness over the LAN; 0 without.
 	LivenessPort uint16
+}
+
+// livenessFormatAt is AnnotationLivenessFormat written by a renewal at t.
+// Microseconds: a Lease keeps its renewTime to the microsecond.
+func livenessFormatAt(t time.Time) string {
+	return LivenessFormat + "@" + strconv.FormatInt(t.UnixMicro(), 10)
 }
 
 // RenewedHeartbeat returns the heartbeat Lease of node renewed at now: a copy
@@ -247,7 +255,7 @@ func RenewedHeartbeat(current *coordinationv1.Lease, namespace, node string, dur
 		delete(l.Annotations, AnnotationLivenessFormat)
 	} else {
 		l.Annotations[AnnotationLivenessPort] = strconv.Itoa(int(st.LivenessPort))
-		l.Annotations[AnnotationLivenessFormat] = LivenessFormat
+		l.Annotations[AnnotationLivenessFormat] = livenessFormatAt(now)
 	}
 	holder := node
 	l.Spec.HolderIdentity = &holder
