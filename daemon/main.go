@@ -42,6 +42,7 @@ type options struct {
 	namespace   string
 	configMap   string
 	metricsAddr string
+	nodeIP      netip.Addr
 	pprof       bool
 	verbosity   int
 	qps         float64
@@ -56,7 +57,8 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.node, "node-name", os.Getenv("NODE_NAME"), "name of this node's Node object (default $NODE_NAME)")
 	fs.StringVar(&o.namespace, "namespace", envOr("POD_NAMESPACE", "eip-system"), "namespace of eip's Leases and ConfigMap (default $POD_NAMESPACE or eip-system)")
 	fs.StringVar(&o.configMap, "config-map", "eip-config", "name of the ConfigMap holding eip's configuration (eipd's Role may read only eip-config: rename it there too)")
-	fs.StringVar(&o.metricsAddr, "metrics-addr", ":9402", "address serving /metrics, /healthz and /readyz; empty disables")
+	fs.StringVar(&o.metricsAddr, "metrics-addr", ":9402", "address serving /metrics, /healthz and /readyz, on --node-ip when it names no host; empty disables")
+	nodeIP := fs.String("node-ip", os.Getenv("NODE_IP"), "this node's address, which the metrics and liveness ports bind; empty binds every address, the external IPs eipd binds included (default $NODE_IP)")
 	fs.BoolVar(&o.pprof, "pprof", false, "also serve /debug/pprof/ on --metrics-addr")
 	fs.IntVar(&o.verbosity, "v", 0, "log verbosity: 0 info, 1 debug (per-IP decisions), 2 also client-go's own logs")
 	fs.Float64Var(&o.qps, "kube-api-qps", 500, "queries per second allowed to the API server")
@@ -69,6 +71,16 @@ func parseFlags(args []string) (options, error) {
 		return o, nil
 	}
 	var errs error
+	if *nodeIP != "" {
+		ip, err := netip.ParseAddr(*nodeIP)
+		if err != nil {
+			errs = errors.Join(errs, fmt.Errorf("flag --node-ip: %w", err))
+		}
+		o.nodeIP = ip.Unmap()
+	}
+	if host, port, err := net.SplitHostPort(o.metricsAddr); err == nil && host == "" && o.nodeIP.IsValid() {
+		o.metricsAddr = net.JoinHostPort(o.nodeIP.String(), port)
+	}
 	if fs.NArg() > 0 {
 		errs = errors.Join(errs, fmt.Errorf("unexpected arguments %q: eipd takes only flags", fs.Args()))
 	}
@@ -192,9 +204,10 @@ func run(o options) error {
 	// after the shutdown handoff withdrew every route.
 	defer router.Close()
 
-	lanKey, lanKeyErr := loadLivenessKey(ctx, log, client, o.namespace)
+	lanKeys, lanKeyErr := loadLivenessKeys(ctx, watchCtx, log, client, o.namespace, clk)
+	lanDrops := &lanlive.Drops{}
 
-	m, err := metrics.New(metrics.Options{Clock: clk, Announced: announcer.Sent, Version: version})
+	m, err := metrics.New(metrics.Options{Clock: clk, Announced: announcer.Sent, Version: version, LANDrops: lanDrops})
 	if err != nil {
 		return err
 	}
@@ -215,7 +228,7 @@ func run(o options) error {
 			if lanKeyErr != nil {
 				return nil, lanKeyErr
 			}
-			return lanlive.Listen(port, lanKey, out)
+			return lanlive.Listen(lanlive.Options{Addr: o.nodeIP, Port: port, Node: o.node, Keys: lanKeys, Drops: lanDrops}, out)
 		},
 		Clock: clk, Log: log, Metrics: m,
 	})
@@ -235,17 +248,23 @@ func run(o options) error {
 	return a.Run(ctx)
 }
 
-// loadLivenessKey reads (or makes) the key that signs liveness datagrams,
+// loadLivenessKeys reads (or makes) the keys that sign liveness datagrams,
 // trying for keyBudget: eipd has no use for a key before it reaches the API
-// server anyway. Without one, liveness over the LAN stays off on this node
-// until it restarts, and its peers judge it from its heartbeat alone.
-func loadLivenessKey(ctx context.Context, log *slog.Logger, client kubeclient.Interface, namespace string) ([]byte, error) {
+// server anyway; then it watches them until watchCtx ends. Without keys,
+// liveness over the LAN stays off on this node until it restarts, and its
+// peers judge it from its heartbeat alone.
+func loadLivenessKeys(ctx, watchCtx context.Context, log *slog.Logger, client kubeclient.Interface, namespace string, clk clock.Clock) (*lanlive.Keyring, error) {
 	ctx, cancel := context.WithTimeout(ctx, keyBudget)
 	defer cancel()
 	for {
-		key, err := lanlive.LoadKey(ctx, client, namespace)
+		keys, rv, err := lanlive.LoadKey(ctx, client, namespace)
 		if err == nil {
-			return key, nil
+			ring, err := lanlive.NewKeyring(keys.Sign, keys.Previous)
+			if err != nil {
+				return nil, err
+			}
+			go lanlive.KeyWatch{Client: client, Namespace: namespace, Ring: ring, Clock: clk, Log: log}.Run(watchCtx, keys, rv)
+			return ring, nil
 		}
 		log.Warn("cannot read the liveness key yet", "err", err)
 		select {

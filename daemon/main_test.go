@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -12,6 +13,7 @@ import (
 func TestParseFlags(t *testing.T) {
 	t.Setenv("NODE_NAME", "")
 	t.Setenv("POD_NAMESPACE", "")
+	t.Setenv("NODE_IP", "")
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -26,6 +28,7 @@ func TestParseFlags(t *testing.T) {
 		{name: "bad burst", args: []string{"--node-name=n1", "--kube-api-burst=-3"}, want: "flag --kube-api-burst"},
 		{name: "unknown flag", args: []string{"--node-name=n1", "--nodename=x"}, want: "flag provided but not defined: -nodename"},
 		{name: "not a number", args: []string{"--node-name=n1", "-v=x"}, want: `invalid value "x" for flag -v`},
+		{name: "bad node address", args: []string{"--node-name=n1", "--node-ip=198.18.0.300"}, want: "flag --node-ip: "},
 		{name: "stray argument", args: []string{"--node-name=n1", "extra"}, want: `unexpected arguments ["extra"]`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -40,6 +43,29 @@ func TestParseFlags(t *testing.T) {
 			assert.ErrorContains(t, err, tc.want)
 		})
 	}
+}
+
+// The metrics port binds the node's address (NODE_IP, from the downward
+// API) unless --metrics-addr names a host; without one it binds every
+// address.
+func TestMetricsAddrOnTheNodeAddress(t *testing.T) {
+	t.Setenv("NODE_IP", "198.18.0.11")
+	for args, want := range map[string]string{
+		"":                              "198.18.0.11:9402",
+		"--metrics-addr=:9500":          "198.18.0.11:9500",
+		"--metrics-addr=127.0.0.1:9402": "127.0.0.1:9402",
+		"--metrics-addr=":               "",
+		"--node-ip=2001:db8::11":        "[2001:db8::11]:9402",
+	} {
+		o, err := parseFlags(append([]string{"--node-name=n1"}, strings.Fields(args)...))
+		assert.NilError(t, err)
+		assert.Equal(t, o.metricsAddr, want, args)
+	}
+	t.Setenv("NODE_IP", "")
+	o, err := parseFlags([]string{"--node-name=n1"})
+	assert.NilError(t, err)
+	assert.Equal(t, o.metricsAddr, ":9402")
+	assert.Assert(t, !o.nodeIP.IsValid())
 }
 
 func TestNodeNameFromEnvironment(t *testing.T) {

@@ -198,7 +198,7 @@ func TestRBACIsMinimal(t *testing.T) {
 	assert.DeepEqual(t, role.Rules, []rbacv1.PolicyRule{
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{configMap}, Verbs: read},
-		{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{lanlive.KeySecret}, Verbs: []string{"get"}},
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{lanlive.KeySecret}, Verbs: []string{"get", "watch"}},
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}},
 	})
 	apiServer := named[*rbacv1.Role](t, objs, "default", "eip")
@@ -327,7 +327,7 @@ func TestDaemonSet(t *testing.T) {
 		assert.Assert(t, e.ValueFrom != nil && e.ValueFrom.FieldRef != nil, "env %s", e.Name)
 		env[e.Name] = e.ValueFrom.FieldRef.FieldPath
 	}
-	assert.DeepEqual(t, env, map[string]string{"NODE_NAME": "spec.nodeName", "POD_NAMESPACE": "metadata.namespace"})
+	assert.DeepEqual(t, env, map[string]string{"NODE_NAME": "spec.nodeName", "POD_NAMESPACE": "metadata.namespace", "NODE_IP": "status.hostIP"})
 
 	// The liveness port is the default of liveness-port, which the
 	// ConfigMap leaves as it is.

@@ -31,7 +31,10 @@ func (c *Cluster) DaemonArgs(node string) []string {
 		"--node-name=" + node,
 		"--namespace=" + Namespace,
 		"--config-map=" + ConfigMap,
-		"--metrics-addr=" + net.JoinHostPort(n.ipv4.String(), metricsPort),
+		// As the DaemonSet runs it: the node's address from the downward
+		// API, which the metrics and liveness ports bind.
+		"--node-ip=" + n.ipv4.String(),
+		"--metrics-addr=:" + metricsPort,
 		"-v=2",
 	}
 }

@@ -96,18 +96,25 @@ func (c *Cluster) ListenAnnouncements(name string, ip netip.Addr) (*Announcement
 		return nil, fmt.Errorf("listen for announcements: %s is not IPv4", ip)
 	}
 	a := &Announcements{ip: ip.As4()}
-	err = e.ns.do(func() error {
+	if a.conn, err = e.ns.listenPacket(packet.Raw, unix.ETH_P_ARP); err != nil {
+		return nil, fmt.Errorf("listen for announcements in %s: %w", name, err)
+	}
+	return a, nil
+}
+
+// listenPacket opens a packet socket of the protocol on the namespace's
+// eth0.
+func (n *namespace) listenPacket(t packet.Type, proto int) (*packet.Conn, error) {
+	var conn *packet.Conn
+	err := n.do(func() error {
 		ifi, err := net.InterfaceByName("eth0")
 		if err != nil {
 			return err
 		}
-		a.conn, err = packet.Listen(ifi, packet.Raw, unix.ETH_P_ARP, nil)
+		conn, err = packet.Listen(ifi, t, proto, nil)
 		return err
 	})
-	if err != nil {
-		return nil, fmt.Errorf("listen for announcements in %s: %w", name, err)
-	}
-	return a, nil
+	return conn, err
 }
 
 // Count reads for d and returns the announcements seen since the listener

@@ -12,9 +12,9 @@ import (
 )
 
 // LANConn sends liveness datagrams to peers (lanlive.Conn): one message to
-// every address of to.
+// every peer of to.
 type LANConn interface {
-	Send(to []netip.AddrPort, b []byte) error
+	Send(to []lanlive.Peer, m lanlive.Message) error
 	Close() error
 }
 
@@ -124,19 +124,20 @@ func (s *state) tellSpeaker() {
 }
 
 // lanPeers are the peers whose heartbeat names a liveness port, with where
-// each hears datagrams: its Node's address.
-func (s *state) lanPeers() map[string]netip.AddrPort {
+// each hears datagrams (its Node's address), and whether its heartbeat
+// says it speaks only the format before.
+func (s *state) lanPeers() map[string]lanlive.Peer {
 	if s.lanConn == nil {
 		return nil
 	}
-	out := map[string]netip.AddrPort{}
+	out := map[string]lanlive.Peer{}
 	for _, n := range s.live.Nodes() {
 		hb, _ := s.live.Heartbeat(n)
 		if n == s.a.opt.Node || hb.LivenessPort == 0 {
 			continue
 		}
 		if addr, ok := s.peerAddr(n); ok {
-			out[n] = netip.AddrPortFrom(addr, hb.LivenessPort)
+			out[n] = lanlive.Peer{Node: n, Addr: netip.AddrPortFrom(addr, hb.LivenessPort), Legacy: !hb.LivenessCurrent}
 		}
 	}
 	return out

@@ -25,15 +25,19 @@ type lanNet struct {
 	port uint16
 	sent []string
 	last lanlive.Message // the latest message sent
+	// legacy are the peers sent the format before as well.
+	legacy map[string]bool
 }
 
-func (n *lanNet) Send(to []netip.AddrPort, b []byte) error {
-	m, err := lanlive.Decode(b)
-	if err != nil {
-		return err
-	}
-	for _, a := range to {
-		n.sent = append(n.sent, fmt.Sprintf("%s from %s", a, m.From))
+func (n *lanNet) Send(to []lanlive.Peer, m lanlive.Message) error {
+	for _, p := range to {
+		n.sent = append(n.sent, fmt.Sprintf("%s from %s", p.Addr, m.From))
+		if p.Legacy {
+			if n.legacy == nil {
+				n.legacy = map[string]bool{}
+			}
+			n.legacy[p.Node] = true
+		}
 	}
 	n.last = m
 	return nil
@@ -451,4 +455,58 @@ func TestLoopLANUnheardWithoutAPIKeeps(t *testing.T) {
 	assert.DeepEqual(t, w.take(), []string(nil))
 	w.s.claim(netif.Claim{Iface: testIface, IP: testIP(0), MAC: peerMAC("node-b"), Probe: true})
 	assert.DeepEqual(t, w.take(), []string{"unbind 198.18.100.1"})
+}
+
+// A rolling upgrade: node-b still runs the eipd from before datagrams
+// carried a boot, a counter and a destination. Its heartbeat names no
+// format; node-a takes its datagrams of the format before and sends it
+// that format too, and judges it alive for as long as it speaks. Once
+// node-b's heartbeat names the current format, a datagram of the format
+// before from it (a replay of one from before the upgrade) counts for
+// nothing, and node-b, silent, is judged dead.
+func TestLoopLANMixedFormats(t *testing.T) {
+	w, net := lanWorld(t)
+	w.lock(testIP(0), "node-b")
+	w.addService("web", testIP(0))
+	oldHeartbeat := func() {
+		w.lanHeartbeat("node-b")
+		l := w.get(lease.HeartbeatName("node-b")).DeepCopy()
+		delete(l.Annotations, lease.AnnotationLivenessFormat)
+		l.ResourceVersion = w.nextRV()
+		w.must(w.leases.Update(l))
+	}
+	oldHeartbeat()
+	w.pass()
+	// node-b sends the format before throughout; heard are the peers
+	// whose reports have a fresh sign of it.
+	heard := []string{"node-b", "node-c", "node-d"}
+	speak := func() {
+		w.step(w.s.cfg.RenewInterval)
+		w.s.tick()
+		w.s.speaker.speak(w.clk.Now())
+		for n, ages := range hearing(heard...) {
+			if n == "node-b" {
+				continue
+			}
+			w.s.speaker.receive(lanlive.Received{Source: netip.MustParseAddr(lanPeerIPs[n]), Msg: lanlive.Message{From: n, Ages: ages}})
+		}
+		w.s.speaker.receive(lanlive.Received{Source: netip.MustParseAddr(lanPeerIPs["node-b"]), Kind: lanlive.Legacy,
+			Msg: lanlive.Message{From: "node-b", Ages: hearing("node-b", "node-c", "node-d")["node-b"]}})
+		w.s.takeDatagrams()
+		w.pass()
+	}
+	for range 4 * int(w.s.cfg.LeaseDuration/w.s.cfg.RenewInterval) {
+		speak()
+	}
+	assert.Assert(t, w.s.live.Alive("node-b", w.clk.Now()))
+	assert.DeepEqual(t, w.take(), []string(nil))
+	assert.DeepEqual(t, net.legacy, map[string]bool{"node-b": true})
+
+	w.lanHeartbeat("node-b") // upgraded: its heartbeat names the format
+	heard = []string{"node-c", "node-d"}
+	for range 2 * int(w.s.cfg.LeaseDuration/w.s.cfg.RenewInterval) {
+		speak()
+	}
+	assert.Assert(t, !w.s.live.Alive("node-b", w.clk.Now()))
+	assert.DeepEqual(t, w.take(), []string{"update eip-198-18-100-1 holder=node-a", "bind 198.18.100.1"})
 }

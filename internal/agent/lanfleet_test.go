@@ -35,6 +35,7 @@ type fleet struct {
 
 type fleetNode struct {
 	name  string
+	sess  *lanlive.Session // its eipd's freshness of datagrams
 	ap    netip.AddrPort
 	sp    *speaker
 	watch *watchdog
@@ -49,15 +50,18 @@ type fleetDatagram struct {
 	src netip.Addr
 }
 
-// fleetConn is one node's socket on the fake LAN.
+// fleetConn is one node's socket on the fake LAN: it seals what it sends
+// as lanlive.Conn does, and the fleet admits it at the other end as
+// lanlive.Conn would.
 type fleetConn struct {
 	f    *fleet
-	from netip.Addr
+	from *fleetNode
 }
 
-func (c fleetConn) Send(to []netip.AddrPort, b []byte) error {
-	for _, a := range to {
-		c.f.queue = append(c.f.queue, fleetDatagram{to: c.f.byAP[a], msg: b, src: c.from})
+func (c fleetConn) Send(to []lanlive.Peer, m lanlive.Message) error {
+	for _, p := range to {
+		b := lanlive.Encode(c.from.sess.Seal(p.Node, m))
+		c.f.queue = append(c.f.queue, fleetDatagram{to: c.f.byAP[p.Addr], msg: b, src: c.from.ap.Addr()})
 		c.f.sent++
 	}
 	return nil
@@ -74,19 +78,19 @@ func newFleet(t *testing.T, n int) *fleet {
 	f := &fleet{t: t, clk: clocktesting.NewFakeClock(t0), fence: d / 4 * 3, byAP: map[netip.AddrPort]*fleetNode{}}
 	f.tm = lanTimings{renew: r, suspect: lease.SuspectAfter(d, f.fence, r), duration: d}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	peers := map[string]netip.AddrPort{}
+	peers := map[string]lanlive.Peer{}
 	var names []string
 	for i := range n {
 		name := fmt.Sprintf("node-%02d", i)
 		names = append(names, name)
-		peers[name] = netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 18, byte(i / 200), byte(1 + i%200)}), 9403)
+		peers[name] = lanlive.Peer{Node: name, Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 18, byte(i / 200), byte(1 + i%200)}), 9403)}
 	}
 	phases := rand.New(rand.NewPCG(1, 2)).Perm(n)
 	for i, name := range names {
-		nd := &fleetNode{name: name, ap: peers[name], watch: newWatchdog(f.clk, func(time.Duration) {})}
+		nd := &fleetNode{name: name, ap: peers[name].Addr, sess: lanlive.NewSession(name, uint64(1+i)), watch: newWatchdog(f.clk, func(time.Duration) {})}
 		nd.sp = newSpeaker(name, f.clk, log, nd.watch, func(string, netip.Addr) bool { return true })
-		nd.sp.configure(fleetConn{f: f, from: nd.ap.Addr()}, f.tm)
-		others := map[string]netip.AddrPort{}
+		nd.sp.configure(fleetConn{f: f, from: nd}, f.tm)
+		others := map[string]lanlive.Peer{}
 		for _, p := range names {
 			if p != name {
 				others[p] = peers[p]
@@ -119,9 +123,11 @@ func (f *fleet) run(d time.Duration, check func(now time.Time)) {
 			if dg.to.dead {
 				continue
 			}
-			m, err := lanlive.Decode(dg.msg)
+			d, err := lanlive.Decode(dg.msg)
 			assert.NilError(f.t, err)
-			dg.to.sp.receive(lanlive.Received{Source: dg.src, Msg: m})
+			if kind, drop := dg.to.sess.Admit(d); drop == lanlive.Kept {
+				dg.to.sp.receive(lanlive.Received{Source: dg.src, Msg: d.Message, Kind: kind})
+			}
 		}
 		for _, nd := range f.nodes {
 			if nd.dead {

@@ -49,6 +49,10 @@ const maxHeard = 1024
 // is asked directly.
 const relayAllowance = 20 * time.Millisecond
 
+// answerEvery: a peer is answered at most answerEvery times a renew
+// interval (see speaker.answer).
+const answerEvery = 2
+
 // heard is a peer's datagram as the speaker took it in.
 type heard struct {
 	node string
@@ -80,14 +84,17 @@ type speaker struct {
 	timings lanTimings
 	// peers are where each peer hears datagrams, names them sorted, and
 	// fan chooses which of them each datagram goes to (lanfanout.go).
-	peers map[string]netip.AddrPort
+	peers map[string]lanlive.Peer
 	names []string
 	fan   *fanout
 	known map[string]bool
 	// joined are the nodes the loop does not know yet that sent a
 	// datagram from an address of their Node, with when the last one
-	// arrived: see record.
-	joined map[string]time.Time
+	// arrived and where it came from (where they hear): see record.
+	joined     map[string]time.Time
+	joinedFrom map[string]netip.AddrPort
+	// answered is when each peer was last answered: see answer.
+	answered map[string]time.Time
 	// signs is the latest sign of life of each known node: when its
 	// datagram arrived, or when a peer's datagram said it last had one.
 	signs  map[string]time.Time
@@ -101,7 +108,8 @@ type speaker struct {
 
 func newSpeaker(self string, clk clock.WithTicker, log *slog.Logger, watch *watchdog, sentBy func(string, netip.Addr) bool) *speaker {
 	return &speaker{self: self, clk: clk, log: log, watch: watch, sentBy: sentBy, fan: newFanout(),
-		signs: map[string]time.Time{}, known: map[string]bool{}, joined: map[string]time.Time{}, kick: make(chan struct{}, 1)}
+		signs: map[string]time.Time{}, known: map[string]bool{}, joined: map[string]time.Time{}, joinedFrom: map[string]netip.AddrPort{},
+		answered: map[string]time.Time{}, kick: make(chan struct{}, 1)}
 }
 
 // configure gives the speaker the liveness socket (nil: off) and the
@@ -118,6 +126,8 @@ func (p *speaker) configure(conn LANConn, t lanTimings) {
 	if conn == nil {
 		clear(p.signs)
 		clear(p.joined)
+		clear(p.joinedFrom)
+		clear(p.answered)
 		p.queue = nil
 	}
 }
@@ -125,7 +135,7 @@ func (p *speaker) configure(conn LANConn, t lanTimings) {
 // setPeers tells the speaker its peers and where each hears datagrams,
 // and which nodes the loop knows (whose heartbeats it observed): only
 // their datagrams and signs count, as in lease.Liveness.
-func (p *speaker) setPeers(peers map[string]netip.AddrPort, known []string) {
+func (p *speaker) setPeers(peers map[string]lanlive.Peer, known []string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.peers, p.names = peers, slices.Sorted(maps.Keys(peers))
@@ -134,6 +144,12 @@ func (p *speaker) setPeers(peers map[string]netip.AddrPort, known []string) {
 	for _, n := range known {
 		p.known[n] = true
 		delete(p.joined, n)
+		delete(p.joinedFrom, n)
+	}
+	for n := range p.answered {
+		if !p.known[n] {
+			delete(p.answered, n)
+		}
 	}
 }
 
@@ -146,6 +162,7 @@ func (p *speaker) counts(node string, now time.Time) bool {
 	at, ok := p.joined[node]
 	if ok && now.Sub(at) >= 2*p.timings.duration {
 		delete(p.joined, node)
+		delete(p.joinedFrom, node)
 		return false
 	}
 	return ok
@@ -172,36 +189,71 @@ func (p *speaker) receive(rx lanlive.Received) {
 // itself unheard and handed its IPs around. Its sign goes into this node's
 // reports, so that the peers who know it hear of it; the loop judges it
 // once its heartbeat comes.
+//
+// Only what a datagram says of nodes that count is kept: a peer's report
+// names at most the nodes of the cluster. A hello (lanlive.Hello) counts
+// for nothing and is answered, so that its sender learns this process's
+// boot; a datagram of the format before counts only from a peer whose
+// heartbeat says it speaks nothing newer.
 func (p *speaker) record(rx lanlive.Received, now time.Time) (answer string, ok bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.conn == nil || rx.Msg.From == p.self {
+	from := rx.Msg.From
+	if p.conn == nil || from == p.self {
 		return "", false
 	}
-	if !p.sentBy(rx.Msg.From, rx.Source) {
-		p.log.Debug("liveness datagram from an address that is not its node's; dropped", "node", rx.Msg.From, "source", rx.Source)
+	if !p.sentBy(from, rx.Source) {
+		p.log.Debug("liveness datagram from an address that is not its node's; dropped", "node", from, "source", rx.Source)
 		return "", false
 	}
-	if !p.known[rx.Msg.From] {
-		p.joined[rx.Msg.From] = now
+	if rx.Kind == lanlive.Legacy && !p.peers[from].Legacy {
+		return "", false
 	}
-	before := p.signs[rx.Msg.From]
-	p.sign(rx.Msg.From, now)
+	if !p.known[from] {
+		p.joinedFrom[from] = netip.AddrPortFrom(rx.Source, rx.Port)
+	}
+	if rx.Kind == lanlive.Hello {
+		return from, p.answer(from, true, now)
+	}
+	if !p.known[from] {
+		p.joined[from] = now
+	}
+	before := p.signs[from]
+	p.sign(from, now)
+	ages := make(map[string]time.Duration, min(len(rx.Msg.Ages), len(p.known)+len(p.joined)+1))
 	for n, age := range rx.Msg.Ages {
-		if n != p.self && n != rx.Msg.From && p.counts(n, now) {
+		switch {
+		case n == from:
+		case n == p.self:
+			ages[n] = age
+		case p.counts(n, now):
+			ages[n] = age
 			p.sign(n, now.Add(-age-relayAllowance))
 		}
 	}
 	if len(p.queue) == maxHeard {
 		p.queue = append(p.queue[:0], p.queue[1:]...)
 	}
-	p.queue = append(p.queue, heard{node: rx.Msg.From, ages: rx.Msg.Ages, at: now})
+	p.queue = append(p.queue, heard{node: from, ages: ages, at: now})
 	select {
 	case p.kick <- struct{}{}:
 	default:
 	}
-	ofSelf, reported := rx.Msg.Ages[p.self]
-	return rx.Msg.From, answerNow(ofSelf, reported, before, now, p.timings.suspect)
+	ofSelf, reported := ages[p.self]
+	return from, p.answer(from, answerNow(ofSelf, reported, before, now, p.timings.suspect), now)
+}
+
+// answer reports whether a peer that asked (want) is answered at now: at
+// most once per answerEvery. A peer asks at most once a renew interval,
+// so this never holds an answer back from one that follows the protocol;
+// it bounds what a flood of datagrams, genuine or replayed, makes this
+// node send. Called with mu held.
+func (p *speaker) answer(peer string, want bool, now time.Time) bool {
+	if !want || now.Sub(p.answered[peer]) < p.timings.renew/answerEvery {
+		return false
+	}
+	p.answered[peer] = now
+	return true
 }
 
 func (p *speaker) sign(node string, t time.Time) {
@@ -280,10 +332,12 @@ func (p *speaker) send(now time.Time, names ...string) {
 		p.mu.Unlock()
 		return
 	}
-	to := make([]netip.AddrPort, 0, len(names))
+	to := make([]lanlive.Peer, 0, len(names))
 	for _, n := range names {
 		if a, ok := p.peers[n]; ok {
 			to = append(to, a)
+		} else if a, ok := p.joinedFrom[n]; ok {
+			to = append(to, lanlive.Peer{Node: n, Addr: a})
 		}
 	}
 	ages := make(map[string]time.Duration, len(p.signs))
@@ -296,8 +350,7 @@ func (p *speaker) send(now time.Time, names ...string) {
 		}
 	}
 	p.mu.Unlock()
-	msg := lanlive.Encode(lanlive.Message{From: p.self, Ages: ages})
-	if err := conn.Send(to, msg); err != nil {
+	if err := conn.Send(to, lanlive.Message{From: p.self, Ages: ages}); err != nil {
 		p.log.Debug("liveness datagrams not sent", "err", err)
 		return
 	}

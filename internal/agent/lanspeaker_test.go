@@ -145,10 +145,9 @@ func TestSpeakerHearsJoiningNode(t *testing.T) {
 // chanConn hands every datagram sent to a channel.
 type chanConn chan lanlive.Message
 
-func (c chanConn) Send(_ []netip.AddrPort, b []byte) error {
-	m, err := lanlive.Decode(b)
+func (c chanConn) Send(_ []lanlive.Peer, m lanlive.Message) error {
 	c <- m
-	return err
+	return nil
 }
 
 func (c chanConn) Close() error { return nil }
@@ -259,4 +258,38 @@ func TestSpeakerFansOut(t *testing.T) {
 	net.sent = nil
 	w.arrive("node-f", from("node-f"), map[string]time.Duration{"node-a": 0})
 	assert.DeepEqual(t, net.sent, []string(nil))
+}
+
+// A flood of datagrams that ask node-a for an answer (each lacks a sign
+// of it), genuine or replayed: node-a answers node-b at most twice a renew
+// interval. (It answered every one: a hundred datagrams, a hundred
+// answers.)
+func TestSpeakerAnswersAPeerAtMostTwiceARenewInterval(t *testing.T) {
+	w, net := lanWorld(t)
+	w.pass()
+	w.lanTick(nil)
+	net.sent = nil
+	for range 100 {
+		w.step(w.s.cfg.RenewInterval / 100)
+		w.arrive("node-b", lanPeerIPs["node-b"], nil)
+	}
+	assert.Equal(t, len(net.sent), 2, "%v", net.sent)
+}
+
+// A datagram naming thousands of nodes the cluster does not have keeps
+// only what it says of the nodes that count. (Every name was queued for
+// the loop: up to 1,024 such datagrams of 64 KiB.)
+func TestSpeakerKeepsOnlyKnownNodes(t *testing.T) {
+	w, _ := lanWorld(t)
+	w.pass()
+	w.lanTick(nil)
+	w.s.speaker.take()
+	ages := map[string]time.Duration{"node-a": 0, "node-c": 0}
+	for i := range 5000 {
+		ages[fmt.Sprintf("stranger-%d", i)] = 0
+	}
+	w.arrive("node-b", lanPeerIPs["node-b"], ages)
+	q := w.s.speaker.take()
+	assert.Equal(t, len(q), 1)
+	assert.DeepEqual(t, q[0].ages, map[string]time.Duration{"node-a": 0, "node-c": 0})
 }

@@ -2,23 +2,30 @@ package lanlive
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/rand"
 	"fmt"
+	"log/slog"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/clock"
 
 	"github.com/eip-project/eip/internal/kubeclient"
 )
 
 // KeySecret is the Secret, in eipd's namespace, that holds the key of
-// liveness over the LAN under KeyField. The first eipd that finds none
-// creates it; every other reads it. To change the key, delete the Secret
-// and restart the DaemonSet.
+// liveness over the LAN under KeyField, and during a rotation the key
+// before it under PreviousField. The first eipd that finds none creates
+// it; every eipd watches it (docs/operating.md, rotating the key).
 const (
-	KeySecret = "eip-liveness-key"
-	KeyField  = "key"
+	KeySecret     = "eip-liveness-key"
+	KeyField      = "key"
+	PreviousField = "previous"
 )
 
 // keySize is the size of a key eipd makes; minKeySize the least it accepts
@@ -28,17 +35,43 @@ const (
 	minKeySize = 16
 )
 
-// LoadKey reads the liveness key from its Secret, creating the Secret with
-// a random key when there is none. Two eipds creating it at once is
+// KeyGrace is how long an eipd keeps signing with its old key after it
+// sees a new one, while it already accepts the new one: every eipd sees
+// the change through its own watch, some later than others, and one that
+// signed with the new key at once would go unheard by those that have not
+// seen it yet. Watches deliver within a second; ten leave room for an API
+// server under load.
+const KeyGrace = 10 * time.Second
+
+// Keys are the keys a Secret holds: the one that signs and the previous
+// one (nil: none), which is still accepted.
+type Keys struct {
+	Sign, Previous []byte
+}
+
+// keysOf reads the keys of s.
+func keysOf(s *corev1.Secret) (Keys, error) {
+	k := Keys{Sign: s.Data[KeyField], Previous: s.Data[PreviousField]}
+	for field, key := range map[string][]byte{KeyField: k.Sign, PreviousField: k.Previous} {
+		if (key != nil || field == KeyField) && len(key) < minKeySize {
+			return Keys{}, fmt.Errorf("liveness key: Secret %s/%s holds %d bytes under %q, want at least %d", s.Namespace, KeySecret, len(key), field, minKeySize)
+		}
+	}
+	return k, nil
+}
+
+// LoadKey reads the liveness keys from their Secret, creating the Secret
+// with a random key when there is none. Two eipds creating it at once is
 // harmless: one create fails with AlreadyExists and that eipd reads the
-// other's key.
-func LoadKey(ctx context.Context, client kubeclient.Interface, namespace string) ([]byte, error) {
+// other's key. It returns the Secret's resourceVersion, from which
+// WatchKeys goes on.
+func LoadKey(ctx context.Context, client kubeclient.Interface, namespace string) (Keys, string, error) {
 	secrets := client.Secrets(namespace)
 	s, err := secrets.Get(ctx, KeySecret, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		key := make([]byte, keySize)
 		if _, err := rand.Read(key); err != nil {
-			return nil, fmt.Errorf("liveness key: %w", err)
+			return Keys{}, "", fmt.Errorf("liveness key: %w", err)
 		}
 		s, err = secrets.Create(ctx, &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Name: KeySecret, Labels: map[string]string{"app.kubernetes.io/part-of": "eip"}},
@@ -49,11 +82,108 @@ func LoadKey(ctx context.Context, client kubeclient.Interface, namespace string)
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("liveness key: Secret %s/%s: %w", namespace, KeySecret, err)
+		return Keys{}, "", fmt.Errorf("liveness key: Secret %s/%s: %w", namespace, KeySecret, err)
 	}
-	key := s.Data[KeyField]
-	if len(key) < minKeySize {
-		return nil, fmt.Errorf("liveness key: Secret %s/%s holds %d bytes under %q, want at least %d", namespace, KeySecret, len(key), KeyField, minKeySize)
+	s.Namespace = namespace
+	k, err := keysOf(s)
+	return k, s.ResourceVersion, err
+}
+
+// KeyWatch keeps a Keyring in step with the Secret.
+type KeyWatch struct {
+	Client    kubeclient.Interface
+	Namespace string
+	Ring      *Keyring
+	Clock     clock.Clock
+	Log       *slog.Logger
+}
+
+// Run watches the Secret from resourceVersion rv, whose keys are current
+// (the ones the Keyring was made with), until ctx ends. A new signing key
+// is accepted at once and signs from KeyGrace later; the keys it replaces
+// are accepted meanwhile. A Secret that holds no valid key, or is deleted,
+// changes nothing: the last good keys stay, and the log says why.
+func (w KeyWatch) Run(ctx context.Context, current Keys, rv string) {
+	var grace <-chan time.Time
+	var next Keys // the keys that sign once grace ends
+	for ctx.Err() == nil {
+		wi, err := w.Client.Secrets(w.Namespace).Watch(ctx, metav1.ListOptions{
+			FieldSelector: fields.OneTermEqualSelector("metadata.name", KeySecret).String(), ResourceVersion: rv,
+		})
+		if err != nil {
+			w.Log.Warn("watch the liveness key", "err", err)
+			rv = ""
+			if !w.wait(ctx, time.Second) {
+				return
+			}
+			continue
+		}
+	events:
+		for {
+			select {
+			case <-ctx.Done():
+				wi.Stop()
+				return
+			case <-grace:
+				grace = nil
+				current = next
+				w.set(current)
+				w.Log.Info("liveness datagrams are signed with the new key")
+			case ev, ok := <-wi.ResultChan():
+				if !ok {
+					break events
+				}
+				s, isSecret := ev.Object.(*corev1.Secret)
+				if !isSecret || ev.Type == watch.Deleted || ev.Type == watch.Error {
+					if ev.Type == watch.Error {
+						rv = ""
+						wi.Stop()
+						break events
+					}
+					if ev.Type == watch.Deleted {
+						w.Log.Warn("the liveness key's Secret was deleted; keeping the keys in force", "secret", KeySecret)
+					}
+					continue
+				}
+				rv = s.ResourceVersion
+				k, err := keysOf(s)
+				if err != nil {
+					w.Log.Error("liveness key not changed", "err", err)
+					continue
+				}
+				if hmac.Equal(k.Sign, current.Sign) {
+					grace, current = nil, k
+					w.set(current)
+					continue
+				}
+				// A new key: accept it now, sign with it later.
+				next = k
+				grace = w.Clock.After(KeyGrace)
+				if err := w.Ring.Set(current.Sign, k.Sign, k.Previous, current.Previous); err != nil {
+					w.Log.Error("liveness key not changed", "err", err)
+					continue
+				}
+				w.Log.Info("a new liveness key: accepted now, signing with it from later", "after", KeyGrace)
+			}
+		}
+		if rv == "" && !w.wait(ctx, time.Second) {
+			return
+		}
 	}
-	return key, nil
+}
+
+func (w KeyWatch) set(k Keys) {
+	if err := w.Ring.Set(k.Sign, k.Previous); err != nil {
+		w.Log.Error("liveness key not changed", "err", err)
+	}
+}
+
+// wait waits d or until ctx ends, reporting whether ctx is still live.
+func (w KeyWatch) wait(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-w.Clock.After(d):
+		return true
+	}
 }

@@ -3,31 +3,35 @@
 // long ago the sender last had a sign of life of every other node. What
 // they mean is package lease's (Liveness.Datagram); the agent's speaker
 // builds and times them; this package only encodes, authenticates and
-// moves them.
+// moves them, and drops every datagram that is not fresh.
 //
 // Every datagram carries an HMAC-SHA256 under a key that only eipds hold
 // (the Secret of key.go). A datagram's source address alone proves little:
 // a pod whose traffic leaves its node masqueraded has the node's address,
 // and a forged report that a node went unheard would make it drop its IPs.
+// A signature alone proves little more: a datagram captured on the LAN and
+// sent again is still signed. So every datagram names its destination and
+// the boot of the destination's process that the sender last heard, and
+// carries the sender's boot and a counter (conn.go says what counts).
 package lanlive
 
 import (
 	"bufio"
 	"bytes"
-	"crypto/hmac"
-	"crypto/sha256"
 	"errors"
 	"fmt"
-	"net"
-	"net/netip"
 	"strconv"
 	"strings"
 	"time"
 )
 
-// magic starts every datagram; a datagram that does not start with it is
-// not eip's and is dropped.
-const magic = "eip-liveness 1"
+// magic starts every datagram of the current format, legacyMagic every
+// datagram of the format before it (no boot, counter or destination): a
+// datagram that starts with neither is not eip's and is dropped.
+const (
+	magic       = "eip-liveness 2"
+	legacyMagic = "eip-liveness 1"
+)
 
 // MaxSize is the largest datagram read, its signature included; larger
 // ones are cut and dropped.
@@ -36,47 +40,111 @@ const MaxSize = 64 << 10
 // maxAge is the largest age a datagram carries: older signs say nothing.
 const maxAge = time.Hour
 
-// Message is one datagram: its sender and the ages of the sender's latest
-// signs of life of other nodes.
+// Message is what a datagram says: its sender and the ages of the
+// sender's latest signs of life of other nodes.
 type Message struct {
 	From string
 	Ages map[string]time.Duration
 }
 
-// Encode writes m as text: the magic line, the sender, then one line per
-// node with the age in milliseconds.
-func Encode(m Message) []byte {
+// Datagram is a Message as it goes on the wire. Boot identifies the
+// sender's process (its start time in nanoseconds: a later process has a
+// larger one) and Seq counts its datagrams; To is the destination node and
+// ToBoot the boot of the destination's process that the sender last heard
+// (0: none yet). A Legacy datagram is of the format before, which has none
+// of them.
+type Datagram struct {
+	Message
+	Boot, Seq uint64
+	To        string
+	ToBoot    uint64
+	Legacy    bool
+}
+
+// Encode writes d as text: the magic line, the sender with its boot and
+// counter, the destination with its boot, then one line per node with the
+// age in milliseconds. A Legacy datagram has only the magic line, the
+// sender and the ages.
+func Encode(d Datagram) []byte {
 	var b bytes.Buffer
-	b.WriteString(magic + "\n" + m.From + "\n")
-	for n, age := range m.Ages {
+	if d.Legacy {
+		b.WriteString(legacyMagic + "\n" + d.From + "\n")
+	} else {
+		fmt.Fprintf(&b, "%s\n%s %x %d\n%s %x\n", magic, d.From, d.Boot, d.Seq, d.To, d.ToBoot)
+	}
+	for n, age := range d.Ages {
 		fmt.Fprintf(&b, "%s %d\n", n, min(age, maxAge).Milliseconds())
 	}
 	return b.Bytes()
 }
 
 // Decode reads a datagram written by Encode.
-func Decode(b []byte) (Message, error) {
+func Decode(b []byte) (Datagram, error) {
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	sc.Buffer(make([]byte, 0, 512), MaxSize)
-	if !sc.Scan() || sc.Text() != magic {
-		return Message{}, errors.New("not an eip liveness datagram")
+	var d Datagram
+	if !sc.Scan() {
+		return Datagram{}, errors.New("not an eip liveness datagram")
 	}
-	if !sc.Scan() || !validName(sc.Text()) {
-		return Message{}, errors.New("liveness datagram: no sender")
+	switch sc.Text() {
+	case magic:
+	case legacyMagic:
+		d.Legacy = true
+	default:
+		return Datagram{}, errors.New("not an eip liveness datagram")
 	}
-	m := Message{From: sc.Text(), Ages: map[string]time.Duration{}}
+	if !sc.Scan() {
+		return Datagram{}, errors.New("liveness datagram: no sender")
+	}
+	if d.Legacy {
+		d.From = sc.Text()
+	} else {
+		f := strings.Split(sc.Text(), " ")
+		if len(f) != 3 || !parseBoot(f[1], &d.Boot) || d.Boot == 0 || !parseSeq(f[2], &d.Seq) {
+			return Datagram{}, fmt.Errorf("liveness datagram: bad sender line %q", sc.Text())
+		}
+		d.From = f[0]
+	}
+	if !validName(d.From) {
+		return Datagram{}, errors.New("liveness datagram: no sender")
+	}
+	if !d.Legacy {
+		if !sc.Scan() {
+			return Datagram{}, fmt.Errorf("liveness datagram from %s: no destination", d.From)
+		}
+		to, boot, ok := strings.Cut(sc.Text(), " ")
+		if !ok || !validName(to) || !parseBoot(boot, &d.ToBoot) {
+			return Datagram{}, fmt.Errorf("liveness datagram from %s: bad destination line %q", d.From, sc.Text())
+		}
+		d.To = to
+	}
+	d.Ages = map[string]time.Duration{}
 	for sc.Scan() {
 		name, ms, ok := strings.Cut(sc.Text(), " ")
 		v, err := strconv.ParseUint(ms, 10, 32)
 		if !ok || err != nil || !validName(name) || time.Duration(v)*time.Millisecond > maxAge {
-			return Message{}, fmt.Errorf("liveness datagram from %s: bad line %q", m.From, sc.Text())
+			return Datagram{}, fmt.Errorf("liveness datagram from %s: bad line %q", d.From, sc.Text())
 		}
-		m.Ages[name] = time.Duration(v) * time.Millisecond
+		d.Ages[name] = time.Duration(v) * time.Millisecond
 	}
 	if err := sc.Err(); err != nil {
-		return Message{}, fmt.Errorf("liveness datagram: %w", err)
+		return Datagram{}, fmt.Errorf("liveness datagram: %w", err)
 	}
-	return m, nil
+	return d, nil
+}
+
+// parseBoot reads a boot in hexadecimal, as Encode writes it.
+func parseBoot(s string, v *uint64) bool {
+	n, err := strconv.ParseUint(s, 16, 64)
+	*v = n
+	return err == nil && s == strconv.FormatUint(n, 16)
+}
+
+// parseSeq reads a counter in decimal, as Encode writes it.
+func parseSeq(s string, v *uint64) bool {
+	n, err := strconv.ParseUint(s, 10, 64)
+	*v = n
+	return err == nil && s == strconv.FormatUint(n, 10)
 }
 
 // validName: a node name as Kubernetes allows it (at most 253 characters,
@@ -84,86 +152,3 @@ func Decode(b []byte) (Message, error) {
 func validName(s string) bool {
 	return s != "" && len(s) <= 253 && !strings.ContainsAny(s, " \t\r\n")
 }
-
-// Received is a datagram as it arrived.
-type Received struct {
-	Source netip.Addr // the sender's address, IPv4 unmapped
-	Msg    Message
-}
-
-// Conn is a UDP socket on every address of the host (IPv4 and IPv6) that
-// signs what it sends and drops what was not signed with its key.
-type Conn struct {
-	udp *net.UDPConn
-	key []byte
-}
-
-// Listen binds port on every address and delivers each well-formed
-// datagram signed with key to out until Close; out is dropped to when
-// full, as a lost datagram is. Binding a port from 1024 up needs no
-// privilege.
-func Listen(port uint16, key []byte, out chan<- Received) (*Conn, error) {
-	if len(key) < minKeySize {
-		return nil, fmt.Errorf("liveness over the LAN: a key of %d bytes, want at least %d", len(key), minKeySize)
-	}
-	udp, err := net.ListenUDP("udp", &net.UDPAddr{Port: int(port)})
-	if err != nil {
-		return nil, fmt.Errorf("liveness over the LAN: listen on UDP port %d: %w", port, err)
-	}
-	c := &Conn{udp: udp, key: key}
-	go c.read(out)
-	return c, nil
-}
-
-// read delivers what arrives until Close. It keeps one HMAC state and
-// resets it for each datagram: with fifty nodes a node checks a hundred
-// datagrams a second.
-func (c *Conn) read(out chan<- Received) {
-	buf := make([]byte, MaxSize)
-	mac := hmac.New(sha256.New, c.key)
-	sum := make([]byte, 0, sha256.Size)
-	for {
-		n, from, err := c.udp.ReadFromUDPAddrPort(buf)
-		if errors.Is(err, net.ErrClosed) {
-			return
-		}
-		if err != nil || n < sha256.Size {
-			continue
-		}
-		mac.Reset()
-		mac.Write(buf[sha256.Size:n])
-		if sum = mac.Sum(sum[:0]); !hmac.Equal(buf[:sha256.Size], sum) {
-			continue
-		}
-		m, err := Decode(buf[sha256.Size:n])
-		if err != nil {
-			continue
-		}
-		select {
-		case out <- Received{Source: from.Addr().Unmap(), Msg: m}:
-		default:
-		}
-	}
-}
-
-// Send sends b (an Encode'd message) to every address of to, signed once
-// for all of them. It tries every address; the error joins those that
-// failed, each naming its address.
-func (c *Conn) Send(to []netip.AddrPort, b []byte) error {
-	mac := hmac.New(sha256.New, c.key)
-	mac.Write(b)
-	signed := append(mac.Sum(make([]byte, 0, sha256.Size+len(b))), b...)
-	var errs []error
-	for _, a := range to {
-		if _, err := c.udp.WriteToUDPAddrPort(signed, a); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// Close stops reading and releases the port.
-func (c *Conn) Close() error { return c.udp.Close() }
-
-// Port is the local port, the one asked for or, for 0, the one given.
-func (c *Conn) Port() uint16 { return c.udp.LocalAddr().(*net.UDPAddr).AddrPort().Port() }

@@ -46,6 +46,17 @@ const (
 	// AnnotationLivenessPort on a heartbeat is the UDP port on which the
 	// node sends and hears liveness over the LAN; absent when it does not.
 	AnnotationLivenessPort = "eip.io/liveness-port"
+	// AnnotationLivenessFormat on a heartbeat names the format of the
+	// node's liveness datagrams, LivenessFormat, and the renewal that
+	// wrote it ("2@" and the renewTime in microseconds since the epoch):
+	// an eipd from before the format keeps annotations it does not know
+	// when it renews, so after a rollback to it the annotation would stay
+	// and name a format its node no longer speaks; bound to a renewal, it
+	// counts only while the renewal that wrote it is the latest.
+	AnnotationLivenessFormat = "eip.io/liveness-format"
+	// LivenessFormat is the format of liveness datagrams this eipd speaks
+	// (lanlive): its peers take no datagram of the format before from it.
+	LivenessFormat = "2"
 )
 
 // heartbeatPrefix starts every heartbeat Lease name. No IP text starts with

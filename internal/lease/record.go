@@ -148,6 +148,11 @@ type Heartbeat struct {
 	// LivenessPort is the UDP port of the node's liveness over the LAN, 0
 	// when it has none (docs/design.md, Liveness over the LAN).
 	LivenessPort uint16
+	// LivenessCurrent is whether the node's heartbeat names the current
+	// format of liveness datagrams (AnnotationLivenessFormat): false for
+	// an eipd from before it, whose datagrams carry no boot, counter or
+	// destination.
+	LivenessCurrent bool
 	// Version changes with every renewal; observers compare it, never times.
 	Version string
 }
@@ -170,6 +175,9 @@ func ParseHeartbeat(l *coordinationv1.Lease) (Heartbeat, error) {
 	}
 	if p, err := strconv.ParseUint(l.Annotations[AnnotationLivenessPort], 10, 16); err == nil {
 		h.LivenessPort = uint16(p)
+	}
+	if t := l.Spec.RenewTime; t != nil {
+		h.LivenessCurrent = l.Annotations[AnnotationLivenessFormat] == livenessFormatAt(t.Time)
 	}
 	if h.Held, _ = strconv.Atoi(l.Annotations[AnnotationHeld]); h.Held < 0 {
 		h.Held = 0
@@ -200,6 +208,12 @@ type HeartbeatStatus struct {
 	MACs, Conflicts, Claims string
 	// LivenessPort is the UDP port of liveness over the LAN; 0 without.
 	LivenessPort uint16
+}
+
+// livenessFormatAt is AnnotationLivenessFormat written by a renewal at t.
+// Microseconds: a Lease keeps its renewTime to the microsecond.
+func livenessFormatAt(t time.Time) string {
+	return LivenessFormat + "@" + strconv.FormatInt(t.UnixMicro(), 10)
 }
 
 // RenewedHeartbeat returns the heartbeat Lease of node renewed at now: a copy
@@ -238,8 +252,10 @@ func RenewedHeartbeat(current *coordinationv1.Lease, namespace, node string, dur
 	}
 	if st.LivenessPort == 0 {
 		delete(l.Annotations, AnnotationLivenessPort)
+		delete(l.Annotations, AnnotationLivenessFormat)
 	} else {
 		l.Annotations[AnnotationLivenessPort] = strconv.Itoa(int(st.LivenessPort))
+		l.Annotations[AnnotationLivenessFormat] = livenessFormatAt(now)
 	}
 	holder := node
 	l.Spec.HolderIdentity = &holder

@@ -159,6 +159,26 @@ func TestWithMoveTo(t *testing.T) {
 	assert.Equal(t, asked.Annotations[lease.AnnotationMoveTo], "node-c")
 }
 
+// The liveness format counts only with the renewal that wrote it: an
+// eipd from before it renews its heartbeat keeping the annotation (as
+// after a rollback), and its node no longer speaks that format.
+func TestHeartbeatLivenessFormatGoesWithItsRenewal(t *testing.T) {
+	now := at(1500 * time.Microsecond).Add(700) // nanoseconds a Lease drops
+	l := lease.RenewedHeartbeat(nil, ns, "node-a", time.Second, lease.HeartbeatStatus{LivenessPort: 9403}, now)
+	stored := metav1.NewMicroTime(now.Truncate(time.Microsecond))
+	l.Spec.RenewTime = &stored
+	h, err := lease.ParseHeartbeat(l)
+	assert.NilError(t, err)
+	assert.Assert(t, h.LivenessCurrent)
+
+	renewedByOld := l.DeepCopy()
+	later := metav1.NewMicroTime(now.Add(time.Second))
+	renewedByOld.Spec.RenewTime = &later
+	h, err = lease.ParseHeartbeat(renewedByOld)
+	assert.NilError(t, err)
+	assert.Assert(t, !h.LivenessCurrent)
+}
+
 func TestHeartbeatRoundTrip(t *testing.T) {
 	created := lease.RenewedHeartbeat(nil, ns, "node-a", 1500*time.Millisecond,
 		lease.HeartbeatStatus{Eligible: true, Held: 12, LivenessPort: 9403}, at(0))
@@ -174,7 +194,7 @@ func TestHeartbeatRoundTrip(t *testing.T) {
 	assert.NilError(t, err)
 	assert.DeepEqual(t, h, lease.Heartbeat{
 		Node: "node-a", Duration: 2 * time.Second, RenewTime: at(0),
-		Eligible: true, Held: 12, LivenessPort: 9403, Version: "100",
+		Eligible: true, Held: 12, LivenessPort: 9403, LivenessCurrent: true, Version: "100",
 	})
 
 	later := at(500 * time.Millisecond)

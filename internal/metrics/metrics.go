@@ -11,6 +11,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/eip-project/eip/internal/bgp"
+	"github.com/eip-project/eip/internal/lanlive"
 )
 
 // Options configures New.
@@ -22,6 +23,8 @@ type Options struct {
 	Announced func() uint64
 	// Version is eipd's version, exported as eip_build_info.
 	Version string
+	// LANDrops counts the liveness datagrams dropped (nil: none counted).
+	LANDrops *lanlive.Drops
 }
 
 // Metrics counts what one eipd does. It implements agent.Metrics; its
@@ -179,6 +182,9 @@ func New(opt Options) (*Metrics, error) {
 			Name: "eip_announcements_sent_total",
 			Help: "Gratuitous ARP and unsolicited neighbour advertisement packets sent.",
 		}, func() float64 { return float64(announced()) }),
+		lanDropped(opt.LANDrops, "bad-signature", func(d *lanlive.Drops) uint64 { return d.BadSignature.Load() }),
+		lanDropped(opt.LANDrops, "replayed", func(d *lanlive.Drops) uint64 { return d.Stale.Load() }),
+		lanDropped(opt.LANDrops, "misaddressed", func(d *lanlive.Drops) uint64 { return d.Misaddressed.Load() }),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	} {
@@ -187,6 +193,20 @@ func New(opt Options) (*Metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// lanDropped is eip_liveness_datagrams_dropped_total for one reason.
+func lanDropped(d *lanlive.Drops, reason string, count func(*lanlive.Drops) uint64) prometheus.Collector {
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name:        "eip_liveness_datagrams_dropped_total",
+		Help:        "Liveness datagrams dropped, by reason: bad-signature (no key of the Secret's signed it), replayed (not newer than what its sender sent before), misaddressed (sent to another node).",
+		ConstLabels: prometheus.Labels{"reason": reason},
+	}, func() float64 {
+		if d == nil {
+			return 0
+		}
+		return float64(count(d))
+	})
 }
 
 // Registry returns the registry holding every metric, for serving or tests.

@@ -22,7 +22,7 @@ import (
 const livenessPort = config.DefaultLivenessPort
 
 // With three nodes hearing each other, every heartbeat names the liveness
-// port and lasts ten lease durations: the API server sees one renewal per
+// port and its format and lasts ten lease durations: the API server sees one renewal per
 // node every five seconds.
 func TestLANHeartbeatsRenewSlowly(t *testing.T) {
 	e := newEnv(t, defaultConfig())
@@ -37,6 +37,11 @@ func TestLANHeartbeatsRenewSlowly(t *testing.T) {
 			}
 			if d := l.Spec.LeaseDurationSeconds; d == nil || *d != 10*int32(leaseDuration/time.Second) {
 				return false, fmt.Sprintf("%s: lease duration %v", n, d)
+			}
+			// Through the API server, the format still goes with the
+			// renewal that wrote it (microseconds, in protobuf).
+			if hb, err := lease.ParseHeartbeat(l); err != nil || !hb.LivenessCurrent {
+				return false, fmt.Sprintf("%s: liveness format %q at %v (%v)", n, l.Annotations[lease.AnnotationLivenessFormat], l.Spec.RenewTime, err)
 			}
 		}
 		return true, ""

@@ -1,0 +1,266 @@
+package e2e
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/eip-project/eip/internal/lanlive"
+	"github.com/eip-project/eip/testenv"
+)
+
+// An attacker on the LAN records liveness datagrams off the wire and sends
+// them again from the sender's address (docs/design.md, Replayed
+// datagrams). Nothing it sends may move an IP or delay a failover.
+
+// captured records what node sends on the liveness port until keep says
+// it has enough, or settle passes.
+func (e *env) captured(node string, keep func(c testenv.Captured, d lanlive.Datagram) (done bool)) {
+	e.t.Helper()
+	capt, err := cluster.CaptureUDP(node, livenessPort)
+	e.must(err)
+	defer capt.Close()
+	deadline := time.Now().Add(settle)
+	for {
+		c, err := capt.Next(deadline)
+		e.must(err)
+		if len(c.Payload) < sha256.Size {
+			continue
+		}
+		d, err := lanlive.Decode(c.Payload[sha256.Size:])
+		e.must(err)
+		if keep(c, d) {
+			return
+		}
+	}
+}
+
+// replay sends the captured datagrams again, in turn, one every gap, from
+// the socket until stop is closed; it closes done when it returns.
+func replay(conn *net.UDPConn, dgs []testenv.Captured, gap time.Duration, stop <-chan struct{}, done chan<- int) {
+	sent := 0
+	t := time.NewTicker(gap)
+	defer t.Stop()
+	for {
+		c := dgs[sent%len(dgs)]
+		if _, err := conn.WriteToUDPAddrPort(c.Payload, c.To); err == nil {
+			sent++
+		}
+		select {
+		case <-stop:
+			done <- sent
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// A peer's datagrams to a third node that do not list the holder, replayed
+// to the holder from the peer's address, read as that peer's reports that
+// it no longer hears the holder. They move nothing: the holder keeps its
+// IP, answering throughout, and says it was not heard nowhere. (Two such
+// replays 300 ms apart made a holder judge itself unheard and hand every
+// IP it held away.)
+func TestLANReplayedUnheardMovesNothing(t *testing.T) {
+	nodes := cluster.Nodes()
+	victim, peer, third := nodes[0].Name, nodes[1].Name, nodes[2].Name
+	cfg := defaultConfig()
+	cfg["preferred-nodes"] = victim
+	e := newEnv(t, cfg)
+	// The victim's eipd stops; the peer's datagrams to the third node
+	// soon list the victim no more (after two lease durations).
+	e.must(cluster.StopDaemon(victim, syscall.SIGKILL))
+	var recorded []testenv.Captured
+	thirdAddr := netip.AddrPortFrom(nodes[2].IPv4, livenessPort)
+	e.captured(peer, func(c testenv.Captured, d lanlive.Datagram) bool {
+		_, listsVictim := d.Ages[victim]
+		if c.To == thirdAddr && !listsVictim {
+			recorded = append(recorded, c)
+		}
+		return len(recorded) == 4
+	})
+	for i := range recorded {
+		recorded[i].To = netip.AddrPortFrom(nodes[0].IPv4, livenessPort)
+	}
+	e.start(victim)
+	ip := testenv.ServiceIP(143)
+	st := e.startPoint(ip)
+	assert.Equal(t, st.holders[ip], victim, "preferred-nodes")
+
+	conn, err := cluster.UDPFrom(peer, 0)
+	e.must(err)
+	defer conn.Close()
+	stop, done := make(chan struct{}), make(chan int, 1)
+	go replay(conn, recorded, 300*time.Millisecond, stop, done)
+	e.throughout("replays of "+peer+"'s datagrams to "+third+" sent to "+victim, 4*leaseDuration, st.answering)
+	close(stop)
+	sent := <-done
+	e.assertNothingMoved(st.before, e.lockStates(ip))
+	assert.Equal(t, e.countLines(st.mark, victim, "a peer no longer hears this node"), 0)
+	r := st.probes[ip].Stop()
+	e.noTwoMACs(r)
+	rep := st.w.report()[ip]
+	assert.Check(t, len(rep.double) == 0 && len(rep.unbound) == 0, "%s", rep)
+	dropped, err := scrapeCounter(cluster.ClientHTTP(), "http://"+cluster.DaemonMetricsAddr(victim)+"/metrics", `eip_liveness_datagrams_dropped_total{reason="misaddressed"}`)
+	e.must(err)
+	t.Logf("%d replays sent, %v dropped as misaddressed", sent, dropped)
+	assert.Assert(t, dropped >= 2, "the replays reached %s", victim)
+}
+
+// The holder's eipd is killed; its datagrams, recorded before, are sent
+// again from its address and port every 250 ms, as long as it takes. A
+// survivor takes the IP over all the same. (The replays kept the dead
+// node alive: its IP answered again only 14 s after the kill, when they
+// stopped.)
+func TestLANReplayOfKilledNodeDelaysNoFailover(t *testing.T) {
+	e := newEnv(t, defaultConfig())
+	ip := testenv.ServiceIP(144)
+	st := e.startPoint(ip)
+	old := st.holders[ip]
+	var recorded []testenv.Captured
+	e.captured(old, func(c testenv.Captured, _ lanlive.Datagram) bool {
+		recorded = append(recorded, c)
+		return len(recorded) == 12
+	})
+	e.must(cluster.StopDaemon(old, syscall.SIGKILL))
+	killed := time.Now()
+	conn, err := cluster.UDPFrom(old, livenessPort)
+	e.must(err)
+	defer conn.Close()
+	stop, done := make(chan struct{}), make(chan int, 1)
+	go replay(conn, recorded, 250*time.Millisecond, stop, done)
+	defer func() {
+		if stop != nil {
+			close(stop)
+			<-done
+		}
+	}()
+	next := e.takenOver(ip, old, st.probes[ip])
+	close(stop)
+	sent := <-done
+	stop = nil
+	r := st.probes[ip].Stop()
+	e.noTwoMACs(r)
+	t.Logf("%s answered %s after %s was killed, while %d recorded datagrams were replayed", next, firstReplyFrom(r, e.mac(next), killed), old, sent)
+}
+
+// The documented rotation of the liveness key (docs/operating.md): the new
+// key under key and the old one under previous, then previous removed.
+// Every eipd signs with the new key, and no IP moves: the holder keeps
+// it, answering throughout, and no datagram is dropped for its signature.
+func TestLANKeyRotationMovesNothing(t *testing.T) {
+	e := newEnv(t, defaultConfig())
+	ip := testenv.ServiceIP(145)
+	st := e.startPoint(ip)
+	secrets := e.k.CoreV1().Secrets(testenv.Namespace)
+	s, err := secrets.Get(e.ctx, lanlive.KeySecret, metav1.GetOptions{})
+	e.must(err)
+	old := s.Data[lanlive.KeyField]
+	fresh := make([]byte, 32)
+	_, err = rand.Read(fresh)
+	e.must(err)
+	s.Data = map[string][]byte{lanlive.KeyField: fresh, lanlive.PreviousField: old}
+	_, err = secrets.Update(e.ctx, s, metav1.UpdateOptions{})
+	e.must(err)
+	e.throughout("the new key is accepted, then signs", lanlive.KeyGrace+3*leaseDuration, st.answering)
+	for _, n := range e.nodes {
+		e.signedWith(n, fresh)
+	}
+	s, err = secrets.Get(e.ctx, lanlive.KeySecret, metav1.GetOptions{})
+	e.must(err)
+	delete(s.Data, lanlive.PreviousField)
+	_, err = secrets.Update(e.ctx, s, metav1.UpdateOptions{})
+	e.must(err)
+	e.throughout("the previous key removed", 3*leaseDuration, st.answering)
+
+	e.assertNothingMoved(st.before, e.lockStates(ip))
+	r := st.probes[ip].Stop()
+	e.noTwoMACs(r)
+	assert.Check(t, len(r.MACs()) == 1, "answered by %v", r.MACs())
+	rep := st.w.report()[ip]
+	assert.Check(t, len(rep.double) == 0 && len(rep.unbound) == 0, "%s", rep)
+	for _, n := range e.nodes {
+		bad, err := scrapeCounter(cluster.ClientHTTP(), "http://"+cluster.DaemonMetricsAddr(n)+"/metrics", `eip_liveness_datagrams_dropped_total{reason="bad-signature"}`)
+		e.must(err)
+		assert.Check(t, bad == 0, "%s dropped %v datagrams for their signature", n, bad)
+	}
+}
+
+// signedWith waits until a datagram node sends is signed with key.
+func (e *env) signedWith(node string, key []byte) {
+	e.t.Helper()
+	e.captured(node, func(c testenv.Captured, _ lanlive.Datagram) bool {
+		mac := hmac.New(sha256.New, key)
+		mac.Write(c.Payload[sha256.Size:])
+		return bytes.Equal(mac.Sum(nil), c.Payload[:sha256.Size])
+	})
+}
+
+// eipd's metrics and liveness ports bind the node's address alone: on an
+// external IP that eipd binds, neither answers (the kernel refuses the
+// connection and the datagram), while on the node's address both do.
+// (Bound on every address, both answered on every IP eip served.)
+func TestListenersNotOnExternalIPs(t *testing.T) {
+	e := newEnv(t, defaultConfig())
+	ip := testenv.ServiceIP(146)
+	st := e.startPoint(ip)
+	holder := st.holders[ip]
+	n, err := cluster.Node(holder)
+	e.must(err)
+	metricsPort := cluster.DaemonMetricsAddr(holder)
+	_, port, err := net.SplitHostPort(metricsPort)
+	e.must(err)
+
+	resp, err := cluster.ClientHTTP().Get("http://" + net.JoinHostPort(ip.String(), port) + "/metrics")
+	if err == nil {
+		resp.Body.Close()
+	}
+	assert.Check(t, errors.Is(err, syscall.ECONNREFUSED), "metrics on %s: %v", ip, err)
+	resp, err = cluster.ClientHTTP().Get("http://" + metricsPort + "/metrics")
+	e.must(err)
+	resp.Body.Close()
+	assert.Equal(t, resp.StatusCode, http.StatusOK)
+
+	assert.Check(t, errors.Is(e.udpAnswer(ip), syscall.ECONNREFUSED), "liveness port on %s", ip)
+	assert.Check(t, errors.Is(e.udpAnswer(n.IPv4), os.ErrDeadlineExceeded), "liveness port on %s's address", holder)
+}
+
+// udpAnswer sends a datagram that is not eip's to the liveness port of ip
+// from the client, and returns what reading the answer gives: ECONNREFUSED
+// when the kernel says no socket listens there, a deadline when one
+// listens and drops it, as eipd does.
+func (e *env) udpAnswer(ip netip.Addr) error {
+	e.t.Helper()
+	conn, err := cluster.UDPFrom(testenv.Client, 0)
+	e.must(err)
+	defer conn.Close()
+	to := netip.AddrPortFrom(ip, livenessPort)
+	raw, err := conn.SyscallConn()
+	e.must(err)
+	// Connected, so that the kernel reports an ICMP port unreachable.
+	var cerr error
+	e.must(raw.Control(func(fd uintptr) {
+		v4 := ip.As4()
+		cerr = syscall.Connect(int(fd), &syscall.SockaddrInet4{Port: int(to.Port()), Addr: v4})
+	}))
+	e.must(cerr)
+	_, err = conn.Write([]byte("not eip " + strconv.Itoa(int(to.Port()))))
+	e.must(err)
+	e.must(conn.SetReadDeadline(time.Now().Add(2 * time.Second)))
+	_, err = conn.Read(make([]byte, 64))
+	e.t.Logf("UDP to %s: %v", to, err)
+	return err
+}
