@@ -1,0 +1,113 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+
+	"github.com/eip-project/eip/testenv"
+)
+
+// feedRoutes is the size of the table the feeder sends every node: what
+// a router sending eipd more than its own routes might.
+const feedRoutes = 100_000
+
+// A closed speaker. The feeder, a second router in another AS, sends every
+// node 100,000 host routes. The router, eipd's other peer, gets none of
+// them from any node (it would take them: they come from another AS, with
+// the node as next hop), while the holder's own route still reaches it.
+// eipd closes the feeder's sessions at its prefix limit, so it holds no
+// more than that of the table, and its memory stays flat.
+func TestRouteModeClosedSpeaker(t *testing.T) {
+	rt4, rt6 := testenv.RouterAddr()
+	e := newRouteEnv(t,
+		"ranges", "2001:db8:100::/112 announce=bgp",
+		"bgp-peers", fmt.Sprintf("%s asn=%d\n%s asn=%d\n%s asn=%d",
+			rt4, testenv.RouterASN, rt6, testenv.RouterASN, testenv.FeederAddr(), testenv.FeederASN))
+	ip := testenv.RoutedServiceIP6(90)
+	e.service("routed", ip)
+	holder := e.routed(ip)
+
+	before := map[string]int{}
+	for _, n := range e.nodes {
+		before[n] = e.rss(n)
+	}
+	f, err := cluster.StartFeeder(e.ctx, feedRoutes)
+	e.must(err)
+	t.Cleanup(func() { e.must(f.Close()) })
+	// Each node meets the whole table: it closes the session once the
+	// feeder has sent more than its limit, or, without one, takes it all.
+	for _, n := range e.nodes {
+		e.eventually("the feeder's table met by "+n, func() (bool, string) {
+			s, err := f.Session(e.ctx, n)
+			if err != nil {
+				return false, err.Error()
+			}
+			closed := strings.Contains(s.LastError, "Maximum number of prefixes")
+			return closed || s.State == "Established" && s.Exported == feedRoutes, fmt.Sprintf("%+v", s)
+		})
+	}
+	const flat = 20 << 20
+	e.throughout("nothing passed on to the router, and eipd's memory flat", 10*time.Second, func() string {
+		for _, n := range e.nodes {
+			want := 0
+			if n == holder {
+				want = 1
+			}
+			if got, err := cluster.RoutesFrom(e.ctx, n); err != nil || got != want {
+				return fmt.Sprintf("the router holds %d routes from %s, want its own %d (%v)", got, n, want, err)
+			}
+			if grew := e.rss(n) - before[n]; grew > flat {
+				return fmt.Sprintf("eipd's RSS on %s grew by %.1f MiB, from %.1f MiB", n, float64(grew)/(1<<20), float64(before[n])/(1<<20))
+			}
+		}
+		return ""
+	})
+	e.routed(ip)
+	for _, n := range e.nodes {
+		s, err := f.Session(e.ctx, n)
+		e.must(err)
+		t.Logf("%s: eipd RSS %.1f -> %.1f MiB; the feeder's session %+v", n, float64(before[n])/(1<<20), float64(e.rss(n))/(1<<20), s)
+	}
+}
+
+// rss is the resident set size of eipd on node, in bytes.
+func (e *env) rss(node string) int {
+	e.t.Helper()
+	pid := cluster.DaemonPID(node)
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	e.must(err)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+			e.must(err)
+			return kb << 10
+		}
+	}
+	e.t.Fatalf("no VmRSS in /proc/%d/status", pid)
+	return 0
+}
+
+// A bad bgp-peers line is refused like any bad edit, quoted in each log,
+// the InvalidConfig event, every heartbeat and kubectl eip status (which
+// refusesEach checks), but with its password hidden, there and in
+// everything eipd logged.
+func TestBadBGPPeersHidePasswords(t *testing.T) {
+	e := newEnv(t, defaultConfig())
+	const password = "Sesame-1"
+	bad := map[string]string{"bgp-asn": "64512", "bgp-peers": "198.18.0.3 asn=64500 password=" + password + " port=70000"}
+	e.refusesEach([]badConfig{{"a bad bgp-peers line with a password", bad, `bgp-peers line 1 "198.18.0.3 asn=64500 password=*** port=70000"`}})
+	for _, n := range e.nodes {
+		b, err := os.ReadFile(cluster.DaemonLog(n))
+		e.must(err)
+		assert.Assert(t, !strings.Contains(string(b), password), "%s logged the password", n)
+	}
+	for _, ev := range e.events("ConfigMap", testenv.ConfigMap, "InvalidConfig") {
+		assert.Assert(t, !strings.Contains(ev.Message, password), "an event shows the password: %s", ev.Message)
+	}
+}
