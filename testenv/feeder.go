@@ -11,7 +11,6 @@ import (
 	"strings"
 	"syscall"
 	"text/template"
-	"time"
 )
 
 // The feeder is a second router on the LAN, for tests of what eipd does
@@ -108,28 +107,13 @@ func (f *Feeder) start(ctx context.Context, routes int, e *endpoint) error {
 	if err := feederConfig.Execute(&b, data); err != nil {
 		return fmt.Errorf("feeder config: %w", err)
 	}
-	conf := filepath.Join(f.dir, "bird.conf")
-	if err := os.WriteFile(conf, []byte(b.String()), 0o644); err != nil {
-		return fmt.Errorf("feeder config: %w", err)
-	}
-	p, err := startProcess(f.ns, "feeder", filepath.Join(f.dir, "bird.out"), nil, "bird", "-f", "-c", conf, "-s", f.socket())
-	if err != nil {
-		return err
-	}
-	f.bird = p
-	wctx, cancel := context.WithTimeout(ctx, f.c.opts.StartTimeout)
-	defer cancel()
-	return p.waitFor(wctx, 50*time.Millisecond, func(ctx context.Context) error {
-		_, err := f.birdc(ctx, "show", "status")
-		return err
-	})
+	var err error
+	f.bird, err = runBird(ctx, f.ns, "feeder", f.dir, b.String(), f.c.opts.StartTimeout)
+	return err
 }
 
-func (f *Feeder) socket() string { return filepath.Join(f.dir, "bird.ctl") }
-
 func (f *Feeder) birdc(ctx context.Context, args ...string) (string, error) {
-	out, err := output(ctx, nil, "birdc", append([]string{"-s", f.socket()}, args...)...)
-	return string(out), err
+	return birdc(ctx, filepath.Join(f.dir, "bird.ctl"), args...)
 }
 
 // FeederSession is what the feeder's BIRD shows of its session with a node.
