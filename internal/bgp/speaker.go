@@ -51,6 +51,10 @@ type Session struct {
 	Since time.Time
 	// UpdatesSent counts UPDATE messages sent on the session.
 	UpdatesSent uint64
+	// Received is how many routes from the peer the speaker holds (its
+	// Adj-RIB-In): it uses none of them, and closes the session once
+	// there are more than the peer's max-prefixes.
+	Received uint64
 }
 
 // Up reports whether the session is established.
@@ -180,7 +184,7 @@ const ownRoutes = "eip-own-routes"
 // routes, so nothing learnt from one peer could reach another (a route
 // leak, with this node as next hop) even if the import policy let
 // something in. What a peer sends is still held in its Adj-RIB-In while
-// the session lasts: the peer's prefix limit (peerOf) bounds that.
+// the session lasts: the peer's prefix limit (peerOf) ends that.
 func closePolicy(srv *server.BgpServer) error {
 	ctx := context.Background()
 	err := srv.AddPolicy(ctx, &api.AddPolicyRequest{Policy: &api.Policy{Name: ownRoutes, Statements: []*api.Statement{{
@@ -303,6 +307,9 @@ func (s *Speaker) sessionOf(p *api.Peer) Session {
 		}
 	}
 	sess.UpdatesSent = p.GetState().GetMessages().GetSent().GetUpdate()
+	for _, af := range p.GetAfiSafis() {
+		sess.Received += af.GetState().GetReceived()
+	}
 	return sess
 }
 
@@ -340,7 +347,11 @@ func peerOf(p config.Peer) *api.Peer {
 		Transport: &api.Transport{RemotePort: uint32(p.Port)},
 		// Over the limit, GoBGP sends a NOTIFICATION (Cease, maximum
 		// number of prefixes reached), drops what the peer sent and
-		// connects again after ConnectRetry.
+		// keeps the peer down until it is configured again (a change
+		// of its line) or eipd restarts, as a router's maximum-prefix
+		// without a restart interval does. It checks the limit as it
+		// processes what it has read, and reads ahead, so it holds for
+		// a moment what arrived before the close.
 		AfiSafis: []*api.AfiSafi{{
 			Config:       &api.AfiSafiConfig{Family: family, Enabled: true},
 			PrefixLimits: &api.PrefixLimit{Family: family, MaxPrefixes: p.MaxPrefixes},

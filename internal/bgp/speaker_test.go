@@ -135,6 +135,7 @@ func TestSpeakerAcceptsAndPassesOnNoRoute(t *testing.T) {
 		}
 		return poll.Success()
 	}, poll.WithTimeout(30*time.Second), poll.WithDelay(50*time.Millisecond))
+	assert.Equal(t, s.Sessions()[0].Received, uint64(3), "held, for the metric")
 	assert.NilError(t, s.Announce(Route{IP: netip.MustParseAddr("198.19.100.1"), MED: MEDFor(0)}))
 
 	poll.WaitOn(t, func(poll.LogT) poll.Result {
