@@ -54,15 +54,23 @@ protocol static feed { ipv6; {{range .Routes}}
 template bgp feednode {
 	local as {{.ASN}};
 	passive on;
-	error wait time 1, 5;
+	error wait time 1, 5;{{if .Password}}
+	password "{{.Password}}";{{end}}
 	ipv6 { import none; export all; };
 }
 {{range .Nodes}}protocol bgp {{.Proto}} from feednode { neighbor {{.V6}} as {{$.NodeASN}}; }
 {{end}}`))
 
-// StartFeeder starts the feeder with routes host routes (at most the size
-// of FeederRoutes), on a cluster with Options.Router.
-func (c *Cluster) StartFeeder(ctx context.Context, routes int) (*Feeder, error) {
+// FeederOptions say what the feeder sends and how.
+type FeederOptions struct {
+	// Routes is how many host routes of FeederRoutes it sends each node.
+	Routes int
+	// Password, when set, is the TCP MD5 password of every session.
+	Password string
+}
+
+// StartFeeder starts the feeder on a cluster with Options.Router.
+func (c *Cluster) StartFeeder(ctx context.Context, opts FeederOptions) (*Feeder, error) {
 	if c.rt == nil {
 		return nil, fmt.Errorf("cluster %s has no router (Options.Router)", c.id)
 	}
@@ -72,13 +80,13 @@ func (c *Cluster) StartFeeder(ctx context.Context, routes int) (*Feeder, error) 
 		return nil, err
 	}
 	f := &Feeder{c: c, ns: ns, dir: filepath.Join(c.dir, "feeder")}
-	if err := f.start(ctx, routes, &endpoint{name: "feeder", ns: ns, port: "fd", ipv4: v4, ipv6: v6, mac: mac}); err != nil {
+	if err := f.start(ctx, opts, &endpoint{name: "feeder", ns: ns, port: "fd", ipv4: v4, ipv6: v6, mac: mac}); err != nil {
 		return nil, errors.Join(err, f.Close())
 	}
 	return f, nil
 }
 
-func (f *Feeder) start(ctx context.Context, routes int, e *endpoint) error {
+func (f *Feeder) start(ctx context.Context, opts FeederOptions, e *endpoint) error {
 	if err := attach(ctx, f.c.lan, e); err != nil {
 		return err
 	}
@@ -87,16 +95,16 @@ func (f *Feeder) start(ctx context.Context, routes int, e *endpoint) error {
 	}
 	type nodeView struct{ Proto, V6 string }
 	data := struct {
-		Dir, RouterID string
-		ASN, NodeASN  int
-		Routes        []string
-		Nodes         []nodeView
-	}{Dir: f.dir, RouterID: e.ipv4.String(), ASN: FeederASN, NodeASN: NodeASN}
+		Dir, RouterID, Password string
+		ASN, NodeASN            int
+		Routes                  []string
+		Nodes                   []nodeView
+	}{Dir: f.dir, RouterID: e.ipv4.String(), Password: opts.Password, ASN: FeederASN, NodeASN: NodeASN}
 	a := FeederRoutes.Addr()
-	for range routes {
+	for range opts.Routes {
 		a = a.Next()
 		if !FeederRoutes.Contains(a) {
-			return fmt.Errorf("feeder: %d routes do not fit in %s", routes, FeederRoutes)
+			return fmt.Errorf("feeder: %d routes do not fit in %s", opts.Routes, FeederRoutes)
 		}
 		data.Routes = append(data.Routes, netip.PrefixFrom(a, 128).String())
 	}

@@ -9,7 +9,11 @@ import (
 	"time"
 
 	"gotest.tools/v3/assert"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/eip-project/eip/internal/bgp"
+	"github.com/eip-project/eip/internal/lease"
 	"github.com/eip-project/eip/testenv"
 )
 
@@ -40,7 +44,7 @@ func TestRouteModeClosedSpeaker(t *testing.T) {
 		before[n] = e.rss(n)
 	}
 	mark := e.markLogs()
-	f, err := cluster.StartFeeder(e.ctx, feedRoutes)
+	f, err := cluster.StartFeeder(e.ctx, testenv.FeederOptions{Routes: feedRoutes})
 	e.must(err)
 	t.Cleanup(func() { e.must(f.Close()) })
 	// Each node meets the table: it closes the session once the feeder
@@ -134,5 +138,52 @@ func TestBadBGPPeersHidePasswords(t *testing.T) {
 	}
 	for _, ev := range e.events("ConfigMap", testenv.ConfigMap, "InvalidConfig") {
 		assert.Assert(t, !strings.Contains(ev.Message, password), "an event shows the password: %s", ev.Message)
+	}
+}
+
+// password-secret: a peer's TCP MD5 password comes from a Secret, which
+// eipd may read with the shipped Role. Until the Secret exists every node
+// says why the peer is left out (heartbeat, kubectl eip status); once it
+// is created, every node's session with the feeder, which requires the
+// password, comes up. Nothing shows the password.
+func TestRouteModePasswordSecret(t *testing.T) {
+	const password = "Sesame-1#x"
+	rt4, _ := testenv.RouterAddr()
+	e := newRouteEnv(t, "bgp-peers", fmt.Sprintf("%s asn=%d\n%s asn=%d password-secret=%s",
+		rt4, testenv.RouterASN, testenv.FeederAddr(), testenv.FeederASN, bgp.ShippedPasswordSecret))
+	f, err := cluster.StartFeeder(e.ctx, testenv.FeederOptions{Password: password})
+	e.must(err)
+	t.Cleanup(func() { e.must(f.Close()) })
+
+	missing := fmt.Sprintf("read Secret %s", bgp.ShippedPasswordSecret)
+	for _, n := range e.nodes {
+		e.eventually(n+" reports the missing Secret in its heartbeat", func() (bool, string) {
+			hb := e.heartbeat(n)
+			return strings.Contains(hb[lease.AnnotationError], missing), fmt.Sprint(hb[lease.AnnotationError])
+		})
+	}
+	e.statusShows(missing)
+
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: bgp.ShippedPasswordSecret}, Data: map[string][]byte{bgp.PasswordKey: []byte(password)}}
+	_, err = e.k.CoreV1().Secrets(testenv.Namespace).Create(e.ctx, secret, metav1.CreateOptions{})
+	e.must(err)
+	t.Cleanup(func() {
+		e.must(e.k.CoreV1().Secrets(testenv.Namespace).Delete(e.ctx, secret.Name, metav1.DeleteOptions{}))
+	})
+	for _, n := range e.nodes {
+		e.eventually(n+"'s session with the feeder, with the password", func() (bool, string) {
+			s, err := f.Session(e.ctx, n)
+			if err != nil {
+				return false, err.Error()
+			}
+			return s.State == "Established", fmt.Sprintf("%+v", s)
+		})
+		e.eventually(n+" reports no error", func() (bool, string) {
+			hb := e.heartbeat(n)
+			return hb[lease.AnnotationError] == "", fmt.Sprint(hb[lease.AnnotationError])
+		})
+		b, err := os.ReadFile(cluster.DaemonLog(n))
+		e.must(err)
+		assert.Assert(t, !strings.Contains(string(b), "Sesame"), "%s logged the password", n)
 	}
 }
