@@ -199,7 +199,7 @@ func run(o options) error {
 		}
 	}()
 
-	router := &bgp.Router{Speaker: bgp.New(log, nil), Filter: netif.ARPFilter{}}
+	router := &bgp.Router{Speaker: bgp.New(log, nil), Filter: netif.ARPFilter{}, Passwords: bgp.SecretPasswords{Secrets: client.Secrets(o.namespace)}}
 	// Deferred before the metrics server and Run: sessions close last,
 	// after the shutdown handoff withdrew every route.
 	defer router.Close()

@@ -28,6 +28,7 @@ import (
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 
+	"github.com/eip-project/eip/internal/bgp"
 	"github.com/eip-project/eip/internal/config"
 	"github.com/eip-project/eip/internal/lanlive"
 )
@@ -199,6 +200,7 @@ func TestRBACIsMinimal(t *testing.T) {
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{configMap}, Verbs: read},
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{lanlive.KeySecret}, Verbs: []string{"get", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{bgp.ShippedPasswordSecret}, Verbs: []string{"get"}},
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}},
 	})
 	apiServer := named[*rbacv1.Role](t, objs, "default", "eip")

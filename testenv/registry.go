@@ -53,7 +53,7 @@ func (c *Cluster) plannedNamespaces() []string {
 		names = append(names, c.nsName(fmt.Sprintf("n%d", i)))
 	}
 	if c.opts.Router {
-		names = append(names, c.nsName("rt"), c.nsName("rcl"))
+		names = append(names, c.nsName("rt"), c.nsName("rcl"), c.nsName("fd"))
 	}
 	return names
 }

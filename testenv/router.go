@@ -166,23 +166,38 @@ func (c *Cluster) startBird(ctx context.Context) error {
 	if err := birdConfig.Execute(&b, data); err != nil {
 		return fmt.Errorf("bird config: %w", err)
 	}
-	conf := filepath.Join(c.dir, "bird.conf")
-	if err := os.WriteFile(conf, []byte(b.String()), 0o644); err != nil {
-		return fmt.Errorf("bird config: %w", err)
-	}
-	p, err := startProcess(c.rt.ns, "bird", filepath.Join(c.dir, "bird.out"), nil, "bird", "-f", "-c", conf, "-s", c.birdSocket())
-	if err != nil {
-		return err
-	}
+	p, err := runBird(ctx, c.rt.ns, "bird", c.dir, b.String(), c.opts.StartTimeout)
 	c.mu.Lock()
 	c.bird = p
 	c.mu.Unlock()
-	wctx, cancel := context.WithTimeout(ctx, c.opts.StartTimeout)
+	return err
+}
+
+// runBird writes conf to dir/bird.conf and starts BIRD with it in ns, its
+// control socket in dir, and waits until it answers. The process is
+// returned, to be stopped, whenever it started.
+func runBird(ctx context.Context, ns *namespace, name, dir, conf string, timeout time.Duration) (*process, error) {
+	path := filepath.Join(dir, "bird.conf")
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		return nil, fmt.Errorf("%s config: %w", name, err)
+	}
+	socket := filepath.Join(dir, "bird.ctl")
+	p, err := startProcess(ns, name, filepath.Join(dir, "bird.out"), nil, "bird", "-f", "-c", path, "-s", socket)
+	if err != nil {
+		return nil, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	return p.waitFor(wctx, 50*time.Millisecond, func(ctx context.Context) error {
-		_, err := c.Birdc(ctx, "show", "status")
+	return p, p.waitFor(wctx, 50*time.Millisecond, func(ctx context.Context) error {
+		_, err := birdc(ctx, socket, "show", "status")
 		return err
 	})
+}
+
+// birdc runs birdc against the BIRD of socket and returns its output.
+func birdc(ctx context.Context, socket string, args ...string) (string, error) {
+	out, err := output(ctx, nil, "birdc", append([]string{"-s", socket}, args...)...)
+	return string(out), err
 }
 
 func (c *Cluster) birdSocket() string { return filepath.Join(c.dir, "bird.ctl") }
@@ -192,8 +207,7 @@ func (c *Cluster) Birdc(ctx context.Context, args ...string) (string, error) {
 	if c.rt == nil {
 		return "", fmt.Errorf("cluster %s has no router (Options.Router)", c.id)
 	}
-	out, err := output(ctx, nil, "birdc", append([]string{"-s", c.birdSocket()}, args...)...)
-	return string(out), err
+	return birdc(ctx, c.birdSocket(), args...)
 }
 
 // RestartBGPSession drops the router's session with node and has the router

@@ -448,6 +448,7 @@ func (s *state) watchClaims(iface string) {
 // pass that may bind will refresh it.
 func (s *state) resync(startup bool) {
 	s.lastResync = s.a.clk.Now()
+	s.retryRouter()
 	s.checkARP()
 	ifaces := map[string]bool{}
 	for _, b := range s.bound {

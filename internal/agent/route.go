@@ -117,6 +117,15 @@ func (s *state) configureRouter() {
 	s.routerErr = ""
 }
 
+// retryRouter configures the router again if it refused the configuration
+// in force: what it could not do (read a password's Secret, start the
+// speaker) may work now.
+func (s *state) retryRouter() {
+	if s.routerErr != "" {
+		s.configureRouter()
+	}
+}
+
 // routeFor is the route announcing ip, held with e's binding: its MED
 // falls with each change of holder, see bgp.MEDFor.
 func (s *state) routeFor(ip netip.Addr, e ipset.Entry, med uint32) bgp.Route {

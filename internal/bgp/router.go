@@ -19,13 +19,16 @@ type ARPFilter interface {
 type Router struct {
 	*Speaker
 	Filter ARPFilter
+	// Passwords reads the passwords of peers that name a Secret.
+	Passwords Passwords
 
+	secrets  secretCache
 	filtered [][2]netip.Addr
 	applied  bool // filtered is in force; false until the first Set succeeds
 }
 
 // Configure sets the ARP filter to the bgp-only ranges of cfg, then
-// configures the speaker.
+// configures the speaker with the passwords of password-secret peers.
 func (r *Router) Configure(cfg config.Config, routerID netip.Addr) error {
 	var ranges [][2]netip.Addr
 	for _, rg := range cfg.Ranges {
@@ -41,5 +44,6 @@ func (r *Router) Configure(cfg config.Config, routerID netip.Addr) error {
 			r.filtered, r.applied = ranges, true
 		}
 	}
-	return errors.Join(errs, r.Speaker.Configure(cfg.BGP, routerID))
+	b, err := r.secrets.fill(r.Passwords, cfg.BGP)
+	return errors.Join(errs, err, r.Speaker.Configure(b, routerID))
 }

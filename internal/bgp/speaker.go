@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -50,6 +51,10 @@ type Session struct {
 	Since time.Time
 	// UpdatesSent counts UPDATE messages sent on the session.
 	UpdatesSent uint64
+	// Received is how many routes from the peer the speaker holds (its
+	// Adj-RIB-In): it uses none of them, and closes the session once
+	// there are more than the peer's max-prefixes.
+	Received uint64
 }
 
 // Up reports whether the session is established.
@@ -148,6 +153,10 @@ func (s *Speaker) start(asn uint32, routerID netip.Addr) error {
 		srv.Stop()
 		return fmt.Errorf("bgp: start speaker as %d with router ID %s: %w", asn, routerID, err)
 	}
+	if err := closePolicy(srv); err != nil {
+		srv.Stop()
+		return fmt.Errorf("bgp: start speaker as %d: %w", asn, err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	if err := srv.WatchEvent(ctx, &api.WatchEventRequest{Peer: &api.WatchEventRequest_Peer{}}, s.peerEvent); err != nil {
 		cancel()
@@ -160,6 +169,38 @@ func (s *Speaker) start(asn uint32, routerID netip.Addr) error {
 	for ip, a := range s.routes {
 		if err := s.add(ip, a.route); err != nil {
 			s.log.Error("announce again after restart", "ip", ip, "err", err)
+		}
+	}
+	return nil
+}
+
+// ownRoutes is the one policy, of one statement: a route this speaker
+// originated (AddPath) is accepted; anything else is not.
+const ownRoutes = "eip-own-routes"
+
+// closePolicy makes srv a closed speaker. Its import policy, which GoBGP
+// applies to its own routes too, rejects every route a peer sends, so no
+// peer can put a route in its table; its export policy sends only its own
+// routes, so nothing learnt from one peer could reach another (a route
+// leak, with this node as next hop) even if the import policy let
+// something in. What a peer sends is still held in its Adj-RIB-In while
+// the session lasts: the peer's prefix limit (peerOf) ends that.
+func closePolicy(srv *server.BgpServer) error {
+	ctx := context.Background()
+	err := srv.AddPolicy(ctx, &api.AddPolicyRequest{Policy: &api.Policy{Name: ownRoutes, Statements: []*api.Statement{{
+		Name:       ownRoutes,
+		Conditions: &api.Conditions{RouteType: api.Conditions_ROUTE_TYPE_LOCAL},
+		Actions:    &api.Actions{RouteAction: api.RouteAction_ACCEPT},
+	}}}})
+	if err != nil {
+		return fmt.Errorf("add policy %s: %w", ownRoutes, err)
+	}
+	for _, a := range []*api.PolicyAssignment{
+		{Name: "global", Direction: api.PolicyDirection_IMPORT, DefaultAction: api.RouteAction_REJECT, Policies: []*api.Policy{{Name: ownRoutes}}},
+		{Name: "global", Direction: api.PolicyDirection_EXPORT, DefaultAction: api.RouteAction_REJECT, Policies: []*api.Policy{{Name: ownRoutes}}},
+	} {
+		if err := srv.SetPolicyAssignment(ctx, &api.SetPolicyAssignmentRequest{Assignment: a}); err != nil {
+			return fmt.Errorf("set %s policy: %w", strings.ToLower(a.Direction.String()), err)
 		}
 	}
 	return nil
@@ -266,6 +307,9 @@ func (s *Speaker) sessionOf(p *api.Peer) Session {
 		}
 	}
 	sess.UpdatesSent = p.GetState().GetMessages().GetSent().GetUpdate()
+	for _, af := range p.GetAfiSafis() {
+		sess.Received += af.GetState().GetReceived()
+	}
 	return sess
 }
 
@@ -301,7 +345,17 @@ func peerOf(p config.Peer) *api.Peer {
 			HoldTime: hold, KeepaliveInterval: max(hold/3, 1), ConnectRetry: 5,
 		}},
 		Transport: &api.Transport{RemotePort: uint32(p.Port)},
-		AfiSafis:  []*api.AfiSafi{{Config: &api.AfiSafiConfig{Family: family, Enabled: true}}},
+		// Over the limit, GoBGP sends a NOTIFICATION (Cease, maximum
+		// number of prefixes reached), drops what the peer sent and
+		// keeps the peer down until it is configured again (a change
+		// of its line) or eipd restarts, as a router's maximum-prefix
+		// without a restart interval does. It checks the limit as it
+		// processes what it has read, and reads ahead, so it holds for
+		// a moment what arrived before the close.
+		AfiSafis: []*api.AfiSafi{{
+			Config:       &api.AfiSafiConfig{Family: family, Enabled: true},
+			PrefixLimits: &api.PrefixLimit{Family: family, MaxPrefixes: p.MaxPrefixes},
+		}},
 	}
 	if p.Source.IsValid() {
 		peer.Transport.LocalAddress = p.Source.String()

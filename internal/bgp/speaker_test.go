@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -16,11 +17,11 @@ import (
 	"github.com/eip-project/eip/internal/config"
 )
 
-// A second GoBGP on loopback plays the router: the speaker connects to it
-// (active only), announces a route with the MED of the lock's moves, and
-// withdraws it.
-func TestSpeakerAnnouncesAndWithdraws(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+// startRouter starts a GoBGP that plays a router listening on addr (a
+// loopback address) and waiting for the speaker to connect from 127.0.0.1.
+func startRouter(t *testing.T, addr string, asn uint32) (*server.BgpServer, int) {
+	t.Helper()
+	l, err := net.Listen("tcp", addr+":0")
 	assert.NilError(t, err)
 	port := l.Addr().(*net.TCPAddr).Port
 	assert.NilError(t, l.Close())
@@ -30,12 +31,34 @@ func TestSpeakerAnnouncesAndWithdraws(t *testing.T) {
 	go router.Serve()
 	t.Cleanup(router.Stop)
 	assert.NilError(t, router.StartBgp(ctx, &api.StartBgpRequest{Global: &api.Global{
-		Asn: 64500, RouterId: "198.18.0.3", ListenPort: int32(port), ListenAddresses: []string{"127.0.0.1"},
+		Asn: asn, RouterId: addr, ListenPort: int32(port), ListenAddresses: []string{addr},
 	}}))
 	assert.NilError(t, router.AddPeer(ctx, &api.AddPeerRequest{Peer: &api.Peer{
 		Conf:      &api.PeerConf{NeighborAddress: "127.0.0.1", PeerAsn: 64512},
 		Transport: &api.Transport{PassiveMode: true},
 	}}))
+	return router, port
+}
+
+// prefixes lists the IPv4 prefixes in a GoBGP's table, of routes from
+// peers (adj-in of peer) or of its best paths (peer "").
+func prefixes(srv *server.BgpServer, peer string) []string {
+	req := &api.ListPathRequest{TableType: api.TableType_GLOBAL, Family: &api.Family{Afi: api.Family_AFI_IP, Safi: api.Family_SAFI_UNICAST}}
+	if peer != "" {
+		req.TableType, req.Name = api.TableType_ADJ_IN, peer
+	}
+	var out []string
+	_ = srv.ListPath(context.Background(), req, func(d *api.Destination) { out = append(out, d.Prefix) })
+	slices.Sort(out)
+	return out
+}
+
+// A second GoBGP on loopback plays the router: the speaker connects to it
+// (active only), announces a route with the MED of the lock's moves, and
+// withdraws it.
+func TestSpeakerAnnouncesAndWithdraws(t *testing.T) {
+	ctx := context.Background()
+	router, port := startRouter(t, "127.0.0.1", 64500)
 
 	s := New(slog.New(slog.DiscardHandler), nil)
 	t.Cleanup(s.Close)
@@ -83,4 +106,72 @@ func TestSpeakerAnnouncesAndWithdraws(t *testing.T) {
 func TestMEDFor(t *testing.T) {
 	assert.Assert(t, MEDFor(1) < MEDFor(0), "a newer holder's MED is lower")
 	assert.Equal(t, MEDFor(-1), MEDFor(0))
+}
+
+// The speaker is closed: it takes no route from a peer and passes none on.
+// Router A sends it three routes; router B, another AS, gets only the
+// speaker's own route, and the speaker's table holds nothing of A's.
+func TestSpeakerAcceptsAndPassesOnNoRoute(t *testing.T) {
+	ctx := context.Background()
+	a, portA := startRouter(t, "127.0.0.1", 64500)
+	b, portB := startRouter(t, "127.0.0.2", 64501)
+	var theirs []string
+	for i := 1; i <= 3; i++ {
+		ip := netip.AddrFrom4([4]byte{198, 18, 200, byte(i)})
+		_, err := a.AddPath(ctx, &api.AddPathRequest{TableType: api.TableType_GLOBAL, Path: pathOf(Route{IP: ip})})
+		assert.NilError(t, err)
+		theirs = append(theirs, ip.String()+"/32")
+	}
+
+	s := New(slog.New(slog.DiscardHandler), nil)
+	t.Cleanup(s.Close)
+	assert.NilError(t, s.Configure(config.BGP{ASN: 64512, Peers: []config.Peer{
+		{Addr: netip.MustParseAddr("127.0.0.1"), ASN: 64500, Port: uint16(portA), HoldTime: 9 * time.Second, MaxPrefixes: 10},
+		{Addr: netip.MustParseAddr("127.0.0.2"), ASN: 64501, Port: uint16(portB), HoldTime: 9 * time.Second, MaxPrefixes: 10},
+	}}, netip.MustParseAddr("198.18.0.11")))
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		if got := prefixes(s.srv, "127.0.0.1"); !slices.Equal(got, theirs) {
+			return poll.Continue("the speaker got %v from A; sessions %+v", got, s.Sessions())
+		}
+		return poll.Success()
+	}, poll.WithTimeout(30*time.Second), poll.WithDelay(50*time.Millisecond))
+	assert.Equal(t, s.Sessions()[0].Received, uint64(3), "held, for the metric")
+	assert.NilError(t, s.Announce(Route{IP: netip.MustParseAddr("198.19.100.1"), MED: MEDFor(0)}))
+
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		if got := prefixes(b, ""); !slices.Contains(got, "198.19.100.1/32") {
+			return poll.Continue("B has %v; sessions %+v", got, s.Sessions())
+		}
+		return poll.Success()
+	}, poll.WithTimeout(30*time.Second), poll.WithDelay(50*time.Millisecond))
+	assert.DeepEqual(t, prefixes(b, ""), []string{"198.19.100.1/32"})
+	assert.DeepEqual(t, prefixes(s.srv, ""), []string{"198.19.100.1/32"})
+}
+
+// A peer that sends more prefixes than its limit loses its session: the
+// speaker does not hold a full table for it.
+func TestSpeakerClosesSessionOverPrefixLimit(t *testing.T) {
+	ctx := context.Background()
+	a, port := startRouter(t, "127.0.0.1", 64500)
+	for i := 1; i <= 20; i++ {
+		_, err := a.AddPath(ctx, &api.AddPathRequest{TableType: api.TableType_GLOBAL, Path: pathOf(Route{IP: netip.AddrFrom4([4]byte{198, 18, 200, byte(i)})})})
+		assert.NilError(t, err)
+	}
+	s := New(slog.New(slog.DiscardHandler), nil)
+	t.Cleanup(s.Close)
+	assert.NilError(t, s.Configure(config.BGP{ASN: 64512, Peers: []config.Peer{
+		{Addr: netip.MustParseAddr("127.0.0.1"), ASN: 64500, Port: uint16(port), HoldTime: 9 * time.Second, MaxPrefixes: 10},
+	}}, netip.MustParseAddr("198.18.0.11")))
+
+	var notified uint64
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		_ = a.ListPeer(ctx, &api.ListPeerRequest{}, func(p *api.Peer) {
+			notified = p.GetState().GetMessages().GetReceived().GetNotification()
+		})
+		if notified == 0 {
+			return poll.Continue("A got no NOTIFICATION; the speaker holds %d of its routes", len(prefixes(s.srv, "127.0.0.1")))
+		}
+		return poll.Success()
+	}, poll.WithTimeout(30*time.Second), poll.WithDelay(50*time.Millisecond))
+	assert.Assert(t, len(prefixes(s.srv, "127.0.0.1")) <= 10, "the session is closed, its routes dropped")
 }

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // Announce says how the holder of an IP tells the network where it lives.
@@ -76,6 +78,13 @@ type Peer struct {
 	HoldTime time.Duration
 	// Password enables TCP MD5 signatures (RFC 2385) when set.
 	Password string
+	// PasswordSecret names the Secret, in eipd's namespace, whose
+	// "password" the session uses instead of Password.
+	PasswordSecret string
+	// MaxPrefixes is how many prefixes the peer may send before the
+	// speaker closes the session: it accepts none of them, but holds
+	// what it receives while the session lasts.
+	MaxPrefixes uint32
 	// Source is the local address of the session; invalid means the
 	// kernel's choice for the route to Addr.
 	Source netip.Addr
@@ -108,6 +117,11 @@ const (
 	// (no keepalives) would keep a dead node's routes forever.
 	minHoldTime = 3 * time.Second
 	maxHoldTime = 65535 * time.Second
+	// DefaultMaxPrefixes is a peer's prefix limit unless its line sets
+	// one: enough for a router that reflects the cluster's own routes back
+	// to it, far below a full table.
+	DefaultMaxPrefixes = 1000
+	maxMaxPrefixes     = 10_000_000
 )
 
 // parseBGP reads bgp-asn, bgp-router-id and bgp-peers into c.BGP.
@@ -130,18 +144,17 @@ func (c *Config) parseBGP(value func(string) (string, bool), raw string) error {
 	}
 	if _, ok := value(keyBGPPeers); ok {
 		for i, line := range strings.Split(raw, "\n") {
-			line, _, _ = strings.Cut(line, "#")
-			if line = strings.TrimSpace(line); line == "" {
+			if line = strings.TrimSpace(uncomment(line)); line == "" {
 				continue
 			}
 			p, err := parsePeer(line)
 			if err != nil {
-				errs = errors.Join(errs, fmt.Errorf("%s line %d %q: %w", keyBGPPeers, i+1, line, err))
+				errs = errors.Join(errs, fmt.Errorf("%s line %d %q: %w", keyBGPPeers, i+1, shownPeerLine(line), err))
 				continue
 			}
 			p.Line = i + 1
 			if j := slices.IndexFunc(c.BGP.Peers, func(q Peer) bool { return q.Addr == p.Addr }); j >= 0 {
-				errs = errors.Join(errs, fmt.Errorf("%s line %d %q: peer %s is already on line %d", keyBGPPeers, p.Line, line, p.Addr, c.BGP.Peers[j].Line))
+				errs = errors.Join(errs, fmt.Errorf("%s line %d %q: peer %s is already on line %d", keyBGPPeers, p.Line, shownPeerLine(line), p.Addr, c.BGP.Peers[j].Line))
 				continue
 			}
 			c.BGP.Peers = append(c.BGP.Peers, p)
@@ -189,27 +202,71 @@ func parseASN(s string) (uint32, error) {
 
 // Peer options.
 const (
-	peerASN      = "asn"
-	peerPort     = "port"
-	peerHoldTime = "hold-time"
-	peerPassword = "password"
-	peerSource   = "source"
+	peerASN            = "asn"
+	peerPort           = "port"
+	peerHoldTime       = "hold-time"
+	peerPassword       = "password"
+	peerPasswordSecret = "password-secret"
+	peerSource         = "source"
+	peerMaxPrefixes    = "max-prefixes"
 )
 
-// parsePeer reads "ADDRESS asn=N [port=N] [hold-time=D] [password=S] [source=ADDRESS]".
+// uncomment drops the comment from a bgp-peers line: a '#' at the start of
+// the line or after white space starts one. Unlike in ranges, a '#' inside
+// a word is kept, so that a password may hold one.
+func uncomment(line string) string {
+	for i := range len(line) {
+		if line[i] == '#' && (i == 0 || line[i-1] == ' ' || line[i-1] == '\t') {
+			return line[:i]
+		}
+	}
+	return line
+}
+
+// shownPeerOptions are the options whose values messages may quote: all
+// but the password.
+var shownPeerOptions = []string{peerASN, peerPort, peerHoldTime, peerPasswordSecret, peerSource, peerMaxPrefixes}
+
+// hidden stands for a value messages must not quote.
+const hidden = "***"
+
+// shownPeerLine is a bgp-peers line as messages quote it. A password is
+// hidden, and so is what may be one: the value of an option eipd does not
+// know (a misspelt password) and a word that is no KEY=VALUE (the rest of
+// a password with a space).
+func shownPeerLine(line string) string {
+	fields := strings.Fields(line)
+	for i, f := range fields {
+		key, _, ok := strings.Cut(f, "=")
+		switch {
+		case ok && !slices.Contains(shownPeerOptions, key):
+			fields[i] = key + "=" + hidden
+		case !ok && i > 0:
+			fields[i] = hidden
+		}
+	}
+	return strings.Join(fields, " ")
+}
+
+// parsePeer reads "ADDRESS asn=N [port=N] [hold-time=D] [password=S |
+// password-secret=NAME] [source=ADDRESS] [max-prefixes=N]". Its errors
+// quote no password, nor anything that may be part of one.
 func parsePeer(line string) (Peer, error) {
 	fields := strings.Fields(line)
 	a, err := netip.ParseAddr(fields[0])
 	if err != nil || a.Zone() != "" || a.Is4In6() || a.IsUnspecified() || a.IsMulticast() {
-		return Peer{}, fmt.Errorf("%q is not a peer address: start the line with the router's IPv4 or IPv6 address", fields[0])
+		return Peer{}, fmt.Errorf("%q is not a peer address: start the line with the router's IPv4 or IPv6 address", shownPeerLine(fields[0]))
 	}
-	p := Peer{Addr: a, Port: defaultBGPPort, HoldTime: defaultHoldTime}
+	p := Peer{Addr: a, Port: defaultBGPPort, HoldTime: defaultHoldTime, MaxPrefixes: DefaultMaxPrefixes}
 	seen := map[string]bool{}
-	options := []string{peerASN, peerPort, peerHoldTime, peerPassword, peerSource}
-	for _, f := range fields[1:] {
+	options := append(slices.Clone(shownPeerOptions), peerPassword)
+	for i, f := range fields[1:] {
 		key, val, ok := strings.Cut(f, "=")
-		if !ok || val == "" {
-			return Peer{}, fmt.Errorf("option %q has no value: write %s=VALUE", f, key)
+		if !ok {
+			return Peer{}, fmt.Errorf("word %d is not an option: write KEY=VALUE (a password with spaces belongs in a Secret, see %s)", i+2, peerPasswordSecret)
+		}
+		if val == "" {
+			return Peer{}, fmt.Errorf("option %q has no value: write %s=VALUE", key, key)
 		}
 		if seen[key] {
 			return Peer{}, fmt.Errorf("option %q is given twice", key)
@@ -240,6 +297,17 @@ func parsePeer(line string) (Peer, error) {
 				return Peer{}, errors.New("password is longer than the kernel's 80 bytes for TCP MD5 keys")
 			}
 			p.Password = val
+		case peerPasswordSecret:
+			if msgs := validation.IsDNS1123Subdomain(val); len(msgs) > 0 {
+				return Peer{}, fmt.Errorf("password-secret %q is not the name of a Secret: %s", val, strings.Join(msgs, "; "))
+			}
+			p.PasswordSecret = val
+		case peerMaxPrefixes:
+			n, err := strconv.ParseUint(val, 10, 32)
+			if err != nil || n == 0 || n > maxMaxPrefixes {
+				return Peer{}, fmt.Errorf("max-prefixes %q is not a count from 1 to %d", val, maxMaxPrefixes)
+			}
+			p.MaxPrefixes = uint32(n)
 		case peerSource:
 			s, err := netip.ParseAddr(val)
 			if err != nil || s.Zone() != "" || s.Is4() != a.Is4() || s.IsUnspecified() {
@@ -252,6 +320,9 @@ func parsePeer(line string) (Peer, error) {
 	}
 	if p.ASN == 0 {
 		return Peer{}, errors.New("asn is missing: write asn=N with the router's AS number")
+	}
+	if p.Password != "" && p.PasswordSecret != "" {
+		return Peer{}, fmt.Errorf("give either %s or %s, not both", peerPassword, peerPasswordSecret)
 	}
 	return p, nil
 }

@@ -2,6 +2,7 @@ package config_test
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -28,10 +29,10 @@ func TestParseBGP(t *testing.T) {
 	assert.Equal(t, c.BGP.RouterID, netip.MustParseAddr("198.18.0.99"))
 	assert.Assert(t, c.BGP.Enabled())
 	assert.DeepEqual(t, c.BGP.Peers, []config.Peer{
-		{Addr: netip.MustParseAddr("198.18.0.3"), ASN: 64500, Port: 179, HoldTime: 90 * time.Second, Line: 2},
-		{Addr: netip.MustParseAddr("198.18.0.4"), ASN: 4200000000, Port: 1179, HoldTime: 30 * time.Second,
+		{Addr: netip.MustParseAddr("198.18.0.3"), ASN: 64500, Port: 179, HoldTime: 90 * time.Second, MaxPrefixes: config.DefaultMaxPrefixes, Line: 2},
+		{Addr: netip.MustParseAddr("198.18.0.4"), ASN: 4200000000, Port: 1179, HoldTime: 30 * time.Second, MaxPrefixes: config.DefaultMaxPrefixes,
 			Password: "s3cret", Source: netip.MustParseAddr("198.18.0.11"), Line: 3},
-		{Addr: netip.MustParseAddr("2001:db8::3"), ASN: 1<<16 | 10, Port: 179, HoldTime: 9 * time.Second, Line: 4},
+		{Addr: netip.MustParseAddr("2001:db8::3"), ASN: 1<<16 | 10, Port: 179, HoldTime: 9 * time.Second, MaxPrefixes: config.DefaultMaxPrefixes, Line: 4},
 	}, cmp.Comparer(func(a, b netip.Addr) bool { return a == b }))
 
 	routed, ok := c.Lookup(netip.MustParseAddr("198.19.100.5"))
@@ -116,4 +117,59 @@ func TestBGPEqual(t *testing.T) {
 
 func TestFormatCommunity(t *testing.T) {
 	assert.Equal(t, config.FormatCommunity(64512<<16|100), "64512:100")
+}
+
+// A '#' starts a comment only at the start of a line or after a space:
+// inside a password it is part of the password, not the end of it.
+func TestParseBGPPasswordWithHash(t *testing.T) {
+	c, err := config.Parse(map[string]string{
+		"bgp-asn":   "64512",
+		"bgp-peers": "198.18.0.3 asn=64500 password=ab#cd  # the fabric's router\n# 198.18.0.4 asn=64500",
+	})
+	assert.NilError(t, err)
+	assert.Equal(t, len(c.BGP.Peers), 1)
+	assert.Equal(t, c.BGP.Peers[0].Password, "ab#cd")
+}
+
+// A bad bgp-peers line is quoted in the error, which reaches the log,
+// Events, the heartbeat and kubectl eip status: never with its password,
+// nor with the value of an option eipd does not know (a misspelt
+// password), nor a word that may be the rest of a password with a space.
+func TestParseBGPErrorsHidePasswords(t *testing.T) {
+	for _, line := range []string{
+		"198.18.0.3 asn=64500 password=Sesame-1 port=70000",
+		"198.18.0.3 asn=64500 password=Sesame-1 hold-time=1s",
+		"198.18.0.3 asn=64500 password=Sesame-1 password=Sesame-1",
+		"198.18.0.3 password=Sesame-1",
+		"198.18.0.3 asn=64500 pasword=Sesame-1",
+		"198.18.0.3 asn=64500 password=open Sesame-1",
+		"198.18.0.3 asn=64500 password=" + strings.Repeat("Sesame-1", 11),
+		"198.18.0.3 asn=64500 password=Sesame-1 password-secret=eip-bgp",
+		"198.18.0.3 asn=64500 password=Sesame-1\n198.18.0.3 asn=64500 password=Sesame-1",
+	} {
+		_, err := config.Parse(map[string]string{"bgp-asn": "64512", "bgp-peers": line})
+		assert.Assert(t, err != nil, line)
+		assert.Assert(t, !strings.Contains(err.Error(), "Sesame"), "%q: %v", line, err)
+		assert.ErrorContains(t, err, "bgp-peers line ")
+	}
+}
+
+func TestParseBGPPasswordSecretAndPrefixLimit(t *testing.T) {
+	c, err := config.Parse(map[string]string{
+		"bgp-asn":   "64512",
+		"bgp-peers": "198.18.0.3 asn=64500 password-secret=eip-bgp-router max-prefixes=50\n198.18.0.4 asn=64500",
+	})
+	assert.NilError(t, err)
+	assert.Equal(t, c.BGP.Peers[0].PasswordSecret, "eip-bgp-router")
+	assert.Equal(t, c.BGP.Peers[0].MaxPrefixes, uint32(50))
+	assert.Equal(t, c.BGP.Peers[1].MaxPrefixes, uint32(config.DefaultMaxPrefixes), "every peer has a prefix limit")
+
+	for line, want := range map[string]string{
+		"198.18.0.3 asn=1 password-secret=Not_A_Name":    `password-secret "Not_A_Name" is not the name of a Secret`,
+		"198.18.0.3 asn=1 max-prefixes=0":                `max-prefixes "0" is not a count from 1 to`,
+		"198.18.0.3 asn=1 password=x password-secret=ab": `give either password or password-secret, not both`,
+	} {
+		_, err := config.Parse(map[string]string{"bgp-asn": "64512", "bgp-peers": line})
+		assert.ErrorContains(t, err, want, line)
+	}
 }

@@ -57,7 +57,14 @@
 //	                address, which keeps identifiers unique per node.
 //	bgp-peers       the routers each node peers with, one a line:
 //	                ADDRESS asn=N [port=179] [hold-time=90s]
-//	                [password=KEY] [source=ADDRESS].
+//	                [password=KEY | password-secret=SECRET]
+//	                [source=ADDRESS] [max-prefixes=1000]. A '#' starts
+//	                a comment only at the start of a line or after a
+//	                space, so a password may hold one; messages never
+//	                quote a password. password-secret names a Secret in
+//	                eipd's namespace whose "password" key holds the key.
+//	                max-prefixes: the peer's session is closed once it
+//	                sends more (eipd accepts no route from a peer).
 //
 // # Ranges
 //

@@ -53,6 +53,7 @@ type Metrics struct {
 	bgpUp        *prometheus.GaugeVec
 	bgpRoutes    prometheus.Gauge
 	bgpUpdates   *prometheus.CounterVec
+	bgpReceived  *prometheus.GaugeVec
 
 	mu  sync.Mutex
 	hbt renewals
@@ -161,6 +162,10 @@ func New(opt Options) (*Metrics, error) {
 			Name: "eip_bgp_updates_sent_total",
 			Help: "BGP UPDATE messages sent to the peer.",
 		}, []string{"peer"}),
+		bgpReceived: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "eip_bgp_routes_received",
+			Help: "Routes from the peer that the speaker holds, using none; past the peer's max-prefixes it closes the session.",
+		}, []string{"peer"}),
 		updatesSeen: map[string]uint64{},
 	}
 	announced := opt.Announced
@@ -177,7 +182,7 @@ func New(opt Options) (*Metrics, error) {
 	for _, c := range []prometheus.Collector{
 		m.held, m.managed, m.binds, m.unbinds, m.acquisitions, m.handoffs, m.conflicts, m.fencings,
 		m.failover, m.apiErrors, m.configErrors, m.renew, m.vanished, m.refreshLate, m.conflicted, m.foreign, m.summarised, build,
-		m.bgpUp, m.bgpRoutes, m.bgpUpdates,
+		m.bgpUp, m.bgpRoutes, m.bgpUpdates, m.bgpReceived,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "eip_announcements_sent_total",
 			Help: "Gratuitous ARP and unsolicited neighbour advertisement packets sent.",
@@ -227,6 +232,7 @@ func (m *Metrics) BGP(sessions []bgp.Session, routes int) {
 			up = 1
 		}
 		m.bgpUp.WithLabelValues(peer).Set(up)
+		m.bgpReceived.WithLabelValues(peer).Set(float64(s.Received))
 		if seen := m.updatesSeen[peer]; s.UpdatesSent > seen {
 			m.bgpUpdates.WithLabelValues(peer).Add(float64(s.UpdatesSent - seen))
 		}
@@ -237,6 +243,7 @@ func (m *Metrics) BGP(sessions []bgp.Session, routes int) {
 			delete(m.updatesSeen, peer)
 			m.bgpUp.DeleteLabelValues(peer)
 			m.bgpUpdates.DeleteLabelValues(peer)
+			m.bgpReceived.DeleteLabelValues(peer)
 		}
 	}
 }

@@ -29,7 +29,7 @@ import (
 // appears on a node's first error of that kind", and likewise
 // eip_events_summarised_total{reason}), and the per-peer BGP families,
 // which have none while no BGP peer is configured.
-var appearsOnFirstError = []string{"eip_api_errors_total", "eip_events_summarised_total", "eip_bgp_session_up", "eip_bgp_updates_sent_total"}
+var appearsOnFirstError = []string{"eip_api_errors_total", "eip_events_summarised_total", "eip_bgp_session_up", "eip_bgp_updates_sent_total", "eip_bgp_routes_received"}
 
 // Every eipd serves exactly the eip_* metric families docs/metrics.md
 // documents, scraped from the LAN as a Prometheus server would, and its
