@@ -51,14 +51,10 @@ func (s *state) fullDue(now time.Time) bool {
 }
 
 // writableChanged answers a change of whether this node may write: the
-// IPs whose decision depends on it are decided again, not every IP. Most
-// do not: a held and bound IP stays, a live peer's stays with it. At
-// 10,000 IPs a full pass took a second on the loaded test bed during a
-// mass failover; the renewal its tick sent meanwhile came back too late
-// to keep this node writable, which asked for another full pass, and the
-// next renewal for one more: the survivors spent the failover in full
-// passes, and dispatched one window of takeovers between two of them.
-// A stall ends when this node may write again (see tick), so the IPs a
+// IPs whose decision read it are decided again, not every IP. Most do not
+// read it: a held and bound IP stays, a live peer's stays with it. A full
+// pass here would feed itself when passes are slow (design-notes.md,
+// "Writability decides again only what read it"). A stall ends when this node may write again (see tick), so the IPs a
 // late loop did not bind are decided again then too. Allocation and
 // collecting heartbeats happen in full passes alone: one that ran while
 // this node could not write is run again once it can.

@@ -91,9 +91,9 @@ func (s *state) renewal() renewal {
 // then twice as long after each further one, up to maxRenewBackoff renew
 // intervals. Its heartbeat lasts factor lease durations from the last
 // renewal that succeeded, and its peers hear it over the LAN meanwhile;
-// until one succeeds it binds nothing new. Written again every renew
-// interval, the renewals of fifty nodes added a write a second each to the
-// load that made them fail. Renewed every renew interval (factor 1), a
+// until one succeeds it binds nothing new; written again every renew
+// interval, failing renewals would add to the load that made them fail.
+// Renewed every renew interval (factor 1), a
 // node's liveness rests on its heartbeat: it tries again at every tick.
 func (s *state) renewBackoff(factor int) time.Duration {
 	if factor == 1 || s.renewFails == 0 {
@@ -125,15 +125,12 @@ func (s *state) renewFactor(now time.Time) int {
 // runs out before the next renewal at this pace could come.
 //
 // Both are judged against the renewal last asked for, not the heartbeat in
-// the cache. The cache shows a renewal only once the watch delivers it:
-// on a loaded API server that took longer than a tick, and every tick
-// meanwhile wrote the same change again (up to three writes a node for
-// each). And a duration that merely differs is no reason to write: the
-// slow factor changes with the number of nodes, and rewriting every
-// heartbeat whenever it did cost a write per node for every second node
-// that joined beyond twenty, N (N − 20) / 2 writes or more at a cold start
-// (fifty nodes joining in a minute wrote 17 heartbeats a second, against
-// 4 once all had joined).
+// the cache, which shows a renewal only once the watch delivers it: on a
+// loaded API server that takes longer than a tick, and each tick would
+// write the same change again. And a duration that merely differs is no
+// reason to write: the slow factor changes with the number of nodes, and
+// rewriting every heartbeat whenever it did would cost a write per node
+// for each node that joins beyond twenty.
 func (s *state) renewDue(now time.Time) bool {
 	factor := s.renewFactor(now)
 	if s.renewFailing {

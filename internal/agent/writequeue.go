@@ -64,12 +64,8 @@ func (s *state) acquisitionsFull(now time.Time) bool {
 
 // windowAt is the window of acquisitions in flight at now: slowStart
 // after a quiet spell, a lock write's timeout with none in flight and no
-// pause. What the API server answered before says little of what it
-// answers now: fifty nodes given 1,000 IPs at once, each sending 32
-// creates, had the API server refuse 891 requests unread (429) and let 117
-// creates time out in the first ten seconds, against 11 taken; and a node
-// whose writes timed out in a cold start, left at a quarter, sent a dead
-// peer's IPs one at a time minutes later.
+// pause, since what the API server answered before says little of what it
+// answers now (design-notes.md, "The window of acquisitions").
 func (s *state) windowAt(now time.Time) float64 {
 	if s.acquiring == 0 && !now.Before(s.paceUntil) && now.Sub(later(s.idleSince, s.paceUntil)) >= s.lockWriteTimeout() {
 		return slowStart
@@ -84,20 +80,13 @@ func (s *state) windowAt(now time.Time) float64 {
 // widened by each answered one, lost races included: doubled below one,
 // one wider above, up to the writers. Halved for each of the writes a
 // stalled API server let time out together, a window of 32 would be at a
-// quarter at once. When a
-// node of fifty died holding 466 IPs, the survivors kept up to 32
-// acquisitions each in flight (1,568 in all) against an API server that
-// answered none of them within their timeout, and sent each again as it
-// failed: 12,900 failed writes in three minutes, and hundreds of IPs not
-// answering after a minute.
+// quarter at once.
 //
 // Below one, a node sends one acquisition at a time and, after one that
 // timed out, waits so that it has one in flight for a window's share of
-// the time: a write's timeout (1/window - 1) times. Fifty nodes with one
-// each in flight were more than their API server answered within the
-// timeout on the 2-core test bed (15 to 20 creates a second): in a cold
-// start 2,409 of 3,195 lock creates timed out, each sent again at once,
-// and 1,000 IPs took 190 s.
+// the time: a write's timeout (1/window - 1) times, since many nodes with
+// one each in flight can still be more than their API server answers
+// (design-notes.md, "The window of acquisitions").
 func (s *state) congestion(r writeResult, now time.Time) {
 	writers := float64(s.a.opt.Writers)
 	if r.err != nil && !rewritten(r.err) {
