@@ -181,6 +181,7 @@ func (r *Report) figures() []Figure {
 			figs = append(figs, NewFigure(statusName+": kube-apiserver's CPU", UnitSeconds, seconds(res.StatusAPIServerCPU), Target{}))
 		}
 	}
+	figs = append(figs, massStopFigures(r.MassStop)...)
 	for _, res := range r.ByNodes {
 		figs = append(figs, nodesFigures(res)...)
 	}
@@ -283,6 +284,27 @@ func massFailoverFigures(res ScaleResult, what string) []Figure {
 	twice := NewFigure(fmt.Sprintf("mass failover, %s: IPs answered by two MACs or bound on two live nodes", what), UnitCount,
 		[]float64{float64(m.TwoMACs + m.DoubleBound)}, Target{Stat: "max", Limit: 0})
 	return []Figure{bound, answered, twice}
+}
+
+// massStopFigures are the rows of the stop scenario, if it ran: each IP's
+// gap from the stopped node to a survivor, and the IPs left dark or bound
+// twice.
+func massStopFigures(m *MassStop) []Figure {
+	if m == nil {
+		return nil
+	}
+	what := fmt.Sprintf("graceful stop (SIGTERM) of %s holding %d IPs", m.Node, m.IPs)
+	ms := make([]float64, len(m.Gap))
+	for i, s := range m.Gap {
+		ms[i] = s * 1000
+	}
+	gap := NewFigure(what+": each IP's gap, stopped node → survivor", UnitMillis, ms, Target{Stat: "p99", Limit: 100})
+	gap.Note = joinNotes(fmt.Sprintf("eipd exited %.1f s after the SIGTERM", m.Exited.Seconds()), m.Error)
+	return []Figure{
+		gap,
+		NewFigure(what+": IPs left dark", UnitCount, []float64{float64(m.Dark)}, Target{Stat: "max", Limit: 0}),
+		NewFigure(what+": IPs bound on two nodes at once", UnitCount, []float64{float64(m.DoubleBound)}, Target{Stat: "max", Limit: 0}),
+	}
 }
 
 // nodesFigures are the rows of one node count of the nodes scenario.

@@ -21,6 +21,7 @@ const (
 	ScenarioBind     = "bind"
 	ScenarioLoad     = "load"
 	ScenarioScale    = "scale"
+	ScenarioStop     = "stop"
 	ScenarioNodes    = "nodes"
 	// ScenarioBGP needs the testenv router (testenv.Options.Router).
 	ScenarioBGP = "bgp"
@@ -31,7 +32,7 @@ const (
 
 // Scenarios lists every scenario in the order Run runs them.
 func Scenarios() []string {
-	return []string{ScenarioFailover, ScenarioMove, ScenarioBGP, ScenarioBind, ScenarioLoad, ScenarioScale, ScenarioNodes, ScenarioRealNodes}
+	return []string{ScenarioFailover, ScenarioMove, ScenarioBGP, ScenarioBind, ScenarioLoad, ScenarioScale, ScenarioStop, ScenarioNodes, ScenarioRealNodes}
 }
 
 // Options configure Run.
@@ -58,6 +59,9 @@ type Options struct {
 	// defaultTiming and tunedTiming it runs them at (default both).
 	Faults []string
 	Leases []time.Duration
+	// StopIPs is how many IPs the node stopped gracefully in the stop
+	// scenario holds (default 5000).
+	StopIPs int
 	// RealNodeReps is the number of rollout restarts and of holder pod
 	// deletions on real nodes (default 5).
 	RealNodeReps int
@@ -109,6 +113,9 @@ func (o *Options) setDefaults() {
 	if len(o.Leases) == 0 {
 		o.Leases = []time.Duration{defaultTiming.Lease, tunedTiming.Lease}
 	}
+	if o.StopIPs <= 0 {
+		o.StopIPs = 5000
+	}
 	if o.RealNodeReps <= 0 {
 		o.RealNodeReps = 5
 	}
@@ -157,6 +164,8 @@ type Report struct {
 	Scale      []ScaleResult `json:"scale,omitempty"`
 	// ByNodes are the nodes scenario's runs, one per node count.
 	ByNodes []ScaleResult `json:"byNodes,omitempty"`
+	// MassStop is the stop scenario's graceful stop.
+	MassStop *MassStop `json:"massStop,omitempty"`
 	// RealNodes are the realnodes scenario's samples.
 	RealNodes []RealNodeSample `json:"realNodes,omitempty"`
 	// MoveMethod says how moves were requested; PluginNote why the plugin
@@ -262,6 +271,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 					record(fmt.Sprintf("scale %d IPs%s", n, res.quotaText()), err)
 				}
 			}
+		case ScenarioStop:
+			m, err := e.massStop(ctx, o.StopIPs)
+			if err != nil {
+				m.Error = err.Error()
+			}
+			r.MassStop = &m
+			record(fmt.Sprintf("graceful stop of %d IPs", o.StopIPs), err)
 		case ScenarioRealNodes:
 			s, err := realNodeGaps(ctx, o.Log, o.RealNodeReps)
 			r.RealNodes = s

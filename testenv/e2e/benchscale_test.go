@@ -20,7 +20,8 @@ import (
 // The scale scenarios of make bench run here in a short version, so that
 // they cannot rot: 100 IPs on 3 nodes from a cold start, then with every
 // eipd at a tenth of a core, each with a mass failover, and 4 nodes with
-// 50 IPs spread over the four and the failover of one; then 5,000 IPs from a cold start with
+// 50 IPs spread over the four and the failover of one; a graceful stop of
+// a node holding 300 IPs; then 5,000 IPs from a cold start with
 // every eipd at a tenth of a core. Their speed is make bench's to measure;
 // this checks what must hold at any speed: every IP bound, none of the
 // held addresses vanished (the benchmark watches every node over
@@ -49,6 +50,14 @@ func TestBenchScaleScenariosShort(t *testing.T) {
 	for _, n := range held.Samples {
 		assert.Check(t, n > 0, "%s: %v", held.Name, held.Samples)
 	}
+
+	// A graceful stop of a node holding every IP hands each off.
+	figs = runBench(t, "-only", "stop", "-stop-ips", "300")
+	const stop = "graceful stop (SIGTERM) of node-1 holding 300 IPs"
+	gaps := figs.get(stop + ": each IP's gap, stopped node → survivor")
+	assert.Check(t, is.Len(gaps.Samples, 300), "%s: %s", gaps.Name, gaps.Note)
+	figs.zero(stop + ": IPs left dark")
+	figs.zero(stop + ": IPs bound on two nodes at once")
 
 	figs = runBench(t, "-only", "scale", "-scale", "5000", "-starve", "10", "-starved-only", "-window", "3s", "-settle", "1s")
 	const starved = "5000 IPs, eipd limited to 10 % of a core"
