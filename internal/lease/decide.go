@@ -87,9 +87,9 @@ type Decision struct {
 	Target string
 	At     time.Time
 	Reason string
-	// ReadWritable: the rules consulted View.Writable to reach it, so it
-	// may be another once that changes. One that did not stands whatever
-	// becomes of it.
+	// ReadWritable: the decision would be another (another action, target
+	// or time) were View.Writable the other way, so it must be taken again
+	// when that changes. One without it stands whatever becomes of it.
 	ReadWritable bool
 }
 
@@ -115,22 +115,22 @@ func (v View) decide(ip IP) Decision {
 		ip.FreeSince = v.PeersKnown
 	}
 	if !ip.Named {
-		d := decideOrphan(v, ip)
-		d.ReadWritable = ip.Lock != nil
-		return d
+		return decideOrphan(v, ip)
 	}
 	lk := ip.Lock
 	switch {
 	case lk == nil:
 		d := v.race(ip, ip.FreeSince, Create, "no lock yet")
 		if ip.Bound && d.Action == None {
-			return Decision{Action: Unbind, Reason: "bound without a lock", ReadWritable: true}
+			// Unbound either way, unless a writable node would create.
+			other := v
+			other.Writable = true
+			return Decision{Action: Unbind, Reason: "bound without a lock",
+				ReadWritable: !v.Writable && other.raceRule(ip, ip.FreeSince, Create, "").Action != None}
 		}
 		return d
 	case lk.Holder == v.Self:
-		d := v.decideHeld(ip)
-		d.ReadWritable = true
-		return d
+		return v.decideHeld(ip)
 	case ip.Bound:
 		return Decision{Action: Unbind, Reason: "lock names " + holderText(lk.Holder)}
 	case lk.Holder == "":
@@ -163,7 +163,9 @@ func holderText(h string) string {
 // without a conflict unless it fails to act).
 func (v View) race(ip IP, since time.Time, act Action, why string) Decision {
 	d := v.raceRule(ip, since, act, why)
-	d.ReadWritable = true
+	// An eligible node that may write acts or waits for a time; one that
+	// may not does neither. An ineligible one does neither either way.
+	d.ReadWritable = v.Eligible
 	return d
 }
 
@@ -205,37 +207,58 @@ func (v View) rankWait(rank int) time.Duration {
 }
 
 func (v View) decideHeld(ip IP) Decision {
-	lk := ip.Lock
-	if mt := lk.MoveTo; mt != "" && v.Writable {
-		switch {
-		case mt == v.Self:
-			return Decision{Action: ClearMove, Reason: "already here"}
-		case v.isLive(mt):
-			return Decision{Action: Handoff, Target: mt, Reason: "move requested"}
-		default:
-			return Decision{Action: ClearMove, Reason: "move target " + mt + " is not a live eligible node"}
-		}
-	}
-	if v.Writable {
-		if !v.Eligible {
-			t := ip.Planned
-			if t == v.Self || !v.isLive(t) {
-				t = v.bestPeer(ip.Addr)
-			}
-			if t != "" {
-				return Decision{Action: Handoff, Target: t, Reason: "this node is not eligible"}
-			}
-		} else if ip.Planned != "" && ip.Planned != v.Self && v.isLive(ip.Planned) {
-			return Decision{Action: Handoff, Target: ip.Planned, Reason: "policy"}
-		}
+	w, writes := v.heldWrite(ip)
+	if writes && v.Writable {
+		w.ReadWritable = true
+		return w
 	}
 	if !ip.Bound {
-		return Decision{Action: Bind, Reason: "held"}
+		return Decision{Action: Bind, Reason: "held", ReadWritable: writes}
 	}
-	return Decision{Reason: "held and bound"}
+	return Decision{Reason: "held and bound", ReadWritable: writes}
+}
+
+// heldWrite is the lock write this node makes about an IP it holds when it
+// may write: a requested move carried out or withdrawn, a hand-off because
+// it is not eligible, or one the policy asks for.
+func (v View) heldWrite(ip IP) (Decision, bool) {
+	if mt := ip.Lock.MoveTo; mt != "" {
+		switch {
+		case mt == v.Self:
+			return Decision{Action: ClearMove, Reason: "already here"}, true
+		case v.isLive(mt):
+			return Decision{Action: Handoff, Target: mt, Reason: "move requested"}, true
+		default:
+			return Decision{Action: ClearMove, Reason: "move target " + mt + " is not a live eligible node"}, true
+		}
+	}
+	if !v.Eligible {
+		t := ip.Planned
+		if t == v.Self || !v.isLive(t) {
+			t = v.bestPeer(ip.Addr)
+		}
+		if t != "" {
+			return Decision{Action: Handoff, Target: t, Reason: "this node is not eligible"}, true
+		}
+	} else if ip.Planned != "" && ip.Planned != v.Self && v.isLive(ip.Planned) {
+		return Decision{Action: Handoff, Target: ip.Planned, Reason: "policy"}, true
+	}
+	return Decision{}, false
 }
 
 func decideOrphan(v View, ip IP) Decision {
+	d := orphanRule(v, ip)
+	if lk := ip.Lock; lk != nil {
+		// A node that may not write unbinds or waits; one that may deletes
+		// its own lock, or a dead holder's when it ranks first.
+		other := v
+		other.Writable = !v.Writable
+		d.ReadWritable = orphanRule(other, ip).Action != d.Action
+	}
+	return d
+}
+
+func orphanRule(v View, ip IP) Decision {
 	lk := ip.Lock
 	if lk == nil || !v.Writable {
 		if ip.Bound {

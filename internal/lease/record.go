@@ -177,7 +177,7 @@ func ParseHeartbeat(l *coordinationv1.Lease) (Heartbeat, error) {
 		h.LivenessPort = uint16(p)
 	}
 	if t := l.Spec.RenewTime; t != nil {
-		h.LivenessCurrent = l.Annotations[AnnotationLivenessFormat] == livenessFormatAt(t.Time)
+		h.LivenessCurrent = isLivenessFormatAt(l.Annotations[AnnotationLivenessFormat], t.Time)
 	}
 	if h.Held, _ = strconv.Atoi(l.Annotations[AnnotationHeld]); h.Held < 0 {
 		h.Held = 0
@@ -214,6 +214,18 @@ type HeartbeatStatus struct {
 // Microseconds: a Lease keeps its renewTime to the microsecond.
 func livenessFormatAt(t time.Time) string {
 	return LivenessFormat + "@" + strconv.FormatInt(t.UnixMicro(), 10)
+}
+
+// isLivenessFormatAt says whether v is livenessFormatAt(t), without making
+// that string: every pass reads every peer's heartbeat.
+func isLivenessFormatAt(v string, t time.Time) bool {
+	us, ok := strings.CutPrefix(v, LivenessFormat+"@")
+	// FormatInt writes no sign but a minus, and no leading zero.
+	if !ok || us == "" || us[0] == '+' || len(us) > 1 && (us[0] == '0' || us[:2] == "-0") {
+		return false
+	}
+	n, err := strconv.ParseInt(us, 10, 64)
+	return err == nil && n == t.UnixMicro()
 }
 
 // RenewedHeartbeat returns the heartbeat Lease of node renewed at now: a copy
