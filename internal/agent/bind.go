@@ -71,29 +71,58 @@ func (s *state) loopLate(now time.Time) bool {
 	return s.stalled || !s.lastTick.IsZero() && now.Sub(s.lastTick) > s.lateAfter()
 }
 
-func (s *state) bind(ip netip.Addr, e ipset.Entry, why string) {
+// bindOutcome is what became of a bind: the loop decides what follows.
+type bindOutcome int
+
+const (
+	bindDone bindOutcome = iota // bound, or failed and reported
+	// bindLate: the loop ran late; its next tick on time decides again.
+	bindLate
+	// bindNotNow: this node may not bind now (it may not write, say).
+	bindNotNow
+	// bindProbing: a probe of the LAN runs, or found the address in use.
+	bindProbing
+)
+
+// bindIP binds ip and schedules what its outcome asks for.
+func (s *state) bindIP(ip netip.Addr, e ipset.Entry, why string) {
+	out, at := s.bind(ip, e, why)
+	switch out {
+	case bindLate:
+		s.lateBinds[ip] = true
+	case bindNotNow:
+		// Decided again when whether this node may write changes
+		// (writableChanged), and at, since a change that flips back
+		// before any pass sees it asks for none (the IP stayed held and
+		// unbound until the resync's full pass, 10 s later).
+		s.writableDeps[ip] = true
+		s.wakeIP(ip, at)
+	case bindProbing:
+		if !at.IsZero() {
+			s.wakeIP(ip, at)
+		}
+	}
+}
+
+// bind binds ip on its interface or eipd's device and announces it, and
+// says what became of it; at is when to try again, for bindNotNow and
+// bindProbing.
+func (s *state) bind(ip netip.Addr, e ipset.Entry, why string) (out bindOutcome, at time.Time) {
 	log := s.log.With("ip", ip)
 	iface, err := s.ifaceFor(ip, e.Binding)
 	if err != nil {
 		log.Error("cannot bind: no interface", "err", err)
-		return
+		return bindDone, time.Time{}
 	}
 	if !s.canBind(iface) {
-		if now := s.a.clk.Now(); s.loopLate(now) {
-			s.lateBinds[ip] = true
-		} else {
-			// Not writable, say: decided again when that changes
-			// (writableChanged), and a renew interval on, since a
-			// change that flips back before any pass sees it asks
-			// for none (the IP stayed held and unbound until the
-			// resync's full pass, 10 s later).
-			s.writableDeps[ip] = true
-			s.wakeIP(ip, now.Add(s.cfg.RenewInterval))
+		now := s.a.clk.Now()
+		if s.loopLate(now) {
+			return bindLate, time.Time{}
 		}
-		return
+		return bindNotNow, now.Add(s.cfg.RenewInterval)
 	}
-	if !s.probed(ip, iface) {
-		return
+	if ok, next := s.probed(ip, iface); !ok {
+		return bindProbing, next
 	}
 	p := e.Binding.Prefix(ip)
 	dev := s.devFor(iface, p, e.Binding.Announce)
@@ -101,7 +130,7 @@ func (s *state) bind(ip netip.Addr, e ipset.Entry, why string) {
 	if err := s.a.opt.Addresser.Add(dev, p, s.lifetimeOn(dev)); err != nil {
 		log.Error("bind", "iface", dev, "err", err)
 		s.event(ip, corev1.EventTypeWarning, "BindFailed", fmt.Sprintf("bind %s on %s/%s: %v", p, s.a.opt.Node, dev, err))
-		return
+		return bindDone, time.Time{}
 	}
 	b := binding{iface: iface, dev: dev, prefix: p, announce: e.Binding.Announce}
 	if dev == iface {
@@ -122,6 +151,7 @@ func (s *state) bind(ip netip.Addr, e ipset.Entry, why string) {
 	s.a.opt.Metrics.Bound()
 	log.Info("bound", "iface", iface, "device", dev, "prefix", p, "reason", why)
 	s.event(ip, corev1.EventTypeNormal, "Bound", fmt.Sprintf("%s bound on %s (%s)", p, s.a.opt.Node, iface))
+	return bindDone, time.Time{}
 }
 
 // placeOnDevice says whether an address lives on eipd's own device, which
@@ -266,7 +296,7 @@ func (s *state) rebindIfMoved(ip netip.Addr) {
 	}
 	// Not given up: moved, still held, to where the configuration puts it.
 	s.unbind(ip, "configuration changed")
-	s.bind(ip, e, "configuration changed")
+	s.bindIP(ip, e, "configuration changed")
 }
 
 // addrEvent restores an address we hold that someone (or an expired

@@ -190,37 +190,33 @@ func (s *state) probeStep(ip netip.Addr, p probeRun) probeRun {
 }
 
 // probed says whether ip may be bound on iface now: it needs no probe, or
-// a probe wait passed without an answer. Otherwise it sends the probes that are due
-// and wakes the loop when the next step is.
-func (s *state) probed(ip netip.Addr, iface string) bool {
+// a probe wait passed without an answer. Otherwise it sends the probes
+// that are due and says when the next step is.
+func (s *state) probed(ip netip.Addr, iface string) (ok bool, next time.Time) {
 	wait := s.a.opt.ProbeWait
 	c := &s.conflicts
 	if wait <= 0 || !c.fresh[ip] {
-		return true
+		return true, time.Time{}
 	}
 	now := s.a.clk.Now()
 	if u, ok := c.inUse[ip]; ok && now.Before(u.retry) {
-		s.wakeIP(ip, u.retry)
-		return false
+		return false, u.retry
 	}
-	p, ok := c.probing[ip]
-	if !ok || p.iface != iface {
+	p, running := c.probing[ip]
+	if !running || p.iface != iface {
 		p = newProbeRun(iface, now)
 	}
 	if p.stranger != "" {
-		s.inUseBy(ip, p)
-		return false
+		return false, s.inUseBy(ip, p)
 	}
 	p = s.probeStep(ip, p)
 	if n, gap := p.wants(wait); p.sent < n {
-		s.wakeIP(ip, p.started.Add(time.Duration(p.sent)*gap))
-		return false
+		return false, p.started.Add(time.Duration(p.sent) * gap)
 	}
 	if done := p.done(wait); now.Before(done) {
-		s.wakeIP(ip, done)
-		return false
+		return false, done
 	}
-	return s.probeDone(ip, iface)
+	return s.probeDone(ip, iface), time.Time{}
 }
 
 func (s *state) probeDone(ip netip.Addr, iface string) bool {
@@ -236,21 +232,21 @@ func (s *state) probeDone(ip netip.Addr, iface string) bool {
 }
 
 // inUseBy records that a stranger answered probe run p for ip: not bound,
-// reported, probed again after a backoff.
-func (s *state) inUseBy(ip netip.Addr, p probeRun) {
+// reported, probed again after a backoff, at the time it returns.
+func (s *state) inUseBy(ip netip.Addr, p probeRun) time.Time {
 	c := &s.conflicts
 	delete(c.probing, ip)
 	prev := c.inUse[ip]
 	u := inUse{mac: p.stranger, attempts: prev.attempts + 1}
 	u.retry = s.a.clk.Now().Add(min(time.Second<<(u.attempts-1), maxProbeBackoff))
 	c.inUse[ip] = u
-	s.wakeIP(ip, u.retry)
 	s.a.opt.Metrics.AddressConflict()
 	if prev.mac != u.mac {
 		s.log.Warn("address in use on the LAN by a machine that is not an eip node; not binding it", "ip", ip, "iface", p.iface, "mac", u.mac)
 		s.event(ip, corev1.EventTypeWarning, "AddressConflict",
 			fmt.Sprintf("%s is in use on the LAN by %s: %s does not bind it and probes again until it is free", ip, u.mac, s.a.opt.Node))
 	}
+	return u.retry
 }
 
 // conflictClaim handles a claim for an address being probed or held, and

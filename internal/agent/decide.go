@@ -358,7 +358,7 @@ func (s *state) apply(v lease.View, ip netip.Addr, name string, l *coordinationv
 	case lease.None:
 		return
 	case lease.Bind:
-		s.bind(ip, e, d.Reason)
+		s.bindIP(ip, e, d.Reason)
 		return
 	case lease.Unbind:
 		s.carryOut(ip, d)
