@@ -300,60 +300,30 @@ func (s *state) run(ctx context.Context, stop chan struct{}) error {
 	ticker := s.a.clk.NewTicker(s.cfg.RenewInterval)
 	interval := s.cfg.RenewInterval
 	timer := s.a.clk.NewTimer(time.Hour)
+	in := s.newInputs(ctx, ticker.C(), timer.C())
 	s.reconcile()
 	s.resync(true)
 	s.requestRenew()
 	close(s.a.readyCh)
 	for {
-		pass := true
-		select {
-		case <-ctx.Done():
+		i, v := in.wait()
+		if i == inDone {
 			ticker.Stop()
 			timer.Stop()
 			s.watch.disarm()
 			return s.shutdown()
-		case <-s.a.svcKick:
-			s.dirtySvc = true
-		case <-s.a.nodeKick:
-			s.dirtyNodes = true
-		case <-s.a.leaseKick:
-		case <-s.a.hbKick:
-			pass = s.heartbeatEvent()
-		case <-s.a.cmKick:
-			s.dirtyCM = true
-		case <-ticker.C():
-			s.tick()
-			pass = s.passDue(s.a.clk.Now())
-		case r := <-s.renewRes:
-			s.renewed(r)
-			pass = s.passDue(s.a.clk.Now())
-		case w := <-s.results:
-			s.writeDone(w)
-		case r := <-s.alloc.results:
-			s.allocDone(r)
-		case ev := <-s.a.opt.AddrEvents:
-			// It restores what it can at once; what a late loop may
-			// not, its next tick on time decides again (lateBinds).
-			s.addrEvent(ev)
-			pass = false
-		case ev := <-s.a.opt.LinkEvents:
-			s.linkEvent(ev)
-		case c := <-s.claims:
-			pass = s.claim(c)
-		case <-s.speaker.kick:
-			pass = s.takeDatagrams()
-		case <-timer.C():
-			pass = s.checkUnheard(s.a.clk.Now()) || s.passDue(s.a.clk.Now())
 		}
+		pass := s.handle(i, v, false)
 		s.watch.progressed(s.a.clk.Now())
 		if pass {
-			s.drain(ticker.C())
+			s.drain(in)
 			s.pass()
 		}
 		if s.cfg.RenewInterval != interval {
 			ticker.Stop()
 			interval = s.cfg.RenewInterval
 			ticker = s.a.clk.NewTicker(interval)
+			in.setTick(ticker.C())
 		}
 		timer.Stop()
 		if next := s.nextWake(s.a.clk.Now()); !next.IsZero() {
@@ -370,36 +340,12 @@ const drainLimit = 1024
 // that one reconcile pass answers a burst of them: a thousand lock writes
 // coming back at a cold start, a lease event per write, an address event
 // per binding. A pass costs the same for one input as for a thousand.
-func (s *state) drain(tick <-chan time.Time) {
+func (s *state) drain(in *inputs) {
 	for range drainLimit {
-		select {
-		case <-s.a.svcKick:
-			s.dirtySvc = true
-		case <-s.a.nodeKick:
-			s.dirtyNodes = true
-		case <-s.a.leaseKick:
-		case <-s.a.hbKick:
-			s.hbDirty = true
-		case <-s.a.cmKick:
-			s.dirtyCM = true
-		case <-tick:
-			s.tick()
-		case r := <-s.renewRes:
-			s.renewed(r)
-		case w := <-s.results:
-			s.writeDone(w)
-		case r := <-s.alloc.results:
-			s.allocDone(r)
-		case ev := <-s.a.opt.AddrEvents:
-			s.addrEvent(ev)
-		case ev := <-s.a.opt.LinkEvents:
-			s.linkEvent(ev)
-		case c := <-s.claims:
-			s.claim(c)
-		case <-s.speaker.kick:
-			s.takeDatagrams()
-		default:
+		i, v, ok := in.waiting()
+		if !ok {
 			return
 		}
+		s.handle(i, v, true)
 	}
 }

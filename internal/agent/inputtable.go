@@ -1,0 +1,120 @@
+package agent
+
+import (
+	"context"
+	"reflect"
+	"slices"
+	"time"
+
+	"github.com/eip-project/eip/internal/netif"
+)
+
+// The loop's inputs, in one table that both its wait (run) and its drain
+// read: what each input is for is said once, in handle.
+const (
+	inDone  = iota // the context ended: shut down
+	inTimer        // a time the schedule set came
+	inTick
+	inServices
+	inNodes
+	inLeases
+	inHeartbeats
+	inConfigMap
+	inRenewed
+	inWritten
+	inAllocated
+	inAddress
+	inLink
+	inClaim
+	inDatagrams
+	nInputs
+)
+
+// inputs is the table of the loop's input channels: all of them for the
+// wait, and for the drain those from the tick on, then a default.
+type inputs struct {
+	cases, drain []reflect.SelectCase
+}
+
+func (s *state) newInputs(ctx context.Context, tick, timer <-chan time.Time) *inputs {
+	in := &inputs{cases: make([]reflect.SelectCase, nInputs)}
+	for i, ch := range map[int]any{
+		inDone: ctx.Done(), inTimer: timer, inTick: tick,
+		inServices: s.a.svcKick, inNodes: s.a.nodeKick, inLeases: s.a.leaseKick, inHeartbeats: s.a.hbKick, inConfigMap: s.a.cmKick,
+		inRenewed: s.renewRes, inWritten: s.results, inAllocated: s.alloc.results,
+		inAddress: s.a.opt.AddrEvents, inLink: s.a.opt.LinkEvents, inClaim: s.claims, inDatagrams: s.speaker.kick,
+	} {
+		in.cases[i] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)}
+	}
+	in.drain = append(slices.Clone(in.cases[inTick:]), reflect.SelectCase{Dir: reflect.SelectDefault})
+	return in
+}
+
+// setTick points the tick input at a new ticker's channel.
+func (in *inputs) setTick(tick <-chan time.Time) {
+	in.cases[inTick].Chan = reflect.ValueOf(tick)
+	in.drain[0].Chan = in.cases[inTick].Chan
+}
+
+// wait blocks until an input comes, and returns it.
+func (in *inputs) wait() (int, reflect.Value) {
+	i, v, _ := reflect.Select(in.cases)
+	return i, v
+}
+
+// waiting returns an input that is already there, if one is, without
+// blocking; neither the end of the context nor the timer, which only the
+// wait answers.
+func (in *inputs) waiting() (int, reflect.Value, bool) {
+	i, v, _ := reflect.Select(in.drain)
+	if i == len(in.drain)-1 {
+		return 0, reflect.Value{}, false
+	}
+	return i + inTick, v, true
+}
+
+// handle answers input i, received as v, and says whether it asks for a
+// pass now. While draining, a pass follows in any case, and a heartbeat's
+// renewal is only noted for it.
+func (s *state) handle(i int, v reflect.Value, draining bool) (pass bool) {
+	now := s.a.clk.Now
+	switch i {
+	case inTimer:
+		return s.checkUnheard(now()) || s.passDue(now())
+	case inTick:
+		s.tick()
+		return s.passDue(now())
+	case inServices:
+		s.dirtySvc = true
+	case inNodes:
+		s.dirtyNodes = true
+	case inLeases:
+	case inHeartbeats:
+		if draining {
+			s.hbDirty = true
+			return true
+		}
+		return s.heartbeatEvent()
+	case inConfigMap:
+		s.dirtyCM = true
+	case inRenewed:
+		s.renewed(v.Interface().(renewResult))
+		return s.passDue(now())
+	case inWritten:
+		s.writeDone(v.Interface().(writeResult))
+	case inAllocated:
+		s.allocDone(v.Interface().(allocResult))
+	case inAddress:
+		// It restores what it can at once; what a late loop may not,
+		// its next tick on time decides again (lateBinds).
+		s.addrEvent(v.Interface().(netif.AddrEvent))
+		return false
+	case inLink:
+		s.linkEvent(v.Interface().(netif.LinkEvent))
+	case inClaim:
+		return s.claim(v.Interface().(netif.Claim))
+	case inDatagrams:
+		return s.takeDatagrams()
+	}
+	return true
+}
