@@ -82,7 +82,14 @@ func TestTenantCannotTakeAnotherNamespacesAddress(t *testing.T) {
 	e.serviceIn(tenantA, "web", []netip.Addr{taken, shared}, key)
 	holder := e.served(taken)
 	e.served(shared)
-	// Created later: the addresses are team A's.
+	// Created later: the addresses are team A's. A creationTimestamp has
+	// whole seconds, and Services created in web's second would be ordered
+	// by name, picky before web: the next ones wait for the next second.
+	web, err := e.k.CoreV1().Services(tenantA).Get(e.ctx, "web", metav1.GetOptions{})
+	e.must(err)
+	e.eventually("a second after web was created", func() (bool, string) {
+		return time.Now().After(web.CreationTimestamp.Add(time.Second)), web.CreationTimestamp.String()
+	})
 	created := time.Now()
 	e.serviceIn(tenantB, "steal", []netip.Addr{taken})
 	e.serviceIn(tenantB, "shared", []netip.Addr{shared}, key, annotated(ipset.AnnotationPreferredNodes, e.other(e.holder(shared))))
