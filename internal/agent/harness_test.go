@@ -179,6 +179,7 @@ func newWorld(t testing.TB, self string, cfg map[string]string) *world {
 	a.leaseIdx = w.leases
 	a.configMap = corelisters.NewConfigMapLister(w.cms).ConfigMaps(testNS)
 	a.apiEndpoints = discoverylisters.NewEndpointSliceLister(w.eps).EndpointSlices(listwatch.APIServiceNamespace)
+	a.epIdx = w.eps
 	a.recorder = record.NewFakeRecorder(1 << 16)
 	w.a = a
 	w.must(w.cms.Add(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: testCM, ResourceVersion: "1"}, Data: cfg}))

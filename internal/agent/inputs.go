@@ -7,12 +7,14 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/eip-project/eip/internal/config"
 	"github.com/eip-project/eip/internal/ipset"
 	"github.com/eip-project/eip/internal/lease"
+	"github.com/eip-project/eip/internal/listwatch"
 )
 
 // loadConfig parses the ConfigMap when it changed. An invalid one keeps the
@@ -86,7 +88,7 @@ func truncate(s string, n int) string {
 func (s *state) reservedAddresses() map[netip.Addr]string {
 	nodes, _ := s.a.nodes.List(labels.Everything())
 	out := ipset.NodeAddresses(nodes)
-	eps, _ := s.a.apiEndpoints.List(labels.Everything())
+	eps, _ := s.a.apiEndpoints.List(labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: listwatch.APIService}))
 	maps.Copy(out, ipset.APIEndpoints(eps))
 	for _, ip := range s.a.opt.APIServer {
 		out[ip] = config.APIServerAddress
