@@ -14,7 +14,6 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	utilwait "k8s.io/apimachinery/pkg/util/wait"
 	corelisters "k8s.io/client-go/listers/core/v1"
-	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
@@ -83,12 +82,10 @@ type Agent struct {
 	nodes     corelisters.NodeLister
 	leaseIdx  cache.Indexer // the Leases' cache, heartbeats indexed (heartbeatIndex)
 	configMap corelisters.ConfigMapNamespaceLister
-	// apiEndpoints are the EndpointSlices in the kubernetes Service's
-	// namespace; epIdx is every EndpointSlice, indexed by Service
-	// (serviceIndex), as much as keepOfSlice keeps.
-	apiEndpoints discoverylisters.EndpointSliceNamespaceLister
-	epIdx        cache.Indexer
-	synced       []cache.InformerSynced
+	// epIdx is every EndpointSlice, indexed by Service (serviceIndex), as
+	// much as keepOfSlice keeps.
+	epIdx  cache.Indexer
+	synced []cache.InformerSynced
 
 	// kicks: informers only signal which kind of object changed;
 	// hbKick is a renewal of a heartbeat, leaseKick any other Lease change,
@@ -296,6 +293,13 @@ func (a *Agent) sliceKicker() cache.ResourceEventHandlerFuncs {
 	}
 }
 
+// slicesOf is the EndpointSlices of Service key ("namespace/name") in
+// the cache.
+func (a *Agent) slicesOf(key string) []*discoveryv1.EndpointSlice {
+	objs, _ := a.epIdx.ByIndex(serviceIndex, key)
+	return objectsOf[discoveryv1.EndpointSlice](objs)
+}
+
 func isHeartbeat(obj any) bool {
 	l, ok := obj.(*coordinationv1.Lease)
 	return ok && l.Labels[lease.RoleLabel] == lease.RoleHeartbeat
@@ -329,7 +333,6 @@ func (a *Agent) startInformers(stop <-chan struct{}) error {
 	a.nodes = corelisters.NewNodeLister(node.GetIndexer())
 	a.leaseIdx = ls.GetIndexer()
 	a.configMap = corelisters.NewConfigMapLister(cms.GetIndexer()).ConfigMaps(a.opt.Namespace)
-	a.apiEndpoints = discoverylisters.NewEndpointSliceLister(eps.GetIndexer()).EndpointSlices(listwatch.APIServiceNamespace)
 	a.epIdx = eps.GetIndexer()
 	for _, h := range all {
 		go h.inf.RunWithContext(utilwait.ContextForChannel(stop))

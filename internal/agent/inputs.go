@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -88,8 +87,7 @@ func truncate(s string, n int) string {
 func (s *state) reservedAddresses() map[netip.Addr]string {
 	nodes, _ := s.a.nodes.List(labels.Everything())
 	out := ipset.NodeAddresses(nodes)
-	eps, _ := s.a.apiEndpoints.List(labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: listwatch.APIService}))
-	maps.Copy(out, ipset.APIEndpoints(eps))
+	maps.Copy(out, ipset.APIEndpoints(s.a.slicesOf(listwatch.APIServiceNamespace+"/"+listwatch.APIService)))
 	for _, ip := range s.a.opt.APIServer {
 		out[ip] = config.APIServerAddress
 	}

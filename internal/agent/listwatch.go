@@ -114,8 +114,9 @@ func indexersFor(obj runtime.Object) cache.Indexers {
 			},
 		}
 	case *discoveryv1.EndpointSlice:
+		// By Service alone: eipd reads the slices of one Service at a
+		// time, the kubernetes Service's among them.
 		return cache.Indexers{
-			cache.NamespaceIndex: cache.MetaNamespaceIndexFunc,
 			serviceIndex: func(obj any) ([]string, error) {
 				es, ok := obj.(*discoveryv1.EndpointSlice)
 				if !ok || es.Labels[discoveryv1.LabelServiceName] == "" {

@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 
 	"github.com/eip-project/eip/internal/endpoints"
 	"github.com/eip-project/eip/internal/ipset"
@@ -34,8 +33,7 @@ func (sv *serving) onlyFor(ip netip.Addr) lease.Only { return sv.only[ip] }
 func (s *state) eligibility(e ipset.Entry) endpoints.Eligibility {
 	per := make([]map[string]endpoints.Readiness, len(e.Local))
 	for i, svc := range e.Local {
-		objs, _ := s.a.epIdx.ByIndex(serviceIndex, svc)
-		per[i] = endpoints.Nodes(objectsOf[discoveryv1.EndpointSlice](objs))
+		per[i] = endpoints.Nodes(s.a.slicesOf(svc))
 	}
 	return endpoints.Eligible(per)
 }

@@ -48,7 +48,9 @@ spec:
 
 // (a) An eTP=Local LoadBalancer Service with one replica: its IP is on the
 // pod's node, every request succeeds, and the app sees the client's own
-// address.
+// address. Then the pod moves to another node as a rolling update moves
+// it (the new pod Ready while the old one still serves): the IP follows it
+// by hand-off, as a planned move.
 func TestLocalOneReplica(t *testing.T) {
 	installed(t)
 	ctx := ctxFor(t, 5*time.Minute)
@@ -94,8 +96,42 @@ func TestLocalOneReplica(t *testing.T) {
 			t.Errorf("request at %s failed: %v", r.Start.Format(time.StampMilli), r.Err)
 			continue
 		}
-		if want := "node=" + podNode; r.Remote != testenv.ClientAddr().String() || !slices.Contains(strings.Fields(r.Answer), want) {
-			t.Errorf("answer %q from %s; want %s and the client's address %s", r.Answer, r.Remote, want, testenv.ClientAddr())
+		answeredFrom(t, r, podNode)
+	}
+
+	next := ""
+	for _, n := range cluster.Nodes() {
+		if n.Name != podNode {
+			next = n.Name
+			break
 		}
+	}
+	tr = startTraffic(t, ip)
+	must(t, tr.WaitAnswering(ctxFor(t, time.Minute)))
+	kubectl(t, "-n", workload.AppNamespace, "patch", "deployment/web-local", "-p",
+		`{"spec":{"template":{"spec":{"nodeSelector":{"kubernetes.io/hostname":"`+next+`"}}}}}`)
+	kubectl(t, "-n", workload.AppNamespace, "rollout", "status", "deployment/web-local", "--timeout=3m")
+	eventually(t, ip.String()+" follows its pod to "+next, time.Minute, func() (bool, string) {
+		h := holder(t, ip)
+		return h == next, "held by " + h
+	})
+	served(t, ip)
+	moved := time.Now()
+	must(t, tr.WaitAnswered(ctxFor(t, time.Minute), 20))
+	s = tr.Finish()
+	planned(t, s)
+	for _, r := range s.Requests {
+		if r.Err == nil && r.Start.After(moved) {
+			answeredFrom(t, r, next)
+		}
+	}
+}
+
+// answeredFrom checks that r was answered on node, and that the app saw
+// the client's own address.
+func answeredFrom(t *testing.T, r workload.Request, node string) {
+	t.Helper()
+	if want := "node=" + node; r.Remote != testenv.ClientAddr().String() || !slices.Contains(strings.Fields(r.Answer), want) {
+		t.Errorf("answer %q seen from %s; want %s and the client's address %s", r.Answer, r.Remote, want, testenv.ClientAddr())
 	}
 }
