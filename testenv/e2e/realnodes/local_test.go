@@ -10,32 +10,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/eip-project/eip/testenv"
-	"github.com/eip-project/eip/testenv/realnode"
 	"github.com/eip-project/eip/testenv/workload"
 )
 
 // localApp is one replica of the web application behind a LoadBalancer
 // Service with externalTrafficPolicy: Local: kube-proxy delivers its
 // traffic only on the pod's node, without masquerading the client.
-var localApp = `apiVersion: apps/v1
-kind: Deployment
-metadata: {name: web-local, namespace: ` + workload.AppNamespace + `}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: web-local}}
-  template:
-    metadata: {labels: {app: web-local}}
-    spec:
-      terminationGracePeriodSeconds: 15
-      containers:
-      - name: web
-        image: ` + realnode.WebImage + `
-        ports: [{containerPort: 8080}]
-        readinessProbe: {httpGet: {path: /, port: 8080}, periodSeconds: 1}
-        env:
-        - {name: POD_NAME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}
-        - {name: NODE_NAME, valueFrom: {fieldRef: {fieldPath: spec.nodeName}}}
----
+var localApp = workload.WebDeployment("web-local", 1) + `---
 apiVersion: v1
 kind: Service
 metadata: {name: web-local, namespace: ` + workload.AppNamespace + `}
