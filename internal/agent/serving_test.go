@@ -171,3 +171,27 @@ func TestKeepOfSlice(t *testing.T) {
 	assert.Equal(t, endpoints.Of(es.Endpoints[1].Conditions), endpoints.Ready)
 	assert.Assert(t, es.Endpoints[0].Addresses == nil && es.Ports == nil)
 }
+
+// An IP two Local Services share lives only where both have a ready
+// endpoint: with their endpoints on different nodes it is bound nowhere;
+// once one node has both, that node takes it.
+func TestLoopSharedLocalIPNeedsEveryServiceReady(t *testing.T) {
+	w := newWorld(t, "node-a", defaultTestConfig())
+	w.addNode("node-b")
+	w.heartbeat("node-b", true)
+	w.addLocalService("web", testIP(0))
+	w.addLocalService("api", testIP(0))
+	w.endpointsOf("web", map[string]endpoints.Readiness{"node-a": endpoints.Ready})
+	w.endpointsOf("api", map[string]endpoints.Readiness{"node-b": endpoints.Ready})
+	w.pass()
+	for range 10 {
+		w.tick("node-b")
+	}
+	assert.DeepEqual(t, w.take(), []string(nil))
+
+	w.endpointsOf("api", map[string]endpoints.Readiness{"node-a": endpoints.Ready, "node-b": endpoints.Ready})
+	for range 4 {
+		w.tick("node-b")
+	}
+	assert.DeepEqual(t, w.take(), []string{"create eip-198-18-100-1 holder=node-a", "bind 198.18.100.1"})
+}
