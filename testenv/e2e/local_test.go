@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	"gotest.tools/v3/assert"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/eip-project/eip/internal/cli"
 	"github.com/eip-project/eip/testenv"
+	"github.com/eip-project/eip/testenv/bench"
 )
 
 // localService creates a LoadBalancer Service of another class (eip does
@@ -127,4 +129,99 @@ func TestLocalIPLivesWhereItsEndpointIs(t *testing.T) {
 	assert.Equal(t, e.served(ip), back)
 	e.eventMessage("local-web", "EndpointsReady", ip.String()+" may be bound again")
 	assert.Assert(t, !slices.Contains(e.boundOn(ip), first))
+}
+
+// A thousand Services with an EndpointSlice each, their endpoints spread
+// over the nodes: with externalTrafficPolicy Local every IP is bound on
+// its endpoint's node, with Cluster on any one node. It logs each eipd's
+// memory and CPU once all are bound, and over a quiet window after: the
+// cost of watching every EndpointSlice (figures, not assertions).
+func TestLocalThousandServices(t *testing.T) {
+	const n = 1000
+	for _, policy := range []corev1.ServiceExternalTrafficPolicy{corev1.ServiceExternalTrafficPolicyCluster, corev1.ServiceExternalTrafficPolicyLocal} {
+		t.Run(string(policy), func(t *testing.T) {
+			cfg := defaultConfig()
+			cfg["ranges"] = "198.18.100.0/22"
+			e := newEnv(t, cfg)
+			t.Cleanup(func() {
+				e.must(e.k.DiscoveryV1().EndpointSlices(svcNamespace).DeleteCollection(e.ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: e2eLabel}))
+			})
+			cpu0 := e.daemonsCPU()
+			began := time.Now()
+			want := map[netip.Addr]string{}
+			g, ctx := errgroup.WithContext(e.ctx)
+			g.SetLimit(8)
+			for i := 1; i <= n; i++ {
+				ip, node := testenv.ServiceIP(i), e.nodes[i%len(e.nodes)]
+				want[ip] = node
+				name := fmt.Sprintf("many-%d", i)
+				g.Go(func() error {
+					class := "example.com/other"
+					svc := &corev1.Service{
+						ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: svcNamespace, Labels: map[string]string{e2eLabel: "true"}},
+						Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &class, ExternalTrafficPolicy: policy,
+							ExternalIPs: []string{ip.String()}, Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
+					}
+					if _, err := e.k.CoreV1().Services(svcNamespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+						return err
+					}
+					_, err := e.k.DiscoveryV1().EndpointSlices(svcNamespace).Create(ctx, readySlice(name, node), metav1.CreateOptions{})
+					return err
+				})
+			}
+			e.must(g.Wait())
+			e.eventually(fmt.Sprintf("%d IPs held", n), func() (bool, string) {
+				held, wrong := e.locks(), 0
+				for ip, node := range want {
+					if h := held[ip]; h == "" || policy == corev1.ServiceExternalTrafficPolicyLocal && h != node {
+						wrong++
+					}
+				}
+				return wrong == 0, fmt.Sprintf("%d not held where they should be", wrong)
+			})
+			e.eventually(fmt.Sprintf("%d IPs bound once", n), func() (bool, string) {
+				bound := 0
+				for _, node := range e.nodes {
+					bound += len(e.testAddrs(node))
+				}
+				return bound == n, fmt.Sprintf("%d bound", bound)
+			})
+			t.Logf("%d Services (%s) and their EndpointSlices created and bound in %s", n, policy, time.Since(began).Round(100*time.Millisecond))
+			cpu1 := e.daemonsCPU()
+			const window = 10 * time.Second // a measurement window, not a wait for a condition
+			<-time.After(window)
+			cpu2 := e.daemonsCPU()
+			for _, node := range e.nodes {
+				s, err := bench.ReadProc(cluster.DaemonPID(node))
+				e.must(err)
+				t.Logf("%s eipd: RSS %.1f MiB (peak %.1f MiB), CPU %s for the cold start, %.2f %% of a core over %s after",
+					node, float64(s.RSS)/(1<<20), float64(s.PeakRSS)/(1<<20), (cpu1[node] - cpu0[node]).Round(time.Millisecond),
+					100*float64(cpu2[node]-cpu1[node])/float64(window), window)
+			}
+		})
+	}
+}
+
+// readySlice is the EndpointSlice of Service name with one ready endpoint
+// on node.
+func readySlice(name, node string) *discoveryv1.EndpointSlice {
+	yes := true
+	return &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: svcNamespace,
+			Labels: map[string]string{discoveryv1.LabelServiceName: name, e2eLabel: "true"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.244.0.1"}, NodeName: &node, Conditions: discoveryv1.EndpointConditions{Ready: &yes}}},
+	}
+}
+
+// daemonsCPU is the CPU time each node's eipd used so far.
+func (e *env) daemonsCPU() map[string]time.Duration {
+	e.t.Helper()
+	out := map[string]time.Duration{}
+	for _, node := range e.nodes {
+		s, err := bench.ReadProc(cluster.DaemonPID(node))
+		e.must(err)
+		out[node] = s.CPU
+	}
+	return out
 }
