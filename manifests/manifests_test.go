@@ -154,16 +154,13 @@ func TestEveryObjectIsEips(t *testing.T) {
 		switch {
 		case kind == "Namespace", kind == "ClusterRole", kind == "ClusterRoleBinding":
 			assert.Check(t, is.Equal(m.GetNamespace(), ""), kind)
-		case m.GetNamespace() == "default":
-			// Only the right to read the API server's EndpointSlices.
-			assert.Check(t, kind == "Role" || kind == "RoleBinding", kind)
 		default:
 			assert.Check(t, is.Equal(m.GetNamespace(), namespace), kind)
 		}
 	}
 	assert.DeepEqual(t, kinds, map[string]int{
 		"Namespace": 1, "ServiceAccount": 1, "ClusterRole": 3, "ClusterRoleBinding": 1,
-		"Role": 2, "RoleBinding": 2, "ConfigMap": 1, "DaemonSet": 1,
+		"Role": 1, "RoleBinding": 1, "ConfigMap": 1, "DaemonSet": 1,
 	})
 	assert.Equal(t, one[*corev1.Namespace](t, objs).Name, namespace)
 	assert.Equal(t, one[*corev1.ServiceAccount](t, objs).Name, serviceAccount)
@@ -194,6 +191,7 @@ func TestRBACIsMinimal(t *testing.T) {
 		{APIGroups: []string{""}, Resources: []string{"services/status"}, Verbs: []string{"patch"}},
 		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: read},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: read},
 	})
 	role := named[*rbacv1.Role](t, objs, namespace, "eip")
 	assert.DeepEqual(t, role.Rules, []rbacv1.PolicyRule{
@@ -203,20 +201,14 @@ func TestRBACIsMinimal(t *testing.T) {
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{bgp.ShippedPasswordSecret}, Verbs: []string{"get"}},
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}},
 	})
-	apiServer := named[*rbacv1.Role](t, objs, "default", "eip")
-	assert.DeepEqual(t, apiServer.Rules, []rbacv1.PolicyRule{
-		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: read},
-	})
 
 	sa := []rbacv1.Subject{{Kind: "ServiceAccount", Name: serviceAccount, Namespace: namespace}}
 	crb := one[*rbacv1.ClusterRoleBinding](t, objs)
 	assert.DeepEqual(t, crb.RoleRef, rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: cr.Name})
 	assert.DeepEqual(t, crb.Subjects, sa)
-	for _, ns := range []string{namespace, "default"} {
-		rb := named[*rbacv1.RoleBinding](t, objs, ns, "eip")
-		assert.DeepEqual(t, rb.RoleRef, rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "eip"})
-		assert.DeepEqual(t, rb.Subjects, sa)
-	}
+	rb := named[*rbacv1.RoleBinding](t, objs, namespace, "eip")
+	assert.DeepEqual(t, rb.RoleRef, rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "eip"})
+	assert.DeepEqual(t, rb.Subjects, sa)
 }
 
 // The plugin's roles: eip-view reads what status reads and writes nothing;

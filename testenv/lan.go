@@ -57,6 +57,12 @@ func host(n int) (netip.Addr, netip.Addr, net.HardwareAddr) {
 	return v4, v6, mac
 }
 
+// ClientAddr is the client namespace's IPv4 address on the LAN.
+func ClientAddr() netip.Addr {
+	v4, _, _ := host(2)
+	return v4
+}
+
 // ServiceIP returns the n-th address (1 ≤ n < 39000) of a block of the LAN
 // that no namespace owns, 198.18.100.1 onwards, for external IPs in tests.
 func ServiceIP(n int) netip.Addr {

@@ -14,7 +14,6 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	utilwait "k8s.io/apimachinery/pkg/util/wait"
 	corelisters "k8s.io/client-go/listers/core/v1"
-	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
@@ -83,14 +82,16 @@ type Agent struct {
 	nodes     corelisters.NodeLister
 	leaseIdx  cache.Indexer // the Leases' cache, heartbeats indexed (heartbeatIndex)
 	configMap corelisters.ConfigMapNamespaceLister
-	// apiEndpoints are the kubernetes Service's EndpointSlices.
-	apiEndpoints discoverylisters.EndpointSliceNamespaceLister
-	synced       []cache.InformerSynced
+	// epIdx is every EndpointSlice, indexed by Service (serviceIndex), as
+	// much as keepOfSlice keeps.
+	epIdx  cache.Indexer
+	synced []cache.InformerSynced
 
 	// kicks: informers only signal which kind of object changed;
-	// hbKick is a renewal of a heartbeat, leaseKick any other Lease change.
-	svcKick, nodeKick, leaseKick, hbKick, cmKick chan struct{}
-	readyCh                                      chan struct{}
+	// hbKick is a renewal of a heartbeat, leaseKick any other Lease change,
+	// epKick an EndpointSlice of a Service other than kubernetes.
+	svcKick, nodeKick, leaseKick, hbKick, cmKick, epKick chan struct{}
+	readyCh                                              chan struct{}
 
 	// changes are the lock Leases changed since the loop last took them
 	// (takeLeaseChanges); changedAll says another Lease was added or
@@ -135,7 +136,7 @@ func New(opt Options) (*Agent, error) {
 	return &Agent{
 		opt: opt, log: opt.Log.With("node", opt.Node), clk: opt.Clock,
 		svcKick: make(chan struct{}, 1), nodeKick: make(chan struct{}, 1),
-		leaseKick: make(chan struct{}, 1), hbKick: make(chan struct{}, 1), cmKick: make(chan struct{}, 1),
+		leaseKick: make(chan struct{}, 1), hbKick: make(chan struct{}, 1), cmKick: make(chan struct{}, 1), epKick: make(chan struct{}, 1),
 		readyCh: make(chan struct{}), changes: map[string]bool{},
 	}, nil
 }
@@ -272,26 +273,55 @@ func objectsOf[T any](objs []any) []*T {
 	return out
 }
 
+// sliceKicker wakes the loop for an EndpointSlice: as a Node's change for
+// the kubernetes Service's (the API server's addresses), else on epKick.
+func (a *Agent) sliceKicker() cache.ResourceEventHandlerFuncs {
+	kickFor := func(obj any) {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		if isAPIEndpoints(obj) {
+			kick(a.nodeKick)
+		} else {
+			kick(a.epKick)
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    kickFor,
+		UpdateFunc: func(_, obj any) { kickFor(obj) },
+		DeleteFunc: kickFor,
+	}
+}
+
+// slicesOf is the EndpointSlices of Service key ("namespace/name") in
+// the cache.
+func (a *Agent) slicesOf(key string) []*discoveryv1.EndpointSlice {
+	objs, _ := a.epIdx.ByIndex(serviceIndex, key)
+	return objectsOf[discoveryv1.EndpointSlice](objs)
+}
+
 func isHeartbeat(obj any) bool {
 	l, ok := obj.(*coordinationv1.Lease)
 	return ok && l.Labels[lease.RoleLabel] == lease.RoleHeartbeat
 }
 
-// startInformers starts the watches the agent needs: Services and Nodes
-// cluster-wide, the kubernetes Service's EndpointSlices (a change counts as
-// a Node's: both change the addresses never bound), and in its namespace
-// the Leases eip manages and its one ConfigMap. They run until stop is closed.
+// startInformers starts the watches the agent needs: Services, Nodes and
+// EndpointSlices cluster-wide, and in its namespace the Leases eip manages
+// and its one ConfigMap. They run until stop is closed. EndpointSlices
+// are watched whether or not a Service has externalTrafficPolicy: Local,
+// kept as little as keepOfSlice leaves of them; a change of the kubernetes
+// Service's counts as a Node's (both change the addresses never bound).
 func (a *Agent) startInformers(stop <-chan struct{}) error {
 	set := listwatch.For(a.opt.Client, a.opt.Namespace, a.opt.ConfigMap)
 	svc := a.patientInformer(set.Services, &corev1.Service{})
 	node := a.patientInformer(set.Nodes, &corev1.Node{})
 	ls := a.patientInformer(set.Leases, &coordinationv1.Lease{})
 	cms := a.patientInformer(set.ConfigMap, &corev1.ConfigMap{})
-	eps := a.patientInformer(set.APIEndpoints, &discoveryv1.EndpointSlice{})
+	eps := a.patientInformer(set.EndpointSlices, &discoveryv1.EndpointSlice{})
 	all := []struct {
 		inf     cache.SharedIndexInformer
 		handler cache.ResourceEventHandlerFuncs
-	}{{svc, kicker(a.svcKick)}, {node, kicker(a.nodeKick)}, {ls, a.leaseKicker()}, {cms, kicker(a.cmKick)}, {eps, kicker(a.nodeKick)}}
+	}{{svc, kicker(a.svcKick)}, {node, kicker(a.nodeKick)}, {ls, a.leaseKicker()}, {cms, kicker(a.cmKick)}, {eps, a.sliceKicker()}}
 	for _, h := range all {
 		if _, err := h.inf.AddEventHandler(h.handler); err != nil {
 			return fmt.Errorf("watch: %w", err)
@@ -303,7 +333,7 @@ func (a *Agent) startInformers(stop <-chan struct{}) error {
 	a.nodes = corelisters.NewNodeLister(node.GetIndexer())
 	a.leaseIdx = ls.GetIndexer()
 	a.configMap = corelisters.NewConfigMapLister(cms.GetIndexer()).ConfigMaps(a.opt.Namespace)
-	a.apiEndpoints = discoverylisters.NewEndpointSliceLister(eps.GetIndexer()).EndpointSlices(listwatch.APIServiceNamespace)
+	a.epIdx = eps.GetIndexer()
 	for _, h := range all {
 		go h.inf.RunWithContext(utilwait.ContextForChannel(stop))
 	}

@@ -9,6 +9,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
@@ -21,23 +22,25 @@ import (
 )
 
 // BenchmarkCacheBytes is the heap that eipd's caches hold for each IP of
-// the 10,000-IP benchmark: its Service and its lock, as the API server
-// sends them (protobuf, managedFields included), passed through the
-// informers' transform and stored in an indexer like theirs. Most of a
+// the 10,000-IP benchmark: its Service, its lock and its Service's
+// EndpointSlice, as the API server sends them (protobuf, managedFields
+// included), passed through the informers' transform and stored in an
+// indexer like theirs. Most of a
 // large eipd's memory is these caches.
 func BenchmarkCacheBytes(b *testing.B) {
 	const n = 10000
 	codec := protobuf.NewSerializer(scheme.Scheme, scheme.Scheme)
-	var svcs, locks [][]byte
+	var svcs, locks, slices [][]byte
 	for i := range n {
 		svcs = append(svcs, encode(b, codec, apiServerService(i)))
 		locks = append(locks, encode(b, codec, apiServerLock(i)))
+		slices = append(slices, encode(b, codec, apiServerSlice(i)))
 	}
 	for _, c := range []struct {
 		name string
 		kind k8sruntime.Object
 		objs [][]byte
-	}{{"services", &corev1.Service{}, svcs}, {"locks", &coordinationv1.Lease{}, locks}} {
+	}{{"services", &corev1.Service{}, svcs}, {"locks", &coordinationv1.Lease{}, locks}, {"endpointslices", &discoveryv1.EndpointSlice{}, slices}} {
 		b.Run(c.name, func(b *testing.B) {
 			for b.Loop() {
 				before := heapInUse()
@@ -111,4 +114,33 @@ func apiServerLock(i int) *coordinationv1.Lease {
 	l.CreationTimestamp = metav1.NewTime(t0)
 	l.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "eipd", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "coordination.k8s.io/v1", Time: &metav1.Time{Time: t0}, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:annotations":{".":{},"f:eip.io/ip":{},"f:eip.io/services":{}},"f:labels":{".":{},"f:app.kubernetes.io/managed-by":{},"f:eip.io/role":{}}},"f:spec":{"f:acquireTime":{},"f:holderIdentity":{},"f:leaseTransitions":{}}}`)}}}
 	return l
+}
+
+// apiServerSlice is the EndpointSlice of the i-th Service as the endpoint
+// controller writes it: three ready pods on three nodes.
+func apiServerSlice(i int) *discoveryv1.EndpointSlice {
+	yes, no, port, proto := true, false, int32(8080), corev1.ProtocolTCP
+	es := &discoveryv1.EndpointSlice{
+		TypeMeta: metav1.TypeMeta{APIVersion: "discovery.k8s.io/v1", Kind: "EndpointSlice"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: fmt.Sprintf("bench-%d-x7k2p", i), Namespace: "default", GenerateName: fmt.Sprintf("bench-%d-", i),
+			UID: types.UID(fmt.Sprintf("9c8b7a6d-0000-4000-8000-%012d", i)), ResourceVersion: fmt.Sprint(300000 + i), CreationTimestamp: metav1.NewTime(t0),
+			Labels:          map[string]string{discoveryv1.LabelServiceName: fmt.Sprintf("bench-%d", i), discoveryv1.LabelManagedBy: "endpointslice-controller.k8s.io", "eip-bench": "true"},
+			Annotations:     map[string]string{"endpoints.kubernetes.io/last-change-trigger-time": t0.Format(time.RFC3339)},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Service", Name: fmt.Sprintf("bench-%d", i), UID: types.UID(fmt.Sprintf("5d0c1a8e-0000-4000-8000-%012d", i)), Controller: &yes, BlockOwnerDeletion: &yes}},
+			ManagedFields:   []metav1.ManagedFieldsEntry{{Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "discovery.k8s.io/v1", Time: &metav1.Time{Time: t0}, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:addressType":{},"f:endpoints":{},"f:metadata":{"f:annotations":{".":{},"f:endpoints.kubernetes.io/last-change-trigger-time":{}},"f:generateName":{},"f:labels":{".":{},"f:endpointslice.kubernetes.io/managed-by":{},"f:kubernetes.io/service-name":{}},"f:ownerReferences":{".":{},"k:{\"uid\"}":{}}},"f:ports":{}}`)}}},
+		},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Port: &port, Protocol: &proto}},
+	}
+	for p := range 3 {
+		node, zone := fmt.Sprintf("node-%d", p), "zone-a"
+		es.Endpoints = append(es.Endpoints, discoveryv1.Endpoint{
+			Addresses:  []string{fmt.Sprintf("10.244.%d.%d", p, 1+i%250)},
+			Conditions: discoveryv1.EndpointConditions{Ready: &yes, Serving: &yes, Terminating: &no},
+			NodeName:   &node, Zone: &zone,
+			TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: "default", Name: fmt.Sprintf("bench-%d-5d9f8-%d", i, p), UID: types.UID(fmt.Sprintf("1a2b3c4d-0000-4000-8000-%012d", 3*i+p))},
+		})
+	}
+	return es
 }

@@ -141,7 +141,8 @@ func (s *state) reconcile() {
 		}
 		s.reserved = reserved
 	}
-	if s.dirtySvc || s.dirtyNodes || changed {
+	recomputed := s.dirtySvc || s.dirtyNodes || changed
+	if recomputed {
 		s.computeEntries()
 		s.dirtySvc = false
 	}
@@ -150,6 +151,11 @@ func (s *state) reconcile() {
 	}
 	s.dirtyNodes = false
 	s.updateEligibility()
+	if recomputed || s.dirtyEps {
+		// Every IP is decided below.
+		s.dirtyEps = false
+		s.updateServing(recomputed)
+	}
 	v := s.view(now)
 	s.lastPass, s.passWritable, s.fullUnwritable = now, v.Writable, !v.Writable
 	if v.Writable {
@@ -304,7 +310,7 @@ func (s *state) decide(v lease.View, ip netip.Addr, name string, l *coordination
 		s.conflicts.forget(ip)
 	}
 	_, bound := s.bound[ip]
-	in := lease.IP{Addr: ip, Lock: lk, Named: named, Bound: bound, FreeSince: s.freeSince[ip], Planned: planned}
+	in := lease.IP{Addr: ip, Lock: lk, Named: named, Bound: bound, FreeSince: s.freeSince[ip], Planned: planned, Only: s.onlyFor(ip)}
 	d := lease.Decide(v, in)
 	if d.ReadWritable {
 		s.writableDeps[ip] = true
@@ -416,7 +422,7 @@ func (s *state) plan(v lease.View, locks map[string]*coordinationv1.Lease) map[n
 		}
 		holders[m.ip] = s.plannedHolder(v, m.name, s.effective(m.name, locks[m.name]))
 	}
-	return policy.Plan(policy.Input{Policy: s.cfg.Policy, Live: v.Live, Holders: holders, Preferred: s.preferred})
+	return policy.Plan(policy.Input{Policy: s.cfg.Policy, Live: v.Live, Holders: holders, Preferred: s.preferred, Only: s.only})
 }
 
 // plannedHolder is the holder the policy plans from: the lock's, or the
@@ -439,6 +445,9 @@ func (s *state) plannedHolder(v lease.View, name string, l *coordinationv1.Lease
 func (s *state) planOne(v lease.View, ip netip.Addr, name string, l *coordinationv1.Lease) string {
 	in := policy.Input{Policy: s.cfg.Policy, Live: v.Live,
 		Holders: map[netip.Addr]string{ip: s.plannedHolder(v, name, l)}, Preferred: map[netip.Addr][]string{ip: s.preferred[ip]}}
+	if o, ok := s.only[ip]; ok {
+		in.Only = map[netip.Addr]lease.Only{ip: o}
+	}
 	return policy.Plan(in)[ip]
 }
 

@@ -24,14 +24,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
 	corelisters "k8s.io/client-go/listers/core/v1"
-	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/eip-project/eip/internal/kubeclient/clientset"
 	"github.com/eip-project/eip/internal/lease"
-	"github.com/eip-project/eip/internal/listwatch"
 	"github.com/eip-project/eip/internal/netif"
 )
 
@@ -182,7 +180,7 @@ func newWorld(t testing.TB, self string, cfg map[string]string) *world {
 	a.nodes = corelisters.NewNodeLister(w.nodes)
 	a.leaseIdx = w.leases
 	a.configMap = corelisters.NewConfigMapLister(w.cms).ConfigMaps(testNS)
-	a.apiEndpoints = discoverylisters.NewEndpointSliceLister(w.eps).EndpointSlices(listwatch.APIServiceNamespace)
+	a.epIdx = w.eps
 	a.recorder = record.NewFakeRecorder(1 << 16)
 	w.a = a
 	w.must(w.cms.Add(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: testCM, ResourceVersion: "1"}, Data: cfg}))

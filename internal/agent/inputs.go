@@ -13,6 +13,7 @@ import (
 	"github.com/eip-project/eip/internal/config"
 	"github.com/eip-project/eip/internal/ipset"
 	"github.com/eip-project/eip/internal/lease"
+	"github.com/eip-project/eip/internal/listwatch"
 )
 
 // loadConfig parses the ConfigMap when it changed. An invalid one keeps the
@@ -86,8 +87,7 @@ func truncate(s string, n int) string {
 func (s *state) reservedAddresses() map[netip.Addr]string {
 	nodes, _ := s.a.nodes.List(labels.Everything())
 	out := ipset.NodeAddresses(nodes)
-	eps, _ := s.a.apiEndpoints.List(labels.Everything())
-	maps.Copy(out, ipset.APIEndpoints(eps))
+	maps.Copy(out, ipset.APIEndpoints(s.a.slicesOf(listwatch.APIServiceNamespace+"/"+listwatch.APIService)))
 	for _, ip := range s.a.opt.APIServer {
 		out[ip] = config.APIServerAddress
 	}

@@ -20,6 +20,7 @@ const (
 	inLeases
 	inHeartbeats
 	inConfigMap
+	inEndpoints
 	inRenewed
 	inWritten
 	inAllocated
@@ -41,7 +42,8 @@ func (s *state) newInputs(ctx context.Context, tick, timer <-chan time.Time) *in
 	for i, ch := range map[int]any{
 		inDone: ctx.Done(), inTimer: timer, inTick: tick,
 		inServices: s.a.svcKick, inNodes: s.a.nodeKick, inLeases: s.a.leaseKick, inHeartbeats: s.a.hbKick, inConfigMap: s.a.cmKick,
-		inRenewed: s.renewRes, inWritten: s.results, inAllocated: s.alloc.results,
+		inEndpoints: s.a.epKick,
+		inRenewed:   s.renewRes, inWritten: s.results, inAllocated: s.alloc.results,
 		inAddress: s.a.opt.AddrEvents, inLink: s.a.opt.LinkEvents, inClaim: s.claims, inDatagrams: s.speaker.kick,
 	} {
 		in.cases[i] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)}
@@ -97,6 +99,8 @@ func (s *state) handle(i int, v reflect.Value, draining bool) (pass bool) {
 		return s.heartbeatEvent()
 	case inConfigMap:
 		s.dirtyCM = true
+	case inEndpoints:
+		s.dirtyEps = true
 	case inRenewed:
 		s.renewed(v.Interface().(renewResult))
 		return s.passDue(now())

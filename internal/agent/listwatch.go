@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -17,7 +19,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 
+	"github.com/eip-project/eip/internal/endpoints"
 	"github.com/eip-project/eip/internal/lease"
+	"github.com/eip-project/eip/internal/listwatch"
 )
 
 // apiRetry is how often an informer tries the API server again while it is
@@ -109,9 +113,24 @@ func indexersFor(obj runtime.Object) cache.Indexers {
 				return nil, nil
 			},
 		}
+	case *discoveryv1.EndpointSlice:
+		// By Service alone: eipd reads the slices of one Service at a
+		// time, the kubernetes Service's among them.
+		return cache.Indexers{
+			serviceIndex: func(obj any) ([]string, error) {
+				es, ok := obj.(*discoveryv1.EndpointSlice)
+				if !ok || es.Labels[discoveryv1.LabelServiceName] == "" {
+					return nil, nil
+				}
+				return []string{es.Namespace + "/" + es.Labels[discoveryv1.LabelServiceName]}, nil
+			},
+		}
 	}
 	return cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
 }
+
+// serviceIndex indexes EndpointSlices by their Service, "namespace/name".
+const serviceIndex = "service"
 
 // interner makes the objects of one cache share what thousands of them
 // hold alike: every lock carries the same two labels and the same
@@ -223,6 +242,10 @@ func (in *interner) keepWhatIsRead(obj any) (any, error) {
 		in.mu.Lock()
 		defer in.mu.Unlock()
 		in.shareOfService(o)
+	case *discoveryv1.EndpointSlice:
+		in.mu.Lock()
+		defer in.mu.Unlock()
+		in.keepOfSlice(o)
 	case *coordinationv1.Lease:
 		in.mu.Lock()
 		defer in.mu.Unlock()
@@ -244,11 +267,12 @@ func (in *interner) keepWhatIsRead(obj any) (any, error) {
 }
 
 // shareOfService makes svc share what most Services hold alike: their
-// namespace, type, families and family policy, the protocols of their
+// namespace, type, external traffic policy, families and family policy, the protocols of their
 // ports and the IP mode of their ingress.
 func (in *interner) shareOfService(svc *corev1.Service) {
 	svc.Namespace = in.str(svc.Namespace)
 	svc.Spec.Type = corev1.ServiceType(in.str(string(svc.Spec.Type)))
+	svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicy(in.str(string(svc.Spec.ExternalTrafficPolicy)))
 	svc.Spec.IPFamilies = in.families(svc.Spec.IPFamilies)
 	svc.Spec.IPFamilyPolicy = sharedPtr(in, svc.Spec.IPFamilyPolicy)
 	for i := range svc.Spec.Ports {
@@ -261,7 +285,7 @@ func (in *interner) shareOfService(svc *corev1.Service) {
 
 // keepOfService keeps of svc its identity, its eip.io/ annotations and what
 // ipset and alloc read: type, class, external and requested addresses,
-// families, ports and the load-balancer ingress. A cluster's Services
+// families, ports, external traffic policy and the load-balancer ingress. A cluster's Services
 // carry labels, selectors, cluster IPs, kubectl's last applied
 // configuration and status conditions that eipd never looks at: with
 // thousands of Services they were most of its memory.
@@ -282,8 +306,57 @@ func keepOfService(svc *corev1.Service) {
 		Type: svc.Spec.Type, LoadBalancerClass: svc.Spec.LoadBalancerClass,
 		ExternalIPs: svc.Spec.ExternalIPs, LoadBalancerIP: svc.Spec.LoadBalancerIP,
 		IPFamilies: svc.Spec.IPFamilies, IPFamilyPolicy: svc.Spec.IPFamilyPolicy, Ports: ports,
+		ExternalTrafficPolicy: svc.Spec.ExternalTrafficPolicy,
 	}
 	svc.Status = corev1.ServiceStatus{LoadBalancer: svc.Status.LoadBalancer}
+}
+
+// keepOfSlice keeps of an EndpointSlice its identity, its Service's name
+// and, per node, the best readiness of its endpoints there (one endpoint
+// each, sorted by node): where the Service's traffic is delivered, all
+// that package endpoints reads. The kubernetes Service's keep their
+// addresses too, the API server's (never bound). Every Service has a slice
+// and a slice up to a hundred endpoints; their addresses, ports, target
+// references, zones and hints are what eipd never reads.
+func (in *interner) keepOfSlice(es *discoveryv1.EndpointSlice) {
+	api := isAPIEndpoints(es)
+	var svc map[string]string
+	if name, ok := es.Labels[discoveryv1.LabelServiceName]; ok {
+		svc = in.labelSet(map[string]string{discoveryv1.LabelServiceName: name})
+	}
+	es.ObjectMeta = metav1.ObjectMeta{Name: es.Name, Namespace: in.str(es.Namespace), ResourceVersion: es.ResourceVersion, Labels: svc}
+	es.Ports = nil
+	if api {
+		for i, ep := range es.Endpoints {
+			es.Endpoints[i] = discoveryv1.Endpoint{Addresses: ep.Addresses}
+		}
+		return
+	}
+	nodes := endpoints.Nodes([]*discoveryv1.EndpointSlice{es})
+	kept := make([]discoveryv1.Endpoint, 0, len(nodes))
+	for _, node := range slices.Sorted(maps.Keys(nodes)) {
+		kept = append(kept, discoveryv1.Endpoint{NodeName: sharedPtr(in, &node), Conditions: in.conditions(nodes[node])})
+	}
+	es.Endpoints = kept
+}
+
+// conditions are shared conditions that endpoints.Of reads as r.
+func (in *interner) conditions(r endpoints.Readiness) discoveryv1.EndpointConditions {
+	yes, no := true, false
+	t, f := sharedPtr(in, &yes), sharedPtr(in, &no)
+	switch r {
+	case endpoints.Ready:
+		return discoveryv1.EndpointConditions{Ready: t, Serving: t, Terminating: f}
+	case endpoints.Leaving:
+		return discoveryv1.EndpointConditions{Ready: f, Serving: t, Terminating: t}
+	}
+	return discoveryv1.EndpointConditions{Ready: f, Serving: f, Terminating: f}
+}
+
+// isAPIEndpoints: obj is an EndpointSlice of the kubernetes Service.
+func isAPIEndpoints(obj any) bool {
+	es, ok := obj.(*discoveryv1.EndpointSlice)
+	return ok && es.Namespace == listwatch.APIServiceNamespace && es.Labels[discoveryv1.LabelServiceName] == listwatch.APIService
 }
 
 // eipAnnotations are the annotations of m under eip.io/, nil if none.

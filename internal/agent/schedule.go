@@ -219,6 +219,12 @@ func (s *state) pass() {
 	if w := s.writable(now); w != s.passWritable {
 		s.writableChanged(w)
 	}
+	if s.dirtyEps && !s.fullDue(now) {
+		s.dirtyEps = false
+		for _, ip := range s.updateServing(false) {
+			s.dirty[ip] = true
+		}
+	}
 	if s.fullDue(now) {
 		s.reconcile()
 		return

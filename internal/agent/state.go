@@ -47,6 +47,7 @@ type state struct {
 	binder
 	routing
 	lanState
+	serving
 
 	live      *lease.Liveness
 	renewReq  chan renewal
@@ -157,9 +158,11 @@ type writeQueue struct {
 // schedule is when the loop passes, and over what: the inputs that ask
 // for a full pass, the IPs to decide again, and the times it set.
 type schedule struct {
-	dirtySvc, dirtyNodes, dirtyCM bool
-	wake                          time.Time
-	lastResync                    time.Time
+	// dirtyEps: an EndpointSlice changed, which decides again only the IPs
+	// of Local Services whose eligible nodes changed (updateServing).
+	dirtySvc, dirtyNodes, dirtyCM, dirtyEps bool
+	wake                                    time.Time
+	lastResync                              time.Time
 	// lastPass is when the last full pass ran and passVerdicts what it
 	// read of each node; passWritable is whether this node could write at
 	// the last pass, full or not (see passDue), and fullUnwritable whether

@@ -40,6 +40,7 @@ const (
 	serviceSpecType              = 4
 	serviceSpecExternalIPs       = 5
 	serviceSpecLoadBalancerClass = 21
+	serviceSpecExternalTraffic   = 11
 	serviceStatusLoadBalancer    = 1
 	loadBalancerIngress          = 1
 	ingressIP                    = 1
@@ -92,8 +93,9 @@ func readLeaseList(r io.Reader) ([]*coordinationv1.Lease, map[netip.Addr]*lease.
 
 // readServiceList reads a list of Services as the claims each makes,
 // decoding each into one Service used again for the next: its name,
-// namespace, creationTimestamp and sharing key, type, externalIPs and
-// loadBalancerClass, and the IPs of its load balancer's ingress.
+// namespace, creationTimestamp and sharing key, type, externalIPs,
+// loadBalancerClass and externalTrafficPolicy, and the IPs of its load
+// balancer's ingress.
 func readServiceList(r io.Reader) ([]ipset.Claim, error) {
 	var (
 		out []ipset.Claim
@@ -102,7 +104,7 @@ func readServiceList(r io.Reader) ([]ipset.Claim, error) {
 	)
 	add := func(c ipset.Claim) { out = append(out, c) }
 	err := eachItem(r, func(b []byte) error {
-		s.Name, s.Namespace, s.Spec.Type, s.Spec.LoadBalancerClass = "", "", "", nil
+		s.Name, s.Namespace, s.Spec.Type, s.Spec.LoadBalancerClass, s.Spec.ExternalTrafficPolicy = "", "", "", nil, ""
 		s.CreationTimestamp = metav1.Time{}
 		clear(s.Annotations)
 		s.Spec.ExternalIPs, s.Status.LoadBalancer.Ingress = s.Spec.ExternalIPs[:0], s.Status.LoadBalancer.Ingress[:0]
@@ -120,6 +122,8 @@ func readServiceList(r io.Reader) ([]ipset.Claim, error) {
 					case serviceSpecLoadBalancerClass:
 						class := in.get(v)
 						s.Spec.LoadBalancerClass = &class
+					case serviceSpecExternalTraffic:
+						s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicy(in.get(v))
 					}
 					return nil
 				})

@@ -6,6 +6,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -15,8 +16,8 @@ import (
 
 // readSnapshot reads everything status needs with five requests, sent at
 // once: a list of eip's Leases, a list of Services in every namespace, a
-// get of the ConfigMap, a list of Nodes and one of the kubernetes
-// Service's EndpointSlices. There are no per-IP requests,
+// get of the ConfigMap, a list of Nodes and one of the EndpointSlices in
+// every namespace. There are no per-IP requests,
 // so the cost does not grow with the number of IPs beyond the size of the
 // lists, and the wait is that of the longest list.
 func readSnapshot(ctx context.Context, c kubernetes.Interface, l lists, namespace, configMap string) (snapshot, error) {
@@ -59,17 +60,20 @@ func readSnapshot(ctx context.Context, c kubernetes.Interface, l lists, namespac
 		return nil
 	})
 	g.Go(func() error {
-		// The API server's addresses, which the daemons never bind. A
-		// user who may not read them sees such an address as the
-		// daemons' events describe it instead.
-		eps, err := c.DiscoveryV1().EndpointSlices(listwatch.APIServiceNamespace).List(ctx, metav1.ListOptions{LabelSelector: listwatch.APIEndpointsSelector})
+		// Where Services with externalTrafficPolicy: Local have ready
+		// endpoints, and the API server's addresses, which the daemons
+		// never bind. A user who may not read them sees such an address
+		// as the daemons' events describe it, and no reason of
+		// endpoints.
+		eps, err := c.DiscoveryV1().EndpointSlices(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
 		switch {
 		case apierrors.IsForbidden(err):
 		case err != nil:
-			return fmt.Errorf("list endpointslices of %s/%s: %w", listwatch.APIServiceNamespace, listwatch.APIService, err)
+			return fmt.Errorf("list endpointslices: %w", err)
 		default:
+			s.endpointSlices = make([]*discoveryv1.EndpointSlice, len(eps.Items))
 			for i := range eps.Items {
-				s.apiEndpoints = append(s.apiEndpoints, &eps.Items[i])
+				s.endpointSlices[i] = &eps.Items[i]
 			}
 		}
 		return nil

@@ -48,8 +48,11 @@ live holder: no lock yet, or its holder died and the live nodes take it
 over), out-of-range (named by a Service outside every range: never bound),
 refused (a node's own address, a special address, a range kept for other
 namespaces, or spec.externalIPs with external-ips off: never bound), orphan
-(a lock no Service names any more: being deleted). A Service refused an IP
-that another namespace's Service holds is named in the REASON of its row.
+(a lock no Service names any more: being deleted), no-endpoints (a Service
+with externalTrafficPolicy: Local names it and no node has a ready endpoint
+of it: not bound). For such a Service REASON names the nodes with a ready
+endpoint, the only ones that may hold its IP. A Service refused an IP that
+another namespace's Service holds is named in the REASON of its row.
 
 ALIVE means the holder's heartbeat was renewed within its lease duration,
 judged on this machine's clock.`,
@@ -138,7 +141,7 @@ func (o *StatusOptions) watch(ctx context.Context, c kubernetes.Interface) error
 	services := informer(ctx, c, &corev1.Service{}, notify, set.Services)
 	configMaps := informer(ctx, c, &corev1.ConfigMap{}, notify, set.ConfigMap)
 	nodes := informer(ctx, c, &corev1.Node{}, notify, set.Nodes)
-	eps := informer(ctx, c, &discoveryv1.EndpointSlice{}, notify, set.APIEndpoints)
+	eps := informer(ctx, c, &discoveryv1.EndpointSlice{}, notify, set.EndpointSlices)
 	if !cache.WaitForCacheSync(ctx.Done(), leases.HasSynced, services.HasSynced, configMaps.HasSynced, nodes.HasSynced, eps.HasSynced) {
 		if err := ctx.Err(); err != nil {
 			return nil // interrupted
@@ -156,7 +159,7 @@ func (o *StatusOptions) watch(ctx context.Context, c kubernetes.Interface) error
 			services:  items[*corev1.Service](services.GetStore()),
 			nodes:     items[*corev1.Node](nodes.GetStore()),
 
-			apiEndpoints: items[*discoveryv1.EndpointSlice](eps.GetStore()),
+			endpointSlices: items[*discoveryv1.EndpointSlice](eps.GetStore()),
 		}
 		for _, cm := range items[*corev1.ConfigMap](configMaps.GetStore()) {
 			if cm.Name == o.configMap && cm.Namespace == ns {

@@ -119,6 +119,9 @@ func TestReadServiceList(t *testing.T) {
 			s.Annotations[ipset.AnnotationSharingKey] = fmt.Sprintf("key-%d", i)
 			s.Annotations[ipset.AnnotationPreferredNodes] = "node-b,node-a"
 		}
+		if i%3 == 0 {
+			s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+		}
 		ipset.EachIP(s, func(c ipset.Claim) { want = append(want, c) })
 		s.Spec.ClusterIP, s.Spec.ClusterIPs = "10.96.0.10", []string{"10.96.0.10"}
 		s.Spec.Ports = []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}

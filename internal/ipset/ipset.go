@@ -37,6 +37,11 @@ type Entry struct {
 	// namespace, and those of other namespaces that carry the Owner's
 	// sharing key.
 	Services []string
+	// Local are those of Services with externalTrafficPolicy: Local,
+	// sorted: kube-proxy delivers their traffic only to a node's own
+	// endpoints, so the IP lives only where each has one (package
+	// endpoints). Nil when there are none.
+	Local []string
 	// Owner is the oldest Service naming the IP that may use it
 	// (creationTimestamp, then "namespace/name"): every node and
 	// `kubectl eip status` agree on it without talking to each other.
@@ -100,6 +105,8 @@ type Claim struct {
 	// SharingKey and Preferred are the Service's AnnotationSharingKey and
 	// AnnotationPreferredNodes.
 	SharingKey, Preferred string
+	// Local: the Service's externalTrafficPolicy is Local.
+	Local bool
 }
 
 func (c Claim) namespace() string {
@@ -139,6 +146,7 @@ func EachIP(svc *corev1.Service, add func(Claim)) {
 	c := Claim{
 		Service: svc.Namespace + "/" + svc.Name, Created: svc.CreationTimestamp.Time,
 		SharingKey: strings.TrimSpace(svc.Annotations[AnnotationSharingKey]), Preferred: svc.Annotations[AnnotationPreferredNodes],
+		Local: svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal,
 	}
 	c.External = true
 	for _, text := range svc.Spec.ExternalIPs {
@@ -223,6 +231,9 @@ func ComputeFrom(n int, each func(add func(Claim)), cfg config.Config, reserved 
 			continue
 		}
 		entries[i].Owner, entries[i].Services = o.Service, []string{o.Service}
+		if o.Local {
+			entries[i].Local = []string{o.Service}
+		}
 		if o.Preferred != "" {
 			prefs = append(prefs, pending{i, o})
 		}
@@ -233,6 +244,9 @@ func ComputeFrom(n int, each func(add func(Claim)), cfg config.Config, reserved 
 			continue
 		}
 		entries[p.entry].Services = append(entries[p.entry].Services, p.claim.Service)
+		if p.claim.Local {
+			entries[p.entry].Local = append(entries[p.entry].Local, p.claim.Service)
+		}
 		if p.claim.Preferred != "" {
 			prefs = append(prefs, p)
 		}
@@ -242,15 +256,22 @@ func ComputeFrom(n int, each func(add func(Claim)), cfg config.Config, reserved 
 	entries = slices.DeleteFunc(entries, func(e Entry) bool { return e.Owner == "" })
 	slices.SortFunc(entries, func(a, b Entry) int { return a.IP.Compare(b.IP) })
 	for i := range entries {
-		if s := entries[i].Services; len(s) > 1 {
-			slices.Sort(s)
-			entries[i].Services = slices.Compact(s)
-		}
+		entries[i].Services = sortedSet(entries[i].Services)
+		entries[i].Local = sortedSet(entries[i].Local)
 	}
 	slices.SortFunc(rejections, func(a, b Rejection) int {
 		return cmp.Or(cmp.Compare(a.Service, b.Service), cmp.Compare(a.IP, b.IP), cmp.Compare(a.Reason, b.Reason))
 	})
 	return entries, slices.Compact(rejections)
+}
+
+// sortedSet sorts s and drops its repeats.
+func sortedSet(s []string) []string {
+	if len(s) < 2 {
+		return s
+	}
+	slices.Sort(s)
+	return slices.Compact(s)
 }
 
 // preferences sets the Preferred nodes of entries from prefs, claims let

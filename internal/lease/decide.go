@@ -2,6 +2,7 @@ package lease
 
 import (
 	"net/netip"
+	"slices"
 	"time"
 )
 
@@ -78,6 +79,40 @@ type IP struct {
 	// holder hands it to, for an unheld IP the node that should take it
 	// first. Empty when the policy has no opinion.
 	Planned string
+	// Only restricts which nodes may hold the IP (externalTrafficPolicy:
+	// Local): the others never race for it, and a holder it leaves out
+	// hands it to a live node it names, or releases it.
+	Only Only
+}
+
+// Only restricts the nodes an IP may live on, when Restricted, to Nodes.
+type Only struct {
+	Restricted bool
+	Nodes      []string // sorted
+}
+
+// Allows reports whether node may hold the IP.
+func (o Only) Allows(node string) bool {
+	if !o.Restricted {
+		return true
+	}
+	_, ok := slices.BinarySearch(o.Nodes, node)
+	return ok
+}
+
+// Of returns the nodes of live it allows, in their order: live itself
+// when it restricts nothing.
+func (o Only) Of(live []string) []string {
+	if !o.Restricted {
+		return live
+	}
+	out := make([]string, 0, min(len(live), len(o.Nodes)))
+	for _, n := range live {
+		if o.Allows(n) {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // Decision is the outcome for one IP. When Action is None and At is set,
@@ -109,6 +144,14 @@ func Decide(v View, ip IP) Decision {
 }
 
 func (v View) decide(ip IP) Decision {
+	if ip.Named && ip.Only.Restricted {
+		// Whom the IP may go to is whom it may be given to: the live
+		// nodes it allows. A plan naming another is ignored.
+		v.Live = ip.Only.Of(v.Live)
+		if !ip.Only.Allows(ip.Planned) {
+			ip.Planned = ""
+		}
+	}
 	if ip.FreeSince.Before(v.PeersKnown) && !ip.FreeSince.IsZero() {
 		// Ranks count from when this node knew its peers, not from when
 		// it first saw the IP free, which may be before.
@@ -173,6 +216,9 @@ func (v View) raceRule(ip IP, since time.Time, act Action, why string) Decision 
 	if !v.Writable || !v.Eligible {
 		return Decision{Reason: why + "; this node cannot take it now"}
 	}
+	if !ip.Only.Allows(v.Self) {
+		return Decision{Reason: why + "; no ready endpoint of its Service here"}
+	}
 	if ip.Lock != nil && ip.Lock.MoveTo == v.Self {
 		return Decision{Action: act, Reason: why + "; moved here"}
 	}
@@ -212,15 +258,19 @@ func (v View) decideHeld(ip IP) Decision {
 		w.ReadWritable = true
 		return w
 	}
-	if !ip.Bound {
-		return Decision{Action: Bind, Reason: "held", ReadWritable: writes}
+	switch {
+	case ip.Bound:
+		return Decision{Reason: "held and bound", ReadWritable: writes}
+	case !ip.Only.Allows(v.Self):
+		return Decision{Reason: "held, but no ready endpoint of its Service here", ReadWritable: writes}
 	}
-	return Decision{Reason: "held and bound", ReadWritable: writes}
+	return Decision{Action: Bind, Reason: "held", ReadWritable: writes}
 }
 
 // heldWrite is the lock write this node makes about an IP it holds when it
-// may write: a requested move carried out or withdrawn, a hand-off because
-// it is not eligible, or one the policy asks for.
+// may write: a requested move carried out or withdrawn, a hand-off (or a
+// release) because no endpoint of an eTP=Local Service is here, a
+// hand-off because it is not eligible, or one the policy asks for.
 func (v View) heldWrite(ip IP) (Decision, bool) {
 	if mt := ip.Lock.MoveTo; mt != "" {
 		switch {
@@ -232,18 +282,31 @@ func (v View) heldWrite(ip IP) (Decision, bool) {
 			return Decision{Action: ClearMove, Reason: "move target " + mt + " is not a live eligible node"}, true
 		}
 	}
-	if !v.Eligible {
-		t := ip.Planned
-		if t == v.Self || !v.isLive(t) {
-			t = v.bestPeer(ip.Addr)
+	if !ip.Only.Allows(v.Self) {
+		// kube-proxy drops the IP's traffic here: it goes to a node that
+		// delivers it, or nowhere.
+		if t := v.handoffTarget(ip); t != "" {
+			return Decision{Action: Handoff, Target: t, Reason: "no ready endpoint of its Service here"}, true
 		}
-		if t != "" {
+		return Decision{Action: Release, Reason: "no live node has a ready endpoint of its Service"}, true
+	}
+	if !v.Eligible {
+		if t := v.handoffTarget(ip); t != "" {
 			return Decision{Action: Handoff, Target: t, Reason: "this node is not eligible"}, true
 		}
 	} else if ip.Planned != "" && ip.Planned != v.Self && v.isLive(ip.Planned) {
 		return Decision{Action: Handoff, Target: ip.Planned, Reason: "policy"}, true
 	}
 	return Decision{}, false
+}
+
+// handoffTarget is the node this one gives ip to when it may not keep it:
+// the policy's choice if live, else the best-ranked live peer; "" if none.
+func (v View) handoffTarget(ip IP) string {
+	if t := ip.Planned; t != v.Self && v.isLive(t) {
+		return t
+	}
+	return v.bestPeer(ip.Addr)
 }
 
 func decideOrphan(v View, ip IP) Decision {

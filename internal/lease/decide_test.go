@@ -52,20 +52,38 @@ func lock(holder, moveTo string) *lease.Lock {
 	return &lease.Lock{Holder: holder, MoveTo: moveTo, ResourceVersion: "5"}
 }
 
+// decideCase is one decision a table expects: of ip, in decideView
+// changed by view if not nil.
+type decideCase struct {
+	name   string
+	view   func(*lease.View)
+	ip     lease.IP
+	action lease.Action
+	target string
+	at     time.Time
+}
+
+// check checks the decision: its action, target and time, with a reason.
+func (tc decideCase) check(t *testing.T) {
+	t.Helper()
+	v := decideView()
+	if tc.view != nil {
+		tc.view(&v)
+	}
+	d := lease.Decide(v, tc.ip)
+	assert.Equal(t, d.Action, tc.action, "reason: %s", d.Reason)
+	assert.Equal(t, d.Target, tc.target)
+	assert.Equal(t, d.At, tc.at)
+	assert.Assert(t, d.Reason != "")
+}
+
 func TestDecide(t *testing.T) {
 	r0, r1, r2 := ipRanked(t, 0), ipRanked(t, 1), ipRanked(t, 2)
 	notWritable := func(v *lease.View) { v.Writable = false }
 	notEligible := func(v *lease.View) { v.Eligible = false; v.Live = []string{"b", "c"} }
 	freeSince := func(d time.Duration) time.Time { return now().Add(-d) }
 
-	for _, tc := range []struct {
-		name   string
-		view   func(*lease.View)
-		ip     lease.IP
-		action lease.Action
-		target string
-		at     time.Time
-	}{
+	for _, tc := range []decideCase{
 		// IPs no Service names.
 		{name: "orphan without lock", ip: lease.IP{Addr: r0}, action: lease.None},
 		{name: "orphan without lock, bound", ip: lease.IP{Addr: r0, Bound: true}, action: lease.Unbind},
@@ -129,17 +147,7 @@ func TestDecide(t *testing.T) {
 		{name: "dead holder, not writable", view: notWritable, ip: lease.IP{Addr: r0, Named: true, Lock: lock("y", "")}, action: lease.None},
 		{name: "dead holder, not eligible", view: notEligible, ip: lease.IP{Addr: r0, Named: true, Lock: lock("y", "")}, action: lease.None},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			v := decideView()
-			if tc.view != nil {
-				tc.view(&v)
-			}
-			d := lease.Decide(v, tc.ip)
-			assert.Equal(t, d.Action, tc.action, "reason: %s", d.Reason)
-			assert.Equal(t, d.Target, tc.target)
-			assert.Equal(t, d.At, tc.at)
-			assert.Assert(t, d.Reason != "")
-		})
+		t.Run(tc.name, func(t *testing.T) { tc.check(t) })
 	}
 }
 
@@ -284,4 +292,40 @@ func TestDecideSaysWhetherItReadWritable(t *testing.T) {
 		}
 	}
 	assert.Assert(t, n > 0, "no decision stood whatever Writable was")
+}
+
+// An IP restricted to some nodes (externalTrafficPolicy: Local, package
+// endpoints) lives only on them: the others never race for it, and a
+// holder it leaves out hands it to one that is live, or releases it.
+func TestDecideOnlyWhereAllowed(t *testing.T) {
+	r0, r2 := ipRanked(t, 0), ipRanked(t, 2)
+	only := func(nodes ...string) lease.Only { return lease.Only{Restricted: true, Nodes: nodes} }
+	notWritable := func(v *lease.View) { v.Writable = false }
+	for _, tc := range []decideCase{
+		{name: "no lock, top rank, not allowed", ip: lease.IP{Addr: r0, Named: true, FreeSince: now(), Only: only("b")}, action: lease.None},
+		{name: "no lock, rank 2 of all, first of those allowed", ip: lease.IP{Addr: r2, Named: true, FreeSince: now(), Only: only("a", "x")}, action: lease.Create},
+		{name: "free, no node allowed", ip: lease.IP{Addr: r0, Named: true, Lock: lock("", ""), FreeSince: now().Add(-time.Hour), Only: only()}, action: lease.None},
+		{name: "free, planned for a node not allowed", ip: lease.IP{Addr: r2, Named: true, Lock: lock("", ""), FreeSince: now(), Planned: "b", Only: only("a")}, action: lease.Acquire},
+		{name: "dead holder, allowed here only", ip: lease.IP{Addr: r2, Named: true, Lock: lock("x", ""), Only: only("a")}, action: lease.Acquire},
+		{name: "held, allowed", ip: lease.IP{Addr: r0, Named: true, Lock: lock("a", ""), Bound: true, Only: only("a", "b")}, action: lease.None},
+		{name: "held, not allowed: hand-off to the allowed node", ip: lease.IP{Addr: r0, Named: true, Lock: lock("a", ""), Bound: true, Only: only("c")}, action: lease.Handoff, target: "c"},
+		{name: "held, not allowed, plan names another not allowed", ip: lease.IP{Addr: r0, Named: true, Lock: lock("a", ""), Bound: true, Planned: "b", Only: only("c")}, action: lease.Handoff, target: "c"},
+		{name: "held, not allowed, allowed node dead", ip: lease.IP{Addr: r0, Named: true, Lock: lock("a", ""), Bound: true, Only: only("x")}, action: lease.Release},
+		{name: "held, no node allowed", ip: lease.IP{Addr: r0, Named: true, Lock: lock("a", ""), Bound: true, Only: only()}, action: lease.Release},
+		{name: "held, not allowed, not writable, bound: kept", view: notWritable, ip: lease.IP{Addr: r0, Named: true, Lock: lock("a", ""), Bound: true, Only: only("b")}, action: lease.None},
+		{name: "held, not allowed, not writable, unbound: not bound", view: notWritable, ip: lease.IP{Addr: r0, Named: true, Lock: lock("a", ""), Only: only("b")}, action: lease.None},
+		{name: "held, move to a node not allowed", ip: lease.IP{Addr: r0, Named: true, Lock: lock("a", "b"), Bound: true, Only: only("a", "c")}, action: lease.ClearMove},
+		{name: "held, move to an allowed node", ip: lease.IP{Addr: r0, Named: true, Lock: lock("a", "c"), Bound: true, Only: only("a", "c")}, action: lease.Handoff, target: "c"},
+		{name: "held, policy wants a node not allowed", ip: lease.IP{Addr: r0, Named: true, Lock: lock("a", ""), Bound: true, Planned: "b", Only: only("a")}, action: lease.None},
+	} {
+		t.Run(tc.name, func(t *testing.T) { tc.check(t) })
+	}
+}
+
+func TestOnly(t *testing.T) {
+	assert.Assert(t, lease.Only{}.Allows("a"))
+	assert.DeepEqual(t, lease.Only{}.Of([]string{"a", "b"}), []string{"a", "b"})
+	o := lease.Only{Restricted: true, Nodes: []string{"b", "d"}}
+	assert.Assert(t, o.Allows("b") && !o.Allows("a") && !o.Allows(""))
+	assert.DeepEqual(t, o.Of([]string{"a", "b", "c", "d"}), []string{"b", "d"})
 }

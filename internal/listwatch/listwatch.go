@@ -23,6 +23,10 @@ type Set struct {
 	// APIEndpoints is the EndpointSlices of the kubernetes Service in
 	// default: the API server's own addresses.
 	APIEndpoints *cache.ListWatch
+	// EndpointSlices is every EndpointSlice: where each Service has ready
+	// endpoints (externalTrafficPolicy: Local), and the kubernetes
+	// Service's among them.
+	EndpointSlices *cache.ListWatch
 }
 
 // APIServiceNamespace and APIService name the Service through which pods
@@ -35,8 +39,9 @@ const (
 // APIEndpointsSelector selects the EndpointSlices of the kubernetes Service.
 const APIEndpointsSelector = discoveryv1.LabelServiceName + "=" + APIService
 
-// For returns the ListWatches of client c: Services and Nodes everywhere,
-// the kubernetes Service's EndpointSlices in default, eip's Leases in
+// For returns the ListWatches of client c: Services, Nodes and
+// EndpointSlices everywhere, the kubernetes Service's EndpointSlices in
+// default, eip's Leases in
 // namespace and the ConfigMap named configMap there.
 func For(c kubeclient.Interface, namespace, configMap string) Set {
 	byName := fields.OneTermEqualSelector("metadata.name", configMap).String()
@@ -68,6 +73,13 @@ func For(c kubeclient.Interface, namespace, configMap string) Set {
 			},
 			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 				return c.EndpointSlices(APIServiceNamespace).Watch(ctx, o)
+			}),
+		EndpointSlices: of(nil,
+			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				return c.EndpointSlices(metav1.NamespaceAll).List(ctx, o)
+			},
+			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				return c.EndpointSlices(metav1.NamespaceAll).Watch(ctx, o)
 			}),
 		ConfigMap: of(func(o *metav1.ListOptions) { o.FieldSelector = byName },
 			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {

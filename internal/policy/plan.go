@@ -22,6 +22,10 @@ type Input struct {
 	// Preferred maps an IP to its preferred nodes, best first (a Service
 	// annotation or the ConfigMap default). May be nil.
 	Preferred map[netip.Addr][]string
+	// Only restricts the nodes some IPs may live on (externalTrafficPolicy:
+	// Local): such an IP is planned only onto a live node it allows. May be
+	// nil.
+	Only map[netip.Addr]lease.Only
 }
 
 // Plan returns, for each IP that should change hands, the node that should
@@ -72,14 +76,38 @@ func (p *planner) holder(ip netip.Addr) string {
 	return ""
 }
 
-// preferred is the first live node of ip's preferred list, or "".
+// preferred is the first live node of ip's preferred list that ip
+// allows, or "".
 func (p *planner) preferred(ip netip.Addr) string {
+	only := p.in.Only[ip]
 	for _, n := range p.in.Preferred[ip] {
-		if p.isLive[n] {
+		if p.isLive[n] && only.Allows(n) {
 			return n
 		}
 	}
 	return ""
+}
+
+// pinned is where spread puts an IP it does not balance: its live
+// preferred node, else, for an IP restricted to some nodes, its holder if
+// allowed or the best-ranked live node allowed. "" when the IP is
+// balanced, or when no live node may hold it (lease.Decide then releases
+// it).
+func (p *planner) pinned(ip netip.Addr) (string, bool) {
+	if pref := p.preferred(ip); pref != "" {
+		return pref, true
+	}
+	only, restricted := p.in.Only[ip]
+	if !restricted || !only.Restricted {
+		return "", false
+	}
+	if h := p.holder(ip); h != "" && only.Allows(h) {
+		return h, true
+	}
+	if allowed := only.Of(p.live); len(allowed) > 0 {
+		return lease.Order(ip, allowed)[0], true
+	}
+	return "", true
 }
 
 // sticky moves only IPs whose preferred node is live and not their holder.
@@ -105,7 +133,8 @@ type load struct {
 // possible:
 //
 //  1. An IP with a live preferred node goes there and counts as that node's
-//     load ("pinned").
+//     load ("pinned"); so does one restricted to some nodes, to its holder
+//     if allowed, else to the best-ranked live node it allows.
 //  2. Quotas: the unpinned IPs are shared so that every node that is not
 //     already over the level with pinned IPs alone ends at level L or L+1
 //     (L = ⌊n/k⌋ and the familiar ⌊n/k⌋/⌈n/k⌉ when nothing is pinned). The
@@ -128,10 +157,12 @@ func (p *planner) spread() {
 	free := 0
 	for ip := range p.in.Holders {
 		h := p.holder(ip)
-		if pref := p.preferred(ip); pref != "" {
-			byName[pref].pinned++
-			if h != pref {
-				p.plan[ip] = pref
+		if pin, ok := p.pinned(ip); ok {
+			if pin != "" {
+				byName[pin].pinned++
+			}
+			if pin != "" && h != pin {
+				p.plan[ip] = pin
 			}
 			continue
 		}

@@ -265,3 +265,41 @@ func TestSpreadUnheldFollowRank(t *testing.T) {
 	}
 	assert.Assert(t, first > 240, "only %d of 300 IPs planned onto their best-ranked node", first)
 }
+
+// An IP restricted to some nodes (externalTrafficPolicy: Local) is planned
+// only onto them, under either policy; spread counts it as load where it
+// lives and balances the others around it.
+func TestPlanOnlyWhereAllowed(t *testing.T) {
+	only := func(nodes ...string) lease.Only { return lease.Only{Restricted: true, Nodes: nodes} }
+	a, b, c := ipN(1), ipN(2), ipN(3)
+	for _, pol := range []config.Policy{config.PolicySticky, config.PolicySpread} {
+		t.Run(string(pol), func(t *testing.T) {
+			in := policy.Input{
+				Policy: pol, Live: []string{"n1", "n2", "n3"},
+				Holders:   map[netip.Addr]string{a: "", b: "n1", c: "n1"},
+				Preferred: map[netip.Addr][]string{a: {"n1", "n2"}, b: {"n3"}},
+				Only:      map[netip.Addr]lease.Only{a: only("n2"), b: only("n1"), c: only()},
+			}
+			plan := policy.Plan(in)
+			assert.Equal(t, plan[a], "n2", "the first preferred node it allows")
+			_, moved := plan[b]
+			assert.Assert(t, !moved, "its preferred node is not allowed: it stays")
+			_, moved = plan[c]
+			assert.Assert(t, !moved, "no node is allowed: nothing is planned")
+		})
+	}
+	// Spread: three restricted IPs pinned on n1 count as its load, so the
+	// three free ones go to n2 and n3.
+	in := policy.Input{Policy: config.PolicySpread, Live: []string{"n1", "n2"},
+		Holders: spreadOver(10, 4, "n1"), Only: map[netip.Addr]lease.Only{}}
+	for ip := range spreadOver(10, 2, "n1") {
+		in.Only[ip] = only("n1")
+	}
+	for ip, h := range apply(in, policy.Plan(in)) {
+		if _, restricted := in.Only[ip]; restricted {
+			assert.Equal(t, h, "n1", "%s", ip)
+		} else {
+			assert.Equal(t, h, "n2", "%s: n1 carries the restricted ones", ip)
+		}
+	}
+}

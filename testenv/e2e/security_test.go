@@ -124,11 +124,11 @@ var unusedOnPurpose = func() map[permission]string {
 		"against an API server that cannot, they fall back to LIST"
 	ns := testenv.Namespace
 	return map[permission]string{
-		{"", "", "services", "list"}:                              listFallback,
-		{"", "", "nodes", "list"}:                                 listFallback,
-		{ns, "coordination.k8s.io", "leases", "list"}:             listFallback,
-		{ns, "", "configmaps", "list"}:                            listFallback,
-		{"default", "discovery.k8s.io", "endpointslices", "list"}: listFallback,
+		{"", "", "services", "list"}:                       listFallback,
+		{"", "", "nodes", "list"}:                          listFallback,
+		{ns, "coordination.k8s.io", "leases", "list"}:      listFallback,
+		{ns, "", "configmaps", "list"}:                     listFallback,
+		{"", "discovery.k8s.io", "endpointslices", "list"}: listFallback,
 	}
 }()
 
@@ -266,11 +266,9 @@ func (e *env) granted() []permission {
 		}
 	}
 	add("", cr.Rules)
-	for _, ns := range []string{testenv.Namespace, "default"} {
-		role, err := e.k.RbacV1().Roles(ns).Get(e.ctx, "eip", metav1.GetOptions{})
-		e.must(err)
-		add(ns, role.Rules)
-	}
+	role, err := e.k.RbacV1().Roles(testenv.Namespace).Get(e.ctx, "eip", metav1.GetOptions{})
+	e.must(err)
+	add(testenv.Namespace, role.Rules)
 	return out
 }
 

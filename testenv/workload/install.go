@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -98,27 +99,7 @@ func DeployWeb(ctx context.Context, c *testenv.Cluster) (netip.Addr, error) {
 // behind a Service with an external IP and a LoadBalancer Service. The pods
 // keep serving for a few seconds after SIGTERM (web does), so that no
 // request reaches a pod that stopped listening while endpoints update.
-var webApp = `apiVersion: apps/v1
-kind: Deployment
-metadata: {name: web, namespace: ` + AppNamespace + `}
-spec:
-  replicas: 3
-  selector: {matchLabels: {app: web}}
-  template:
-    metadata: {labels: {app: web}}
-    spec:
-      terminationGracePeriodSeconds: 15
-      topologySpreadConstraints:
-      - {maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: ScheduleAnyway, labelSelector: {matchLabels: {app: web}}}
-      containers:
-      - name: web
-        image: localhost/eip-testenv/web:1
-        ports: [{containerPort: 8080}]
-        readinessProbe: {httpGet: {path: /, port: 8080}, periodSeconds: 1}
-        env:
-        - {name: POD_NAME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}
-        - {name: NODE_NAME, valueFrom: {fieldRef: {fieldPath: spec.nodeName}}}
----
+var webApp = WebDeployment("web", 3) + `---
 apiVersion: v1
 kind: Service
 metadata: {name: web-ext, namespace: ` + AppNamespace + `}
@@ -135,6 +116,32 @@ spec:
   selector: {app: web}
   ports: [{port: 80, targetPort: 8080}]
 `
+
+// WebDeployment is a Deployment of the web application named name, its
+// replicas pods labelled app=name and spread over the nodes.
+func WebDeployment(name string, replicas int) string {
+	return `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: ` + name + `, namespace: ` + AppNamespace + `}
+spec:
+  replicas: ` + strconv.Itoa(replicas) + `
+  selector: {matchLabels: {app: ` + name + `}}
+  template:
+    metadata: {labels: {app: ` + name + `}}
+    spec:
+      terminationGracePeriodSeconds: 15
+      topologySpreadConstraints:
+      - {maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: ScheduleAnyway, labelSelector: {matchLabels: {app: ` + name + `}}}
+      containers:
+      - name: web
+        image: ` + realnode.WebImage + `
+        ports: [{containerPort: 8080}]
+        readinessProbe: {httpGet: {path: /, port: 8080}, periodSeconds: 1}
+        env:
+        - {name: POD_NAME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}
+        - {name: NODE_NAME, valueFrom: {fieldRef: {fieldPath: spec.nodeName}}}
+`
+}
 
 // Holder is the node the IP's lock names, "" if none.
 func Holder(ctx context.Context, c *testenv.Cluster, ip netip.Addr) (string, error) {

@@ -27,7 +27,10 @@ const (
 type Request struct {
 	Start, End time.Time
 	Answer     string // "pod=… node=…", empty on failure
-	Err        error
+	// Remote is the address the pod saw the request come from; empty on
+	// failure.
+	Remote string
+	Err    error
 }
 
 // Traffic is what the client sends to one IP: 10 ms pings and HTTP.
@@ -89,11 +92,11 @@ func get(hc *http.Client, url string) Request {
 		if err == nil && resp.StatusCode != http.StatusOK {
 			err = fmt.Errorf("status %s", resp.Status)
 		}
-		r.Answer = strings.TrimSpace(string(b))
+		r.Answer, r.Remote, _ = strings.Cut(strings.TrimSpace(string(b)), " remote=")
 	}
 	r.End, r.Err = time.Now(), err
 	if err != nil {
-		r.Answer = ""
+		r.Answer, r.Remote = "", ""
 	}
 	return r
 }
@@ -120,7 +123,10 @@ func (tr *Traffic) Finish() Seen {
 
 // WaitAnswering waits until the IP answers HTTP requests, so measuring
 // starts from a working state.
-func (tr *Traffic) WaitAnswering(ctx context.Context) error {
+func (tr *Traffic) WaitAnswering(ctx context.Context) error { return tr.WaitAnswered(ctx, 5) }
+
+// WaitAnswered waits until n requests sent from now on were answered.
+func (tr *Traffic) WaitAnswered(ctx context.Context, n int) error {
 	since := time.Now()
 	for {
 		tr.mu.Lock()
@@ -131,7 +137,7 @@ func (tr *Traffic) WaitAnswering(ctx context.Context) error {
 			}
 		}
 		tr.mu.Unlock()
-		if ok >= 5 {
+		if ok >= n {
 			return nil
 		}
 		select {

@@ -1,0 +1,93 @@
+package agent
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/eip-project/eip/internal/endpoints"
+	"github.com/eip-project/eip/internal/ipset"
+	"github.com/eip-project/eip/internal/lease"
+)
+
+// serving is where the IPs of Services with externalTrafficPolicy: Local
+// may live: kube-proxy drops their traffic on a node without a ready
+// endpoint, so only nodes with one of each such Service of the IP may hold
+// it (package endpoints). IPs no such Service names are absent and live on
+// any eligible node.
+type serving struct {
+	only map[netip.Addr]lease.Only
+	// local are the IPs a Local Service names, sorted, as of the last
+	// computeEntries.
+	local []netip.Addr
+}
+
+// onlyFor is where ip may live.
+func (sv *serving) onlyFor(ip netip.Addr) lease.Only { return sv.only[ip] }
+
+// eligibility is where the IP of e may live, from the EndpointSlices of
+// its Local Services.
+func (s *state) eligibility(e ipset.Entry) endpoints.Eligibility {
+	per := make([]map[string]endpoints.Readiness, len(e.Local))
+	for i, svc := range e.Local {
+		per[i] = endpoints.Nodes(s.a.slicesOf(svc))
+	}
+	return endpoints.Eligible(per)
+}
+
+// updateServing judges again where the IPs of Local Services may live and
+// returns those whose answer changed. With entries it first takes the IPs
+// anew from the entries (they were recomputed); otherwise only
+// EndpointSlices changed, and only the IPs of Local Services are judged.
+func (s *state) updateServing(entries bool) []netip.Addr {
+	if entries {
+		s.local = s.local[:0]
+		for _, m := range s.order {
+			if len(s.entries[m.ip].Local) > 0 {
+				s.local = append(s.local, m.ip)
+			}
+		}
+	}
+	var changed []netip.Addr
+	next := make(map[netip.Addr]lease.Only, len(s.local))
+	for _, ip := range s.local {
+		e := s.entries[ip]
+		el := s.eligibility(e)
+		o := lease.Only{Restricted: true, Nodes: el.Nodes}
+		next[ip] = o
+		old, was := s.only[ip]
+		if !was || !slices.Equal(old.Nodes, o.Nodes) {
+			changed = append(changed, ip)
+			s.reportServing(e, el, was && len(old.Nodes) == 0, !was)
+		}
+	}
+	for ip := range s.only {
+		if _, ok := next[ip]; !ok {
+			changed = append(changed, ip)
+		}
+	}
+	s.only = next
+	return changed
+}
+
+// reportServing logs where the IP of e may now live and, from the first
+// live node (as reportRejections), posts an Event on its Services when no
+// node may hold it any more (Warning NoEndpoints; at a start too) and when
+// one may again (Normal EndpointsReady). wasNone: no node could hold it.
+func (s *state) reportServing(e ipset.Entry, el endpoints.Eligibility, wasNone, first bool) {
+	why := el.Why(e.Local)
+	s.log.Info("where an IP may live changed", "ip", e.IP, "service", strings.Join(e.Local, ","), "reason", why)
+	v := s.view(s.a.clk.Now())
+	if len(v.Live) > 0 && v.Live[0] != s.a.opt.Node {
+		return
+	}
+	switch {
+	case len(el.Nodes) == 0 && !wasNone:
+		s.event(e.IP, corev1.EventTypeWarning, "NoEndpoints", fmt.Sprintf("%s is not bound: %s", e.IP, why))
+	case len(el.Nodes) > 0 && wasNone && !first:
+		s.event(e.IP, corev1.EventTypeNormal, "EndpointsReady", fmt.Sprintf("%s may be bound again: %s", e.IP, why))
+	}
+}

@@ -1,0 +1,197 @@
+package agent
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+
+	"gotest.tools/v3/assert"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/eip-project/eip/internal/endpoints"
+)
+
+// addLocalService adds a Service with externalTrafficPolicy: Local naming
+// ips as external IPs.
+func (w *world) addLocalService(name string, ips ...netip.Addr) {
+	w.addService(name, ips...)
+	svc := w.svcObj(name).DeepCopy()
+	svc.Spec.Type = corev1.ServiceTypeLoadBalancer
+	svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+	svc.ResourceVersion = w.nextRV()
+	w.must(w.svcs.Update(svc))
+}
+
+// endpointsOf sets the one EndpointSlice of Service name in default: an
+// endpoint per node, with its readiness. The loop sees the change as an
+// informer would tell it (epKick), and passes over what it changed.
+func (w *world) endpointsOf(name string, nodes map[string]endpoints.Readiness) {
+	es := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name + "-1", ResourceVersion: w.nextRV(),
+			Labels: map[string]string{discoveryv1.LabelServiceName: name}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+	}
+	yes, no := true, false
+	for node, r := range nodes {
+		ep := discoveryv1.Endpoint{Addresses: []string{"10.0.0.1"}, NodeName: &node}
+		switch r {
+		case endpoints.Ready:
+			ep.Conditions = discoveryv1.EndpointConditions{Ready: &yes, Serving: &yes, Terminating: &no}
+		case endpoints.Leaving:
+			ep.Conditions = discoveryv1.EndpointConditions{Ready: &no, Serving: &yes, Terminating: &yes}
+		default:
+			ep.Conditions = discoveryv1.EndpointConditions{Ready: &no, Serving: &no, Terminating: &no}
+		}
+		es.Endpoints = append(es.Endpoints, ep)
+	}
+	w.must(w.eps.Update(es))
+	w.s.dirtyEps = true
+	w.s.pass()
+	w.settle()
+}
+
+// events are the Events recorded since the last call.
+func (w *world) events() []string {
+	var out []string
+	ch := w.a.recorder.(*record.FakeRecorder).Events
+	for {
+		select {
+		case e := <-ch:
+			out = append(out, e)
+		default:
+			return out
+		}
+	}
+}
+
+// localWorld is node-a with live peer node-b, and a Local Service whose
+// one endpoint is on node-b: node-a, though it ranks first, leaves the IP
+// to node-b.
+func localWorld(t *testing.T) *world {
+	w := newWorld(t, "node-a", defaultTestConfig())
+	w.addNode("node-b")
+	w.heartbeat("node-b", true)
+	w.addLocalService("web", testIP(0))
+	w.endpointsOf("web", map[string]endpoints.Readiness{"node-b": endpoints.Ready})
+	w.pass()
+	for range 4 {
+		w.tick("node-b")
+	}
+	assert.DeepEqual(t, w.take(), []string(nil))
+	return w
+}
+
+// An IP of an eTP=Local Service lives where its endpoint is: the node
+// with none never races for it; when the endpoint comes here it takes the
+// IP (node-b, which lost its endpoint, hands it here); when it leaves
+// again this node hands the IP to the node that has one, unbinding first.
+func TestLoopLocalIPLivesWhereItsEndpointIs(t *testing.T) {
+	w := localWorld(t)
+	w.lock(testIP(0), "node-b")
+	w.endpointsOf("web", map[string]endpoints.Readiness{"node-a": endpoints.Ready})
+	// node-b holds it and is alive: it is node-b's to give.
+	assert.DeepEqual(t, w.take(), []string(nil))
+	w.lock(testIP(0), "node-a") // node-b's hand-off
+	w.tick("node-b")
+	assert.DeepEqual(t, w.take(), []string{"bind 198.18.100.1"})
+
+	w.endpointsOf("web", map[string]endpoints.Readiness{"node-b": endpoints.Ready})
+	assert.DeepEqual(t, w.take(), []string{"unbind 198.18.100.1", "update eip-198-18-100-1 holder=node-b"})
+}
+
+// A rolling update: while the endpoint here is terminating but serving
+// and no node has a ready one, the IP stays; once another node has a
+// ready one it goes there, before the old pod stops serving.
+func TestLoopLocalIPMovesBeforeItsPodStopsServing(t *testing.T) {
+	w := newWorld(t, "node-a", defaultTestConfig())
+	w.addNode("node-b")
+	w.heartbeat("node-b", true)
+	w.addLocalService("web", testIP(0))
+	w.endpointsOf("web", map[string]endpoints.Readiness{"node-a": endpoints.Ready})
+	for range 4 {
+		w.tick("node-b")
+	}
+	assert.DeepEqual(t, w.take(), []string{"create eip-198-18-100-1 holder=node-a", "bind 198.18.100.1"})
+
+	w.endpointsOf("web", map[string]endpoints.Readiness{"node-a": endpoints.Leaving, "node-b": endpoints.None})
+	w.tick("node-b")
+	// Only a terminating endpoint serves, here: the IP stays.
+	assert.DeepEqual(t, w.take(), []string(nil))
+
+	w.endpointsOf("web", map[string]endpoints.Readiness{"node-a": endpoints.Leaving, "node-b": endpoints.Ready})
+	assert.DeepEqual(t, w.take(), []string{"unbind 198.18.100.1", "update eip-198-18-100-1 holder=node-b"})
+}
+
+// With no ready endpoint anywhere the holder releases the IP, unbound,
+// with a Warning; when one is ready here again it takes it back, with a
+// Normal Event.
+func TestLoopLocalIPWithoutEndpointsIsNotBound(t *testing.T) {
+	w := newWorld(t, "node-a", defaultTestConfig())
+	w.addLocalService("web", testIP(0))
+	w.endpointsOf("web", map[string]endpoints.Readiness{"node-a": endpoints.Ready})
+	for range 4 {
+		w.tick()
+	}
+	assert.DeepEqual(t, w.take(), []string{"create eip-198-18-100-1 holder=node-a", "bind 198.18.100.1"})
+	w.events()
+
+	w.endpointsOf("web", map[string]endpoints.Readiness{"node-a": endpoints.None})
+	assert.DeepEqual(t, w.take(), []string{"unbind 198.18.100.1", "update eip-198-18-100-1 holder="})
+	for range 10 {
+		w.tick()
+	}
+	assert.DeepEqual(t, w.take(), []string(nil))
+	assert.DeepEqual(t, w.events(), []string{"Warning NoEndpoints 198.18.100.1 is not bound: no node has a ready endpoint of default/web (externalTrafficPolicy: Local)"})
+
+	w.endpointsOf("web", map[string]endpoints.Readiness{"node-a": endpoints.Ready})
+	for range 4 {
+		w.tick()
+	}
+	assert.DeepEqual(t, w.take(), []string{"update eip-198-18-100-1 holder=node-a", "bind 198.18.100.1"})
+	got := strings.Join(w.events(), "\n")
+	assert.Assert(t, strings.Contains(got, "Normal EndpointsReady 198.18.100.1 may be bound again: externalTrafficPolicy: Local; ready endpoints on node-a"), got)
+}
+
+// The cache keeps of an EndpointSlice one endpoint per node with its best
+// readiness, and nothing of its addresses or ports; the kubernetes
+// Service's keep their addresses.
+func TestKeepOfSlice(t *testing.T) {
+	w := newWorld(t, "node-a", defaultTestConfig())
+	w.endpointsOf("web", map[string]endpoints.Readiness{"node-a": endpoints.Leaving, "node-b": endpoints.Ready})
+	obj, ok, _ := w.eps.GetByKey("default/web-1")
+	assert.Assert(t, ok)
+	es := obj.(*discoveryv1.EndpointSlice)
+	assert.DeepEqual(t, es.Labels, map[string]string{discoveryv1.LabelServiceName: "web"})
+	assert.Equal(t, len(es.Endpoints), 2)
+	assert.Equal(t, *es.Endpoints[0].NodeName, "node-a")
+	assert.Equal(t, endpoints.Of(es.Endpoints[0].Conditions), endpoints.Leaving)
+	assert.Equal(t, endpoints.Of(es.Endpoints[1].Conditions), endpoints.Ready)
+	assert.Assert(t, es.Endpoints[0].Addresses == nil && es.Ports == nil)
+}
+
+// An IP two Local Services share lives only where both have a ready
+// endpoint: with their endpoints on different nodes it is bound nowhere;
+// once one node has both, that node takes it.
+func TestLoopSharedLocalIPNeedsEveryServiceReady(t *testing.T) {
+	w := newWorld(t, "node-a", defaultTestConfig())
+	w.addNode("node-b")
+	w.heartbeat("node-b", true)
+	w.addLocalService("web", testIP(0))
+	w.addLocalService("api", testIP(0))
+	w.endpointsOf("web", map[string]endpoints.Readiness{"node-a": endpoints.Ready})
+	w.endpointsOf("api", map[string]endpoints.Readiness{"node-b": endpoints.Ready})
+	w.pass()
+	for range 10 {
+		w.tick("node-b")
+	}
+	assert.DeepEqual(t, w.take(), []string(nil))
+
+	w.endpointsOf("api", map[string]endpoints.Readiness{"node-a": endpoints.Ready, "node-b": endpoints.Ready})
+	for range 4 {
+		w.tick("node-b")
+	}
+	assert.DeepEqual(t, w.take(), []string{"create eip-198-18-100-1 holder=node-a", "bind 198.18.100.1"})
+}

@@ -1,0 +1,121 @@
+package endpoints
+
+import (
+	"slices"
+	"strings"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+)
+
+// Readiness is what kube-proxy on one node can do with a Service's traffic.
+type Readiness int
+
+const (
+	// None: no endpoint of the Service on the node serves; its traffic
+	// is dropped there.
+	None Readiness = iota
+	// Leaving: the node's endpoints are terminating but still serving.
+	// kube-proxy falls back to them while no ready one exists, and they
+	// stop serving soon (a rolling update, a scale-down).
+	Leaving
+	// Ready: an endpoint on the node is ready and not terminating.
+	Ready
+)
+
+// Of is the readiness of one endpoint by its conditions, read as the API
+// documents them: a nil ready or serving is true, serving defaults to
+// ready, and a nil terminating is false.
+func Of(c discoveryv1.EndpointConditions) Readiness {
+	ready := c.Ready == nil || *c.Ready
+	serving := ready
+	if c.Serving != nil {
+		serving = *c.Serving
+	}
+	switch {
+	case c.Terminating != nil && *c.Terminating:
+		if serving {
+			return Leaving
+		}
+		return None
+	case ready:
+		return Ready
+	}
+	return None
+}
+
+// Nodes returns, for each node with a serving endpoint among the slices
+// of one Service, the best readiness of its endpoints there. An endpoint
+// without nodeName is on no node and counts nowhere.
+func Nodes(slices []*discoveryv1.EndpointSlice) map[string]Readiness {
+	out := map[string]Readiness{}
+	for _, s := range slices {
+		for _, ep := range s.Endpoints {
+			if ep.NodeName == nil || *ep.NodeName == "" {
+				continue
+			}
+			if r := Of(ep.Conditions); r > out[*ep.NodeName] {
+				out[*ep.NodeName] = r
+			}
+		}
+	}
+	return out
+}
+
+// Eligibility is where an IP may live.
+type Eligibility struct {
+	// Nodes may hold the IP, sorted; none when empty.
+	Nodes []string
+	// Leaving: the Nodes have only endpoints that are terminating but
+	// still serving, as no node has a ready one of every Service.
+	Leaving bool
+}
+
+// Eligible returns the nodes that may hold an IP which the Services of
+// services name, each given as the readiness of its nodes (Nodes): those
+// where every one of them has a ready endpoint, so that whichever
+// Service's traffic arrives is delivered. When there are none, it keeps
+// the nodes where every one still serves, each with a terminating
+// endpoint at least: during a rolling update the IP moves to a node with a
+// ready endpoint while the old pod still serves, and stays where it is as
+// long as terminating endpoints are all there is. With no Service given,
+// no node may.
+func Eligible(services []map[string]Readiness) Eligibility {
+	if len(services) == 0 {
+		return Eligibility{}
+	}
+	var ready, serving []string
+	for node, r := range services[0] {
+		least := r
+		for _, other := range services[1:] {
+			least = min(least, other[node])
+		}
+		switch least {
+		case Ready:
+			ready = append(ready, node)
+			serving = append(serving, node)
+		case Leaving:
+			serving = append(serving, node)
+		}
+	}
+	if len(ready) > 0 {
+		slices.Sort(ready)
+		return Eligibility{Nodes: ready}
+	}
+	slices.Sort(serving)
+	return Eligibility{Nodes: serving, Leaving: len(serving) > 0}
+}
+
+// Why says, for kubectl eip status and Events, why the IP of the Local
+// Services local lives only on e's nodes, or why it lives nowhere.
+func (e Eligibility) Why(local []string) string {
+	svcs := strings.Join(local, ", ")
+	switch {
+	case len(e.Nodes) == 0 && len(local) == 1:
+		return "no node has a ready endpoint of " + svcs + " (externalTrafficPolicy: Local)"
+	case len(e.Nodes) == 0:
+		return "no node has a ready endpoint of every one of " + svcs + " (externalTrafficPolicy: Local)"
+	case e.Leaving:
+		return "only terminating endpoints of " + svcs + " still serve, on " + strings.Join(e.Nodes, ", ")
+	}
+	return "externalTrafficPolicy: Local; ready endpoints on " + strings.Join(e.Nodes, ", ")
+}
