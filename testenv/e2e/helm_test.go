@@ -88,10 +88,8 @@ func (c *emptyCluster) removeEip() {
 	c.t.Helper()
 	k, ctx, ns := c.Client(), c.ctx, testenv.Namespace
 	c.must(k.CoreV1().ServiceAccounts(ns).Delete(ctx, testenv.ServiceAccount, metav1.DeleteOptions{}))
-	for _, ns := range []string{ns, "default"} {
-		c.must(k.RbacV1().Roles(ns).Delete(ctx, "eip", metav1.DeleteOptions{}))
-		c.must(k.RbacV1().RoleBindings(ns).Delete(ctx, "eip", metav1.DeleteOptions{}))
-	}
+	c.must(k.RbacV1().Roles(ns).Delete(ctx, "eip", metav1.DeleteOptions{}))
+	c.must(k.RbacV1().RoleBindings(ns).Delete(ctx, "eip", metav1.DeleteOptions{}))
 	c.must(k.RbacV1().ClusterRoles().Delete(ctx, "eip", metav1.DeleteOptions{}))
 	c.must(k.RbacV1().ClusterRoleBindings().Delete(ctx, "eip", metav1.DeleteOptions{}))
 	c.must(k.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}))
@@ -199,7 +197,7 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 	for _, want := range []string{
 		"namespaces /eip-system", "serviceaccounts eip-system/eip", "configmaps eip-system/eip-config",
 		"daemonsets eip-system/eipd", "roles eip-system/eip", "rolebindings eip-system/eip",
-		"clusterroles /eip", "clusterrolebindings /eip", "roles default/eip", "rolebindings default/eip",
+		"clusterroles /eip", "clusterrolebindings /eip",
 		"clusterroles /eip-view", "clusterroles /eip-operator",
 	} {
 		assert.Check(t, slices.Contains(c.objects(), want), "%s was not created", want)
