@@ -379,6 +379,3 @@ func (a *Agent) Run(ctx context.Context) error {
 	s := newState(a)
 	return s.run(ctx, stop)
 }
-
-// addrSet is a small helper type for node addresses.
-type addrSet = map[netip.Addr]string
