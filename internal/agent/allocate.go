@@ -252,7 +252,7 @@ func (s *state) allocate(v lease.View, locks map[string]*coordinationv1.Lease) {
 			}
 			waiting[w.req.Service] = true
 			if s.mayAllocate(v, w.svc) && s.candidatesFree(w.svc, res.Reserve, v.Now) {
-				s.dispatchAlloc(w.svc, res, v.Now)
+				s.dispatchAlloc(v, w.svc, res)
 			}
 		}
 	}
@@ -416,13 +416,14 @@ func (s *state) mayAllocate(v lease.View, svc *corev1.Service) bool {
 	return true
 }
 
-func (s *state) dispatchAlloc(svc *corev1.Service, res alloc.Result, now time.Time) {
+func (s *state) dispatchAlloc(v lease.View, svc *corev1.Service, res alloc.Result) {
+	now := v.Now
 	k := key(svc)
 	out := svc.DeepCopy()
 	out.Status.LoadBalancer.Ingress = ingress(svc.Status.LoadBalancer.Ingress, res.IPs)
 	job := allocJob{key: k, svc: out, timeout: max(s.cfg.LeaseDuration, 2*time.Second)}
 	for _, ip := range res.Reserve {
-		l := lease.NewLockLease(s.a.opt.Namespace, ip, s.a.opt.Node, []string{k}, now)
+		l := lease.NewLockLease(s.a.opt.Namespace, ip, s.a.opt.Node, v.SuccessorOf(ip, s.a.opt.Node), []string{k}, now)
 		l.Annotations[alloc.AnnotationReservedFor] = k
 		job.reserve = append(job.reserve, l)
 	}

@@ -147,6 +147,7 @@ func (s *state) bind(ip netip.Addr, e ipset.Entry, why string) (out bindOutcome,
 		s.routes++
 	}
 	s.bound[ip] = b
+	s.succeeded(ip)
 	s.watch.progressed(s.a.clk.Now())
 	s.a.opt.Metrics.Bound()
 	log.Info("bound", "iface", iface, "device", dev, "prefix", p, "reason", why)

@@ -107,7 +107,7 @@ func apiServerService(i int) *corev1.Service {
 
 // apiServerLock is the lock of testIP(i) as the API server returns it.
 func apiServerLock(i int) *coordinationv1.Lease {
-	l := lease.NewLockLease(testNS, testIP(i), fmt.Sprintf("node-%d", i%3), []string{fmt.Sprintf("default/bench-%d", i)}, t0.Add(time.Second))
+	l := lease.NewLockLease(testNS, testIP(i), fmt.Sprintf("node-%d", i%3), "", []string{fmt.Sprintf("default/bench-%d", i)}, t0.Add(time.Second))
 	l.TypeMeta = metav1.TypeMeta{APIVersion: "coordination.k8s.io/v1", Kind: "Lease"}
 	l.UID = types.UID(fmt.Sprintf("7a1b2c3d-0000-4000-8000-%012d", i))
 	l.ResourceVersion = fmt.Sprint(200000 + i)

@@ -260,6 +260,7 @@ func (s *state) conflictClaim(cl netif.Claim) bool {
 		if cl.Probe && peer {
 			// Another eip node probes too: the lock decides which of
 			// us binds, not the wire.
+			s.contest(cl.IP)
 			return true
 		}
 		if peer {

@@ -131,6 +131,7 @@ func (s *state) reconcile() {
 	}
 	all := s.a.allLeases()
 	locks := s.observe(all, now)
+	starting := s.lastPass.IsZero()
 	if s.dirtyNodes {
 		reserved := s.reservedAddresses()
 		if s.reserved != nil && !maps.Equal(reserved, s.reserved) {
@@ -145,6 +146,9 @@ func (s *state) reconcile() {
 	if recomputed {
 		s.computeEntries()
 		s.dirtySvc = false
+	}
+	if starting {
+		s.probeHeldAtStart(locks)
 	}
 	if s.dirtyNodes || changed {
 		s.configureRouter()
@@ -303,15 +307,22 @@ func (s *state) decide(v lease.View, ip netip.Addr, name string, l *coordination
 	} else {
 		delete(s.freeSince, ip)
 	}
-	if s.inflight[name] {
-		return
-	}
-	if lk == nil || lk.Holder != v.Self {
-		s.conflicts.forget(ip)
-	}
 	_, bound := s.bound[ip]
 	in := lease.IP{Addr: ip, Lock: lk, Named: named, Bound: bound, FreeSince: s.freeSince[ip], Planned: planned, Only: s.onlyFor(ip)}
 	d := lease.Decide(v, in)
+	if d.Action != lease.Succeed {
+		delete(s.succeeding, ip)
+	}
+	if s.inflight[name] {
+		// A successor binds while its write is on its way.
+		if d.Action == lease.Succeed && !bound {
+			s.succeed(v, ip, lk)
+		}
+		return
+	}
+	if (lk == nil || lk.Holder != v.Self) && d.Action != lease.Succeed {
+		s.conflicts.forget(ip)
+	}
 	if d.ReadWritable {
 		s.writableDeps[ip] = true
 	} else {
@@ -320,7 +331,10 @@ func (s *state) decide(v lease.View, ip netip.Addr, name string, l *coordination
 	if named && bound && lk != nil && lk.Holder == v.Self {
 		s.rebindIfMoved(ip)
 	}
-	if d.Action == lease.Create || d.Action == lease.Acquire {
+	if d.Action == lease.Succeed && !bound {
+		s.succeed(v, ip, lk)
+	}
+	if d.Action.Acquires() {
 		var holder string
 		if lk != nil {
 			holder = lk.Holder
@@ -330,7 +344,7 @@ func (s *state) decide(v lease.View, ip netip.Addr, name string, l *coordination
 		// one whose rank's turn came waits too while any of those does,
 		// or it would take the writer they wait for, racing another
 		// node for its share (a Lease conflict).
-		if first := goesFirst(v, ip, holder, planned); s.acquisitionsFull(v.Now) || !first && s.waiting.firstWaiting() > 0 {
+		if first := d.Action == lease.Succeed || goesFirst(v, ip, holder, planned); s.acquisitionsFull(v.Now) || !first && s.waiting.firstWaiting() > 0 {
 			s.waiting.add(ip, first)
 			return
 		}
@@ -365,22 +379,28 @@ func (s *state) apply(v lease.View, ip netip.Addr, name string, l *coordinationv
 		return
 	case lease.Bind:
 		s.bindIP(ip, e, d.Reason)
-		return
+		if d.Successor == "" {
+			return
+		}
+		w.action = lease.NameSuccessor
+		w.lease = lease.WithSuccessor(l, d.Successor)
 	case lease.Unbind:
 		s.carryOut(ip, d)
 		return
 	case lease.Create:
 		w.target = v.Self
-		w.lease = lease.NewLockLease(s.a.opt.Namespace, ip, v.Self, e.Services, now)
+		w.lease = lease.NewLockLease(s.a.opt.Namespace, ip, v.Self, d.Successor, e.Services, now)
 		s.probeEarly(ip, e)
-	case lease.Acquire:
+	case lease.Acquire, lease.Succeed:
 		w.target = v.Self
-		s.probeEarly(ip, e)
+		if d.Action == lease.Acquire {
+			s.probeEarly(ip, e)
+		}
 		if lk.Holder != "" {
 			w.dead, _ = v.DeadSince(lk.Holder)
 			w.from = lk.Holder
 		}
-		w.lease = lease.WithHolder(l, ip, v.Self, e.Services, now)
+		w.lease = lease.WithHolder(l, ip, v.Self, d.Successor, e.Services, now)
 	case lease.Handoff, lease.Release:
 		if _, bound := s.bound[ip]; d.Action == lease.Handoff && !bound {
 			// The target binds a handed-off IP without probing, as its
@@ -389,7 +409,7 @@ func (s *state) apply(v lease.View, ip netip.Addr, name string, l *coordinationv
 			// instead, naming the target as a move: it takes the lock at
 			// once, as an acquisition, and probes.
 			w.action = lease.Release
-			w.lease = lease.WithMoveTo(lease.WithHolder(l, ip, "", e.Services, now), d.Target)
+			w.lease = lease.WithMoveTo(lease.WithHolder(l, ip, "", "", e.Services, now), d.Target)
 			s.log.Info("releasing an IP not bound here for its new holder to probe", "ip", ip, "node", d.Target, "reason", d.Reason)
 			break
 		}
@@ -399,7 +419,7 @@ func (s *state) apply(v lease.View, ip netip.Addr, name string, l *coordinationv
 		if !s.drop(&w, d.Reason) {
 			return
 		}
-		w.lease = lease.WithHolder(l, ip, w.target, e.Services, now)
+		w.lease = lease.WithHolder(l, ip, w.target, d.Successor, e.Services, now)
 	case lease.Delete:
 		if !s.drop(&w, d.Reason) {
 			return
@@ -407,6 +427,8 @@ func (s *state) apply(v lease.View, ip netip.Addr, name string, l *coordinationv
 		w.rv = l.ResourceVersion
 	case lease.ClearMove:
 		w.lease = lease.WithMoveTo(l, "")
+	case lease.NameSuccessor:
+		w.lease = lease.WithSuccessor(l, d.Successor)
 	}
 	s.log.Debug("lock write", "ip", ip, "lease", w.name, "action", d.Action, "target", w.target, "reason", d.Reason)
 	s.dispatch(w)

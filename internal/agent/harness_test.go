@@ -257,9 +257,22 @@ func peerMAC(node string) net.HardwareAddr {
 	return net.HardwareAddr{2, 0, 0, 0, 1, node[len(node)-1]}
 }
 
-// lock writes ip's lock naming holder, as a peer would (not logged).
+// lock writes ip's lock naming holder, as a peer would (not logged): its
+// successor is the best-ranked other Node of the world.
 func (w *world) lock(ip netip.Addr, holder string) {
-	l := lease.NewLockLease(testNS, ip, holder, nil, w.clk.Now())
+	var next string
+	for _, n := range lease.Order(ip, w.nodes.ListKeys()) {
+		if n != holder {
+			next = n
+			break
+		}
+	}
+	w.lockNaming(ip, holder, next)
+}
+
+// lockNaming writes ip's lock naming holder and successor (not logged).
+func (w *world) lockNaming(ip netip.Addr, holder, successor string) {
+	l := lease.NewLockLease(testNS, ip, holder, successor, nil, w.clk.Now())
 	l.ResourceVersion = w.nextRV()
 	w.must(w.leases.Update(l))
 	w.a.leaseChanged(l)
@@ -373,7 +386,11 @@ func (w *world) log(verb string, l *coordinationv1.Lease) {
 	if l.Spec.HolderIdentity != nil {
 		h = *l.Spec.HolderIdentity
 	}
-	w.call(fmt.Sprintf("%s %s holder=%s", verb, l.Name, h))
+	line := fmt.Sprintf("%s %s holder=%s", verb, l.Name, h)
+	if n := l.Annotations[lease.AnnotationSuccessor]; n != "" {
+		line += " successor=" + n
+	}
+	w.call(line)
 }
 
 // call logs an API write or an address change, in the calls a test takes

@@ -266,9 +266,9 @@ func TestLoopLANRenewBackoff(t *testing.T) {
 
 // node-b holds an IP and falls silent on the LAN; its slow heartbeat is
 // not due for seconds yet. node-c and node-d still speak, so node-a judges
-// over the LAN, keeps its own slow heartbeat, and takes the IP over a
-// lease duration after node-b's last datagram, exactly once, without
-// waiting for its next renewal. A datagram naming node-b from another
+// over the LAN, keeps its own slow heartbeat, and, the successor the lock
+// names, binds the IP a lease duration after node-b's last datagram, then
+// writes the lock, exactly once, without waiting for its next renewal. A datagram naming node-b from another
 // address changes nothing.
 func TestLoopLANTakeoverFromSilentPeer(t *testing.T) {
 	w := lanPeerHolds(t)
@@ -283,18 +283,18 @@ func TestLoopLANTakeoverFromSilentPeer(t *testing.T) {
 	for range 3 {
 		w.lanTick(others)
 	}
-	assert.DeepEqual(t, w.take(), []string{"update eip-198-18-100-1 holder=node-a", "bind 198.18.100.1"})
+	assert.DeepEqual(t, w.take(), []string{"bind 198.18.100.1", "update eip-198-18-100-1 holder=node-a successor=node-d"})
 	assert.DeepEqual(t, w.renewals, []string{
 		"500ms create eligible=true duration=2s",
 		"1s update eligible=true duration=20s",
 	})
 }
 
-// lanPeerHolds is lanWorld with node-b holding testIP(0) while every peer
-// speaks.
+// lanPeerHolds is lanWorld with node-b holding testIP(0), naming node-a
+// its successor, while every peer speaks.
 func lanPeerHolds(t *testing.T) *world {
 	w, _ := lanWorld(t)
-	w.lock(testIP(0), "node-b")
+	w.lockNaming(testIP(0), "node-b", "node-a")
 	w.addService("web", testIP(0))
 	w.pass()
 	for range 4 {
@@ -331,7 +331,7 @@ func TestLoopLANUnheardHandsOff(t *testing.T) {
 	}
 	assert.DeepEqual(t, w.take(), []string(nil)) // 1 s without node-a: not yet
 	w.lanTick(hearingA(3 * w.s.cfg.RenewInterval))
-	assert.DeepEqual(t, w.take(), []string{"unbind 198.18.100.1", "update eip-198-18-100-1 holder=node-d"})
+	assert.DeepEqual(t, w.take(), []string{"unbind 198.18.100.1", "update eip-198-18-100-1 holder=node-d successor=node-c"})
 	w.lanTick(hearingA(4 * w.s.cfg.RenewInterval)) // the renewal that says why
 	hb := w.get(lease.HeartbeatName("node-a"))
 	assert.Equal(t, hb.Annotations[lease.AnnotationEligible], "false")
@@ -429,7 +429,7 @@ func TestLoopLANTakeoverBetweenTicksAfterPeerLoss(t *testing.T) {
 	assert.DeepEqual(t, w.take(), []string(nil)) // 1.75 s of silence: alive
 	w.step(half)                                 // node-b's lease duration is up
 	w.pass()
-	assert.DeepEqual(t, w.take(), []string{"update " + leaseName(ip) + " holder=node-a", "bind " + ip.String()})
+	assert.DeepEqual(t, w.take(), []string{"update " + leaseName(ip) + " holder=node-a successor=node-c", "bind " + ip.String()})
 	assert.DeepEqual(t, w.renewals, []string{
 		"500ms create eligible=true duration=2s",
 		"1s update eligible=true duration=20s",
@@ -466,7 +466,7 @@ func TestLoopLANUnheardWithoutAPIKeeps(t *testing.T) {
 // nothing, and node-b, silent, is judged dead.
 func TestLoopLANMixedFormats(t *testing.T) {
 	w, net := lanWorld(t)
-	w.lock(testIP(0), "node-b")
+	w.lockNaming(testIP(0), "node-b", "") // an eipd from before successors names none
 	w.addService("web", testIP(0))
 	oldHeartbeat := func() {
 		w.lanHeartbeat("node-b")
@@ -508,5 +508,5 @@ func TestLoopLANMixedFormats(t *testing.T) {
 		speak()
 	}
 	assert.Assert(t, !w.s.live.Alive("node-b", w.clk.Now()))
-	assert.DeepEqual(t, w.take(), []string{"update eip-198-18-100-1 holder=node-a", "bind 198.18.100.1"})
+	assert.DeepEqual(t, w.take(), []string{"update eip-198-18-100-1 holder=node-a successor=node-d", "bind 198.18.100.1"})
 }

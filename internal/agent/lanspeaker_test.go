@@ -40,7 +40,7 @@ func TestLoopLANBusyLoopStaysHeard(t *testing.T) {
 // node-b's last datagram arrives as the loop gets busy; node-c's and
 // node-d's keep coming. When the loop resumes two and a half seconds later
 // it judges node-b by when it last spoke, not by when the loop got round
-// to reading it: dead, and takes its IP over. (Read late, the datagram
+// to reading it: dead, and, its successor, takes its IP over. (Read late, the datagram
 // counted as a sign of life from when the loop read it: node-b stayed
 // alive for another lease duration.)
 func TestLoopLANJudgesByArrival(t *testing.T) {
@@ -60,7 +60,7 @@ func TestLoopLANJudgesByArrival(t *testing.T) {
 	assert.DeepEqual(t, w.take(), []string(nil))
 	assert.DeepEqual(t, w.renewals[len(w.renewals)-1], "4.5s update eligible=true duration=20s")
 	w.lanTick(others)
-	assert.DeepEqual(t, w.take(), []string{"update eip-198-18-100-1 holder=node-a", "bind 198.18.100.1"})
+	assert.DeepEqual(t, w.take(), []string{"bind 198.18.100.1", "update eip-198-18-100-1 holder=node-a successor=node-d"})
 }
 
 // A hung loop falls silent as its heartbeat would: the speaker sends

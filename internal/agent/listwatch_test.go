@@ -159,7 +159,7 @@ func TestKeepWhatIsRead(t *testing.T) {
 	keys, err := indexersFor(l)[heartbeatIndex](l)
 	assert.NilError(t, err)
 	assert.DeepEqual(t, keys, []string{lease.RoleHeartbeat})
-	lock := lease.NewLockLease("eip-system", netip.MustParseAddr("198.18.1.1"), "node-1", nil, time.Unix(0, 0))
+	lock := lease.NewLockLease("eip-system", netip.MustParseAddr("198.18.1.1"), "node-1", "", nil, time.Unix(0, 0))
 	keys, err = indexersFor(lock)[heartbeatIndex](lock)
 	assert.NilError(t, err)
 	assert.Check(t, keys == nil)
@@ -171,7 +171,7 @@ func TestKeepWhatIsReadSharesWhatLeasesHaveAlike(t *testing.T) {
 	keep := newInterner().keepWhatIsRead
 	var got []*coordinationv1.Lease
 	for i, ip := range []string{"198.18.1.1", "198.18.1.2"} {
-		l := lease.NewLockLease("eip-system", netip.MustParseAddr(ip), "node-1", []string{"default/web"}, time.Unix(0, 0))
+		l := lease.NewLockLease("eip-system", netip.MustParseAddr(ip), "node-1", "", []string{"default/web"}, time.Unix(0, 0))
 		l.UID = types.UID(fmt.Sprint("uid-", i))
 		want := l.DeepCopy()
 		want.UID = ""

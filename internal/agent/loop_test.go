@@ -42,8 +42,9 @@ func loneNodeWithIP(t *testing.T) *world {
 	return w
 }
 
-// A peer that stops renewing loses its IP to the survivor exactly once,
-// after its lease duration: one update naming the survivor, one bind.
+// A peer that stops renewing loses its IP to the survivor, the successor
+// its lock names, exactly once, after its lease duration: the survivor
+// binds it, then writes the lock naming itself.
 func TestLoopTakeoverFromDeadPeer(t *testing.T) {
 	w := newWorld(t, "node-a", defaultTestConfig())
 	w.addNode("node-b")
@@ -62,7 +63,7 @@ func TestLoopTakeoverFromDeadPeer(t *testing.T) {
 	for range 4 {
 		w.tick()
 	}
-	assert.DeepEqual(t, w.take(), []string{"update eip-198-18-100-1 holder=node-a", "bind 198.18.100.1"})
+	assert.DeepEqual(t, w.take(), []string{"bind 198.18.100.1", "update eip-198-18-100-1 holder=node-a"})
 }
 
 // A node that may hold no IP renews its heartbeat every ten renew
@@ -274,7 +275,7 @@ func TestLoopClaimWatchWantsProbedAndBoundAddresses(t *testing.T) {
 	for i := 0; i < 4 && len(w.calls) == 0; i++ {
 		w.tick("node-b")
 	}
-	assert.DeepEqual(t, w.take(), []string{"probe 198.18.100.1", "create eip-198-18-100-1 holder=node-a"})
+	assert.DeepEqual(t, w.take(), []string{"probe 198.18.100.1", "create eip-198-18-100-1 holder=node-a successor=node-b"})
 	assert.Assert(t, w.s.claimed.has(mine), "probed")
 	assert.Assert(t, !w.s.claimed.has(theirs))
 	w.step(30 * time.Millisecond)
@@ -360,7 +361,7 @@ func TestLoopMoveOfAnIPInConflictReleasesIt(t *testing.T) {
 	for i := 0; i < 4 && len(w.calls) == 0; i++ {
 		w.tick("node-b")
 	}
-	assert.DeepEqual(t, w.take(), []string{"probe 198.18.100.1", "create eip-198-18-100-1 holder=node-a"})
+	assert.DeepEqual(t, w.take(), []string{"probe 198.18.100.1", "create eip-198-18-100-1 holder=node-a successor=node-b"})
 	w.s.claim(netif.Claim{Iface: testIface, IP: ip, MAC: net.HardwareAddr{2, 0xee, 0, 0, 0, 1}})
 	w.pass()
 	w.step(30 * time.Millisecond)
@@ -466,7 +467,7 @@ func peerRenewedWith(t *testing.T, held, factor int) *world {
 func TestLoopReservationKeptFromItsFirstSighting(t *testing.T) {
 	w := loneNodeWithIP(t)
 	ip := testIP(5)
-	l := lease.NewLockLease(testNS, ip, "node-gone", []string{"default/late"}, w.clk.Now())
+	l := lease.NewLockLease(testNS, ip, "node-gone", "", []string{"default/late"}, w.clk.Now())
 	l.Annotations[alloc.AnnotationReservedFor] = "default/late"
 	l.ResourceVersion = w.nextRV()
 	w.must(w.leases.Update(l))
@@ -504,7 +505,7 @@ func TestLoopLockChangesKeepTheDeadDead(t *testing.T) {
 		}
 	}
 	other := testIP(1000)
-	w.lock(ip, "node-b")
+	w.lockNaming(ip, "node-b", "") // none: the race decides
 	w.lock(other, "node-c")
 	w.addService("web", ip, other)
 	w.pass()
@@ -522,7 +523,7 @@ func TestLoopLockChangesKeepTheDeadDead(t *testing.T) {
 	w.s.pass()
 	w.settle()
 	assert.Assert(t, !w.s.live.Alive("node-b", w.clk.Now()))
-	assert.DeepEqual(t, w.take(), []string{"update " + leaseName(ip) + " holder=node-a", "bind " + ip.String()})
+	assert.DeepEqual(t, w.take(), []string{"update " + leaseName(ip) + " holder=node-a successor=node-c", "bind " + ip.String()})
 }
 
 // While its writers are busy, a survivor first takes the dead holder's IPs
@@ -550,7 +551,7 @@ func TestLoopTakeoverOwnShareFirst(t *testing.T) {
 	// Service is not what puts node-a's first.
 	ips := append(slices.Clone(theirs), mine...)
 	for _, ip := range ips {
-		w.lock(ip, "node-b")
+		w.lockNaming(ip, "node-b", "") // none: the race decides
 	}
 	w.addService("web", ips...)
 	// node-a is cordoned until node-b has been dead for longer than the
@@ -582,7 +583,7 @@ func TestLoopTakeoverOwnShareFirst(t *testing.T) {
 	}
 	want := []string{}
 	for _, ip := range append(slices.Clone(mine), theirs...) {
-		want = append(want, "update "+leaseName(ip)+" holder=node-a")
+		want = append(want, "update "+leaseName(ip)+" holder=node-a successor=node-c")
 	}
 	assert.Equal(t, len(order), 8, "%v", order)
 	first := slices.Sorted(slices.Values(order[:4]))
@@ -780,7 +781,7 @@ func TestLoopOwnLockDeletedBeforeTheWatchDeliveredIt(t *testing.T) {
 	w.tick("node-b")
 	assert.DeepEqual(t, w.take(), []string{"unbind " + ip.String()})
 	w.tick("node-b")
-	assert.DeepEqual(t, w.take(), []string{"create " + leaseName(ip) + " holder=node-a", "bind " + ip.String()})
+	assert.DeepEqual(t, w.take(), []string{"create " + leaseName(ip) + " holder=node-a successor=node-b", "bind " + ip.String()})
 }
 
 // lateLockOfRankTwo is node-a with node-b, once node-a created and bound
@@ -804,7 +805,7 @@ func lateLockOfRankTwo(t *testing.T) (*world, netip.Addr) {
 	w.pass()
 	w.tick("node-b")
 	name := leaseName(ip)
-	assert.DeepEqual(t, w.take(), []string{"create " + name + " holder=node-a", "bind " + ip.String()})
+	assert.DeepEqual(t, w.take(), []string{"create " + name + " holder=node-a successor=node-b", "bind " + ip.String()})
 	return w, ip
 }
 

@@ -267,6 +267,7 @@ func (s *state) view(now time.Time) lease.View {
 		// keeps its IPs through View.Alive.
 		if s.live.Renewing(n, now) && s.eligible(n) {
 			live = append(live, n)
+			s.liveUntil[n] = now
 		}
 	}
 	slices.Sort(live)
@@ -281,8 +282,19 @@ func (s *state) view(now time.Time) lease.View {
 		Step:       s.cfg.RankStep(),
 		LateStep:   s.lockWriteTimeout(),
 		PeersKnown: s.peersKnownAt,
+		LiveUntil: func(n string) (time.Time, bool) {
+			t, ok := s.liveUntil[n]
+			return t, ok
+		},
+		SuccessorGrace: successorGrace * s.cfg.LeaseDuration,
 	}
 }
+
+// successorGrace, in lease durations, is how long a lock's successor may
+// not be live before its holder names another (lease.View.SuccessorGrace):
+// longer than a restart of eipd or of its node's kubelet, so that a
+// rollout or a flapping node costs no write per IP.
+const successorGrace = 10
 
 // eligible: may node hold IPs, as far as this node can tell?
 func (s *state) eligible(node string) bool {

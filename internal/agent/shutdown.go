@@ -84,7 +84,7 @@ func (s *state) handOff(v lease.View, plan map[netip.Addr]string, m managed, loc
 	}
 	d := lease.Decision{Action: lease.Release, Reason: "shutting down; no live eligible peer"}
 	if t != "" {
-		d = lease.Decision{Action: lease.Handoff, Target: t, Reason: "shutting down"}
+		d = lease.Decision{Action: lease.Handoff, Target: t, Successor: v.SuccessorOf(m.ip, t), Reason: "shutting down"}
 	}
 	s.apply(v, m.ip, m.name, l, lk, d)
 }

@@ -108,6 +108,9 @@ type self struct {
 	// renew interval since it (re)connected, so it may not know every live
 	// peer, nor its rank among them, and races for no IP.
 	peersKnownAt time.Time
+	// liveUntil is when this node last counted each node live
+	// (lease.View.LiveUntil).
+	liveUntil map[string]time.Time
 }
 
 // lockBook is the locks as this node sees them beyond its cache: its own
@@ -205,6 +208,9 @@ type binder struct {
 	autoIface   map[netip.Addr]string // "auto" resolved, see ifaceFor
 	arpAnswers  map[string]bool       // per LAN interface, see placeOnDevice
 	macs        string                // ownMACs; "" until listed, and after a link changed
+	// succeeding are the IPs this node binds as their lock's successor
+	// before its write names it (succeed), until bound.
+	succeeding map[netip.Addr]succession
 }
 
 // routing is route mode's state (route.go).
@@ -240,7 +246,7 @@ func newState(a *Agent) *state {
 			names:    map[string]netip.Addr{},
 			rejected: map[string]bool{},
 		},
-		self: self{needBarrier: true},
+		self: self{needBarrier: true, liveUntil: map[string]time.Time{}},
 		lockBook: lockBook{
 			written:   map[string]*coordinationv1.Lease{},
 			deleted:   map[string]string{},
@@ -271,6 +277,7 @@ func newState(a *Agent) *state {
 			claimed:     newClaimedSet(),
 			autoIface:   map[netip.Addr]string{},
 			arpAnswers:  map[string]bool{},
+			succeeding:  map[netip.Addr]succession{},
 		},
 		lanState:  lanState{lanIn: make(chan lanlive.Received, 256)},
 		renewReq:  make(chan renewal, 1),

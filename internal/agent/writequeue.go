@@ -26,7 +26,7 @@ func (s *state) lockWriteTimeout() time.Duration {
 // be seconds old by the time a writer gets to them (a thousand free IPs
 // at a cold start, each also raced by the next-ranked node).
 func (s *state) dispatch(w write) {
-	acquisition := w.action == lease.Create || w.action == lease.Acquire
+	acquisition := w.action.Acquires()
 	now := s.a.clk.Now()
 	if acquisition && s.acquisitionsFull(now) {
 		return
@@ -44,7 +44,7 @@ func (s *state) dispatch(w write) {
 			s.dropping++
 		}
 		switch w.action {
-		case lease.Create, lease.Acquire, lease.Handoff, lease.Release:
+		case lease.Create, lease.Acquire, lease.Succeed, lease.Handoff, lease.Release:
 			s.pending[w.name] = w.target
 		}
 	default:
@@ -130,7 +130,7 @@ func (s *state) writeDone(r writeResult) {
 		s.dirty[r.ip] = true
 	}
 	delete(s.inflight, r.name)
-	if r.action == lease.Create || r.action == lease.Acquire {
+	if r.action.Acquires() {
 		s.acquiring--
 		if s.acquiring == 0 {
 			s.idleSince = s.a.clk.Now()
@@ -165,17 +165,24 @@ func (s *state) writeDone(r writeResult) {
 	}
 	s.written[r.name] = r.out
 	switch r.action {
-	case lease.Create, lease.Acquire:
+	case lease.Create, lease.Acquire, lease.Succeed:
 		takeover := !r.dead.IsZero()
 		s.a.opt.Metrics.Acquired(takeover)
-		if takeover {
+		switch {
+		case r.action == lease.Succeed:
+			// Its failover was counted when it was bound (succeed).
+			log.Info("wrote the lock as the successor of a dead holder", "from", r.from, "after", now.Sub(r.dead))
+			s.event(r.ip, corev1.EventTypeNormal, "TakenOver", fmt.Sprintf("%s taken over by %s, its successor, from %s, judged dead", r.ip, s.a.opt.Node, r.from))
+		case takeover:
 			s.a.opt.Metrics.Failover(now.Sub(r.dead))
 			log.Info("took over from a dead holder", "after", now.Sub(r.dead))
 			s.event(r.ip, corev1.EventTypeNormal, "TakenOver", fmt.Sprintf("%s taken over by %s from %s, judged dead", r.ip, s.a.opt.Node, r.from))
-		} else {
+		default:
 			log.Info("acquired")
 		}
-		s.conflicts.fresh[r.ip] = true
+		if _, bound := s.bound[r.ip]; !bound {
+			s.conflicts.fresh[r.ip] = true
+		}
 	case lease.Handoff:
 		s.a.opt.Metrics.Handoff()
 		log.Info("handed off", "to", r.target)

@@ -118,7 +118,7 @@ func heartbeat(node string, renewed time.Time, eligible bool, errText string, he
 }
 
 func lock(ip, holder string, moves int32, movedAt time.Time, services ...string) *coordinationv1.Lease {
-	l := lease.NewLockLease(ns, netip.MustParseAddr(ip), holder, services, movedAt)
+	l := lease.NewLockLease(ns, netip.MustParseAddr(ip), holder, "", services, movedAt)
 	l.Spec.LeaseTransitions = &moves
 	l.ResourceVersion = "20"
 	return l

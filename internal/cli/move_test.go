@@ -78,7 +78,7 @@ func TestMoveHandsOff(t *testing.T) {
 	h := newHarness(t, fixture()...)
 	ctx := context.Background()
 	h.daemon(ctx, "198.18.100.1", func(l *coordinationv1.Lease) *coordinationv1.Lease {
-		return lease.WithHolder(l, mustAddr("198.18.100.1"), l.Annotations[lease.AnnotationMoveTo], []string{"default/web"}, h.clock.Now())
+		return lease.WithHolder(l, mustAddr("198.18.100.1"), l.Annotations[lease.AnnotationMoveTo], "", []string{"default/web"}, h.clock.Now())
 	})
 	out, err := h.run(ctx, "move", "198.18.100.1", "node-2")
 	assert.NilError(t, err)
@@ -100,7 +100,7 @@ func TestMoveFromDeadHolder(t *testing.T) {
 	h := newHarness(t, fixture()...)
 	ctx := context.Background()
 	h.daemon(ctx, "198.18.100.3", func(l *coordinationv1.Lease) *coordinationv1.Lease {
-		return lease.WithHolder(l, mustAddr("198.18.100.3"), "node-2", []string{"shop/front"}, h.clock.Now())
+		return lease.WithHolder(l, mustAddr("198.18.100.3"), "node-2", "", []string{"shop/front"}, h.clock.Now())
 	})
 	out, err := h.run(ctx, "move", "198.18.100.3", "node-2")
 	assert.NilError(t, err)
@@ -121,7 +121,7 @@ func TestMoveTakenByAnother(t *testing.T) {
 	h := newHarness(t, fixture()...)
 	ctx := context.Background()
 	h.daemon(ctx, "198.18.100.3", func(l *coordinationv1.Lease) *coordinationv1.Lease {
-		return lease.WithHolder(l, mustAddr("198.18.100.3"), "node-1", []string{"shop/front"}, h.clock.Now())
+		return lease.WithHolder(l, mustAddr("198.18.100.3"), "node-1", "", []string{"shop/front"}, h.clock.Now())
 	})
 	_, err := h.run(ctx, "move", "198.18.100.3", "node-2")
 	assert.Error(t, err, "198.18.100.3 went to node-1 instead of node-2")
@@ -180,7 +180,7 @@ func TestMoveRetriesAfterConflict(t *testing.T) {
 		return false, nil, nil
 	})
 	h.daemon(ctx, "198.18.100.1", func(l *coordinationv1.Lease) *coordinationv1.Lease {
-		return lease.WithHolder(l, mustAddr("198.18.100.1"), "node-2", []string{"default/web"}, h.clock.Now())
+		return lease.WithHolder(l, mustAddr("198.18.100.1"), "node-2", "", []string{"default/web"}, h.clock.Now())
 	})
 	out, err := h.run(ctx, "move", "198.18.100.1", "node-2")
 	assert.NilError(t, err)

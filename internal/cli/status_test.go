@@ -223,7 +223,7 @@ func TestStatusWatch(t *testing.T) {
 	assert.NilError(t, err)
 	l, err := leases.Get(ctx, "eip-198-18-100-1", metav1.GetOptions{})
 	assert.NilError(t, err)
-	_, err = leases.Update(ctx, lease.WithHolder(l, mustAddr("198.18.100.1"), "node-2", []string{"default/web"}, now), metav1.UpdateOptions{})
+	_, err = leases.Update(ctx, lease.WithHolder(l, mustAddr("198.18.100.1"), "node-2", "", []string{"default/web"}, now), metav1.UpdateOptions{})
 	assert.NilError(t, err)
 	waitFor(t, func() bool { return tables(h.out.String()) == 2 })
 

@@ -28,11 +28,21 @@ const (
 	Delete
 	// ClearMove withdraws a move request that cannot be carried out.
 	ClearMove
+	// Succeed: the lock names this node to succeed its holder, judged
+	// dead: bind the IP (probing first) without waiting for a write, and
+	// write the lock naming this node.
+	Succeed
+	// NameSuccessor rewrites the successor of a lock this node holds
+	// (Decision.Successor), whose named one is gone.
+	NameSuccessor
 )
 
-var actionNames = [...]string{"none", "bind", "unbind", "create", "acquire", "handoff", "release", "delete", "clear-move"}
+var actionNames = [...]string{"none", "bind", "unbind", "create", "acquire", "handoff", "release", "delete", "clear-move", "succeed", "name-successor"}
 
 func (a Action) String() string { return actionNames[a] }
+
+// Acquires: the action writes the lock naming this node as its holder.
+func (a Action) Acquires() bool { return a == Create || a == Acquire || a == Succeed }
 
 // View is one node's view of the cluster at one moment, as the decisions
 // need it.
@@ -63,6 +73,12 @@ type View struct {
 	// every live peer, nor its rank among them: it races for no IP, and
 	// ranks count from then at the earliest.
 	PeersKnown time.Time
+	// LiveUntil says when this node last counted a node among Live (false
+	// when it never did, since it started). A holder rewrites a lock's
+	// successor only once it has not been live for SuccessorGrace: a node
+	// restarting, or flapping, costs no write per IP.
+	LiveUntil      func(node string) (time.Time, bool)
+	SuccessorGrace time.Duration
 }
 
 // IP is what this node knows of one address.
@@ -120,8 +136,12 @@ func (o Only) Of(live []string) []string {
 type Decision struct {
 	Action Action
 	Target string
-	At     time.Time
-	Reason string
+	// Successor is the node the lock names to succeed its new holder when
+	// the action writes a holder (Create, Acquire, Succeed, Handoff), or
+	// the one NameSuccessor writes, or one a Bind writes too; "" for none.
+	Successor string
+	At        time.Time
+	Reason    string
 	// ReadWritable: the decision would be another (another action, target
 	// or time) were View.Writable the other way, so it must be taken again
 	// when that changes. One without it stands whatever becomes of it.
@@ -134,7 +154,7 @@ type Decision struct {
 // the IP away (Handoff, Release, Delete) is carried out by unbinding first.
 func Decide(v View, ip IP) Decision {
 	d := v.decide(ip)
-	if (d.Action == Create || d.Action == Acquire) && v.Now.Before(v.PeersKnown) {
+	if (d.Action.Acquires() || d.Action == NameSuccessor) && v.Now.Before(v.PeersKnown) {
 		// Peers started at the same moment show their first heartbeats
 		// within a renew interval; racing before that, every node of a
 		// cluster starting cold ranks itself first for every IP.
@@ -174,6 +194,11 @@ func (v View) decide(ip IP) Decision {
 		return d
 	case lk.Holder == v.Self:
 		return v.decideHeld(ip)
+	}
+	if d, ok := v.succession(ip); ok {
+		return d
+	}
+	switch {
 	case ip.Bound:
 		return Decision{Action: Unbind, Reason: "lock names " + holderText(lk.Holder)}
 	case lk.Holder == "":
@@ -220,10 +245,10 @@ func (v View) raceRule(ip IP, since time.Time, act Action, why string) Decision 
 		return Decision{Reason: why + "; no ready endpoint of its Service here"}
 	}
 	if ip.Lock != nil && ip.Lock.MoveTo == v.Self {
-		return Decision{Action: act, Reason: why + "; moved here"}
+		return Decision{Action: act, Successor: v.best(ip.Addr, v.Self), Reason: why + "; moved here"}
 	}
 	if ip.Planned == v.Self {
-		return Decision{Action: act, Reason: why + "; chosen by policy"}
+		return Decision{Action: act, Successor: v.best(ip.Addr, v.Self), Reason: why + "; chosen by policy"}
 	}
 	rank := Rank(ip.Addr, v.Self, v.Live)
 	if ip.Planned != "" && v.isLive(ip.Planned) {
@@ -233,7 +258,7 @@ func (v View) raceRule(ip IP, since time.Time, act Action, why string) Decision 
 	if at.After(v.Now) {
 		return Decision{At: at, Reason: why + "; waiting for rank"}
 	}
-	return Decision{Action: act, Reason: why}
+	return Decision{Action: act, Successor: v.best(ip.Addr, v.Self), Reason: why}
 }
 
 // Racers is how many ranks race for an IP a Step apart. Each later rank
@@ -258,13 +283,82 @@ func (v View) decideHeld(ip IP) Decision {
 		w.ReadWritable = true
 		return w
 	}
+	n, at, rewrite := v.successorWrite(ip)
+	if rewrite {
+		if !v.Writable {
+			n = ""
+		}
+		writes = true
+	}
 	switch {
+	case ip.Bound && n != "":
+		why := "it names no successor"
+		if c := ip.Lock.Successor; c != "" {
+			why = "its successor " + c + " is gone"
+		}
+		return Decision{Action: NameSuccessor, Successor: n, Reason: why, ReadWritable: true}
 	case ip.Bound:
-		return Decision{Reason: "held and bound", ReadWritable: writes}
+		return Decision{At: at, Reason: "held and bound", ReadWritable: writes}
 	case !ip.Only.Allows(v.Self):
 		return Decision{Reason: "held, but no ready endpoint of its Service here", ReadWritable: writes}
 	}
-	return Decision{Action: Bind, Reason: "held", ReadWritable: writes}
+	// A successor to name (Successor) is written along with the bind,
+	// which does not wait for it.
+	return Decision{Action: Bind, Successor: n, At: at, Reason: "held", ReadWritable: writes}
+}
+
+// successorWrite says whether this node, holding ip, names another
+// successor (n), or else when it may have to (at; zero when it may not).
+// A successor stays named while it is a live node the IP may go to, even
+// when a better-ranked one joins: the lock is rewritten only when its
+// successor is gone, so node churn costs no write per IP. Gone is not
+// live for SuccessorGrace, or never seen live since this node started; a
+// lock that names none gets one as soon as a peer may hold it.
+func (v View) successorWrite(ip IP) (n string, at time.Time, ok bool) {
+	cur := ip.Lock.Successor
+	if cur != "" && cur != v.Self && v.isLive(cur) {
+		return "", time.Time{}, false
+	}
+	n = v.best(ip.Addr, v.Self)
+	if n == cur || n == "" {
+		return "", time.Time{}, false
+	}
+	if cur != "" && cur != v.Self && v.LiveUntil != nil {
+		if last, seen := v.LiveUntil(cur); seen && v.Now.Before(last.Add(v.SuccessorGrace)) {
+			return "", last.Add(v.SuccessorGrace), false
+		}
+	}
+	return n, time.Time{}, true
+}
+
+// succession decides an IP whose lock names a successor, when its holder,
+// another node, is judged dead (docs/design.md, Succession). The
+// successor holds it by the lock's own terms: it binds, then writes the
+// lock naming itself. The others leave the IP to it while it is a live
+// node the IP may go to. A pending move, a successor that is not live,
+// or one that cannot act as such (not eligible, no endpoint of the IP's
+// Service here) leaves the IP to the race (ok false).
+func (v View) succession(ip IP) (d Decision, ok bool) {
+	lk := ip.Lock
+	s := lk.Successor
+	if s == "" || lk.Holder == "" || s == lk.Holder || lk.MoveTo != "" || v.Alive(lk.Holder) {
+		return Decision{}, false
+	}
+	why := "holder " + lk.Holder + " is dead"
+	switch {
+	case s != v.Self:
+		if ip.Bound || !v.isLive(s) {
+			return Decision{}, false
+		}
+		return Decision{Reason: why + "; its successor " + s + " takes it over"}, true
+	case !v.Eligible || !ip.Only.Allows(v.Self):
+		return Decision{}, false
+	case !v.Writable:
+		// Bound, it is held (as a holder that may not write keeps what it
+		// holds); unbound, it waits for a current view of the lock.
+		return Decision{Reason: why + "; successor, once this node may write", ReadWritable: true}, true
+	}
+	return Decision{Action: Succeed, Successor: v.best(ip.Addr, v.Self), Reason: why + "; this node is its successor", ReadWritable: true}, true
 }
 
 // heldWrite is the lock write this node makes about an IP it holds when it
@@ -277,7 +371,7 @@ func (v View) heldWrite(ip IP) (Decision, bool) {
 		case mt == v.Self:
 			return Decision{Action: ClearMove, Reason: "already here"}, true
 		case v.isLive(mt):
-			return Decision{Action: Handoff, Target: mt, Reason: "move requested"}, true
+			return Decision{Action: Handoff, Target: mt, Successor: v.best(ip.Addr, mt), Reason: "move requested"}, true
 		default:
 			return Decision{Action: ClearMove, Reason: "move target " + mt + " is not a live eligible node"}, true
 		}
@@ -286,16 +380,16 @@ func (v View) heldWrite(ip IP) (Decision, bool) {
 		// kube-proxy drops the IP's traffic here: it goes to a node that
 		// delivers it, or nowhere.
 		if t := v.handoffTarget(ip); t != "" {
-			return Decision{Action: Handoff, Target: t, Reason: "no ready endpoint of its Service here"}, true
+			return Decision{Action: Handoff, Target: t, Successor: v.best(ip.Addr, t), Reason: "no ready endpoint of its Service here"}, true
 		}
 		return Decision{Action: Release, Reason: "no live node has a ready endpoint of its Service"}, true
 	}
 	if !v.Eligible {
 		if t := v.handoffTarget(ip); t != "" {
-			return Decision{Action: Handoff, Target: t, Reason: "this node is not eligible"}, true
+			return Decision{Action: Handoff, Target: t, Successor: v.best(ip.Addr, t), Reason: "this node is not eligible"}, true
 		}
 	} else if ip.Planned != "" && ip.Planned != v.Self && v.isLive(ip.Planned) {
-		return Decision{Action: Handoff, Target: ip.Planned, Reason: "policy"}, true
+		return Decision{Action: Handoff, Target: ip.Planned, Successor: v.best(ip.Addr, ip.Planned), Reason: "policy"}, true
 	}
 	return Decision{}, false
 }
@@ -306,7 +400,7 @@ func (v View) handoffTarget(ip IP) string {
 	if t := ip.Planned; t != v.Self && v.isLive(t) {
 		return t
 	}
-	return v.bestPeer(ip.Addr)
+	return v.best(ip.Addr, v.Self)
 }
 
 func decideOrphan(v View, ip IP) Decision {
@@ -332,10 +426,11 @@ func orphanRule(v View, ip IP) Decision {
 	if lk.Holder == v.Self {
 		return Decision{Action: Delete, Reason: "not named by any Service"}
 	}
-	if ip.Bound {
-		return Decision{Action: Unbind, Reason: "not named by any Service"}
-	}
+	unbind := Decision{Action: Unbind, Reason: "not named by any Service"}
 	if lk.Holder != "" && v.Alive(lk.Holder) {
+		if ip.Bound {
+			return unbind
+		}
 		return Decision{Reason: "orphan; its live holder deletes it"}
 	}
 	alive := v.Live
@@ -343,7 +438,12 @@ func orphanRule(v View, ip IP) Decision {
 		alive = append([]string{v.Self}, alive...)
 	}
 	if Rank(ip.Addr, v.Self, alive) == 0 {
+		// Bound here (its successor), it is unbound first, as every
+		// Delete is.
 		return Decision{Action: Delete, Reason: "orphan of a dead or absent holder"}
+	}
+	if ip.Bound {
+		return unbind
 	}
 	return Decision{Reason: "orphan; a better-ranked node deletes it"}
 }
@@ -357,20 +457,31 @@ func (v View) isLive(node string) bool {
 	return false
 }
 
-// bestPeer is the best-ranked live eligible node other than this one.
-func (v View) bestPeer(ip netip.Addr) string {
-	for _, n := range Order(ip, v.Live) {
-		if n != v.Self {
-			return n
+// best is the best-ranked live eligible node for ip other than except,
+// or "" when there is none. It is Order's first such node, found without
+// sorting: every held IP asks it at every full pass.
+func (v View) best(ip netip.Addr, except string) string {
+	var top string
+	var topScore uint64
+	for _, n := range v.Live {
+		if n == except {
+			continue
+		}
+		if s := score(ip, n); top == "" || s > topScore || s == topScore && n < top {
+			top, topScore = n, s
 		}
 	}
-	return ""
+	return top
 }
 
 // BestPeer is the node an IP goes to when this node gives it away (at
 // shutdown) without a planned target: the best-ranked live eligible peer,
 // or "" when there is none.
-func (v View) BestPeer(ip netip.Addr) string { return v.bestPeer(ip) }
+func (v View) BestPeer(ip netip.Addr) string { return v.best(ip, v.Self) }
+
+// SuccessorOf is the successor a lock handing ip to target names: the
+// best-ranked live eligible node other than target, or "".
+func (v View) SuccessorOf(ip netip.Addr, target string) string { return v.best(ip, target) }
 
 // Fenced reports whether a node in api-loss=fence mode must unbind
 // everything: its last successful renewal was sent at least fenceAfter ago.

@@ -48,8 +48,14 @@ func ipRanked(t *testing.T, rank int) netip.Addr {
 	return netip.Addr{}
 }
 
+// lock is a lock naming holder and a pending move; one that a names as
+// holder names b, live, as its successor, as a's own write would.
 func lock(holder, moveTo string) *lease.Lock {
-	return &lease.Lock{Holder: holder, MoveTo: moveTo, ResourceVersion: "5"}
+	lk := &lease.Lock{Holder: holder, MoveTo: moveTo, ResourceVersion: "5"}
+	if holder == "a" {
+		lk.Successor = "b"
+	}
+	return lk
 }
 
 // decideCase is one decision a table expects: of ip, in decideView
@@ -61,6 +67,8 @@ type decideCase struct {
 	action lease.Action
 	target string
 	at     time.Time
+	// successor, when set, is the successor the decision names.
+	successor string
 }
 
 // check checks the decision: its action, target and time, with a reason.
@@ -75,6 +83,9 @@ func (tc decideCase) check(t *testing.T) {
 	assert.Equal(t, d.Target, tc.target)
 	assert.Equal(t, d.At, tc.at)
 	assert.Assert(t, d.Reason != "")
+	if tc.successor != "" {
+		assert.Equal(t, d.Successor, tc.successor)
+	}
 }
 
 func TestDecide(t *testing.T) {
@@ -152,19 +163,34 @@ func TestDecide(t *testing.T) {
 }
 
 // Whatever the view, Decide never binds an IP whose lock does not name this
-// node, and a node that is bound but not the holder always unbinds.
+// node, as holder or as the successor of a dead holder, and a node that
+// is bound but holds it in neither way always unbinds (or deletes the
+// lock of an orphan, which unbinds first).
 func TestDecideNeverBindsWhatItDoesNotHold(t *testing.T) {
 	ip := ipRanked(t, 0)
 	for _, holder := range []string{"", "b", "x", "ghost"} {
-		for _, named := range []bool{true, false} {
-			for _, writable := range []bool{true, false} {
-				v := decideView()
-				v.Writable = writable
-				for _, bound := range []bool{true, false} {
-					d := lease.Decide(v, lease.IP{Addr: ip, Named: named, Bound: bound, Lock: lock(holder, "a"), Planned: "a"})
-					assert.Assert(t, d.Action != lease.Bind, "holder %q: %s", holder, d.Reason)
-					if bound {
-						assert.Equal(t, d.Action, lease.Unbind, "holder %q named %v writable %v: %s", holder, named, writable, d.Reason)
+		for _, successor := range []string{"", "a", "b", "c", "x"} {
+			for _, moveTo := range []string{"", "a"} {
+				for _, named := range []bool{true, false} {
+					for _, writable := range []bool{true, false} {
+						v := decideView()
+						v.Writable = writable
+						for _, bound := range []bool{true, false} {
+							lk := lock(holder, moveTo)
+							lk.Successor = successor
+							d := lease.Decide(v, lease.IP{Addr: ip, Named: named, Bound: bound, Lock: lk, Planned: "a"})
+							succeeds := named && successor == "a" && moveTo == "" && (holder == "x" || holder == "ghost")
+							assert.Assert(t, d.Action != lease.Bind, "holder %q: %s", holder, d.Reason)
+							assert.Assert(t, d.Action != lease.Succeed || succeeds && writable, "holder %q successor %q: %s", holder, successor, d.Reason)
+							if bound && !succeeds {
+								// A Delete unbinds first, as every write giving an IP away.
+								assert.Assert(t, d.Action == lease.Unbind || d.Action == lease.Delete && !named,
+									"holder %q named %v writable %v: %s %s", holder, named, writable, d.Action, d.Reason)
+							}
+							if bound && succeeds {
+								assert.Assert(t, d.Action != lease.Unbind, "a successor keeps what it bound: %s", d.Reason)
+							}
+						}
 					}
 				}
 			}
@@ -184,7 +210,8 @@ func TestActionString(t *testing.T) {
 	for a, want := range map[lease.Action]string{
 		lease.None: "none", lease.Bind: "bind", lease.Unbind: "unbind", lease.Create: "create",
 		lease.Acquire: "acquire", lease.Handoff: "handoff", lease.Release: "release",
-		lease.Delete: "delete", lease.ClearMove: "clear-move",
+		lease.Delete: "delete", lease.ClearMove: "clear-move", lease.Succeed: "succeed",
+		lease.NameSuccessor: "name-successor",
 	} {
 		assert.Equal(t, a.String(), want)
 	}
@@ -263,25 +290,28 @@ func TestDecideSaysWhetherItReadWritable(t *testing.T) {
 	for _, hasLock := range []bool{false, true} {
 		for _, holder := range holders {
 			for _, moveTo := range []string{"", "a", "b", "x"} {
-				for _, named := range []bool{false, true} {
-					for _, bound := range []bool{false, true} {
-						for _, eligible := range []bool{false, true} {
-							for _, p := range planned {
-								for _, free := range frees {
-									ip := lease.IP{Addr: ipRanked(t, 1), Named: named, Bound: bound, Planned: p, FreeSince: free}
-									if hasLock {
-										ip.Lock = lock(holder, moveTo)
-									}
-									v := decideView()
-									v.Eligible = eligible
-									d := lease.Decide(v, ip)
-									v.Writable = false
-									o := lease.Decide(v, ip)
-									assert.Equal(t, d.ReadWritable, o.ReadWritable, "%+v", ip)
-									differ := d.Action != o.Action || d.Target != o.Target || !d.At.Equal(o.At)
-									assert.Equal(t, d.ReadWritable, differ, "%+v eligible=%v: %+v against %+v", ip, eligible, d, o)
-									if !differ {
-										n++
+				for _, successor := range []string{"", "a", "b", "x"} {
+					for _, named := range []bool{false, true} {
+						for _, bound := range []bool{false, true} {
+							for _, eligible := range []bool{false, true} {
+								for _, p := range planned {
+									for _, free := range frees {
+										ip := lease.IP{Addr: ipRanked(t, 1), Named: named, Bound: bound, Planned: p, FreeSince: free}
+										if hasLock {
+											ip.Lock = lock(holder, moveTo)
+											ip.Lock.Successor = successor
+										}
+										v := decideView()
+										v.Eligible = eligible
+										d := lease.Decide(v, ip)
+										v.Writable = false
+										o := lease.Decide(v, ip)
+										assert.Equal(t, d.ReadWritable, o.ReadWritable, "%+v", ip)
+										differ := d.Action != o.Action || d.Target != o.Target || d.Successor != o.Successor || !d.At.Equal(o.At)
+										assert.Equal(t, d.ReadWritable, differ, "%+v eligible=%v: %+v against %+v", ip, eligible, d, o)
+										if !differ {
+											n++
+										}
 									}
 								}
 							}

@@ -22,6 +22,9 @@ const (
 	AnnotationServices = "eip.io/services"
 	// AnnotationMoveTo asks the holder to hand the IP to the named node.
 	AnnotationMoveTo = "eip.io/move-to"
+	// AnnotationSuccessor names the node that holds the IP after its
+	// holder is judged dead, before any write (docs/design.md, Succession).
+	AnnotationSuccessor = "eip.io/successor"
 
 	// AnnotationEligible on a heartbeat says whether the node can serve IPs
 	// ("true"/"false"); AnnotationError says why not, or which configuration

@@ -14,12 +14,15 @@ import (
 
 // Lock is the content of a per-IP lock Lease.
 type Lock struct {
-	Name    string
-	IP      netip.Addr
-	Holder  string // the node that may bind IP; empty when free
-	MoveTo  string // a pending move target, empty when none
-	Moves   int32  // ownership changes so far (leaseTransitions)
-	MovedAt time.Time
+	Name   string
+	IP     netip.Addr
+	Holder string // the node that may bind IP; empty when free
+	MoveTo string // a pending move target, empty when none
+	// Successor is the node that holds the IP once Holder is judged dead
+	// (View.succession); empty when the lock names none.
+	Successor string
+	Moves     int32 // ownership changes so far (leaseTransitions)
+	MovedAt   time.Time
 	// ResourceVersion is the version the lock was read at; writes use it as
 	// their precondition.
 	ResourceVersion string
@@ -41,6 +44,7 @@ func ParseLock(l *coordinationv1.Lease) (Lock, error) {
 		Name:            l.Name,
 		IP:              ip.Unmap(),
 		MoveTo:          l.Annotations[AnnotationMoveTo],
+		Successor:       l.Annotations[AnnotationSuccessor],
 		ResourceVersion: l.ResourceVersion,
 	}
 	if h := l.Spec.HolderIdentity; h != nil {
@@ -55,9 +59,9 @@ func ParseLock(l *coordinationv1.Lease) (Lock, error) {
 	return lk, nil
 }
 
-// NewLockLease builds a lock Lease for ip in namespace, naming holder and
-// the Services, ready to Create.
-func NewLockLease(namespace string, ip netip.Addr, holder string, services []string, now time.Time) *coordinationv1.Lease {
+// NewLockLease builds a lock Lease for ip in namespace, naming holder, its
+// successor ("" for none) and the Services, ready to Create.
+func NewLockLease(namespace string, ip netip.Addr, holder, successor string, services []string, now time.Time) *coordinationv1.Lease {
 	l := &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      NameFor(ip),
@@ -70,17 +74,18 @@ func NewLockLease(namespace string, ip netip.Addr, holder string, services []str
 	}
 	setServices(l, services)
 	setHolder(l, holder, now)
+	setSuccessor(l, successor)
 	var zero int32
 	l.Spec.LeaseTransitions = &zero
 	return l
 }
 
-// WithHolder returns a copy of l that names holder, clears any pending move,
-// counts one more ownership change and records the IP and the Services (so
-// a lock whose annotations were damaged by hand is repaired by its next
-// owner). The copy keeps l's resourceVersion, so an Update of it fails if
-// anyone wrote in between.
-func WithHolder(l *coordinationv1.Lease, ip netip.Addr, holder string, services []string, now time.Time) *coordinationv1.Lease {
+// WithHolder returns a copy of l that names holder and its successor ("" for
+// none), clears any pending move, counts one more ownership change and
+// records the IP and the Services (so a lock whose annotations were
+// damaged by hand is repaired by its next owner). The copy keeps l's
+// resourceVersion, so an Update of it fails if anyone wrote in between.
+func WithHolder(l *coordinationv1.Lease, ip netip.Addr, holder, successor string, services []string, now time.Time) *coordinationv1.Lease {
 	c := l.DeepCopy()
 	if c.Annotations == nil {
 		c.Annotations = map[string]string{}
@@ -89,6 +94,7 @@ func WithHolder(l *coordinationv1.Lease, ip netip.Addr, holder string, services 
 	c.Annotations[AnnotationIP] = ip.Unmap().String()
 	setServices(c, services)
 	setHolder(c, holder, now)
+	setSuccessor(c, successor)
 	var moves int32
 	if t := c.Spec.LeaseTransitions; t != nil {
 		moves = *t
@@ -111,6 +117,24 @@ func WithMoveTo(l *coordinationv1.Lease, node string) *coordinationv1.Lease {
 		c.Annotations[AnnotationMoveTo] = node
 	}
 	return c
+}
+
+// WithSuccessor returns a copy of l that names successor ("" for none).
+func WithSuccessor(l *coordinationv1.Lease, successor string) *coordinationv1.Lease {
+	c := l.DeepCopy()
+	setSuccessor(c, successor)
+	return c
+}
+
+func setSuccessor(l *coordinationv1.Lease, successor string) {
+	if successor == "" {
+		delete(l.Annotations, AnnotationSuccessor)
+		return
+	}
+	if l.Annotations == nil {
+		l.Annotations = map[string]string{}
+	}
+	l.Annotations[AnnotationSuccessor] = successor
 }
 
 func setServices(l *coordinationv1.Lease, services []string) {

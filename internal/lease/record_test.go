@@ -25,7 +25,7 @@ func addrs() cmp.Option { return cmpopts.EquateComparable(netip.Addr{}) }
 
 func TestNewLockLeaseParses(t *testing.T) {
 	ip := netip.MustParseAddr("2001:db8::5")
-	l := lease.NewLockLease(ns, ip, "node-a", []string{"b/svc", "a/svc", "b/svc"}, at(0))
+	l := lease.NewLockLease(ns, ip, "node-a", "", []string{"b/svc", "a/svc", "b/svc"}, at(0))
 	assert.Equal(t, l.Name, "eip-2001-db8--5")
 	assert.Equal(t, l.Namespace, ns)
 	assert.Equal(t, l.Labels[lease.ManagedByLabel], lease.ManagedBy)
@@ -46,7 +46,7 @@ func TestNewLockLeaseParses(t *testing.T) {
 }
 
 func TestParseLockEmptyHolderAndNoServices(t *testing.T) {
-	l := lease.NewLockLease(ns, netip.MustParseAddr("10.0.0.5"), "", nil, at(0))
+	l := lease.NewLockLease(ns, netip.MustParseAddr("10.0.0.5"), "", "", nil, at(0))
 	lk, err := lease.ParseLock(l)
 	assert.NilError(t, err)
 	assert.Equal(t, lk.Holder, "")
@@ -92,14 +92,14 @@ func lockLease(name, ip string) *coordinationv1.Lease {
 
 func TestWithHolder(t *testing.T) {
 	ip := netip.MustParseAddr("10.0.0.5")
-	orig := lease.NewLockLease(ns, ip, "node-a", []string{"x/one"}, at(0))
+	orig := lease.NewLockLease(ns, ip, "node-a", "", []string{"x/one"}, at(0))
 	orig = lease.WithMoveTo(orig, "node-b")
 	orig.ResourceVersion = "7"
 	two := int32(2)
 	orig.Spec.LeaseTransitions = &two
 
 	later := at(time.Minute)
-	got := lease.WithHolder(orig, ip, "node-b", []string{"y/two", "x/one"}, later)
+	got := lease.WithHolder(orig, ip, "node-b", "", []string{"y/two", "x/one"}, later)
 
 	lk, err := lease.ParseLock(got)
 	assert.NilError(t, err)
@@ -122,7 +122,7 @@ func TestWithHolder(t *testing.T) {
 
 func TestWithHolderWithoutTransitions(t *testing.T) {
 	l := lockLease("eip-10-0-0-5", "10.0.0.5")
-	got := lease.WithHolder(l, netip.MustParseAddr("10.0.0.5"), "node-a", nil, at(0))
+	got := lease.WithHolder(l, netip.MustParseAddr("10.0.0.5"), "node-a", "", nil, at(0))
 	assert.Equal(t, *got.Spec.LeaseTransitions, int32(1))
 	assert.Equal(t, *got.Spec.HolderIdentity, "node-a")
 }
@@ -135,12 +135,12 @@ func TestWithHolderRepairsIP(t *testing.T) {
 	_, err := lease.ParseLock(damaged)
 	assert.ErrorContains(t, err, "is not an IP address")
 
-	lk, err := lease.ParseLock(lease.WithHolder(damaged, ip, "node-a", nil, at(0)))
+	lk, err := lease.ParseLock(lease.WithHolder(damaged, ip, "node-a", "", nil, at(0)))
 	assert.NilError(t, err)
 	assert.Equal(t, lk.IP, ip)
 
 	bare := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "eip-10-0-0-5"}}
-	lk, err = lease.ParseLock(lease.WithHolder(bare, netip.MustParseAddr("::ffff:10.0.0.5"), "node-a", nil, at(0)))
+	lk, err = lease.ParseLock(lease.WithHolder(bare, netip.MustParseAddr("::ffff:10.0.0.5"), "node-a", "", nil, at(0)))
 	assert.NilError(t, err)
 	assert.Equal(t, lk.IP, ip)
 }

@@ -74,15 +74,15 @@ func TestStoreRace(t *testing.T) {
 	ctx := context.Background()
 	s, _ := newStore(t)
 	ip := netip.MustParseAddr("198.18.0.8")
-	_, err := s.Create(ctx, lease.NewLockLease(ns, ip, "", nil, at(0)))
+	_, err := s.Create(ctx, lease.NewLockLease(ns, ip, "", "", nil, at(0)))
 	assert.NilError(t, err)
 	seenByA, err := s.Get(ctx, lease.NameFor(ip))
 	assert.NilError(t, err)
 	seenByB := seenByA.DeepCopy()
 
-	_, err = s.Update(ctx, lease.WithHolder(seenByA, ip, "node-a", nil, at(ms)))
+	_, err = s.Update(ctx, lease.WithHolder(seenByA, ip, "node-a", "", nil, at(ms)))
 	assert.NilError(t, err)
-	_, err = s.Update(ctx, lease.WithHolder(seenByB, ip, "node-b", nil, at(ms)))
+	_, err = s.Update(ctx, lease.WithHolder(seenByB, ip, "node-b", "", nil, at(ms)))
 	assert.Assert(t, apierrors.IsConflict(err), "%v", err)
 
 	got, err := s.Get(ctx, lease.NameFor(ip))
@@ -100,7 +100,7 @@ func TestStoreCreateGetUpdateDelete(t *testing.T) {
 	s, _ := newStore(t)
 	ip := netip.MustParseAddr("198.18.0.7")
 
-	created, err := s.Create(ctx, lease.NewLockLease(ns, ip, "node-a", []string{"default/web"}, at(0)))
+	created, err := s.Create(ctx, lease.NewLockLease(ns, ip, "node-a", "", []string{"default/web"}, at(0)))
 	assert.NilError(t, err)
 	assert.Equal(t, created.Name, "eip-198-18-0-7")
 	assert.Assert(t, created.ResourceVersion != "")
@@ -112,7 +112,7 @@ func TestStoreCreateGetUpdateDelete(t *testing.T) {
 	assert.Equal(t, lk.Holder, "node-a")
 	assert.Equal(t, got.Annotations[lease.AnnotationServices], "default/web")
 
-	updated, err := s.Update(ctx, lease.WithHolder(got, ip, "node-b", nil, at(ms)))
+	updated, err := s.Update(ctx, lease.WithHolder(got, ip, "node-b", "", nil, at(ms)))
 	assert.NilError(t, err)
 	assert.Assert(t, lease.Newer(updated.ResourceVersion, got.ResourceVersion))
 	got, err = s.Get(ctx, "eip-198-18-0-7")
@@ -132,10 +132,10 @@ func TestStoreCreateAlreadyExists(t *testing.T) {
 	ctx := context.Background()
 	s, _ := newStore(t)
 	ip := netip.MustParseAddr("2001:db8::5")
-	_, err := s.Create(ctx, lease.NewLockLease(ns, ip, "node-a", nil, at(0)))
+	_, err := s.Create(ctx, lease.NewLockLease(ns, ip, "node-a", "", nil, at(0)))
 	assert.NilError(t, err)
 
-	_, err = s.Create(ctx, lease.NewLockLease(ns, ip, "node-b", nil, at(0)))
+	_, err = s.Create(ctx, lease.NewLockLease(ns, ip, "node-b", "", nil, at(0)))
 	assert.Assert(t, apierrors.IsAlreadyExists(err), "%v", err)
 	assert.ErrorContains(t, err, "create lease eip-2001-db8--5: ")
 }
@@ -146,7 +146,7 @@ func TestStoreUpdateConflict(t *testing.T) {
 	ctx := context.Background()
 	s, cs := newStore(t)
 	ip := netip.MustParseAddr("198.18.0.9")
-	created, err := s.Create(ctx, lease.NewLockLease(ns, ip, "", nil, at(0)))
+	created, err := s.Create(ctx, lease.NewLockLease(ns, ip, "", "", nil, at(0)))
 	assert.NilError(t, err)
 
 	var sentRV string
@@ -154,7 +154,7 @@ func TestStoreUpdateConflict(t *testing.T) {
 		sentRV = a.(k8stesting.UpdateAction).GetObject().(*coordinationv1.Lease).ResourceVersion
 		return true, nil, apierrors.NewConflict(leasesResource, created.Name, nil)
 	})
-	_, err = s.Update(ctx, lease.WithHolder(created, ip, "node-a", nil, at(ms)))
+	_, err = s.Update(ctx, lease.WithHolder(created, ip, "node-a", "", nil, at(ms)))
 	assert.Assert(t, apierrors.IsConflict(err), "%v", err)
 	assert.ErrorContains(t, err, "update lease eip-198-18-0-9: ")
 	assert.Equal(t, sentRV, created.ResourceVersion, "the update carries the version it was read at")
@@ -165,13 +165,13 @@ func TestStoreCreateRaceInjected(t *testing.T) {
 	cs.PrependReactor("create", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewAlreadyExists(leasesResource, "eip-198-18-0-1")
 	})
-	_, err := s.Create(context.Background(), lease.NewLockLease(ns, netip.MustParseAddr("198.18.0.1"), "node-a", nil, at(0)))
+	_, err := s.Create(context.Background(), lease.NewLockLease(ns, netip.MustParseAddr("198.18.0.1"), "node-a", "", nil, at(0)))
 	assert.Assert(t, apierrors.IsAlreadyExists(err), "%v", err)
 }
 
 func TestStoreUpdateWithoutResourceVersionIsRefused(t *testing.T) {
 	s, cs := newStore(t)
-	l := lease.NewLockLease(ns, netip.MustParseAddr("198.18.0.2"), "node-a", nil, at(0))
+	l := lease.NewLockLease(ns, netip.MustParseAddr("198.18.0.2"), "node-a", "", nil, at(0))
 	_, err := s.Update(context.Background(), l)
 	assert.Error(t, err, "update lease eip-198-18-0-2: no resourceVersion to use as precondition")
 	assert.Equal(t, len(cs.Actions()), 0, "nothing was sent")
@@ -180,7 +180,7 @@ func TestStoreUpdateWithoutResourceVersionIsRefused(t *testing.T) {
 func TestStoreDeleteSendsPrecondition(t *testing.T) {
 	ctx := context.Background()
 	s, cs := newStore(t)
-	created, err := s.Create(ctx, lease.NewLockLease(ns, netip.MustParseAddr("198.18.0.3"), "node-a", nil, at(0)))
+	created, err := s.Create(ctx, lease.NewLockLease(ns, netip.MustParseAddr("198.18.0.3"), "node-a", "", nil, at(0)))
 	assert.NilError(t, err)
 
 	var opts metav1.DeleteOptions
@@ -208,7 +208,7 @@ func TestStoreDeleteConflict(t *testing.T) {
 func TestStoreWritesItsNamespace(t *testing.T) {
 	ctx := context.Background()
 	s, cs := newStore(t)
-	_, err := s.Create(ctx, lease.NewLockLease(ns, netip.MustParseAddr("198.18.0.5"), "node-a", nil, at(0)))
+	_, err := s.Create(ctx, lease.NewLockLease(ns, netip.MustParseAddr("198.18.0.5"), "node-a", "", nil, at(0)))
 	assert.NilError(t, err)
 	list, err := cs.CoordinationV1().Leases(ns).List(ctx, metav1.ListOptions{})
 	assert.NilError(t, err)
@@ -226,10 +226,10 @@ func TestStoreDropsManagedFields(t *testing.T) {
 	ctx := context.Background()
 	s, cs := newStore(t)
 	ip := netip.MustParseAddr("198.18.0.6")
-	created, err := s.Create(ctx, lease.NewLockLease(ns, ip, "node-a", nil, at(0)))
+	created, err := s.Create(ctx, lease.NewLockLease(ns, ip, "node-a", "", nil, at(0)))
 	assert.NilError(t, err)
 	assert.Check(t, created.ManagedFields == nil)
-	updated, err := s.Update(ctx, lease.WithHolder(created, ip, "node-b", nil, at(1)))
+	updated, err := s.Update(ctx, lease.WithHolder(created, ip, "node-b", "", nil, at(1)))
 	assert.NilError(t, err)
 	assert.Check(t, updated.ManagedFields == nil)
 	read, err := s.Get(ctx, created.Name)

@@ -72,7 +72,7 @@ func (e *env) leaseRate(ctx context.Context, n int, profileDir string) (LeaseRat
 		}
 		began := time.Now()
 		err = parallelOn(creators, n, func(i int) error {
-			_, err := leases.Create(ctx, lease.NewLockLease(namespace, serviceIP(i), "node-1", []string{"default/bench"}, began), metav1.CreateOptions{})
+			_, err := leases.Create(ctx, lease.NewLockLease(namespace, serviceIP(i), "node-1", "", []string{"default/bench"}, began), metav1.CreateOptions{})
 			return err
 		})
 		took := time.Since(began)

@@ -453,7 +453,7 @@ func TestRangeRemovedKeepsStatus(t *testing.T) {
 func TestReservationOfDeadNode(t *testing.T) {
 	e := newEnv(t, allocConfig())
 	reserve := func(ip netip.Addr, service string) {
-		l := lease.NewLockLease(testenv.Namespace, ip, "node-gone", []string{service}, time.Now())
+		l := lease.NewLockLease(testenv.Namespace, ip, "node-gone", "", []string{service}, time.Now())
 		l.Annotations[alloc.AnnotationReservedFor] = service
 		_, err := e.k.CoordinationV1().Leases(testenv.Namespace).Create(e.ctx, l, metav1.CreateOptions{})
 		e.must(err)

@@ -1,0 +1,78 @@
+package agent
+
+import (
+	"net/netip"
+	"time"
+
+	"github.com/eip-project/eip/internal/lease"
+	coordinationv1 "k8s.io/api/coordination/v1"
+)
+
+// succession is an IP this node binds as its lock's successor (succeed).
+type succession struct {
+	dead time.Time // when its holder was judged dead; zero if unknown
+	// contested: another eip node probed for the IP while this one did.
+	// It binds only once the lock names it (docs/design.md, Succession).
+	contested bool
+}
+
+// succeed binds ip as the successor its lock names, before any write says
+// so: it probes first, as for any takeover, and binds once nobody
+// answers, never while an eip node does. A probe of another eip node for
+// the same IP means two nodes each believe they may take it (a lock whose
+// successor changed that one of them has not seen yet): neither binds
+// before the lock names it.
+func (s *state) succeed(v lease.View, ip netip.Addr, lk *lease.Lock) {
+	sc, ok := s.succeeding[ip]
+	if !ok {
+		sc.dead, _ = v.DeadSince(lk.Holder)
+		s.succeeding[ip] = sc
+		s.conflicts.fresh[ip] = true
+	}
+	if sc.contested {
+		return
+	}
+	s.bindIP(ip, s.entries[ip], "successor of "+lk.Holder+", judged dead")
+}
+
+// succeeded records a bind as a successor: its failover ends here, not
+// when the write naming this node comes back.
+func (s *state) succeeded(ip netip.Addr) {
+	sc, ok := s.succeeding[ip]
+	if !ok {
+		return
+	}
+	delete(s.succeeding, ip)
+	if !sc.dead.IsZero() {
+		after := s.a.clk.Now().Sub(sc.dead)
+		s.a.opt.Metrics.Failover(after)
+		s.log.Info("took over from a dead holder as its successor", "ip", ip, "after", after)
+	}
+}
+
+// contest marks a succession whose probe met another eip node's.
+func (s *state) contest(ip netip.Addr) {
+	if sc, ok := s.succeeding[ip]; ok && !sc.contested {
+		sc.contested = true
+		s.succeeding[ip] = sc
+		s.log.Info("another eip node probes for an IP this node succeeds to; binding it only once the lock names this node", "ip", ip)
+	}
+}
+
+// probeHeldAtStart makes the first bind of each IP whose lock names this
+// node, found so at start, wait for a probe: a successor may have bound
+// it while this node was dead and not yet written the lock
+// (docs/design.md, Succession). It binds at the first unanswered probe,
+// and never while an eip node answers.
+func (s *state) probeHeldAtStart(locks map[string]*coordinationv1.Lease) {
+	for name, l := range locks {
+		ip, named := s.names[name]
+		h := l.Spec.HolderIdentity
+		if !named || h == nil || *h != s.a.opt.Node || l.Annotations[lease.AnnotationSuccessor] == "" {
+			continue
+		}
+		if _, bound := s.bound[ip]; !bound {
+			s.conflicts.fresh[ip] = true
+		}
+	}
+}
