@@ -308,7 +308,7 @@ func (s *state) decide(v lease.View, ip netip.Addr, name string, l *coordination
 		delete(s.freeSince, ip)
 	}
 	_, bound := s.bound[ip]
-	in := lease.IP{Addr: ip, Lock: lk, Named: named, Bound: bound, FreeSince: s.freeSince[ip], Planned: planned, Only: s.onlyFor(ip)}
+	in := lease.IP{Addr: ip, Lock: lk, Named: named, Bound: bound, FreeSince: s.freeSince[ip], Planned: planned, Next: s.next[ip], Only: s.onlyFor(ip)}
 	d := lease.Decide(v, in)
 	if d.Action != lease.Succeed {
 		delete(s.succeeding, ip)
@@ -434,7 +434,10 @@ func (s *state) apply(v lease.View, ip netip.Addr, name string, l *coordinationv
 	s.dispatch(w)
 }
 
-// plan asks the policy where IPs should be.
+// plan asks the policy where IPs should be. It also keeps, in next, where
+// the policy would put the IPs this node holds or takes were this node
+// gone: the successors their locks name (lease.IP.Next), so that a dead
+// node's IPs go where the policy wants them without a second move.
 func (s *state) plan(v lease.View, locks map[string]*coordinationv1.Lease) map[netip.Addr]string {
 	holders := map[netip.Addr]string{}
 	for _, m := range s.order {
@@ -444,7 +447,16 @@ func (s *state) plan(v lease.View, locks map[string]*coordinationv1.Lease) map[n
 		}
 		holders[m.ip] = s.plannedHolder(v, m.name, s.effective(m.name, locks[m.name]))
 	}
-	return policy.Plan(policy.Input{Policy: s.cfg.Policy, Live: v.Live, Holders: holders, Preferred: s.preferred, Only: s.only})
+	in := policy.Input{Policy: s.cfg.Policy, Live: v.Live, Holders: holders, Preferred: s.preferred, Only: s.only}
+	plan := policy.Plan(in)
+	for ip, h := range holders {
+		if h == v.Self {
+			holders[ip] = ""
+		}
+	}
+	in.Live = slices.DeleteFunc(slices.Clone(v.Live), func(n string) bool { return n == v.Self })
+	s.next = policy.Plan(in)
+	return plan
 }
 
 // plannedHolder is the holder the policy plans from: the lock's, or the

@@ -76,6 +76,8 @@ type desired struct {
 	preferred map[netip.Addr][]string
 	reserved  map[netip.Addr]string
 	rejected  map[string]bool // "svc ip reason" already reported
+	// next is where the policy puts each IP were this node gone (plan).
+	next map[netip.Addr]string
 }
 
 // self is what this node knows of its own standing: whether it may write,

@@ -95,6 +95,10 @@ type IP struct {
 	// holder hands it to, for an unheld IP the node that should take it
 	// first. Empty when the policy has no opinion.
 	Planned string
+	// Next is where the policy puts the IP once this node, holding it, is
+	// gone: the successor its lock names when it is a live node other than
+	// the holder. Empty: the best-ranked such node.
+	Next string
 	// Only restricts which nodes may hold the IP (externalTrafficPolicy:
 	// Local): the others never race for it, and a holder it leaves out
 	// hands it to a live node it names, or releases it.
@@ -245,10 +249,10 @@ func (v View) raceRule(ip IP, since time.Time, act Action, why string) Decision 
 		return Decision{Reason: why + "; no ready endpoint of its Service here"}
 	}
 	if ip.Lock != nil && ip.Lock.MoveTo == v.Self {
-		return Decision{Action: act, Successor: v.best(ip.Addr, v.Self), Reason: why + "; moved here"}
+		return Decision{Action: act, Successor: v.successorFor(ip, v.Self), Reason: why + "; moved here"}
 	}
 	if ip.Planned == v.Self {
-		return Decision{Action: act, Successor: v.best(ip.Addr, v.Self), Reason: why + "; chosen by policy"}
+		return Decision{Action: act, Successor: v.successorFor(ip, v.Self), Reason: why + "; chosen by policy"}
 	}
 	rank := Rank(ip.Addr, v.Self, v.Live)
 	if ip.Planned != "" && v.isLive(ip.Planned) {
@@ -258,7 +262,7 @@ func (v View) raceRule(ip IP, since time.Time, act Action, why string) Decision 
 	if at.After(v.Now) {
 		return Decision{At: at, Reason: why + "; waiting for rank"}
 	}
-	return Decision{Action: act, Successor: v.best(ip.Addr, v.Self), Reason: why}
+	return Decision{Action: act, Successor: v.successorFor(ip, v.Self), Reason: why}
 }
 
 // Racers is how many ranks race for an IP a Step apart. Each later rank
@@ -319,7 +323,7 @@ func (v View) successorWrite(ip IP) (n string, at time.Time, ok bool) {
 	if cur != "" && cur != v.Self && v.isLive(cur) {
 		return "", time.Time{}, false
 	}
-	n = v.best(ip.Addr, v.Self)
+	n = v.successorFor(ip, v.Self)
 	if n == cur || n == "" {
 		return "", time.Time{}, false
 	}
@@ -358,7 +362,7 @@ func (v View) succession(ip IP) (d Decision, ok bool) {
 		// holds); unbound, it waits for a current view of the lock.
 		return Decision{Reason: why + "; successor, once this node may write", ReadWritable: true}, true
 	}
-	return Decision{Action: Succeed, Successor: v.best(ip.Addr, v.Self), Reason: why + "; this node is its successor", ReadWritable: true}, true
+	return Decision{Action: Succeed, Successor: v.successorFor(ip, v.Self), Reason: why + "; this node is its successor", ReadWritable: true}, true
 }
 
 // heldWrite is the lock write this node makes about an IP it holds when it
@@ -371,7 +375,7 @@ func (v View) heldWrite(ip IP) (Decision, bool) {
 		case mt == v.Self:
 			return Decision{Action: ClearMove, Reason: "already here"}, true
 		case v.isLive(mt):
-			return Decision{Action: Handoff, Target: mt, Successor: v.best(ip.Addr, mt), Reason: "move requested"}, true
+			return Decision{Action: Handoff, Target: mt, Successor: v.successorFor(ip, mt), Reason: "move requested"}, true
 		default:
 			return Decision{Action: ClearMove, Reason: "move target " + mt + " is not a live eligible node"}, true
 		}
@@ -380,16 +384,16 @@ func (v View) heldWrite(ip IP) (Decision, bool) {
 		// kube-proxy drops the IP's traffic here: it goes to a node that
 		// delivers it, or nowhere.
 		if t := v.handoffTarget(ip); t != "" {
-			return Decision{Action: Handoff, Target: t, Successor: v.best(ip.Addr, t), Reason: "no ready endpoint of its Service here"}, true
+			return Decision{Action: Handoff, Target: t, Successor: v.successorFor(ip, t), Reason: "no ready endpoint of its Service here"}, true
 		}
 		return Decision{Action: Release, Reason: "no live node has a ready endpoint of its Service"}, true
 	}
 	if !v.Eligible {
 		if t := v.handoffTarget(ip); t != "" {
-			return Decision{Action: Handoff, Target: t, Successor: v.best(ip.Addr, t), Reason: "this node is not eligible"}, true
+			return Decision{Action: Handoff, Target: t, Successor: v.successorFor(ip, t), Reason: "this node is not eligible"}, true
 		}
 	} else if ip.Planned != "" && ip.Planned != v.Self && v.isLive(ip.Planned) {
-		return Decision{Action: Handoff, Target: ip.Planned, Successor: v.best(ip.Addr, ip.Planned), Reason: "policy"}, true
+		return Decision{Action: Handoff, Target: ip.Planned, Successor: v.successorFor(ip, ip.Planned), Reason: "policy"}, true
 	}
 	return Decision{}, false
 }
@@ -472,6 +476,16 @@ func (v View) best(ip netip.Addr, except string) string {
 		}
 	}
 	return top
+}
+
+// successorFor is the successor a lock naming holder names for ip: its
+// Next when that is a live node other than holder, else the best-ranked
+// live node other than holder ("" when there is none).
+func (v View) successorFor(ip IP, holder string) string {
+	if n := ip.Next; n != "" && n != holder && v.isLive(n) {
+		return n
+	}
+	return v.best(ip.Addr, holder)
 }
 
 // BestPeer is the node an IP goes to when this node gives it away (at

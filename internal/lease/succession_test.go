@@ -69,6 +69,19 @@ func TestDecideNamesTheSuccessor(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.check(t) })
 	}
+	// The policy's choice, when live, over the rank: a spread cluster's
+	// dead node's IPs go where spread wants them, with no second move.
+	worse := "b"
+	if bc == "b" {
+		worse = "c"
+	}
+	for _, tc := range []decideCase{
+		{name: "acquire, the policy's next", ip: lease.IP{Addr: r0, Named: true, Lock: lock("x", ""), Next: worse}, action: lease.Acquire, successor: worse},
+		{name: "acquire, the policy's next is dead", ip: lease.IP{Addr: r0, Named: true, Lock: lock("x", ""), Next: "y"}, action: lease.Acquire, successor: bc},
+		{name: "succeed, the policy's next", ip: lease.IP{Addr: r0, Named: true, Lock: succeeding("x", "a"), Next: worse}, action: lease.Succeed, successor: worse},
+	} {
+		t.Run(tc.name, func(t *testing.T) { tc.check(t) })
+	}
 	v := decideView()
 	v.Live = []string{"a"}
 	d := lease.Decide(v, lease.IP{Addr: r0, Named: true, FreeSince: now()})
