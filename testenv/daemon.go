@@ -136,3 +136,17 @@ func (c *Cluster) DaemonRunning(node string) bool {
 func (c *Cluster) DaemonPID(node string) int {
 	return c.runningPID(func() *process { return c.daemons[node] })
 }
+
+// SignalDaemon sends sig to eipd on the node and returns at once:
+// SIGSTOP and SIGCONT make a holder that is alive but does not run, as a
+// process starved of CPU. A stopped daemon is still killed by Close.
+func (c *Cluster) SignalDaemon(node string, sig syscall.Signal) error {
+	pid := c.DaemonPID(node)
+	if pid == 0 {
+		return fmt.Errorf("signal eipd on %s: it does not run", node)
+	}
+	if err := syscall.Kill(pid, sig); err != nil {
+		return fmt.Errorf("signal eipd on %s: %w", node, err)
+	}
+	return nil
+}
