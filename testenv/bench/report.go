@@ -182,6 +182,7 @@ func (r *Report) figures() []Figure {
 		}
 	}
 	figs = append(figs, massStopFigures(r.MassStop)...)
+	figs = append(figs, churnFigures(r.Churn)...)
 	for _, res := range r.ByNodes {
 		figs = append(figs, nodesFigures(res)...)
 	}

@@ -22,6 +22,7 @@ const (
 	ScenarioLoad     = "load"
 	ScenarioScale    = "scale"
 	ScenarioStop     = "stop"
+	ScenarioChurn    = "churn"
 	ScenarioNodes    = "nodes"
 	// ScenarioBGP needs the testenv router (testenv.Options.Router).
 	ScenarioBGP = "bgp"
@@ -32,7 +33,7 @@ const (
 
 // Scenarios lists every scenario in the order Run runs them.
 func Scenarios() []string {
-	return []string{ScenarioFailover, ScenarioMove, ScenarioBGP, ScenarioBind, ScenarioLoad, ScenarioScale, ScenarioStop, ScenarioNodes, ScenarioRealNodes}
+	return []string{ScenarioFailover, ScenarioMove, ScenarioBGP, ScenarioBind, ScenarioLoad, ScenarioScale, ScenarioStop, ScenarioChurn, ScenarioNodes, ScenarioRealNodes}
 }
 
 // Options configure Run.
@@ -60,8 +61,9 @@ type Options struct {
 	Faults []string
 	Leases []time.Duration
 	// StopIPs is how many IPs the node stopped gracefully in the stop
-	// scenario holds (default 5000).
-	StopIPs int
+	// scenario holds (default 5000); ChurnIPs how many IPs the churn
+	// scenario runs with (default 1000).
+	StopIPs, ChurnIPs int
 	// RealNodeReps is the number of rollout restarts and of holder pod
 	// deletions on real nodes (default 5).
 	RealNodeReps int
@@ -112,6 +114,9 @@ func (o *Options) setDefaults() {
 	}
 	if len(o.Leases) == 0 {
 		o.Leases = []time.Duration{defaultTiming.Lease, tunedTiming.Lease}
+	}
+	if o.ChurnIPs <= 0 {
+		o.ChurnIPs = 1000
 	}
 	if o.StopIPs <= 0 {
 		o.StopIPs = 5000
@@ -166,6 +171,8 @@ type Report struct {
 	ByNodes []ScaleResult `json:"byNodes,omitempty"`
 	// MassStop is the stop scenario's graceful stop.
 	MassStop *MassStop `json:"massStop,omitempty"`
+	// Churn is the churn scenario's lock writes.
+	Churn *Churn `json:"churn,omitempty"`
 	// RealNodes are the realnodes scenario's samples.
 	RealNodes []RealNodeSample `json:"realNodes,omitempty"`
 	// MoveMethod says how moves were requested; PluginNote why the plugin
@@ -278,6 +285,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			}
 			r.MassStop = &m
 			record(fmt.Sprintf("graceful stop of %d IPs", o.StopIPs), err)
+		case ScenarioChurn:
+			c, err := e.churn(ctx, o.ChurnIPs, 2*o.Window)
+			if err != nil {
+				c.Error = err.Error()
+			}
+			r.Churn = &c
+			record(fmt.Sprintf("churn with %d IPs", o.ChurnIPs), err)
 		case ScenarioRealNodes:
 			s, err := realNodeGaps(ctx, o.Log, o.RealNodeReps)
 			r.RealNodes = s

@@ -21,8 +21,9 @@ import (
 // they cannot rot: 100 IPs on 3 nodes from a cold start, then with every
 // eipd at a tenth of a core, each with a mass failover, and 4 nodes with
 // 50 IPs spread over the four and the failover of one; a graceful stop of
-// a node holding 300 IPs; then 5,000 IPs from a cold start with
-// every eipd at a tenth of a core. Their speed is make bench's to measure;
+// a node holding 300 IPs; a node leaving and returning every 6 s with
+// 200 IPs, whose locks' successors are not written again; then 5,000 IPs
+// from a cold start with every eipd at a tenth of a core. Their speed is make bench's to measure;
 // this checks what must hold at any speed: every IP bound, none of the
 // held addresses vanished (the benchmark watches every node over
 // netlink), every IP of the killed node bound again on a survivor, and
@@ -58,6 +59,13 @@ func TestBenchScaleScenariosShort(t *testing.T) {
 	assert.Check(t, is.Len(gaps.Samples, 300), "%s: %s", gaps.Name, gaps.Note)
 	figs.zero(stop + ": IPs left dark")
 	figs.zero(stop + ": IPs bound on two nodes at once")
+
+	// A node that dies and returns every 6 s, with 200 IPs: its IPs are
+	// taken over once, and no lock's successor is written again.
+	figs = runBench(t, "-only", "churn", "-churn-ips", "200", "-window", "10s")
+	churn := figs.get("lock successor rewrites, node-3 leaving and returning every 6s, 200 IPs, 20s")
+	assert.Check(t, churn.Meets(), "%s: %v (%s)", churn.Name, churn.Samples, churn.Note)
+	assert.Check(t, is.Contains(churn.Note, "3 cycles"), churn.Note)
 
 	figs = runBench(t, "-only", "scale", "-scale", "5000", "-starve", "10", "-starved-only", "-window", "3s", "-settle", "1s")
 	const starved = "5000 IPs, eipd limited to 10 % of a core"

@@ -49,6 +49,7 @@ func run(args []string) error {
 	load := fs.String("load", "10,100", "IP counts whose steady-state Lease requests are measured")
 	scale := fs.String("scale", "1000", "IP counts timed from a cold start, with memory and CPU, and a mass failover")
 	stopIPs := fs.Int("stop-ips", 5000, "IPs the node stopped with SIGTERM holds, in the stop scenario")
+	churnIPs := fs.Int("churn-ips", 1000, "IPs of the churn scenario, whose lock writes are counted while a node leaves and returns")
 	nodes := fs.String("nodes", "10,25,50", "node counts of the nodes scenario")
 	nodeIPs := fs.Int("node-ips", 1000, "IPs of the nodes scenario")
 	window := fs.Duration("window", 30*time.Second, "steady-state window")
@@ -136,7 +137,7 @@ func run(args []string) error {
 	o := bench.Options{
 		Cluster: c, Log: log, Only: strings.Split(*only, ","),
 		Reps: *reps, Faults: faultList, Leases: leaseList, MoveReps: *moveReps, BindReps: *bindReps, BGPReps: *bgpReps, RealNodeReps: *realReps,
-		LoadIPs: loadIPs, ScaleIPs: scaleIPs, StopIPs: *stopIPs, NodeCounts: nodeCounts, NodeIPs: *nodeIPs, Window: *window, Settle: *settle, StarvedQuota: *starve, StarvedOnly: *starvedOnly,
+		LoadIPs: loadIPs, ScaleIPs: scaleIPs, StopIPs: *stopIPs, ChurnIPs: *churnIPs, NodeCounts: nodeCounts, NodeIPs: *nodeIPs, Window: *window, Settle: *settle, StarvedQuota: *starve, StarvedOnly: *starvedOnly,
 		KubectlEip: os.Getenv("KUBECTL_EIP_BIN"), Config: config,
 	}
 	if *profile {
