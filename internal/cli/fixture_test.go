@@ -75,7 +75,7 @@ func fixture() []runtime.Object {
 		externalIPs("default", "node-ip", "198.18.0.11"),
 		externalIPs("default", "outside", "198.18.200.1"),
 		externalIPs("default", "printer", "198.18.100.6"),
-		lock("198.18.100.1", "node-1", 1, now.Add(-5*time.Minute), "default/web"),
+		lease.WithSuccessor(lock("198.18.100.1", "node-1", 1, now.Add(-5*time.Minute), "default/web"), "node-2"),
 		lock("198.18.100.2", "node-2", 3, now.Add(-2*time.Hour), "default/api", "default/web"),
 		lock("198.18.100.3", "node-4", 0, now.Add(-26*time.Hour), "shop/front"),
 		withMoveTo(lock("198.18.100.5", "node-1", 2, now.Add(-40*time.Second), "default/batch"), "node-2"),

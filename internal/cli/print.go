@@ -72,7 +72,7 @@ func printTables(w *bytes.Buffer, st Status, wide bool) {
 			header = append(header, "OTHER MAC")
 		}
 		if wide {
-			header = append(header, "LOCK", "HEARTBEAT", "POLICY", "REASON")
+			header = append(header, "SUCCESSOR", "LOCK", "HEARTBEAT", "POLICY", "REASON")
 		}
 		heartbeat := map[string]*time.Time{}
 		for _, n := range st.Nodes {
@@ -89,7 +89,7 @@ func printTables(w *bytes.Buffer, st Status, wide bool) {
 				row = append(row, orDash(r.ConflictMAC+r.ClaimedBy))
 			}
 			if wide {
-				row = append(row, orDash(r.Lock), age(now, heartbeat[r.Holder]), orDash(st.Config.Policy), orDash(r.Reason))
+				row = append(row, orDash(r.Successor), orDash(r.Lock), age(now, heartbeat[r.Holder]), orDash(st.Config.Policy), orDash(r.Reason))
 			}
 			rows = append(rows, row)
 		}

@@ -61,6 +61,9 @@ type IP struct {
 	Holder      string `json:"holder"`
 	HolderAlive bool   `json:"holderAlive"`
 	MoveTo      string `json:"moveTo"`
+	// Successor is the node that takes the IP over when its holder dies
+	// (annotation eip.io/successor); empty when the lock names none.
+	Successor string `json:"successor"`
 	// Interface and PrefixLength are how the IP is bound ("auto" picks the
 	// interface whose subnet holds the IP); empty and 0 when eip does not
 	// bind it or the configuration is invalid.
@@ -416,7 +419,7 @@ func lockFor(ip netip.Addr, locks map[netip.Addr]*lease.Lock, damaged map[string
 	if !ok {
 		return nil
 	}
-	lk := lease.Lock{Name: name, IP: ip, MoveTo: l.Annotations[lease.AnnotationMoveTo], ResourceVersion: l.ResourceVersion}
+	lk := lease.Lock{Name: name, IP: ip, MoveTo: l.Annotations[lease.AnnotationMoveTo], Successor: l.Annotations[lease.AnnotationSuccessor], ResourceVersion: l.ResourceVersion}
 	if h := l.Spec.HolderIdentity; h != nil {
 		lk.Holder = *h
 	}
@@ -427,7 +430,7 @@ func fillLock(r *IP, lk *lease.Lock, nodes map[string]*Node) {
 	if lk == nil {
 		return
 	}
-	r.Lock, r.Holder, r.MoveTo, r.Moves = lk.Name, lk.Holder, lk.MoveTo, lk.Moves
+	r.Lock, r.Holder, r.MoveTo, r.Successor, r.Moves = lk.Name, lk.Holder, lk.MoveTo, lk.Successor, lk.Moves
 	if !lk.MovedAt.IsZero() {
 		t := lk.MovedAt.UTC()
 		r.LastMoveTime = &t

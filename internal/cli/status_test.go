@@ -77,7 +77,7 @@ func TestStatusJSONSchema(t *testing.T) {
 	assert.DeepEqual(t, keys(doc["config"]), []string{"error", "found", "name", "policy", "ranges", "warnings"})
 	for _, ip := range doc["ips"].([]any) {
 		assert.DeepEqual(t, keys(ip), []string{"announce", "claimedBy", "conflictMAC", "holder", "holderAlive", "interface", "ip", "lastMoveTime", "lock",
-			"moveTo", "moves", "prefixLength", "range", "reason", "services", "state"})
+			"moveTo", "moves", "prefixLength", "range", "reason", "services", "state", "successor"})
 	}
 	for _, n := range doc["nodes"].([]any) {
 		assert.DeepEqual(t, keys(n), []string{"alive", "bgpSessions", "bound", "eligible", "error", "holds", "lastRenewTime",

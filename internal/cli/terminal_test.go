@@ -29,6 +29,7 @@ const (
 	hostileError  = "link down\x1b[2J\x1b[H\x1b]0;owned\x07"
 	hostileHolder = "node-1\x1b[8m\x7f"
 	hostileMoveTo = "node-2\u009b2J"
+	hostileNext   = "node-3\x1b]0;t\x07"
 	hostilePeer   = "198.18.0.3\r\x1b[1A"
 	hostileBytes  = "\xff\x9b31m"
 )
@@ -49,7 +50,7 @@ func hostile() []runtime.Object {
 		},
 		node("node-1", "198.18.0.11"), hb,
 		externalIPs("default", "web", "198.18.100.1"),
-		withMoveTo(lock("198.18.100.1", hostileHolder, 1, now.Add(-time.Minute), "default/web"), hostileMoveTo),
+		lease.WithSuccessor(withMoveTo(lock("198.18.100.1", hostileHolder, 1, now.Add(-time.Minute), "default/web"), hostileMoveTo), hostileNext),
 		damaged,
 	}
 }

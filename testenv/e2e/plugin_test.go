@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -95,6 +96,8 @@ func TestPluginStatusMatchesLocks(t *testing.T) {
 		assert.Equal(t, r.Holder, holders[ip], "%s", ip)
 		assert.Equal(t, r.State, cli.StateBound, "%s: %s", ip, r.Reason)
 		assert.Assert(t, r.HolderAlive, "%s", ip)
+		assert.Assert(t, r.Successor != "" && r.Successor != r.Holder && slices.Contains(e.nodes, r.Successor),
+			"%s: successor %q of holder %s", ip, r.Successor, r.Holder)
 		assert.DeepEqual(t, r.Services, []string{"default/web"})
 		macs, err := cluster.WhoAnswers(ip)
 		e.must(err)
