@@ -93,16 +93,7 @@ type Agent struct {
 	svcKick, nodeKick, leaseKick, hbKick, cmKick, epKick chan struct{}
 	readyCh                                              chan struct{}
 
-	// changes are the lock Leases changed since the loop last took them
-	// (takeLeaseChanges); changedAll says another Lease was added or
-	// deleted (a heartbeat: a node came or went).
-	changesMu  sync.Mutex
-	changes    map[string]bool
-	changedAll bool
-	// leaseRV is the newest resourceVersion of the Leases the informer
-	// delivered. The watch delivers them in order, so the cache holds
-	// every Lease write up to it (see leasesSeen).
-	leaseRV string
+	news leaseNews
 }
 
 // New checks opt and returns an Agent; nothing runs until Run.
@@ -137,7 +128,7 @@ func New(opt Options) (*Agent, error) {
 		opt: opt, log: opt.Log.With("node", opt.Node), clk: opt.Clock,
 		svcKick: make(chan struct{}, 1), nodeKick: make(chan struct{}, 1),
 		leaseKick: make(chan struct{}, 1), hbKick: make(chan struct{}, 1), cmKick: make(chan struct{}, 1), epKick: make(chan struct{}, 1),
-		readyCh: make(chan struct{}), changes: map[string]bool{},
+		readyCh: make(chan struct{}), news: leaseNews{changes: map[string]bool{}},
 	}, nil
 }
 
@@ -159,24 +150,67 @@ func kicker(ch chan struct{}) cache.ResourceEventHandlerFuncs {
 	}
 }
 
+// leaseNews is what the Lease informer saw since the loop last took it.
+type leaseNews struct {
+	mu sync.Mutex
+	// changes are the lock Leases changed (takeLeaseChanges); changedAll
+	// says another Lease was added or deleted (a heartbeat: a node came
+	// or went).
+	changes    map[string]bool
+	changedAll bool
+	// vouched are the nodes that lock writes named as new holders, each
+	// write made by another node (lease.Liveness.Vouched).
+	vouched []string
+	// rv is the newest resourceVersion of the Leases the informer
+	// delivered. The watch delivers them in order, so the cache holds
+	// every Lease write up to it (see leasesSeen).
+	rv string
+}
+
 // leaseKicker tells a renewal of a heartbeat (hbKick), which seldom needs a
 // reconcile pass (see state.heartbeatsRenewed), from any other Lease change
 // (leaseKick).
 func (a *Agent) leaseKicker() cache.ResourceEventHandlerFuncs {
 	return cache.ResourceEventHandlerFuncs{
-		AddFunc: a.leaseChanged,
+		AddFunc: func(obj any) { a.leaseWritten(nil, obj) },
 		UpdateFunc: func(old, obj any) {
 			if isHeartbeat(old) && isHeartbeat(obj) {
-				a.changesMu.Lock()
+				a.news.mu.Lock()
 				a.sawLease(obj)
-				a.changesMu.Unlock()
+				a.news.mu.Unlock()
 				kick(a.hbKick)
 				return
 			}
-			a.leaseChanged(obj)
+			a.leaseWritten(old, obj)
 		},
 		DeleteFunc: a.leaseChanged,
 	}
+}
+
+// leaseWritten is leaseChanged for a Lease added or updated (old is nil
+// for one added): a lock whose holder became another node, in a write
+// of another node, vouches for that holder.
+func (a *Agent) leaseWritten(old, obj any) {
+	if h := newHolder(old, obj); h != "" && h != a.opt.Node {
+		a.news.mu.Lock()
+		a.news.vouched = append(a.news.vouched, h)
+		a.news.mu.Unlock()
+	}
+	a.leaseChanged(obj)
+}
+
+// newHolder is the holder lock obj names when old named another (or was
+// no lock); "" otherwise.
+func newHolder(old, obj any) string {
+	l, ok := obj.(*coordinationv1.Lease)
+	if !ok || l.Labels[lease.RoleLabel] != lease.RoleLock || l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	h := *l.Spec.HolderIdentity
+	if o, ok := old.(*coordinationv1.Lease); ok && o != nil && o.Spec.HolderIdentity != nil && *o.Spec.HolderIdentity == h {
+		return ""
+	}
+	return h
 }
 
 // leaseChanged notes which lock changed, so that the loop decides again
@@ -186,22 +220,22 @@ func (a *Agent) leaseChanged(obj any) {
 		obj = d.Obj
 	}
 	l, ok := obj.(*coordinationv1.Lease)
-	a.changesMu.Lock()
+	a.news.mu.Lock()
 	a.sawLease(obj)
 	if ok && l.Labels[lease.RoleLabel] == lease.RoleLock {
-		a.changes[l.Name] = true
+		a.news.changes[l.Name] = true
 	} else {
-		a.changedAll = true
+		a.news.changedAll = true
 	}
-	a.changesMu.Unlock()
+	a.news.mu.Unlock()
 	kick(a.leaseKick)
 }
 
 // sawLease notes the resourceVersion of a Lease the informer delivered (a
-// deleted one's is that of its deletion); the caller holds changesMu.
+// deleted one's is that of its deletion); the caller holds news.mu.
 func (a *Agent) sawLease(obj any) {
-	if l, ok := obj.(*coordinationv1.Lease); ok && (a.leaseRV == "" || lease.Newer(l.ResourceVersion, a.leaseRV)) {
-		a.leaseRV = l.ResourceVersion
+	if l, ok := obj.(*coordinationv1.Lease); ok && (a.news.rv == "" || lease.Newer(l.ResourceVersion, a.news.rv)) {
+		a.news.rv = l.ResourceVersion
 	}
 }
 
@@ -209,19 +243,20 @@ func (a *Agent) sawLease(obj any) {
 // delivered: the cache holds every Lease write up to it, and, read before
 // the cache, up to the cache's copies read after it.
 func (a *Agent) leasesSeen() string {
-	a.changesMu.Lock()
-	defer a.changesMu.Unlock()
-	return a.leaseRV
+	a.news.mu.Lock()
+	defer a.news.mu.Unlock()
+	return a.news.rv
 }
 
 // takeLeaseChanges returns the names of the locks changed since the last
-// call, and whether any other Lease was added or deleted.
-func (a *Agent) takeLeaseChanges() (map[string]bool, bool) {
-	a.changesMu.Lock()
-	defer a.changesMu.Unlock()
-	names, all := a.changes, a.changedAll
-	a.changes, a.changedAll = map[string]bool{}, false
-	return names, all
+// call, whether any other Lease was added or deleted, and the holders
+// vouched for meanwhile.
+func (a *Agent) takeLeaseChanges() (names map[string]bool, all bool, vouched []string) {
+	a.news.mu.Lock()
+	defer a.news.mu.Unlock()
+	names, all, vouched = a.news.changes, a.news.changedAll, a.news.vouched
+	a.news.changes, a.news.changedAll, a.news.vouched = map[string]bool{}, false, nil
+	return names, all, vouched
 }
 
 // lease is the Lease named name in the cache, nil if none. It reads the

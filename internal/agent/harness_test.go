@@ -272,10 +272,11 @@ func (w *world) lock(ip netip.Addr, holder string) {
 
 // lockNaming writes ip's lock naming holder and successor (not logged).
 func (w *world) lockNaming(ip netip.Addr, holder, successor string) {
+	prev := w.get(leaseName(ip))
 	l := lease.NewLockLease(testNS, ip, holder, successor, nil, w.clk.Now())
 	l.ResourceVersion = w.nextRV()
 	w.must(w.leases.Update(l))
-	w.a.leaseChanged(l)
+	w.a.leaseWritten(prev, l)
 }
 
 // take returns the calls logged since the last take.

@@ -923,3 +923,43 @@ func TestLoopTakeoverAnsweredSlowlyIsAnswered(t *testing.T) {
 	}
 	assert.DeepEqual(t, w.inFlight, []int{4, 4})
 }
+
+// node-c restarted: node-b already hears it again and hands it an IP,
+// naming node-a the successor, while node-a still judges node-c dead (a
+// restarted peer's first datagrams count for nothing until their
+// handshake is done). The write vouches for node-c: node-a neither binds
+// the IP as its successor nor races for it (it did: the IP answered from
+// two nodes, or went back and forth). If node-c stays silent, node-a
+// takes the IP a lease duration after the write.
+func TestLoopHandOffToANodeJudgedDeadVouchesForIt(t *testing.T) {
+	w := newWorld(t, "node-a", defaultTestConfig())
+	w.a.opt.ProbeWait = 0
+	for _, n := range []string{"node-b", "node-c"} {
+		w.addNode(n)
+		w.heartbeat(n, true)
+	}
+	ip := testIP(0)
+	w.lockNaming(ip, "node-b", "node-c")
+	w.addService("web", ip)
+	w.pass()
+	for range 4 {
+		w.tick("node-b", "node-c")
+	}
+	for i := 0; i < 8 && w.s.live.Alive("node-c", w.clk.Now()); i++ {
+		w.tick("node-b")
+	}
+	assert.Assert(t, !w.s.live.Alive("node-c", w.clk.Now()))
+	assert.DeepEqual(t, w.take(), []string(nil))
+
+	w.lockNaming(ip, "node-c", "node-a")
+	w.s.pass() // as the loop answers a lock's change
+	w.settle()
+	for range 3 {
+		w.tick("node-b")
+	}
+	assert.DeepEqual(t, w.take(), []string(nil))
+	for range 2 {
+		w.tick("node-b")
+	}
+	assert.DeepEqual(t, w.take(), []string{"bind 198.18.100.1", "update eip-198-18-100-1 holder=node-a successor=node-b"})
+}

@@ -77,9 +77,18 @@ func (s *state) writableChanged(w bool) {
 }
 
 // takeLockChanges marks dirty the IPs of the locks the informer saw
-// change since the last pass, and says whether it saw any Lease change.
+// change since the last pass, and says whether it saw any Lease change. A
+// holder vouched for that this node judged dead is alive again: every IP
+// reads that, so the pass is a full one.
 func (s *state) takeLockChanges() bool {
-	names, all := s.a.takeLeaseChanges()
+	names, all, vouched := s.a.takeLeaseChanges()
+	now := s.a.clk.Now()
+	for _, n := range vouched {
+		if !s.live.Alive(n, now) {
+			s.needFull = true
+		}
+		s.live.Vouched(n, now)
+	}
 	s.needFull = s.needFull || all
 	for name := range names {
 		if ip, ok := s.names[name]; ok {

@@ -46,6 +46,9 @@ type observed struct {
 	// node, or a peer's report of one. granted is when a break of the LAN
 	// (or the node's first heartbeat) granted it a fresh duration.
 	sign, granted time.Time
+	// vouched is when another node was last seen writing a lock that names
+	// this one its holder (Vouched).
+	vouched time.Time
 }
 
 // NewLiveness returns a tracker for the node named self. Nobody is judged
@@ -145,6 +148,9 @@ func (l *Liveness) Alive(node string, now time.Time) bool {
 	if node == l.self {
 		return true
 	}
+	if !o.vouched.IsZero() && now.Before(o.vouched.Add(l.judgedOver(o, now))) {
+		return true
+	}
 	if l.onLAN(o, now) {
 		return now.Sub(lastSign(o)) < l.lan.duration
 	}
@@ -152,6 +158,28 @@ func (l *Liveness) Alive(node string, now time.Time) bool {
 		return true
 	}
 	return now.Sub(l.fresh) > l.tail
+}
+
+// judgedOver is the duration o is judged against at now.
+func (l *Liveness) judgedOver(o *observed, now time.Time) time.Duration {
+	if l.onLAN(o, now) {
+		return l.lan.duration
+	}
+	return o.duration
+}
+
+// Vouched records that, at now, this node saw a lock write that names
+// node as its holder, made by node itself or by a peer that gave it the
+// IP: news of node at most as old as that writer's verdict. It keeps node
+// alive, not renewing, for a duration from then. A node whose verdict
+// lags (a restarted peer is heard again only once their handshake is
+// done) so does not take from node, as successor or in the race, an IP
+// a node with fresher news just gave it: it did, and the two bound it at
+// once, or raced it back and forth.
+func (l *Liveness) Vouched(node string, now time.Time) {
+	if o, ok := l.nodes[node]; ok && node != l.self && now.After(o.vouched) {
+		o.vouched = now
+	}
 }
 
 // Renewing reports whether node is seen renewing: a change of its heartbeat
@@ -190,6 +218,9 @@ func (l *Liveness) NextExpiry(now time.Time) (time.Time, bool) {
 			continue
 		}
 		consider(o.at.Add(o.duration))
+		if !o.vouched.IsZero() {
+			consider(o.vouched.Add(l.judgedOver(o, now)))
+		}
 		if l.lan.duration > 0 && o.status.LivenessPort != 0 {
 			consider(seen(o).Add(l.lan.duration))
 			consider(lastSign(o).Add(l.lan.duration))
@@ -210,10 +241,14 @@ func (l *Liveness) DeadSince(node string, now time.Time) (time.Time, bool) {
 	if !ok || l.Alive(node, now) {
 		return time.Time{}, false
 	}
+	dead := o.at.Add(o.duration)
 	if l.onLAN(o, now) {
-		return lastSign(o).Add(l.lan.duration), true
+		dead = lastSign(o).Add(l.lan.duration)
 	}
-	return o.at.Add(o.duration), true
+	if !o.vouched.IsZero() {
+		dead = latest(dead, o.vouched.Add(l.judgedOver(o, now)))
+	}
+	return dead, true
 }
 
 // Connected reports whether the heartbeat stream delivered a change within

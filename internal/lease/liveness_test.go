@@ -280,3 +280,29 @@ func TestDeliveredAfterABreakGrantsAFreshDuration(t *testing.T) {
 	assert.Assert(t, ok)
 	assert.Equal(t, since, at(12*time.Second))
 }
+
+// A lock write naming a node its holder, by another node, vouches for it:
+// alive (not renewing) for its duration from when the write was seen, and
+// dead only at the end of that; the next expiry says when.
+func TestVouchedKeepsANodeAliveForItsDuration(t *testing.T) {
+	c := newCluster(t)
+	c.renew("peer", 0)
+	c.selfRenews(0, 6*time.Second)
+	assert.Assert(t, !c.l.Alive("peer", at(3*time.Second)))
+
+	c.l.Vouched("peer", at(3*time.Second))
+	assert.Assert(t, c.l.Alive("peer", at(3*time.Second)))
+	assert.Assert(t, !c.l.Renewing("peer", at(3*time.Second)), "a vouch is not a renewal")
+	next, ok := c.l.NextExpiry(at(3 * time.Second))
+	assert.Assert(t, ok)
+	assert.Equal(t, next, at(3*time.Second+duration))
+	assert.Assert(t, c.l.Alive("peer", at(3*time.Second+duration-ms)))
+	assert.Assert(t, !c.l.Alive("peer", at(3*time.Second+duration)))
+	since, ok := c.l.DeadSince("peer", at(6*time.Second))
+	assert.Assert(t, ok)
+	assert.Equal(t, since, at(3*time.Second+duration))
+
+	c.l.Vouched("self", at(4*time.Second))
+	c.l.Vouched("stranger", at(4*time.Second))
+	assert.Assert(t, !c.l.Alive("stranger", at(4*time.Second)), "a node never observed stays unknown")
+}
