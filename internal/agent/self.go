@@ -279,6 +279,7 @@ func (s *state) view(now time.Time) lease.View {
 		Live:       live,
 		Alive:      func(n string) bool { return s.live.Alive(n, now) },
 		DeadSince:  func(n string) (time.Time, bool) { return s.live.DeadSince(n, now) },
+		Renewing:   func(n string) bool { return s.live.Renewing(n, now) },
 		Step:       s.cfg.RankStep(),
 		LateStep:   s.lockWriteTimeout(),
 		PeersKnown: s.peersKnownAt,

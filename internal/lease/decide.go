@@ -59,8 +59,12 @@ type View struct {
 	// one too when eligible: the nodes IPs may be given to.
 	Live []string
 	// Alive judges any node; DeadSince says since when a dead node is dead.
+	// Renewing says whether a node is seen renewing: alive by signs of
+	// life, not merely presumed alive after a break of what this node
+	// watches (nil: as Alive).
 	Alive     func(node string) bool
 	DeadSince func(node string) (time.Time, bool)
+	Renewing  func(node string) bool
 	// Step is the wait per rank before acquiring, which lets the best-ranked
 	// node win without a conflict and spreads a dead node's IPs.
 	Step time.Duration
@@ -345,7 +349,7 @@ func (v View) successorWrite(ip IP) (n string, at time.Time, ok bool) {
 func (v View) succession(ip IP) (d Decision, ok bool) {
 	lk := ip.Lock
 	s := lk.Successor
-	if s == "" || lk.Holder == "" || s == lk.Holder || lk.MoveTo != "" || v.Alive(lk.Holder) {
+	if s == "" || lk.Holder == "" || s == lk.Holder || lk.MoveTo != "" || v.holderBack(ip) {
 		return Decision{}, false
 	}
 	why := "holder " + lk.Holder + " is dead"
@@ -476,6 +480,20 @@ func (v View) best(ip netip.Addr, except string) string {
 		}
 	}
 	return top
+}
+
+// holderBack says whether the holder of ip's lock, another node, keeps
+// it from its successor: while it is alive, and, once this node (the
+// successor) has bound the IP, only while it is seen renewing. A break of
+// the watch or of the LAN presumes every node alive for a while; a
+// successor that unbound what it had taken over each time did so for
+// thousands of IPs at once on a loaded API server, and took them again.
+func (v View) holderBack(ip IP) bool {
+	h := ip.Lock.Holder
+	if ip.Bound && ip.Lock.Successor == v.Self && v.Renewing != nil {
+		return v.Renewing(h)
+	}
+	return v.Alive(h)
 }
 
 // successorFor is the successor a lock naming holder names for ip: its

@@ -24,6 +24,10 @@ func TestDecideSuccession(t *testing.T) {
 	notWritable := func(v *lease.View) { v.Writable = false }
 	notEligible := func(v *lease.View) { v.Eligible = false; v.Live = []string{"b", "c"} }
 	early := func(v *lease.View) { v.PeersKnown = now().Add(time.Second) }
+	presumed := func(v *lease.View) {
+		v.Alive = func(string) bool { return true }
+		v.Renewing = func(n string) bool { return n == "a" || n == "b" || n == "c" }
+	}
 	next := lease.Order(r1, []string{"b", "c"})[0]
 	for _, tc := range []decideCase{
 		// This node is the successor.
@@ -38,6 +42,10 @@ func TestDecideSuccession(t *testing.T) {
 		{name: "successor, before the peers are known", view: early, ip: lease.IP{Addr: r1, Named: true, Lock: succeeding("x", "a")}, action: lease.None, at: now().Add(time.Second)},
 		{name: "successor, holder alive", ip: lease.IP{Addr: r1, Named: true, Lock: succeeding("b", "a")}, action: lease.None},
 		{name: "successor, holder alive, bound here", ip: lease.IP{Addr: r1, Named: true, Lock: succeeding("b", "a"), Bound: true}, action: lease.Unbind},
+		// After a break every node is presumed alive for a while: a
+		// successor keeps what it bound until the holder is seen renewing.
+		{name: "successor, bound, holder presumed alive", view: presumed, ip: lease.IP{Addr: r1, Named: true, Lock: succeeding("x", "a"), Bound: true}, action: lease.Succeed},
+		{name: "successor, unbound, holder presumed alive", view: presumed, ip: lease.IP{Addr: r1, Named: true, Lock: succeeding("x", "a")}, action: lease.None},
 		{name: "successor, a move pending elsewhere: the race", ip: lease.IP{Addr: r1, Named: true, Lock: &lease.Lock{Holder: "x", Successor: "a", MoveTo: "c"}}, action: lease.None, at: now().Add(-50 * ms).Add(step)},
 		{name: "successor of an unheld lock: the race", ip: lease.IP{Addr: r1, Named: true, Lock: succeeding("", "a"), FreeSince: now()}, action: lease.None, at: now().Add(step)},
 
