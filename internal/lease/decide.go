@@ -331,7 +331,9 @@ func (v View) successorWrite(ip IP) (n string, at time.Time, ok bool) {
 	if n == cur || n == "" {
 		return "", time.Time{}, false
 	}
-	if cur != "" && cur != v.Self && v.LiveUntil != nil {
+	if cur != "" && cur != v.Self && ip.Only.Allows(cur) && v.LiveUntil != nil {
+		// One the IP no longer allows (its Service's endpoints moved) is
+		// replaced at once: that is no churn of nodes.
 		if last, seen := v.LiveUntil(cur); seen && v.Now.Before(last.Add(v.SuccessorGrace)) {
 			return "", last.Add(v.SuccessorGrace), false
 		}
