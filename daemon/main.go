@@ -26,6 +26,7 @@ import (
 
 	"github.com/eip-project/eip/internal/agent"
 	"github.com/eip-project/eip/internal/bgp"
+	"github.com/eip-project/eip/internal/endpoints"
 	"github.com/eip-project/eip/internal/kubeclient"
 	"github.com/eip-project/eip/internal/lanlive"
 	"github.com/eip-project/eip/internal/lease"
@@ -224,6 +225,7 @@ func run(o options) error {
 			return netif.WatchClaims(ctx, log, iface, want, out)
 		},
 		AddrEvents: addrEvents, LinkEvents: linkEvents, APIServer: apiServer, ProbeWait: probeWait,
+		KubeProxy: endpoints.NewKubeProxy(clk),
 		ListenLAN: func(port uint16, out chan<- lanlive.Received) (agent.LANConn, error) {
 			if lanKeyErr != nil {
 				return nil, lanKeyErr

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
+	"github.com/eip-project/eip/internal/endpoints"
 	"github.com/eip-project/eip/internal/kubeclient"
 	"github.com/eip-project/eip/internal/lease"
 	"github.com/eip-project/eip/internal/listwatch"
@@ -56,6 +57,10 @@ type Options struct {
 	// ListenLAN opens the port of liveness over the LAN (lanlive.Listen);
 	// nil leaves this node on heartbeat liveness alone.
 	ListenLAN ListenLAN
+	// KubeProxy tells whether kube-proxy on a node delivers to the
+	// node's endpoints of a Local Service (endpoints.KubeProxy); nil
+	// leaves the EndpointSlices alone to decide.
+	KubeProxy KubeProxy
 
 	Clock clock.WithTicker
 	Log   *slog.Logger
@@ -68,6 +73,12 @@ type Options struct {
 	Writers int
 	// Resync is the period of the full address resync (default 10s).
 	Resync time.Duration
+}
+
+// KubeProxy asks kube-proxy's health check node port at addr until it
+// has a verdict (endpoints.KubeProxy.Check).
+type KubeProxy interface {
+	Check(ctx context.Context, addr netip.AddrPort) endpoints.Verdict
 }
 
 // Agent is one node's eipd.

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/eip-project/eip/internal/endpoints"
 	"github.com/eip-project/eip/internal/netif"
 )
 
@@ -28,6 +29,7 @@ const (
 	inLink
 	inClaim
 	inDatagrams
+	inProxied
 	nInputs
 )
 
@@ -45,6 +47,7 @@ func (s *state) newInputs(ctx context.Context, tick, timer <-chan time.Time) *in
 		inEndpoints: s.a.epKick,
 		inRenewed:   s.renewRes, inWritten: s.results, inAllocated: s.alloc.results,
 		inAddress: s.a.opt.AddrEvents, inLink: s.a.opt.LinkEvents, inClaim: s.claims, inDatagrams: s.speaker.kick,
+		inProxied: s.proxied,
 	} {
 		in.cases[i] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)}
 	}
@@ -119,6 +122,8 @@ func (s *state) handle(i int, v reflect.Value, draining bool) (pass bool) {
 		return s.claim(v.Interface().(netif.Claim))
 	case inDatagrams:
 		return s.takeDatagrams()
+	case inProxied:
+		return s.proxiedResult(v.Interface().(endpoints.Result))
 	}
 	return true
 }

@@ -285,10 +285,11 @@ func (in *interner) shareOfService(svc *corev1.Service) {
 
 // keepOfService keeps of svc its identity, its eip.io/ annotations and what
 // ipset and alloc read: type, class, external and requested addresses,
-// families, ports, external traffic policy and the load-balancer ingress. A cluster's Services
-// carry labels, selectors, cluster IPs, kubectl's last applied
-// configuration and status conditions that eipd never looks at: with
-// thousands of Services they were most of its memory.
+// families, ports, external traffic policy, the health check node port
+// (of kube-proxy, for Local Services) and the load-balancer ingress. A
+// cluster's Services carry labels, selectors, cluster IPs, kubectl's last
+// applied configuration and status conditions that eipd never looks at:
+// with thousands of Services they were most of its memory.
 func keepOfService(svc *corev1.Service) {
 	svc.ObjectMeta = metav1.ObjectMeta{
 		Name: svc.Name, Namespace: svc.Namespace, UID: svc.UID, ResourceVersion: svc.ResourceVersion,
@@ -306,7 +307,7 @@ func keepOfService(svc *corev1.Service) {
 		Type: svc.Spec.Type, LoadBalancerClass: svc.Spec.LoadBalancerClass,
 		ExternalIPs: svc.Spec.ExternalIPs, LoadBalancerIP: svc.Spec.LoadBalancerIP,
 		IPFamilies: svc.Spec.IPFamilies, IPFamilyPolicy: svc.Spec.IPFamilyPolicy, Ports: ports,
-		ExternalTrafficPolicy: svc.Spec.ExternalTrafficPolicy,
+		ExternalTrafficPolicy: svc.Spec.ExternalTrafficPolicy, HealthCheckNodePort: svc.Spec.HealthCheckNodePort,
 	}
 	svc.Status = corev1.ServiceStatus{LoadBalancer: svc.Status.LoadBalancer}
 }

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -23,19 +24,84 @@ type serving struct {
 	// local are the IPs a Local Service names, sorted, as of the last
 	// computeEntries.
 	local []netip.Addr
+	// checks are kube-proxy's verdicts on the nodes with a ready
+	// endpoint of a Local Service, made by the goroutines of startCheck
+	// (at most checkSlots at a time), which send them to proxied. They
+	// end with checkCtx, the loop's.
+	checks   endpoints.Checks
+	proxied  chan endpoints.Result
+	slots    chan struct{}
+	checkCtx context.Context
+}
+
+// checkSlots bounds the health checks in flight: a thousand Services
+// becoming ready at once are checked a few at a time.
+const checkSlots = 16
+
+func newServing() serving {
+	return serving{proxied: make(chan endpoints.Result, 64), slots: make(chan struct{}, checkSlots), checkCtx: context.Background()}
 }
 
 // onlyFor is where ip may live.
 func (sv *serving) onlyFor(ip netip.Addr) lease.Only { return sv.only[ip] }
 
 // eligibility is where the IP of e may live, from the EndpointSlices of
-// its Local Services.
+// its Local Services and what kube-proxy said of their ready nodes.
 func (s *state) eligibility(e ipset.Entry) endpoints.Eligibility {
 	per := make([]map[string]endpoints.Readiness, len(e.Local))
 	for i, svc := range e.Local {
-		per[i] = endpoints.Nodes(s.a.slicesOf(svc))
+		per[i] = s.checks.Judge(svc, endpoints.Nodes(s.a.slicesOf(svc)), s.startCheck)
 	}
 	return endpoints.Eligible(per)
+}
+
+// startCheck asks kube-proxy on k's node, at its first address and the
+// health check node port of k's Service, whether it delivers to the
+// node's endpoints, and sends the verdict to the loop. It returns false
+// when it cannot ask.
+func (s *state) startCheck(k endpoints.Key, gen uint64) bool {
+	kp := s.a.opt.KubeProxy
+	addr, ok := s.peerAddr(k.Node)
+	port := s.healthCheckPort(k.Service)
+	if kp == nil || !ok || port == 0 {
+		return false
+	}
+	ctx := s.checkCtx
+	go func() {
+		select {
+		case s.slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		v := kp.Check(ctx, netip.AddrPortFrom(addr, port))
+		<-s.slots
+		select {
+		case s.proxied <- endpoints.Result{Key: k, Gen: gen, Verdict: v}:
+		case <-ctx.Done():
+		}
+	}()
+	return true
+}
+
+// healthCheckPort is the health check node port of Service key
+// ("namespace/name"), 0 if it has none.
+func (s *state) healthCheckPort(key string) uint16 {
+	ns, name, _ := strings.Cut(key, "/")
+	svc, err := s.a.services.Services(ns).Get(name)
+	if err != nil || svc.Spec.HealthCheckNodePort <= 0 || svc.Spec.HealthCheckNodePort > 65535 {
+		return 0
+	}
+	return uint16(svc.Spec.HealthCheckNodePort)
+}
+
+// proxiedResult takes a verdict of kube-proxy's and says whether where
+// an IP may live is to be judged again.
+func (s *state) proxiedResult(r endpoints.Result) bool {
+	if !s.checks.Done(r) {
+		return false
+	}
+	s.dirtyEps = true
+	return true
 }
 
 // updateServing judges again where the IPs of Local Services may live and
@@ -70,6 +136,7 @@ func (s *state) updateServing(entries bool) []netip.Addr {
 		}
 	}
 	s.only = next
+	s.checks.Sweep()
 	return changed
 }
 

@@ -1,9 +1,12 @@
 package agent
 
 import (
+	"context"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"gotest.tools/v3/assert"
 	corev1 "k8s.io/api/core/v1"
@@ -194,4 +197,73 @@ func TestLoopSharedLocalIPNeedsEveryServiceReady(t *testing.T) {
 		w.tick("node-b")
 	}
 	assert.DeepEqual(t, w.take(), []string{"create eip-198-18-100-1 holder=node-a", "bind 198.18.100.1"})
+}
+
+// fakeKubeProxy is kube-proxy's health check as the loop's checks see it:
+// each check tells its address on asked and waits for its verdict on
+// answer.
+type fakeKubeProxy struct {
+	asked  chan netip.AddrPort
+	answer chan endpoints.Verdict
+}
+
+func (k fakeKubeProxy) Check(ctx context.Context, addr netip.AddrPort) endpoints.Verdict {
+	k.asked <- addr
+	select {
+	case v := <-k.answer:
+		return v
+	case <-ctx.Done():
+		return endpoints.Unknown
+	}
+}
+
+// kubeProxySays answers the check the loop made of kube-proxy at addr
+// with v, and hands the loop the verdict.
+func (w *world) kubeProxySays(kp fakeKubeProxy, addr string, v endpoints.Verdict) {
+	w.t.Helper()
+	select {
+	case got := <-kp.asked:
+		assert.Equal(w.t, got, netip.MustParseAddrPort(addr))
+	case <-time.After(10 * time.Second):
+		w.t.Fatalf("kube-proxy at %s was not asked", addr)
+	}
+	kp.answer <- v
+	w.s.proxiedResult(<-w.s.proxied)
+	w.pass()
+}
+
+// A rolling update of one replica moving from node-a to node-b: the IP
+// stays on node-a, whose pod still serves, until kube-proxy on node-b
+// says it delivers to its new pod; not as soon as the EndpointSlice says
+// the pod is ready, as kube-proxy's rules lag that by up to a second.
+func TestLoopLocalIPWaitsForKubeProxyOnTheNewNode(t *testing.T) {
+	w := newWorld(t, "node-a", defaultTestConfig())
+	kp := fakeKubeProxy{asked: make(chan netip.AddrPort, 4), answer: make(chan endpoints.Verdict)}
+	w.a.opt.KubeProxy = kp
+	for i, n := range []string{"node-a", "node-b"} {
+		if n != "node-a" {
+			w.addNode(n)
+		}
+		node := w.nodeObj(n)
+		node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("198.18.0.%d", 10+i)}}
+		w.must(w.nodes.Update(node))
+	}
+	w.heartbeat("node-b", true)
+	w.addLocalService("web", testIP(0))
+	svc := w.svcObj("web")
+	svc.Spec.HealthCheckNodePort = 31000
+	w.must(w.svcs.Update(svc))
+	w.endpointsOf("web", map[string]endpoints.Readiness{"node-a": endpoints.Ready})
+	w.kubeProxySays(kp, "198.18.0.10:31000", endpoints.Delivers)
+	for range 4 {
+		w.tick("node-b")
+	}
+	assert.DeepEqual(t, w.take(), []string{"create eip-198-18-100-1 holder=node-a", "bind 198.18.100.1"})
+
+	w.endpointsOf("web", map[string]endpoints.Readiness{"node-a": endpoints.Leaving, "node-b": endpoints.Ready})
+	w.tick("node-b")
+	assert.DeepEqual(t, w.take(), []string(nil))
+
+	w.kubeProxySays(kp, "198.18.0.11:31000", endpoints.Delivers)
+	assert.DeepEqual(t, w.take(), []string{"unbind 198.18.100.1", "update eip-198-18-100-1 holder=node-b"})
 }

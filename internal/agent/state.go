@@ -282,6 +282,7 @@ func newState(a *Agent) *state {
 			succeeding:  map[netip.Addr]succession{},
 		},
 		lanState:  lanState{lanIn: make(chan lanlive.Received, 256)},
+		serving:   newServing(),
 		renewReq:  make(chan renewal, 1),
 		renewRes:  make(chan renewResult, 1),
 		claims:    make(chan netif.Claim, 64),
@@ -297,6 +298,7 @@ func newState(a *Agent) *state {
 }
 
 func (s *state) run(ctx context.Context, stop chan struct{}) error {
+	s.checkCtx = ctx
 	go s.hb.run(s.renewReq, s.renewRes, stop)
 	for range s.a.opt.Writers {
 		go s.a.runWriter(s.jobs, s.results, stop)

@@ -18,6 +18,10 @@ const (
 	// kube-proxy falls back to them while no ready one exists, and they
 	// stop serving soon (a rolling update, a scale-down).
 	Leaving
+	// Pending: an endpoint on the node is ready and not terminating, but
+	// kube-proxy there has not yet said it delivers to it (Checks): its
+	// rules lag the EndpointSlice by up to its sync period, a second.
+	Pending
 	// Ready: an endpoint on the node is ready and not terminating.
 	Ready
 )
@@ -68,32 +72,40 @@ type Eligibility struct {
 	// Leaving: the Nodes have only endpoints that are terminating but
 	// still serving, as no node has a ready one of every Service.
 	Leaving bool
+	// Pending are the Nodes whose ready endpoints kube-proxy does not yet
+	// deliver to, while no node's are: the IP may stay on a node whose
+	// endpoints still serve until kube-proxy delivers on one of these.
+	Pending []string
 }
 
 // Eligible returns the nodes that may hold an IP which the Services of
 // services name, each given as the readiness of its nodes (Nodes): those
-// where every one of them has a ready endpoint, so that whichever
-// Service's traffic arrives is delivered. When there are none, it keeps
-// the nodes where every one still serves, each with a terminating
-// endpoint at least: during a rolling update the IP moves to a node with a
-// ready endpoint while the old pod still serves, and stays where it is as
-// long as terminating endpoints are all there is. With no Service given,
-// no node may.
+// where every one of them has a ready endpoint that kube-proxy there
+// delivers to, so that whichever Service's traffic arrives is delivered.
+// When there are none, it keeps the nodes where every one still serves:
+// those whose ready endpoints kube-proxy does not deliver to yet, and
+// those with a terminating endpoint at least. So during a rolling update
+// the IP leaves the old pod's node, which still serves, only for a node
+// where the new pod's traffic is already delivered, and stays where it is
+// as long as terminating endpoints are all there is. With no Service
+// given, no node may.
 func Eligible(services []map[string]Readiness) Eligibility {
 	if len(services) == 0 {
 		return Eligibility{}
 	}
-	var ready, serving []string
+	var ready, serving, pending []string
 	for node, r := range services[0] {
 		least := r
 		for _, other := range services[1:] {
 			least = min(least, other[node])
 		}
-		switch least {
-		case Ready:
+		switch {
+		case least == Ready:
 			ready = append(ready, node)
+		case least == Pending:
+			pending = append(pending, node)
 			serving = append(serving, node)
-		case Leaving:
+		case least == Leaving:
 			serving = append(serving, node)
 		}
 	}
@@ -102,7 +114,8 @@ func Eligible(services []map[string]Readiness) Eligibility {
 		return Eligibility{Nodes: ready}
 	}
 	slices.Sort(serving)
-	return Eligibility{Nodes: serving, Leaving: len(serving) > 0}
+	slices.Sort(pending)
+	return Eligibility{Nodes: serving, Leaving: len(serving) > 0 && len(pending) == 0, Pending: pending}
 }
 
 // Why says, for kubectl eip status and Events, why the IP of the Local
@@ -116,6 +129,9 @@ func (e Eligibility) Why(local []string) string {
 		return "no node has a ready endpoint of every one of " + svcs + " (externalTrafficPolicy: Local)"
 	case e.Leaving:
 		return "only terminating endpoints of " + svcs + " still serve, on " + strings.Join(e.Nodes, ", ")
+	case len(e.Pending) > 0:
+		return "kube-proxy does not yet deliver to the ready endpoints of " + svcs + " on " + strings.Join(e.Pending, ", ") +
+			"; meanwhile serving on " + strings.Join(e.Nodes, ", ")
 	}
 	return "externalTrafficPolicy: Local; ready endpoints on " + strings.Join(e.Nodes, ", ")
 }

@@ -1,0 +1,74 @@
+package endpoints
+
+import (
+	"testing"
+
+	"gotest.tools/v3/assert"
+)
+
+// started records the checks Judge starts; ok says whether they can be.
+type started struct {
+	ok   bool
+	keys []Key
+	gens []uint64
+}
+
+func (s *started) start(k Key, gen uint64) bool {
+	s.keys = append(s.keys, k)
+	s.gens = append(s.gens, gen)
+	return s.ok
+}
+
+func TestChecksPendUntilKubeProxyDelivers(t *testing.T) {
+	var c Checks
+	st := &started{ok: true}
+	got := c.Judge("ns/web", map[string]Readiness{"a": Ready, "b": Leaving, "c": None}, st.start)
+	assert.DeepEqual(t, got, map[string]Readiness{"a": Pending, "b": Leaving, "c": None})
+	assert.DeepEqual(t, st.keys, []Key{{"ns/web", "a"}})
+	c.Sweep()
+
+	// Asked again before the verdict: no second check.
+	got = c.Judge("ns/web", map[string]Readiness{"a": Ready}, st.start)
+	assert.DeepEqual(t, got, map[string]Readiness{"a": Pending})
+	assert.Equal(t, len(st.keys), 1)
+	c.Sweep()
+
+	assert.Assert(t, c.Done(Result{Key{"ns/web", "a"}, st.gens[0], Delivers}))
+	assert.Assert(t, !c.Done(Result{Key{"ns/web", "a"}, st.gens[0], Delivers}), "the same verdict twice")
+	got = c.Judge("ns/web", map[string]Readiness{"a": Ready}, st.start)
+	assert.DeepEqual(t, got, map[string]Readiness{"a": Ready})
+	c.Sweep()
+}
+
+func TestChecksUnknownCountsAsReady(t *testing.T) {
+	var c Checks
+	st := &started{ok: false}
+	got := c.Judge("ns/web", map[string]Readiness{"a": Ready}, st.start)
+	assert.DeepEqual(t, got, map[string]Readiness{"a": Ready}) // a check that cannot be made
+	c.Sweep()
+
+	st.ok = true
+	got = c.Judge("ns/other", map[string]Readiness{"a": Ready}, st.start)
+	assert.DeepEqual(t, got, map[string]Readiness{"a": Pending})
+	assert.Assert(t, c.Done(Result{Key{"ns/other", "a"}, st.gens[1], Unknown}))
+	got = c.Judge("ns/other", map[string]Readiness{"a": Ready}, st.start)
+	assert.DeepEqual(t, got, map[string]Readiness{"a": Ready}) // kube-proxy gave no verdict
+}
+
+// A node no longer ready is forgotten: its next endpoint is checked anew,
+// and the verdict of the old check does not count for it.
+func TestChecksForgetNodesNoLongerReady(t *testing.T) {
+	var c Checks
+	st := &started{ok: true}
+	c.Judge("ns/web", map[string]Readiness{"a": Ready}, st.start)
+	c.Sweep()
+	c.Judge("ns/web", map[string]Readiness{"a": Leaving}, st.start)
+	c.Sweep()
+	assert.Assert(t, !c.Done(Result{Key{"ns/web", "a"}, st.gens[0], Delivers}), "a forgotten node")
+
+	got := c.Judge("ns/web", map[string]Readiness{"a": Ready}, st.start)
+	assert.DeepEqual(t, got, map[string]Readiness{"a": Pending})
+	assert.Equal(t, len(st.keys), 2)
+	assert.Assert(t, !c.Done(Result{Key{"ns/web", "a"}, st.gens[0], Delivers}), "the verdict of the old check")
+	assert.Assert(t, c.Done(Result{Key{"ns/web", "a"}, st.gens[1], Delivers}))
+}
