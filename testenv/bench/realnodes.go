@@ -35,13 +35,20 @@ type RealNodeSample struct {
 	HTTPRequests int `json:"httpRequests"`
 	// OutsideErrors are the errors of the first few HTTPOutside requests.
 	OutsideErrors []string `json:"outsideErrors,omitempty"`
-	Error         string   `json:"error,omitempty"`
+	// Of an eTP=Local move (workload.LocalMove): from the new pod ready,
+	// and from the action, to its node answering; how long no endpoint
+	// served. HTTPOutside are then the requests failed while one served.
+	ReadyToAnswer  time.Duration `json:"readyToAnswer,omitempty"`
+	ActionToAnswer time.Duration `json:"actionToAnswer,omitempty"`
+	NoneServing    time.Duration `json:"noneServing,omitempty"`
+	Error          string        `json:"error,omitempty"`
 }
 
 // realNodeGaps starts a cluster of three real nodes, installs eip with
 // `kubectl apply -k manifests/` and the web application, and measures reps
 // rollout restarts of eipd's DaemonSet and reps deletions of the holder's
-// eipd pod, with the client's pings and HTTP on both IPs.
+// eipd pod, with the client's pings and HTTP on both IPs, then the moves
+// of an eTP=Local Service's pod (measureRealLocal).
 func realNodeGaps(ctx context.Context, log *slog.Logger, reps int) ([]RealNodeSample, error) {
 	opts := testenv.Options{Nodes: 3, RealNodes: true, Manifests: []string{}, Logger: log}
 	if err := testenv.Prerequisites(opts); err != nil {
@@ -110,7 +117,8 @@ func measureRealNodes(ctx context.Context, c *testenv.Cluster, reps int) ([]Real
 			samples = append(samples, s...)
 		}
 	}
-	return samples, nil
+	local, err := measureRealLocal(ctx, c, reps)
+	return append(samples, local...), err
 }
 
 // disrupt runs one disruption with traffic to every IP and returns a sample
@@ -156,7 +164,8 @@ func disrupt(ctx context.Context, c *testenv.Cluster, ips []netip.Addr, kind str
 	return out, nil
 }
 
-// realNodeFigures are the gap rows of the real-node samples.
+// realNodeFigures are the gap rows of the real-node samples, and the rows
+// of the eTP=Local moves (realLocalFigures).
 func realNodeFigures(samples []RealNodeSample) []Figure {
 	var figs []Figure
 	for _, kind := range []string{RealRollout, RealPodDelete} {
@@ -174,5 +183,5 @@ func realNodeFigures(samples []RealNodeSample) []Figure {
 			NewFigure("longest gap, "+kind+", real nodes", UnitMillis, gaps, Target{Stat: "max", Limit: 100}),
 			NewFigure("HTTP failed outside moves, "+kind+", real nodes", UnitCount, failed, Target{Stat: "max", Limit: 0}))
 	}
-	return figs
+	return append(figs, realLocalFigures(samples)...)
 }

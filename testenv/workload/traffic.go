@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/eip-project/eip/testenv"
@@ -267,4 +268,23 @@ func (s Seen) FailedOutsideMoves(slack time.Duration) []Request {
 		}
 	}
 	return out
+}
+
+// ResetBySwitch reports whether r was reset while in flight across a
+// switch of the IP from one MAC to another (from before the last reply of
+// one to after the first of the next). The new node has no
+// connection-tracking state for a connection the old one accepted, so its
+// kube-proxy sends the connection's next packet to its own pod, which
+// resets it.
+func (s Seen) ResetBySwitch(r Request) bool {
+	if !errors.Is(r.Err, syscall.ECONNRESET) {
+		return false
+	}
+	runs := Runs(s.Pings)
+	for i := 1; i < len(runs); i++ {
+		if r.Start.Before(runs[i].First.At) && r.End.After(runs[i-1].Last.At) {
+			return true
+		}
+	}
+	return false
 }

@@ -104,14 +104,8 @@ func holder(t *testing.T, ip netip.Addr) string {
 // boundOn lists the nodes that have ip on an interface.
 func boundOn(t *testing.T, ip netip.Addr) []string {
 	t.Helper()
-	var on []string
-	for _, n := range cluster.Nodes() {
-		has, err := cluster.NodeHasAddr(n.Name, ip)
-		must(t, err)
-		if has {
-			on = append(on, n.Name)
-		}
-	}
+	on, err := workload.BoundOn(cluster, ip)
+	must(t, err)
 	return on
 }
 
