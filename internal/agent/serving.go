@@ -17,8 +17,9 @@ import (
 // serving is where the IPs of Services with externalTrafficPolicy: Local
 // may live: kube-proxy drops their traffic on a node without a ready
 // endpoint, so only nodes with one of each such Service of the IP may hold
-// it (package endpoints). IPs no such Service names are absent and live on
-// any eligible node.
+// it, and of those the ones whose kube-proxy already delivers to it, when
+// some do (package endpoints). IPs no such Service names are absent and
+// live on any eligible node.
 type serving struct {
 	only map[netip.Addr]lease.Only
 	// local are the IPs a Local Service names, sorted, as of the last

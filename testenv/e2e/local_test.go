@@ -225,3 +225,29 @@ func (e *env) daemonsCPU() map[string]time.Duration {
 	}
 	return out
 }
+
+// (f) Route mode follows the same rule: the router's only path for an
+// eTP=Local Service's IP in a BGP range is from the node of its ready
+// endpoint, whichever node ranks first; it moves with the endpoint, and
+// with no endpoint anywhere no node announces the IP.
+func TestLocalRouteModeAnnouncesOnlyWhereEndpointIs(t *testing.T) {
+	e := newRouteEnv(t)
+	ip := testenv.RoutedServiceIP(70)
+	e.localService("local-routed", ip)
+	for _, n := range []string{e.nodes[len(e.nodes)-1], e.nodes[0]} {
+		e.endpointsOn("local-routed", []string{n}, nil)
+		e.eventually(ip.String()+" announced by "+n+" alone", func() (bool, string) {
+			paths, err := cluster.BGPPaths(e.ctx, ip)
+			if err != nil {
+				return false, err.Error()
+			}
+			return len(paths) == 1 && e.bestPathAt(ip, n) == "", fmt.Sprintf("paths %+v", paths)
+		})
+		assert.Equal(t, e.routed(ip), n)
+	}
+	e.endpointsOn("local-routed", nil, nil)
+	e.eventually(ip.String()+" announced by no node", func() (bool, string) {
+		paths, err := cluster.BGPPaths(e.ctx, ip)
+		return err == nil && len(paths) == 0 && len(e.boundOn(ip)) == 0, fmt.Sprintf("paths %+v, bound on %v, %v", paths, e.boundOn(ip), err)
+	})
+}

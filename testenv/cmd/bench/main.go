@@ -45,7 +45,7 @@ func run(args []string) error {
 	moveReps := fs.Int("move-reps", 20, "planned moves, and graceful shutdowns")
 	bindReps := fs.Int("bind-reps", 20, "Services created for the bind latency")
 	bgpReps := fs.Int("bgp-reps", 20, "route-mode failovers, and route-mode moves, through the BGP router")
-	realReps := fs.Int("real-reps", 5, "rollout restarts, and holder pod deletions, on real nodes")
+	realReps := fs.Int("real-reps", 5, "rollout restarts, holder pod deletions, and eTP=Local pod moves and scales from zero, on real nodes")
 	load := fs.String("load", "10,100", "IP counts whose steady-state Lease requests are measured")
 	scale := fs.String("scale", "1000", "IP counts timed from a cold start, with memory and CPU, and a mass failover")
 	stopIPs := fs.Int("stop-ips", 5000, "IPs the node stopped with SIGTERM holds, in the stop scenario")
