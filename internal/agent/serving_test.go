@@ -262,7 +262,9 @@ func TestLoopLocalIPWaitsForKubeProxyOnTheNewNode(t *testing.T) {
 
 	w.endpointsOf("web", map[string]endpoints.Readiness{"node-a": endpoints.Leaving, "node-b": endpoints.Ready})
 	w.tick("node-b")
-	assert.DeepEqual(t, w.take(), []string(nil))
+	// node-a keeps it bound, and names node-b, which may now hold it,
+	// its successor.
+	assert.DeepEqual(t, w.take(), []string{"update eip-198-18-100-1 holder=node-a successor=node-b"})
 
 	w.kubeProxySays(kp, "198.18.0.11:31000", endpoints.Delivers)
 	assert.DeepEqual(t, w.take(), []string{"unbind 198.18.100.1", "update eip-198-18-100-1 holder=node-b"})
