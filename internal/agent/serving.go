@@ -59,12 +59,16 @@ func (s *state) eligibility(e ipset.Entry) endpoints.Eligibility {
 // startCheck asks kube-proxy on k's node, at its first address and the
 // health check node port of k's Service, whether it delivers to the
 // node's endpoints, and sends the verdict to the loop. It returns false
-// when it cannot ask.
+// when it cannot ask, and for this node itself: a node takes an IP handed
+// to it on the word of the holder, which asked this node's kube-proxy
+// before; were it to wait for its own verdict, it would refuse what the
+// holder already gave up. Racing for an IP no node serves, it binds no
+// later than before.
 func (s *state) startCheck(k endpoints.Key, gen uint64) bool {
 	kp := s.a.opt.KubeProxy
 	addr, ok := s.peerAddr(k.Node)
 	port := s.healthCheckPort(k.Service)
-	if kp == nil || !ok || port == 0 {
+	if kp == nil || !ok || port == 0 || k.Node == s.a.opt.Node {
 		return false
 	}
 	ctx := s.checkCtx

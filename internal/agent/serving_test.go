@@ -236,6 +236,7 @@ func (w *world) kubeProxySays(kp fakeKubeProxy, addr string, v endpoints.Verdict
 // stays on node-a, whose pod still serves, until kube-proxy on node-b
 // says it delivers to its new pod; not as soon as the EndpointSlice says
 // the pod is ready, as kube-proxy's rules lag that by up to a second.
+// Then back.
 func TestLoopLocalIPWaitsForKubeProxyOnTheNewNode(t *testing.T) {
 	w := newWorld(t, "node-a", defaultTestConfig())
 	kp := fakeKubeProxy{asked: make(chan netip.AddrPort, 4), answer: make(chan endpoints.Verdict)}
@@ -253,8 +254,8 @@ func TestLoopLocalIPWaitsForKubeProxyOnTheNewNode(t *testing.T) {
 	svc := w.svcObj("web")
 	svc.Spec.HealthCheckNodePort = 31000
 	w.must(w.svcs.Update(svc))
+	// node-a asks not its own kube-proxy: it takes what it is given.
 	w.endpointsOf("web", map[string]endpoints.Readiness{"node-a": endpoints.Ready})
-	w.kubeProxySays(kp, "198.18.0.10:31000", endpoints.Delivers)
 	for range 4 {
 		w.tick("node-b")
 	}
@@ -268,4 +269,15 @@ func TestLoopLocalIPWaitsForKubeProxyOnTheNewNode(t *testing.T) {
 
 	w.kubeProxySays(kp, "198.18.0.11:31000", endpoints.Delivers)
 	assert.DeepEqual(t, w.take(), []string{"unbind 198.18.100.1", "update eip-198-18-100-1 holder=node-b"})
+
+	// Back again: node-b, whose pod is terminating, hands the IP here once
+	// its kube-proxy check of node-a says so; node-a, which never waits
+	// for its own, binds it at once, though node-c (without an address
+	// to ask, so judged by its EndpointSlice) may hold it too.
+	w.addNode("node-c")
+	w.heartbeat("node-c", true)
+	w.endpointsOf("web", map[string]endpoints.Readiness{"node-a": endpoints.Ready, "node-b": endpoints.Leaving, "node-c": endpoints.Ready})
+	w.lock(testIP(0), "node-a")
+	w.tick("node-b", "node-c")
+	assert.DeepEqual(t, w.take(), []string{"bind 198.18.100.1"})
 }
