@@ -105,20 +105,38 @@ func TestLoopLocalIPLivesWhereItsEndpointIs(t *testing.T) {
 	assert.DeepEqual(t, w.take(), []string{"unbind 198.18.100.1", "update eip-198-18-100-1 holder=node-b"})
 }
 
-// A rolling update: while the endpoint here is terminating but serving
-// and no node has a ready one, the IP stays; once another node has a
-// ready one it goes there, before the old pod stops serving.
-func TestLoopLocalIPMovesBeforeItsPodStopsServing(t *testing.T) {
+// holdingLocalWorld is node-a, with kp for kube-proxy, and live peer
+// node-b, each with an address, and a Local Service whose one endpoint
+// is on node-a: node-a holds its IP.
+func holdingLocalWorld(t *testing.T, kp KubeProxy) *world {
 	w := newWorld(t, "node-a", defaultTestConfig())
-	w.addNode("node-b")
+	w.a.opt.KubeProxy = kp
+	for i, n := range []string{"node-a", "node-b"} {
+		if n != "node-a" {
+			w.addNode(n)
+		}
+		node := w.nodeObj(n)
+		node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("198.18.0.%d", 10+i)}}
+		w.must(w.nodes.Update(node))
+	}
 	w.heartbeat("node-b", true)
 	w.addLocalService("web", testIP(0))
+	svc := w.svcObj("web")
+	svc.Spec.HealthCheckNodePort = 31000
+	w.must(w.svcs.Update(svc))
 	w.endpointsOf("web", map[string]endpoints.Readiness{"node-a": endpoints.Ready})
 	for range 4 {
 		w.tick("node-b")
 	}
 	assert.DeepEqual(t, w.take(), []string{"create eip-198-18-100-1 holder=node-a", "bind 198.18.100.1"})
+	return w
+}
 
+// A rolling update: while the endpoint here is terminating but serving
+// and no node has a ready one, the IP stays; once another node has a
+// ready one it goes there, before the old pod stops serving.
+func TestLoopLocalIPMovesBeforeItsPodStopsServing(t *testing.T) {
+	w := holdingLocalWorld(t, nil)
 	w.endpointsOf("web", map[string]endpoints.Readiness{"node-a": endpoints.Leaving, "node-b": endpoints.None})
 	w.tick("node-b")
 	// Only a terminating endpoint serves, here: the IP stays.
@@ -238,28 +256,9 @@ func (w *world) kubeProxySays(kp fakeKubeProxy, addr string, v endpoints.Verdict
 // the pod is ready, as kube-proxy's rules lag that by up to a second.
 // Then back.
 func TestLoopLocalIPWaitsForKubeProxyOnTheNewNode(t *testing.T) {
-	w := newWorld(t, "node-a", defaultTestConfig())
 	kp := fakeKubeProxy{asked: make(chan netip.AddrPort, 4), answer: make(chan endpoints.Verdict)}
-	w.a.opt.KubeProxy = kp
-	for i, n := range []string{"node-a", "node-b"} {
-		if n != "node-a" {
-			w.addNode(n)
-		}
-		node := w.nodeObj(n)
-		node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("198.18.0.%d", 10+i)}}
-		w.must(w.nodes.Update(node))
-	}
-	w.heartbeat("node-b", true)
-	w.addLocalService("web", testIP(0))
-	svc := w.svcObj("web")
-	svc.Spec.HealthCheckNodePort = 31000
-	w.must(w.svcs.Update(svc))
 	// node-a asks not its own kube-proxy: it takes what it is given.
-	w.endpointsOf("web", map[string]endpoints.Readiness{"node-a": endpoints.Ready})
-	for range 4 {
-		w.tick("node-b")
-	}
-	assert.DeepEqual(t, w.take(), []string{"create eip-198-18-100-1 holder=node-a", "bind 198.18.100.1"})
+	w := holdingLocalWorld(t, kp)
 
 	w.endpointsOf("web", map[string]endpoints.Readiness{"node-a": endpoints.Leaving, "node-b": endpoints.Ready})
 	w.tick("node-b")
