@@ -50,7 +50,7 @@ func localSample(kind string, m workload.LocalMove) RealNodeSample {
 		Kind: kind, IP: m.Seen.IP.String(), Gap: m.Seen.Pings.LongestGap().Duration(),
 		TwoMACs: len(workload.TwoMACs(m.Seen.Pings)), HTTPFailed: len(m.Seen.Failed()),
 		HTTPOutside: len(m.Unexplained()), HTTPRequests: len(m.Seen.Requests),
-		ReadyToAnswer: m.ReadyToAnswer(), ActionToAnswer: m.ActionToAnswer(), NoneServing: m.NoneServing,
+		ReadyToHeld: m.Held.Sub(m.Ready), ReadyToAnswer: m.ReadyToAnswer(), ActionToAnswer: m.ActionToAnswer(), NoneServing: m.NoneServing,
 	}
 	for _, r := range m.Unexplained()[:min(len(m.Unexplained()), 3)] {
 		s.OutsideErrors = append(s.OutsideErrors, r.Start.Format(time.StampMilli)+": "+r.Err.Error())
@@ -59,14 +59,16 @@ func localSample(kind string, m workload.LocalMove) RealNodeSample {
 }
 
 // realLocalFigures are the rows of the eTP=Local samples: how long after
-// the new pod was ready (by its EndpointSlice) and after the action its
-// node answered, and the requests that failed while an endpoint served.
+// the new pod was ready (by its EndpointSlice) the IP's lock named its
+// node, how long after that and after the action the node answered, and
+// the requests that failed while an endpoint served.
 func realLocalFigures(samples []RealNodeSample) []Figure {
 	var figs []Figure
 	for _, kind := range []string{RealLocalDelete, RealLocalScale} {
-		var ready, action, failed []float64
+		var held, ready, action, failed []float64
 		for _, s := range samples {
 			if s.Kind == kind {
+				held = append(held, millis(s.ReadyToHeld))
 				ready = append(ready, millis(s.ReadyToAnswer))
 				action = append(action, millis(s.ActionToAnswer))
 				failed = append(failed, float64(s.HTTPOutside))
@@ -76,6 +78,7 @@ func realLocalFigures(samples []RealNodeSample) []Figure {
 			continue
 		}
 		figs = append(figs,
+			NewFigure("pod ready → the IP's lock names its node, "+kind+", real nodes", UnitMillis, held, Target{}),
 			NewFigure("pod ready → its node answers, "+kind+", real nodes", UnitMillis, ready, Target{}),
 			NewFigure("action → the new pod's node answers, "+kind+", real nodes", UnitMillis, action, Target{}),
 			NewFigure("HTTP failed while an endpoint served, "+kind+", real nodes", UnitCount, failed, Target{Stat: "max", Limit: 0}))

@@ -35,9 +35,11 @@ type RealNodeSample struct {
 	HTTPRequests int `json:"httpRequests"`
 	// OutsideErrors are the errors of the first few HTTPOutside requests.
 	OutsideErrors []string `json:"outsideErrors,omitempty"`
-	// Of an eTP=Local move (workload.LocalMove): from the new pod ready,
-	// and from the action, to its node answering; how long no endpoint
-	// served. HTTPOutside are then the requests failed while one served.
+	// Of an eTP=Local move (workload.LocalMove): from the new pod ready
+	// to the IP's lock seen naming its node, from then and from the action
+	// to its node answering; how long no endpoint served. HTTPOutside are
+	// then the requests failed while one served.
+	ReadyToHeld    time.Duration `json:"readyToHeld,omitempty"`
 	ReadyToAnswer  time.Duration `json:"readyToAnswer,omitempty"`
 	ActionToAnswer time.Duration `json:"actionToAnswer,omitempty"`
 	NoneServing    time.Duration `json:"noneServing,omitempty"`

@@ -81,8 +81,10 @@ type LocalMove struct {
 	To    string
 	Began time.Time
 	// Ready is when the EndpointSlice first showed the new pod ready,
-	// Answered when the first request answered on To ended.
-	Ready, Answered time.Time
+	// Held when the IP's lock was first seen naming To, Answered when the
+	// first request answered on To ended: from Ready to Held is eip's
+	// part of the move, from Held to Answered mostly kube-proxy's.
+	Ready, Held, Answered time.Time
 	// NoneServing is how long no endpoint of the Service served anywhere
 	// (by the EndpointSlices) while the client watched.
 	NoneServing time.Duration
@@ -115,8 +117,8 @@ func (m LocalMove) Unexplained() []Request {
 }
 
 func (m LocalMove) String() string {
-	return fmt.Sprintf("to %s: pod ready %s after the action, answered there %s after that (%s after the action); no endpoint served for %s; %s",
-		m.To, m.Ready.Sub(m.Began).Round(time.Millisecond), m.ReadyToAnswer().Round(time.Millisecond),
+	return fmt.Sprintf("to %s: pod ready %s after the action, its lock seen naming %s %s after that, answered there %s after ready (%s after the action); no endpoint served for %s; %s",
+		m.To, m.Ready.Sub(m.Began).Round(time.Millisecond), m.To, m.Held.Sub(m.Ready).Round(time.Millisecond), m.ReadyToAnswer().Round(time.Millisecond),
 		m.ActionToAnswer().Round(time.Millisecond), m.NoneServing.Round(time.Millisecond), m.Seen)
 }
 
@@ -185,7 +187,8 @@ func BoundOn(c *testenv.Cluster, ip netip.Addr) ([]string, error) {
 
 // measureLocal runs action with traffic to ip and the EndpointSlices of
 // name sampled, waits until its one pod runs on a node other than from,
-// the IP is held there and twenty requests were answered, and returns
+// the IP is held there, the old pod is gone and twenty requests were
+// answered, and returns
 // what happened. The traffic starts answering first unless from is "" (no
 // pod to answer).
 func measureLocal(ctx context.Context, c *testenv.Cluster, name string, ip netip.Addr, from string, action func() error) (LocalMove, error) {
@@ -206,10 +209,13 @@ func measureLocal(ctx context.Context, c *testenv.Cluster, name string, ip netip
 		var nodes []string
 		var all int
 		nodes, all, err = PodNodes(ctx, c, name)
-		if err == nil && all == 1 && len(nodes) == 1 && nodes[0] != from {
+		if err == nil && len(nodes) == 1 && nodes[0] != from {
 			m.To = nodes[0]
 			var h string
-			if h, err = Holder(ctx, c, ip); h == m.To {
+			if h, err = Holder(ctx, c, ip); h == m.To && m.Held.IsZero() {
+				m.Held = time.Now()
+			}
+			if !m.Held.IsZero() && all == 1 {
 				break
 			}
 		}
