@@ -130,7 +130,7 @@ func TestChartLints(t *testing.T) {
 func TestChartRendersTheManifests(t *testing.T) {
 	chart := objects(t, helm(t, "template", "eip", "charts/eip"))
 	base := objects(t, kustomize(t, ""))
-	assert.Equal(t, len(base), 10, "%v", keys(base))
+	assert.Equal(t, len(base), 11, "%v", keys(base))
 	assert.DeepEqual(t, chart, base) // on a difference, make charts/eip follow manifests/
 
 	// Installed into eip's own namespace (helm install -n eip-system
@@ -256,10 +256,9 @@ func path(v any, steps ...any) any {
 	return v
 }
 
-// eipd's Role may create Secrets in eip's namespace (a create cannot be
-// limited to a name). In kube-system a Secret can be a bootstrap token,
-// which joins a node to the cluster, and default is everyone's: the chart
-// refuses both.
+// eipd's Role may write every Lease in eip's namespace (its locks are
+// created under names it chooses). In kube-system Leases elect the control
+// plane's leaders, and default is everyone's: the chart refuses both.
 func TestChartRefusesSharedNamespaces(t *testing.T) {
 	for _, ns := range []string{"kube-system", "default"} {
 		_, err := runHelm(t, "template", "eip", "charts/eip", "--set", "namespace.name="+ns)

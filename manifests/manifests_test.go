@@ -160,10 +160,20 @@ func TestEveryObjectIsEips(t *testing.T) {
 	}
 	assert.DeepEqual(t, kinds, map[string]int{
 		"Namespace": 1, "ServiceAccount": 1, "ClusterRole": 3, "ClusterRoleBinding": 1,
-		"Role": 1, "RoleBinding": 1, "ConfigMap": 1, "DaemonSet": 1,
+		"Role": 1, "RoleBinding": 1, "ConfigMap": 1, "DaemonSet": 1, "Secret": 1,
 	})
 	assert.Equal(t, one[*corev1.Namespace](t, objs).Name, namespace)
 	assert.Equal(t, one[*corev1.ServiceAccount](t, objs).Name, serviceAccount)
+}
+
+// The liveness key ships empty, for the first eipd to fill: applying the
+// manifests again sets no data, so it keeps the key.
+func TestLivenessKeyShipsEmpty(t *testing.T) {
+	s := one[*corev1.Secret](t, decodeAll(t, "."))
+	assert.Equal(t, s.Name, lanlive.KeySecret)
+	assert.Equal(t, s.Type, corev1.SecretTypeOpaque)
+	assert.Check(t, is.Len(s.Data, 0))
+	assert.Check(t, is.Len(s.StringData, 0))
 }
 
 // named returns the object of type T with that namespace and name.
@@ -197,9 +207,8 @@ func TestRBACIsMinimal(t *testing.T) {
 	assert.DeepEqual(t, role.Rules, []rbacv1.PolicyRule{
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{configMap}, Verbs: read},
-		{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{lanlive.KeySecret}, Verbs: []string{"get", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{lanlive.KeySecret}, Verbs: []string{"get", "watch", "update"}},
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{bgp.ShippedPasswordSecret}, Verbs: []string{"get"}},
-		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}},
 	})
 
 	sa := []rbacv1.Subject{{Kind: "ServiceAccount", Name: serviceAccount, Namespace: namespace}}

@@ -45,7 +45,8 @@ type Options struct {
 	EipdBin string
 	// ManifestsDir is the repository's manifests/ (default found from the
 	// working directory), and Manifests the files in it applied at start
-	// (default namespace.yaml, serviceaccount.yaml, rbac.yaml).
+	// (default namespace.yaml, serviceaccount.yaml, rbac.yaml,
+	// liveness-key.yaml).
 	ManifestsDir string
 	Manifests    []string
 	// Detach leaves the control plane and daemons running when the process
@@ -94,7 +95,7 @@ func (o *Options) setDefaults() {
 		o.StartTimeout = 90 * time.Second
 	}
 	if o.Manifests == nil {
-		o.Manifests = []string{"namespace.yaml", "serviceaccount.yaml", "rbac.yaml"}
+		o.Manifests = []string{"namespace.yaml", "serviceaccount.yaml", "rbac.yaml", "liveness-key.yaml"}
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)

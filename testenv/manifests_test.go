@@ -76,4 +76,25 @@ func TestManifestsApply(t *testing.T) {
 	again, err := k.AppsV1().DaemonSets(Namespace).Get(ctx, "eipd", metav1.GetOptions{})
 	assert.NilError(t, err)
 	assert.Check(t, is.Equal(again.Generation, ds.Generation), "re-applying the base changed the DaemonSet")
+
+	// The liveness key ships empty; once an eipd filled it, applying the
+	// base again, client-side as the docs say or server-side, keeps it.
+	key, err := k.CoreV1().Secrets(Namespace).Get(ctx, "eip-liveness-key", metav1.GetOptions{})
+	assert.NilError(t, err)
+	assert.Check(t, is.Len(key.Data, 0))
+	key.Data = map[string][]byte{"key": []byte("0123456789abcdef0123456789abcdef")}
+	_, err = k.CoreV1().Secrets(Namespace).Update(ctx, key, metav1.UpdateOptions{})
+	assert.NilError(t, err)
+	t.Cleanup(func() {
+		key.Data, key.ResourceVersion = nil, ""
+		_, err := k.CoreV1().Secrets(Namespace).Update(context.Background(), key, metav1.UpdateOptions{})
+		assert.Check(t, err)
+	})
+	for _, apply := range [][]string{{"apply", "-k", dir}, {"apply", "--server-side", "--field-manager=eip-manifests-test", "-k", dir}} {
+		out, err = c.Kubectl(ctx, apply...)
+		assert.NilError(t, err, "%s", out)
+		kept, err := k.CoreV1().Secrets(Namespace).Get(ctx, "eip-liveness-key", metav1.GetOptions{})
+		assert.NilError(t, err)
+		assert.Check(t, is.DeepEqual(kept.Data, key.Data), "kubectl %s", strings.Join(apply, " "))
+	}
 }

@@ -20,8 +20,8 @@ import (
 
 // KeySecret is the Secret, in eipd's namespace, that holds the key of
 // liveness over the LAN under KeyField, and during a rotation the key
-// before it under PreviousField. The first eipd that finds none creates
-// it; every eipd watches it (docs/operating.md, rotating the key).
+// before it under PreviousField. It ships empty; the first eipd fills it
+// and every eipd watches it (docs/operating.md, rotating the key).
 const (
 	KeySecret     = "eip-liveness-key"
 	KeyField      = "key"
@@ -60,26 +60,25 @@ func keysOf(s *corev1.Secret) (Keys, error) {
 	return k, nil
 }
 
-// LoadKey reads the liveness keys from their Secret, creating the Secret
-// with a random key when there is none. Two eipds creating it at once is
-// harmless: one create fails with AlreadyExists and that eipd reads the
-// other's key. It returns the Secret's resourceVersion, from which
-// WatchKeys goes on.
+// LoadKey reads the liveness keys from their Secret. The Secret ships
+// empty with eip's manifests, and the first eipd to find it so writes a
+// random key into it: RBAC can limit an update to one name, where a create
+// would have to be allowed for every name. Two eipds filling it at once is
+// harmless: the update on the resourceVersion read fails with Conflict for
+// one, and that eipd reads the other's key. A missing Secret is an error
+// saying where it comes from. It returns the Secret's resourceVersion,
+// from which KeyWatch.Run goes on.
 func LoadKey(ctx context.Context, client kubeclient.Interface, namespace string) (Keys, string, error) {
 	secrets := client.Secrets(namespace)
 	s, err := secrets.Get(ctx, KeySecret, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		key := make([]byte, keySize)
-		if _, err := rand.Read(key); err != nil {
-			return Keys{}, "", fmt.Errorf("liveness key: %w", err)
-		}
-		s, err = secrets.Create(ctx, &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: KeySecret, Labels: map[string]string{"app.kubernetes.io/part-of": "eip"}},
-			Data:       map[string][]byte{KeyField: key},
-		}, metav1.CreateOptions{})
-		if apierrors.IsAlreadyExists(err) {
+	if err == nil && len(s.Data[KeyField]) == 0 {
+		s, err = fillKey(ctx, secrets, s)
+		if apierrors.IsConflict(err) {
 			s, err = secrets.Get(ctx, KeySecret, metav1.GetOptions{})
 		}
+	}
+	if apierrors.IsNotFound(err) {
+		err = fmt.Errorf("%w; it ships, empty, with eip's manifests and chart", err)
 	}
 	if err != nil {
 		return Keys{}, "", fmt.Errorf("liveness key: Secret %s/%s: %w", namespace, KeySecret, err)
@@ -87,6 +86,21 @@ func LoadKey(ctx context.Context, client kubeclient.Interface, namespace string)
 	s.Namespace = namespace
 	k, err := keysOf(s)
 	return k, s.ResourceVersion, err
+}
+
+// fillKey writes a random key into s, which holds none, on the
+// resourceVersion read.
+func fillKey(ctx context.Context, secrets kubeclient.Resource[*corev1.Secret, *corev1.SecretList], s *corev1.Secret) (*corev1.Secret, error) {
+	key := make([]byte, keySize)
+	if _, err := rand.Read(key); err != nil {
+		return nil, err
+	}
+	s = s.DeepCopy()
+	if s.Data == nil {
+		s.Data = map[string][]byte{}
+	}
+	s.Data[KeyField] = key
+	return secrets.Update(ctx, s, metav1.UpdateOptions{})
 }
 
 // KeyWatch keeps a Keyring in step with the Secret.

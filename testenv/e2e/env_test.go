@@ -76,10 +76,13 @@ func newEnv(t *testing.T, cfg map[string]string) *env {
 		e.must(e.k.CoreV1().Services(svcNamespace).Delete(e.ctx, s.Name, metav1.DeleteOptions{}))
 	}
 	e.must(e.k.CoordinationV1().Leases(testenv.Namespace).DeleteCollection(e.ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: lease.ManagedByLabel}))
-	// Like a fresh install, the first eipd to start makes the liveness key.
-	if err := e.k.CoreV1().Secrets(testenv.Namespace).Delete(e.ctx, lanlive.KeySecret, metav1.DeleteOptions{}); !apierrors.IsNotFound(err) {
-		e.must(err)
-	}
+	// Like a fresh install, the liveness key is empty, as the manifests
+	// ship it, and the first eipd to start fills it.
+	key, err := e.k.CoreV1().Secrets(testenv.Namespace).Get(e.ctx, lanlive.KeySecret, metav1.GetOptions{})
+	e.must(err)
+	key.Data = nil
+	_, err = e.k.CoreV1().Secrets(testenv.Namespace).Update(e.ctx, key, metav1.UpdateOptions{})
+	e.must(err)
 	for _, n := range e.nodes {
 		_, _ = cluster.Exec(e.ctx, n, "ip", "link", "del", "eip0")
 	}

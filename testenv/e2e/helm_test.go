@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/eip-project/eip/internal/lanlive"
 	"github.com/eip-project/eip/testenv"
 )
 
@@ -83,11 +84,12 @@ func newEmptyCluster(t *testing.T) *emptyCluster {
 }
 
 // removeEip deletes what testenv applied of eip's (the namespace, its
-// ServiceAccount and RBAC), so that the cluster holds nothing of eip's.
+// ServiceAccount, RBAC and liveness key), so that the cluster holds nothing of eip's.
 func (c *emptyCluster) removeEip() {
 	c.t.Helper()
 	k, ctx, ns := c.Client(), c.ctx, testenv.Namespace
 	c.must(k.CoreV1().ServiceAccounts(ns).Delete(ctx, testenv.ServiceAccount, metav1.DeleteOptions{}))
+	c.must(k.CoreV1().Secrets(ns).Delete(ctx, lanlive.KeySecret, metav1.DeleteOptions{}))
 	c.must(k.RbacV1().Roles(ns).Delete(ctx, "eip", metav1.DeleteOptions{}))
 	c.must(k.RbacV1().RoleBindings(ns).Delete(ctx, "eip", metav1.DeleteOptions{}))
 	c.must(k.RbacV1().ClusterRoles().Delete(ctx, "eip", metav1.DeleteOptions{}))
@@ -198,7 +200,7 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 		"namespaces /eip-system", "serviceaccounts eip-system/eip", "configmaps eip-system/eip-config",
 		"daemonsets eip-system/eipd", "roles eip-system/eip", "rolebindings eip-system/eip",
 		"clusterroles /eip", "clusterrolebindings /eip",
-		"clusterroles /eip-view", "clusterroles /eip-operator",
+		"clusterroles /eip-view", "clusterroles /eip-operator", "secrets eip-system/eip-liveness-key",
 	} {
 		assert.Check(t, slices.Contains(c.objects(), want), "%s was not created", want)
 	}

@@ -18,8 +18,11 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
+	"github.com/eip-project/eip/internal/lanlive"
 	"github.com/eip-project/eip/internal/lease"
 	"github.com/eip-project/eip/testenv"
 )
@@ -76,6 +79,34 @@ func TestServiceCannotStealLANAddresses(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A stolen eipd token writes no Secret but the liveness key (issue 29): it
+// may not create a Secret of any name in eip's namespace, where a planted
+// one could be a bootstrap token or a Secret another workload expects, nor
+// change another one. The key ships empty and the first eipd fills it.
+func TestEipdWritesNoSecretButItsKey(t *testing.T) {
+	e := newEnv(t, defaultConfig())
+	s, err := e.k.CoreV1().Secrets(testenv.Namespace).Get(e.ctx, lanlive.KeySecret, metav1.GetOptions{})
+	e.must(err)
+	assert.Check(t, len(s.Data[lanlive.KeyField]) == 32, "the first eipd filled the key: %d bytes", len(s.Data[lanlive.KeyField]))
+
+	cfg, err := cluster.ServiceAccountConfig(e.ctx)
+	e.must(err)
+	sa, err := kubernetes.NewForConfig(cfg)
+	e.must(err)
+	secrets := sa.CoreV1().Secrets(testenv.Namespace)
+	planted := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "eip-planted"}, StringData: map[string]string{"token": "planted"}}
+	_, err = secrets.Create(e.ctx, planted, metav1.CreateOptions{})
+	assert.Check(t, apierrors.IsForbidden(err), "eipd's token created Secret %s: %v", planted.Name, err)
+	other, err := e.k.CoreV1().Secrets(testenv.Namespace).Create(e.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "eip-e2e-other"}}, metav1.CreateOptions{})
+	e.must(err)
+	t.Cleanup(func() {
+		e.must(e.k.CoreV1().Secrets(testenv.Namespace).Delete(e.ctx, other.Name, metav1.DeleteOptions{}))
+	})
+	other.StringData = map[string]string{"token": "planted"}
+	_, err = secrets.Update(e.ctx, other, metav1.UpdateOptions{})
+	assert.Check(t, apierrors.IsForbidden(err), "eipd's token updated Secret %s: %v", other.Name, err)
 }
 
 // auditEvent is the part of an audit.k8s.io/v1 Event this test reads.
