@@ -1,33 +1,31 @@
 package bgp
 
 import (
+	"context"
 	"log/slog"
-
-	gobgplog "github.com/osrg/gobgp/v3/pkg/log"
 )
 
-// logger hands GoBGP's logs to slog. GoBGP's Info is chatty (one line per
-// connection attempt to an unreachable peer), so it is logged at Debug;
-// session changes are logged by the Speaker itself.
-type logger struct{ log *slog.Logger }
+// quieter hands GoBGP's logs to eipd's handler one level down for Info:
+// GoBGP's Info is chatty (one line per connection attempt to an
+// unreachable peer), so it is logged at Debug; session changes are logged
+// by the Speaker itself.
+type quieter struct{ slog.Handler }
 
-var _ gobgplog.Logger = logger{}
-
-func (l logger) attrs(f gobgplog.Fields) []any {
-	out := make([]any, 0, 2*len(f))
-	for k, v := range f {
-		out = append(out, k, v)
-	}
-	return out
+func (h quieter) Enabled(ctx context.Context, l slog.Level) bool {
+	return h.Handler.Enabled(ctx, lower(l))
 }
 
-func (l logger) Panic(msg string, f gobgplog.Fields) { l.log.Error(msg, l.attrs(f)...) }
-func (l logger) Fatal(msg string, f gobgplog.Fields) { l.log.Error(msg, l.attrs(f)...) }
-func (l logger) Error(msg string, f gobgplog.Fields) { l.log.Error(msg, l.attrs(f)...) }
-func (l logger) Warn(msg string, f gobgplog.Fields)  { l.log.Warn(msg, l.attrs(f)...) }
-func (l logger) Info(msg string, f gobgplog.Fields)  { l.log.Debug(msg, l.attrs(f)...) }
-func (l logger) Debug(msg string, f gobgplog.Fields) { l.log.Debug(msg, l.attrs(f)...) }
+func (h quieter) Handle(ctx context.Context, r slog.Record) error {
+	r.Level = lower(r.Level)
+	return h.Handler.Handle(ctx, r)
+}
 
-func (logger) SetLevel(gobgplog.LogLevel) {}
+func (h quieter) WithAttrs(as []slog.Attr) slog.Handler { return quieter{h.Handler.WithAttrs(as)} }
+func (h quieter) WithGroup(name string) slog.Handler    { return quieter{h.Handler.WithGroup(name)} }
 
-func (logger) GetLevel() gobgplog.LogLevel { return gobgplog.InfoLevel }
+func lower(l slog.Level) slog.Level {
+	if l == slog.LevelInfo {
+		return slog.LevelDebug
+	}
+	return l
+}

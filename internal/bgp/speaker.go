@@ -12,10 +12,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	api "github.com/osrg/gobgp/v3/api"
-	"github.com/osrg/gobgp/v3/pkg/server"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/anypb"
+	"github.com/google/uuid"
+	api "github.com/osrg/gobgp/v4/api"
+	"github.com/osrg/gobgp/v4/pkg/apiutil"
+	"github.com/osrg/gobgp/v4/pkg/config/oc"
+	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
+	"github.com/osrg/gobgp/v4/pkg/server"
 
 	"github.com/eip-project/eip/internal/config"
 )
@@ -78,7 +80,7 @@ type Speaker struct {
 
 type announced struct {
 	route Route
-	uuid  []byte // GoBGP's handle of the path, nil while stopped
+	uuid  uuid.UUID // GoBGP's handle of the path, uuid.Nil while stopped
 }
 
 // New returns a stopped Speaker. onSession, if not nil, is called from
@@ -143,11 +145,14 @@ func (s *Speaker) Configure(b config.BGP, routerID netip.Addr) error {
 }
 
 func (s *Speaker) start(asn uint32, routerID netip.Addr) error {
-	srv := server.NewBgpServer(server.LoggerOption(logger{s.log}))
+	srv := server.NewBgpServer(server.LoggerOption(slog.New(quieter{s.log.Handler()}), nil))
 	go srv.Serve()
-	// ListenPort -1: active only, see the package comment.
+	// ListenPort -1: active only, see the package comment. Families: the
+	// two eipd announces; GoBGP's default, every family it knows, costs
+	// 10 MiB of empty tables.
 	err := srv.StartBgp(context.Background(), &api.StartBgpRequest{Global: &api.Global{
 		Asn: asn, RouterId: routerID.String(), ListenPort: -1,
+		Families: []uint32{uint32(oc.AFI_SAFI_TYPE_IPV4_UNICAST.ToInt()), uint32(oc.AFI_SAFI_TYPE_IPV6_UNICAST.ToInt())},
 	}})
 	if err != nil {
 		srv.Stop()
@@ -158,7 +163,7 @@ func (s *Speaker) start(asn uint32, routerID netip.Addr) error {
 		return fmt.Errorf("bgp: start speaker as %d: %w", asn, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	if err := srv.WatchEvent(ctx, &api.WatchEventRequest{Peer: &api.WatchEventRequest_Peer{}}, s.peerEvent); err != nil {
+	if err := srv.WatchEvent(ctx, server.WatchEventMessageCallbacks{OnPeerUpdate: s.peerEvent}, server.WatchPeer()); err != nil {
 		cancel()
 		srv.Stop()
 		return fmt.Errorf("bgp: watch sessions: %w", err)
@@ -190,14 +195,14 @@ func closePolicy(srv *server.BgpServer) error {
 	err := srv.AddPolicy(ctx, &api.AddPolicyRequest{Policy: &api.Policy{Name: ownRoutes, Statements: []*api.Statement{{
 		Name:       ownRoutes,
 		Conditions: &api.Conditions{RouteType: api.Conditions_ROUTE_TYPE_LOCAL},
-		Actions:    &api.Actions{RouteAction: api.RouteAction_ACCEPT},
+		Actions:    &api.Actions{RouteAction: api.RouteAction_ROUTE_ACTION_ACCEPT},
 	}}}})
 	if err != nil {
 		return fmt.Errorf("add policy %s: %w", ownRoutes, err)
 	}
 	for _, a := range []*api.PolicyAssignment{
-		{Name: "global", Direction: api.PolicyDirection_IMPORT, DefaultAction: api.RouteAction_REJECT, Policies: []*api.Policy{{Name: ownRoutes}}},
-		{Name: "global", Direction: api.PolicyDirection_EXPORT, DefaultAction: api.RouteAction_REJECT, Policies: []*api.Policy{{Name: ownRoutes}}},
+		{Name: "global", Direction: api.PolicyDirection_POLICY_DIRECTION_IMPORT, DefaultAction: api.RouteAction_ROUTE_ACTION_REJECT, Policies: []*api.Policy{{Name: ownRoutes}}},
+		{Name: "global", Direction: api.PolicyDirection_POLICY_DIRECTION_EXPORT, DefaultAction: api.RouteAction_ROUTE_ACTION_REJECT, Policies: []*api.Policy{{Name: ownRoutes}}},
 	} {
 		if err := srv.SetPolicyAssignment(ctx, &api.SetPolicyAssignmentRequest{Assignment: a}); err != nil {
 			return fmt.Errorf("set %s policy: %w", strings.ToLower(a.Direction.String()), err)
@@ -229,7 +234,7 @@ func (s *Speaker) Close() { s.stop() }
 
 // Announce announces r, or replaces what was announced for r.IP.
 func (s *Speaker) Announce(r Route) error {
-	if a, ok := s.routes[r.IP]; ok && a.route.Equal(r) && (a.uuid != nil || !s.running) {
+	if a, ok := s.routes[r.IP]; ok && a.route.Equal(r) && (a.uuid != uuid.Nil || !s.running) {
 		return nil
 	}
 	s.routes[r.IP] = announced{route: r}
@@ -240,11 +245,11 @@ func (s *Speaker) Announce(r Route) error {
 }
 
 func (s *Speaker) add(ip netip.Addr, r Route) error {
-	res, err := s.srv.AddPath(context.Background(), &api.AddPathRequest{TableType: api.TableType_GLOBAL, Path: pathOf(r)})
+	res, err := s.srv.AddPath(apiutil.AddPathRequest{Paths: []*apiutil.Path{pathOf(r)}})
 	if err != nil {
 		return fmt.Errorf("bgp: announce %s: %w", ip, err)
 	}
-	s.routes[ip] = announced{route: r, uuid: res.Uuid}
+	s.routes[ip] = announced{route: r, uuid: res[0].UUID}
 	return nil
 }
 
@@ -256,10 +261,10 @@ func (s *Speaker) Withdraw(ip netip.Addr) error {
 		return nil
 	}
 	delete(s.routes, ip)
-	if !s.running || a.uuid == nil {
+	if !s.running || a.uuid == uuid.Nil {
 		return nil
 	}
-	if err := s.srv.DeletePath(context.Background(), &api.DeletePathRequest{TableType: api.TableType_GLOBAL, Uuid: a.uuid}); err != nil {
+	if err := s.srv.DeletePath(apiutil.DeletePathRequest{UUIDs: []uuid.UUID{a.uuid}}); err != nil {
 		return fmt.Errorf("bgp: withdraw %s: %w", ip, err)
 	}
 	return nil
@@ -283,12 +288,18 @@ func (s *Speaker) Sessions() []Session {
 	return out
 }
 
-func (s *Speaker) peerEvent(r *api.WatchEventResponse) {
-	pe := r.GetPeer()
-	if pe == nil || pe.Type != api.WatchEventResponse_PeerEvent_STATE || pe.Peer == nil {
+func (s *Speaker) peerEvent(pe *apiutil.WatchEventMessage_PeerEvent, _ time.Time) {
+	if pe.Type != apiutil.PEER_EVENT_STATE {
 		return
 	}
-	sess := s.sessionOf(pe.Peer)
+	p := pe.Peer
+	addr := p.State.NeighborAddress
+	if !addr.IsValid() {
+		addr = p.Conf.NeighborAddress
+	}
+	// The API's states count from "unspecified", GoBGP's from idle: GoBGP
+	// converts them so itself.
+	sess := Session{Peer: addr, ASN: p.Conf.PeerASN, State: stateName(api.PeerState_SessionState(p.State.SessionState + 1))}
 	s.log.Info("session state", "peer", sess.Peer, "state", sess.State)
 	if s.onSession != nil {
 		s.onSession(sess)
@@ -315,17 +326,17 @@ func (s *Speaker) sessionOf(p *api.Peer) Session {
 
 func stateName(st api.PeerState_SessionState) string {
 	switch st {
-	case api.PeerState_IDLE, api.PeerState_UNKNOWN:
+	case api.PeerState_SESSION_STATE_IDLE, api.PeerState_SESSION_STATE_UNSPECIFIED:
 		return "idle"
-	case api.PeerState_CONNECT:
+	case api.PeerState_SESSION_STATE_CONNECT:
 		return "connect"
-	case api.PeerState_ACTIVE:
+	case api.PeerState_SESSION_STATE_ACTIVE:
 		return "active"
-	case api.PeerState_OPENSENT:
+	case api.PeerState_SESSION_STATE_OPENSENT:
 		return "opensent"
-	case api.PeerState_OPENCONFIRM:
+	case api.PeerState_SESSION_STATE_OPENCONFIRM:
 		return "openconfirm"
-	case api.PeerState_ESTABLISHED:
+	case api.PeerState_SESSION_STATE_ESTABLISHED:
 		return "established"
 	}
 	return st.String()
@@ -349,9 +360,10 @@ func peerOf(p config.Peer) *api.Peer {
 		// number of prefixes reached), drops what the peer sent and
 		// keeps the peer down until it is configured again (a change
 		// of its line) or eipd restarts, as a router's maximum-prefix
-		// without a restart interval does. It checks the limit as it
-		// processes what it has read, and reads ahead, so it holds for
-		// a moment what arrived before the close.
+		// without a restart interval does. It stores each UPDATE and
+		// checks the limit before it reads the next, and stops reading
+		// at the close, so what it holds for a moment is the limit and
+		// what it read while the close took effect.
 		AfiSafis: []*api.AfiSafi{{
 			Config:       &api.AfiSafiConfig{Family: family, Enabled: true},
 			PrefixLimits: &api.PrefixLimit{Family: family, MaxPrefixes: p.MaxPrefixes},
@@ -366,32 +378,24 @@ func peerOf(p config.Peer) *api.Peer {
 // pathOf is the GoBGP path announcing r with this node as next hop: an
 // unspecified next hop, which GoBGP replaces with the session's local
 // address.
-func pathOf(r Route) *api.Path {
-	bits, family, nextHop := 32, &api.Family{Afi: api.Family_AFI_IP, Safi: api.Family_SAFI_UNICAST}, "0.0.0.0"
+func pathOf(r Route) *apiutil.Path {
+	family, nextHop := bgp.RF_IPv4_UC, netip.IPv4Unspecified()
 	if r.IP.Is6() {
-		bits, family.Afi, nextHop = 128, api.Family_AFI_IP6, "::"
+		family, nextHop = bgp.RF_IPv6_UC, netip.IPv6Unspecified()
 	}
-	nlri := mustAny(&api.IPAddressPrefix{PrefixLen: uint32(bits), Prefix: r.IP.String()})
-	attrs := []*anypb.Any{
-		mustAny(&api.OriginAttribute{Origin: 0}), // IGP
-		mustAny(&api.MultiExitDiscAttribute{Med: r.MED}),
-	}
-	if r.IP.Is4() {
-		attrs = append(attrs, mustAny(&api.NextHopAttribute{NextHop: nextHop}))
-	} else {
-		attrs = append(attrs, mustAny(&api.MpReachNLRIAttribute{Family: family, NextHops: []string{nextHop}, Nlris: []*anypb.Any{nlri}}))
+	// Neither constructor fails for a valid address, and r.IP is one.
+	nlri, _ := bgp.NewIPAddrPrefix(netip.PrefixFrom(r.IP, r.IP.BitLen()))
+	nh, _ := bgp.NewPathAttributeNextHop(nextHop)
+	attrs := []bgp.PathAttributeInterface{
+		bgp.NewPathAttributeOrigin(bgp.BGP_ORIGIN_ATTR_TYPE_IGP),
+		bgp.NewPathAttributeMultiExitDisc(r.MED),
+		nh,
 	}
 	if r.LocalPref != 0 {
-		attrs = append(attrs, mustAny(&api.LocalPrefAttribute{LocalPref: r.LocalPref}))
+		attrs = append(attrs, bgp.NewPathAttributeLocalPref(r.LocalPref))
 	}
 	if len(r.Communities) > 0 {
-		attrs = append(attrs, mustAny(&api.CommunitiesAttribute{Communities: r.Communities}))
+		attrs = append(attrs, bgp.NewPathAttributeCommunities(r.Communities))
 	}
-	return &api.Path{Family: family, Nlri: nlri, Pattrs: attrs}
-}
-
-// mustAny wraps a GoBGP message; it fails only for a nil message.
-func mustAny(m proto.Message) *anypb.Any {
-	a, _ := anypb.New(m)
-	return a
+	return &apiutil.Path{Family: family, Nlri: nlri, Attrs: attrs}
 }

@@ -9,8 +9,10 @@ import (
 	"testing"
 	"time"
 
-	api "github.com/osrg/gobgp/v3/api"
-	"github.com/osrg/gobgp/v3/pkg/server"
+	api "github.com/osrg/gobgp/v4/api"
+	"github.com/osrg/gobgp/v4/pkg/apiutil"
+	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
+	"github.com/osrg/gobgp/v4/pkg/server"
 	"gotest.tools/v3/assert"
 	"gotest.tools/v3/poll"
 
@@ -27,7 +29,7 @@ func startRouter(t *testing.T, addr string, asn uint32) (*server.BgpServer, int)
 	assert.NilError(t, l.Close())
 
 	ctx := context.Background()
-	router := server.NewBgpServer(server.LoggerOption(logger{slog.New(slog.DiscardHandler)}))
+	router := server.NewBgpServer(server.LoggerOption(slog.New(slog.DiscardHandler), nil))
 	go router.Serve()
 	t.Cleanup(router.Stop)
 	assert.NilError(t, router.StartBgp(ctx, &api.StartBgpRequest{Global: &api.Global{
@@ -43,12 +45,12 @@ func startRouter(t *testing.T, addr string, asn uint32) (*server.BgpServer, int)
 // prefixes lists the IPv4 prefixes in a GoBGP's table, of routes from
 // peers (adj-in of peer) or of its best paths (peer "").
 func prefixes(srv *server.BgpServer, peer string) []string {
-	req := &api.ListPathRequest{TableType: api.TableType_GLOBAL, Family: &api.Family{Afi: api.Family_AFI_IP, Safi: api.Family_SAFI_UNICAST}}
+	req := apiutil.ListPathRequest{TableType: api.TableType_TABLE_TYPE_GLOBAL, Family: bgp.RF_IPv4_UC}
 	if peer != "" {
-		req.TableType, req.Name = api.TableType_ADJ_IN, peer
+		req.TableType, req.Name = api.TableType_TABLE_TYPE_ADJ_IN, peer
 	}
 	var out []string
-	_ = srv.ListPath(context.Background(), req, func(d *api.Destination) { out = append(out, d.Prefix) })
+	_ = srv.ListPath(req, func(prefix bgp.NLRI, _ []*apiutil.Path) { out = append(out, prefix.String()) })
 	slices.Sort(out)
 	return out
 }
@@ -57,7 +59,6 @@ func prefixes(srv *server.BgpServer, peer string) []string {
 // (active only), announces a route with the MED of the lock's moves, and
 // withdraws it.
 func TestSpeakerAnnouncesAndWithdraws(t *testing.T) {
-	ctx := context.Background()
 	router, port := startRouter(t, "127.0.0.1", 64500)
 
 	s := New(slog.New(slog.DiscardHandler), nil)
@@ -70,17 +71,16 @@ func TestSpeakerAnnouncesAndWithdraws(t *testing.T) {
 
 	meds := func() []uint32 {
 		var out []uint32
-		_ = router.ListPath(ctx, &api.ListPathRequest{TableType: api.TableType_GLOBAL,
-			Family: &api.Family{Afi: api.Family_AFI_IP, Safi: api.Family_SAFI_UNICAST}}, func(d *api.Destination) {
-			for _, p := range d.Paths {
-				for _, a := range p.Pattrs {
-					med := &api.MultiExitDiscAttribute{}
-					if a.UnmarshalTo(med) == nil && d.Prefix == "198.19.100.1/32" {
-						out = append(out, med.Med)
+		_ = router.ListPath(apiutil.ListPathRequest{TableType: api.TableType_TABLE_TYPE_GLOBAL, Family: bgp.RF_IPv4_UC},
+			func(prefix bgp.NLRI, paths []*apiutil.Path) {
+				for _, p := range paths {
+					for _, a := range p.Attrs {
+						if med, ok := a.(*bgp.PathAttributeMultiExitDisc); ok && prefix.String() == "198.19.100.1/32" {
+							out = append(out, med.Value)
+						}
 					}
 				}
-			}
-		})
+			})
 		return out
 	}
 	poll.WaitOn(t, func(poll.LogT) poll.Result {
@@ -112,13 +112,12 @@ func TestMEDFor(t *testing.T) {
 // Router A sends it three routes; router B, another AS, gets only the
 // speaker's own route, and the speaker's table holds nothing of A's.
 func TestSpeakerAcceptsAndPassesOnNoRoute(t *testing.T) {
-	ctx := context.Background()
 	a, portA := startRouter(t, "127.0.0.1", 64500)
 	b, portB := startRouter(t, "127.0.0.2", 64501)
 	var theirs []string
 	for i := 1; i <= 3; i++ {
 		ip := netip.AddrFrom4([4]byte{198, 18, 200, byte(i)})
-		_, err := a.AddPath(ctx, &api.AddPathRequest{TableType: api.TableType_GLOBAL, Path: pathOf(Route{IP: ip})})
+		_, err := a.AddPath(apiutil.AddPathRequest{Paths: []*apiutil.Path{pathOf(Route{IP: ip})}})
 		assert.NilError(t, err)
 		theirs = append(theirs, ip.String()+"/32")
 	}
@@ -154,7 +153,7 @@ func TestSpeakerClosesSessionOverPrefixLimit(t *testing.T) {
 	ctx := context.Background()
 	a, port := startRouter(t, "127.0.0.1", 64500)
 	for i := 1; i <= 20; i++ {
-		_, err := a.AddPath(ctx, &api.AddPathRequest{TableType: api.TableType_GLOBAL, Path: pathOf(Route{IP: netip.AddrFrom4([4]byte{198, 18, 200, byte(i)})})})
+		_, err := a.AddPath(apiutil.AddPathRequest{Paths: []*apiutil.Path{pathOf(Route{IP: netip.AddrFrom4([4]byte{198, 18, 200, byte(i)})})}})
 		assert.NilError(t, err)
 	}
 	s := New(slog.New(slog.DiscardHandler), nil)

@@ -27,8 +27,9 @@ const feedRoutes = 100_000
 // the node as next hop), while the holder's own route still reaches it.
 // eipd closes the feeder's sessions at their prefix limit and drops what
 // it got (eip_bgp_routes_received falls to 0), so it keeps none of the
-// table and stays under its memory limit. The old speaker kept all
-// 100,000 and passed them on: its RSS grew by 83-92 MiB in 40 s, and on.
+// table, and its RSS rises by at most spikeBound over what it was. The
+// first speaker kept all 100,000 and passed them on: its RSS grew by
+// 83-92 MiB in 40 s, and on.
 func TestRouteModeClosedSpeaker(t *testing.T) {
 	rt4, rt6 := testenv.RouterAddr()
 	e := newRouteEnv(t,
@@ -65,13 +66,15 @@ func TestRouteModeClosedSpeaker(t *testing.T) {
 			return s.State == "Established" && s.Exported == feedRoutes, fmt.Sprintf("%+v", s)
 		})
 	}
-	// RSS rises while the table arrives, since GoBGP reads and parses
-	// ahead of its limit check (by 7 to 65 MiB here, from 28 MiB), and
-	// falls back as the Go runtime returns the memory. What must hold is
-	// that eipd stays under the DaemonSet's memory limit.
-	const limit = 128 << 20
+	// RSS rises while the table arrives: GoBGP stores each UPDATE's
+	// routes and checks the limit before it reads the next, and stops
+	// reading once the session closes, so a few thousand routes past the
+	// limit come in (RSS up by 5 to 12 MiB here, from 30 MiB). GoBGP v3
+	// parsed the table into a queue ahead of its limit check: up by 18 to
+	// 77 MiB, from 28 MiB, of the DaemonSet's 128 MiB limit.
+	const spikeBound = 20 << 20
 	peak := map[string]int{}
-	e.throughout("nothing passed on to the router, and eipd under its memory limit", 10*time.Second, func() string {
+	e.throughout("nothing passed on to the router, and eipd's RSS up by at most 20 MiB", 10*time.Second, func() string {
 		var wrong []string
 		for _, n := range e.nodes {
 			want := 0
@@ -83,15 +86,14 @@ func TestRouteModeClosedSpeaker(t *testing.T) {
 			}
 			rss := e.rss(n)
 			peak[n] = max(peak[n], rss)
-			if rss > limit {
+			if rss-before[n] > spikeBound {
 				wrong = append(wrong, fmt.Sprintf("eipd's RSS on %s is %.1f MiB, from %.1f MiB", n, float64(rss)/(1<<20), float64(before[n])/(1<<20)))
 			}
 		}
 		return strings.Join(wrong, "; ")
 	})
-	// GoBGP enforces the limit as it processes what it has read, and it
-	// reads ahead: until the close drops them, eipd holds what arrived
-	// before it (28,000 routes for a moment here), then none. The session
+	// Until the close drops them, eipd holds the routes that arrived
+	// before it (about 5,000 for a moment here), then none. The session
 	// stays closed: GoBGP does not connect again to a peer closed at its
 	// limit.
 	received := fmt.Sprintf("eip_bgp_routes_received{peer=%q}", testenv.FeederAddr())
