@@ -48,7 +48,13 @@ func InstallEIP(ctx context.Context, c *testenv.Cluster) error {
 	if err != nil {
 		return err
 	}
-	if err := kubectl(ctx, c, "apply", "-k", filepath.Join(root, "manifests")); err != nil {
+	return InstallEIPFrom(ctx, c, filepath.Join(root, "manifests"))
+}
+
+// InstallEIPFrom is InstallEIP with the kustomize base in dir: another
+// release's manifests/.
+func InstallEIPFrom(ctx context.Context, c *testenv.Cluster, dir string) error {
+	if err := kubectl(ctx, c, "apply", "-k", dir); err != nil {
 		return err
 	}
 	cms := c.Client().CoreV1().ConfigMaps(testenv.Namespace)
@@ -185,16 +191,45 @@ func EipdImage(ctx context.Context, dir, version string, dev bool) (realnode.Ima
 	if err != nil {
 		return realnode.Image{}, err
 	}
-	out := filepath.Join(dir, "eipd-"+version+".tar")
-	cmd := exec.CommandContext(ctx, filepath.Join(root, "scripts", "image.sh"))
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "VERSION="+version, "PLATFORMS=linux/"+runtime.GOARCH, "OUT="+out, "IMAGE="+ImageName)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return realnode.Image{}, fmt.Errorf("scripts/image.sh: %w: %s", err, b)
-	}
-	img := realnode.Image{Archive: out, Ref: ImageName + ":" + version}
+	img, err := buildImage(ctx, root, dir, version)
 	if dev {
 		img.Tags = []string{ImageName + ":dev"}
 	}
-	return img, nil
+	return img, err
+}
+
+// EipdImageAt builds eipd's image, tagged version, into dir from the
+// repository as it was at commit, with that commit's scripts/image.sh, and
+// returns the commit's tree too (its manifests/ among it), extracted under
+// dir.
+func EipdImageAt(ctx context.Context, dir, version, commit string) (realnode.Image, string, error) {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		return realnode.Image{}, "", err
+	}
+	tree := filepath.Join(dir, "tree-"+version)
+	if err := os.MkdirAll(tree, 0o755); err != nil {
+		return realnode.Image{}, "", err
+	}
+	// git archive | tar: the commit's files, without touching the
+	// repository's worktrees.
+	extract := exec.CommandContext(ctx, "bash", "-o", "pipefail", "-c", `git -C "$1" archive --format=tar "$2" | tar -x -C "$3"`, "extract", root, commit, tree)
+	if b, err := extract.CombinedOutput(); err != nil {
+		return realnode.Image{}, "", fmt.Errorf("extract %s: %w: %s", commit, err, b)
+	}
+	img, err := buildImage(ctx, tree, dir, version)
+	return img, tree, err
+}
+
+// buildImage runs tree's scripts/image.sh for this machine's platform into
+// dir.
+func buildImage(ctx context.Context, tree, dir, version string) (realnode.Image, error) {
+	out := filepath.Join(dir, "eipd-"+version+".tar")
+	cmd := exec.CommandContext(ctx, filepath.Join(tree, "scripts", "image.sh"))
+	cmd.Dir = tree
+	cmd.Env = append(os.Environ(), "VERSION="+version, "PLATFORMS=linux/"+runtime.GOARCH, "OUT="+out, "IMAGE="+ImageName)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return realnode.Image{}, fmt.Errorf("scripts/image.sh in %s: %w: %s", tree, err, b)
+	}
+	return realnode.Image{Archive: out, Ref: ImageName + ":" + version}, nil
 }

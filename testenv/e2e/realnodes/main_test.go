@@ -26,7 +26,20 @@ const (
 	version2  = "e2e-2"
 )
 
-var cluster *testenv.Cluster
+// beforeFormatChange is the last commit before liveness datagrams named
+// their destination and carried their sender's boot and a counter
+// (0e3401e): eipds on either side of it cannot read each other's
+// datagrams. The suite imports its image as versionOld and keeps its tree
+// in oldTree, for TestRolloutAcrossLivenessFormatChange.
+const (
+	beforeFormatChange = "18ecae8f5d790c92c6bcf1bc3bc715009bc4a1f7"
+	versionOld         = "e2e-old"
+)
+
+var (
+	cluster *testenv.Cluster
+	oldTree string
+)
 
 func TestMain(m *testing.M) {
 	flag.Parse()
@@ -58,6 +71,12 @@ func run(m *testing.M) int {
 		}
 		opts.Images = append(opts.Images, img)
 	}
+	img, tree, err := workload.EipdImageAt(context.Background(), dir, versionOld, beforeFormatChange)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "realnodes:", err)
+		return 1
+	}
+	opts.Images, oldTree = append(opts.Images, img), tree
 	ctx := context.Background()
 	c, err := testenv.Start(ctx, opts)
 	if err != nil {

@@ -85,6 +85,15 @@ func TestAppAnswersOnBothIPs(t *testing.T) {
 // the planned-move limits on each.
 func during(t *testing.T, what string, action func()) {
 	t.Helper()
+	for _, s := range observe(t, what, action) {
+		planned(t, s)
+	}
+}
+
+// observe runs action while the client sends traffic to both IPs, and
+// returns what the client saw of each.
+func observe(t *testing.T, what string, action func()) []workload.Seen {
+	t.Helper()
 	var trs []*workload.Traffic
 	for _, ip := range []netip.Addr{externalIP, lbIP} {
 		served(t, ip)
@@ -99,9 +108,11 @@ func during(t *testing.T, what string, action func()) {
 		served(t, ip)
 	}
 	time.Sleep(500 * time.Millisecond) // the client sees the final state too
+	var seen []workload.Seen
 	for _, tr := range trs {
-		planned(t, tr.Finish())
+		seen = append(seen, tr.Finish())
 	}
+	return seen
 }
 
 func TestRolloutRestart(t *testing.T) {
@@ -118,11 +129,7 @@ func TestSetImage(t *testing.T) {
 		kubectl(t, "-n", testenv.Namespace, "set", "image", "daemonset/eipd", "eipd="+imageName+":"+version2)
 		waitDaemonSet(t)
 	})
-	for _, n := range cluster.Nodes() {
-		if img := eipdPod(t, n.Name).Spec.Containers[0].Image; img != imageName+":"+version2 {
-			t.Errorf("%s runs %s", n.Name, img)
-		}
-	}
+	runsImage(t, imageName+":"+version2)
 }
 
 func TestDeleteHolderPod(t *testing.T) {
