@@ -69,7 +69,7 @@ func TestRouteModeClosedSpeaker(t *testing.T) {
 	// RSS rises while the table arrives: GoBGP stores each UPDATE's
 	// routes and checks the limit before it reads the next, and stops
 	// reading once the session closes, so a few thousand routes past the
-	// limit come in (RSS up by 5 to 12 MiB here, from 30 MiB). GoBGP v3
+	// limit come in (RSS up by 5 to 16 MiB here, from 30 MiB). GoBGP v3
 	// parsed the table into a queue ahead of its limit check: up by 18 to
 	// 77 MiB, from 28 MiB, of the DaemonSet's 128 MiB limit.
 	const spikeBound = 20 << 20
