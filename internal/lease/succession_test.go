@@ -132,7 +132,7 @@ func TestDecideRewritesAGoneSuccessor(t *testing.T) {
 		{name: "successor gone for the grace", view: withGrace, ip: held("y"), action: lease.NameSuccessor, successor: bc},
 		{name: "successor never seen live", view: withGrace, ip: held("ghost"), action: lease.NameSuccessor, successor: bc},
 		{name: "successor live but no longer allowed: at once", view: withGrace,
-			ip: lease.IP{Addr: r0, Named: true, Lock: succeeding("a", "b"), Bound: true, Only: lease.Only{Restricted: true, Nodes: []string{"a", "c"}}},
+			ip:     lease.IP{Addr: r0, Named: true, Lock: succeeding("a", "b"), Bound: true, Only: lease.Only{Restricted: true, Nodes: []string{"a", "c"}}},
 			action: lease.NameSuccessor, successor: "c"},
 		{name: "no successor", view: withGrace, ip: held(""), action: lease.NameSuccessor, successor: bc},
 		{name: "itself as successor", view: withGrace, ip: held("a"), action: lease.NameSuccessor, successor: bc},
