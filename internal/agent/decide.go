@@ -331,8 +331,8 @@ func (s *state) decide(v lease.View, ip netip.Addr, name string, l *coordination
 	if named && bound && lk != nil && lk.Holder == v.Self {
 		s.rebindIfMoved(ip)
 	}
-	if d.Action == lease.Succeed && !bound {
-		s.succeed(v, ip, lk)
+	if d.Action == lease.Succeed && !bound && !s.succeed(v, ip, lk) {
+		return
 	}
 	if d.Action.Acquires() {
 		var holder string

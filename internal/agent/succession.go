@@ -22,7 +22,14 @@ type succession struct {
 // the same IP means two nodes each believe they may take it (a lock whose
 // successor changed that one of them has not seen yet): neither binds
 // before the lock names it.
-func (s *state) succeed(v lease.View, ip netip.Addr, lk *lease.Lock) {
+//
+// It reports whether the write naming this node goes now. It waits for
+// the bind (succeeded asks for it then) while the probe runs unanswered:
+// in a mass failover the API server's work for thousands of writes took
+// the CPU the binds needed, on the two cores they shared. It goes at once
+// when the bind waits for it: a contest, or an eip node still answering
+// (a holder alive but late, which lets go once the lock names another).
+func (s *state) succeed(v lease.View, ip netip.Addr, lk *lease.Lock) (write bool) {
 	sc, ok := s.succeeding[ip]
 	if !ok {
 		sc.dead, _ = v.DeadSince(lk.Holder)
@@ -30,19 +37,25 @@ func (s *state) succeed(v lease.View, ip netip.Addr, lk *lease.Lock) {
 		s.conflicts.fresh[ip] = true
 	}
 	if sc.contested {
-		return
+		return true
 	}
 	s.bindIP(ip, s.entries[ip], "successor of "+lk.Holder+", judged dead")
+	if _, bound := s.bound[ip]; bound {
+		return true
+	}
+	p, probing := s.conflicts.probing[ip]
+	return probing && !p.peerSince.IsZero()
 }
 
 // succeeded records a bind as a successor: its failover ends here, not
-// when the write naming this node comes back.
+// when the write naming this node comes back, which it asks for now.
 func (s *state) succeeded(ip netip.Addr) {
 	sc, ok := s.succeeding[ip]
 	if !ok {
 		return
 	}
 	delete(s.succeeding, ip)
+	s.wakeIP(ip, s.a.clk.Now())
 	if !sc.dead.IsZero() {
 		after := s.a.clk.Now().Sub(sc.dead)
 		s.a.opt.Metrics.Failover(after)
