@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"net/netip"
 	"syscall"
 	"time"
 
@@ -53,11 +52,7 @@ func (e *env) churn(ctx context.Context, ips int, window time.Duration) (Churn, 
 	if err := e.reset(ctx, defaultTiming, true); err != nil {
 		return res, err
 	}
-	addrs := make([]netip.Addr, ips)
-	for i := range addrs {
-		addrs[i] = serviceIP(i)
-	}
-	if err := e.createServices(ctx, addrs); err != nil {
+	if _, err := e.serviceIPs(ctx, ips); err != nil {
 		return res, err
 	}
 	if err := waitFor(ctx, 2*deadline, fmt.Sprintf("%d IPs bound", ips), func() (bool, error) {

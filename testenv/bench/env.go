@@ -348,6 +348,16 @@ func (e *env) setConfig(ctx context.Context, data map[string]string) error {
 	return nil
 }
 
+// serviceIPs creates one Service for each of the first n benchmark IPs,
+// and returns the IPs.
+func (e *env) serviceIPs(ctx context.Context, n int) ([]netip.Addr, error) {
+	addrs := make([]netip.Addr, n)
+	for i := range addrs {
+		addrs[i] = serviceIP(i)
+	}
+	return addrs, e.createServices(ctx, addrs)
+}
+
 // createServices creates one Service per IP, several at once.
 func (e *env) createServices(ctx context.Context, ips []netip.Addr) error {
 	names := make([]string, len(ips))

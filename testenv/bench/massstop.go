@@ -37,11 +37,8 @@ func (e *env) massStop(ctx context.Context, ips int) (MassStop, error) {
 	if err := e.reset(ctx, defaultTiming, false); err != nil {
 		return res, err
 	}
-	addrs := make([]netip.Addr, ips)
-	for i := range addrs {
-		addrs[i] = serviceIP(i)
-	}
-	if err := e.createServices(ctx, addrs); err != nil {
+	addrs, err := e.serviceIPs(ctx, ips)
+	if err != nil {
 		return res, err
 	}
 	w, err := watchAddrs(e.nodes, inRange)

@@ -26,6 +26,19 @@ func (e *env) successionOf(ip netip.Addr) (holder, successor string) {
 	return holder, successor
 }
 
+// watchedSuccession serves testenv.ServiceIP(n) from its holder, watched
+// by a client probe answering from it, and returns the IP, its holder, its
+// successor and the probe.
+func (e *env) watchedSuccession(n int) (ip netip.Addr, holder, successor string, p *testenv.Probe) {
+	e.t.Helper()
+	ip = testenv.ServiceIP(n)
+	e.service("web", ip)
+	holder, successor = e.successionOf(ip)
+	p = e.probe(ip)
+	e.answersFrom(p, holder)
+	return ip, holder, successor, p
+}
+
 // third is the node that is neither a nor b.
 func (e *env) third(a, b string) string {
 	for _, n := range e.nodes {
@@ -41,11 +54,7 @@ func (e *env) third(a, b string) string {
 // IP: it binds before its write, so the write is no longer on the path.
 func TestSuccessorTakesOverAKilledHolder(t *testing.T) {
 	e := newEnv(t, defaultConfig())
-	ip := testenv.ServiceIP(60)
-	e.service("web", ip)
-	old, next := e.successionOf(ip)
-	p := e.probe(ip)
-	e.answersFrom(p, old)
+	ip, old, next, p := e.watchedSuccession(60)
 
 	e.must(cluster.StopDaemon(old, syscall.SIGKILL))
 	killed := time.Now()
@@ -63,11 +72,7 @@ func TestSuccessorTakesOverAKilledHolder(t *testing.T) {
 // third node's reports stop, and never while the holder answered.
 func TestSuccessorCutOffFromTheHolderOnly(t *testing.T) {
 	e := newEnv(t, defaultConfig())
-	ip := testenv.ServiceIP(61)
-	e.service("web", ip)
-	old, next := e.successionOf(ip)
-	p := e.probe(ip)
-	e.answersFrom(p, old)
+	ip, old, next, p := e.watchedSuccession(61)
 
 	e.must(cluster.BlockUDP(e.ctx, next, livenessPort, true, true, old))
 	t.Cleanup(func() { _ = cluster.UnblockUDP(e.ctx, next) })
@@ -98,11 +103,7 @@ func TestSuccessorCutOffFromTheHolderOnly(t *testing.T) {
 // one MAC at a time throughout.
 func TestSuccessorWaitsForAHolderThatIsSlowButAlive(t *testing.T) {
 	e := newEnv(t, defaultConfig())
-	ip := testenv.ServiceIP(62)
-	e.service("web", ip)
-	old, next := e.successionOf(ip)
-	p := e.probe(ip)
-	e.answersFrom(p, old)
+	ip, old, next, p := e.watchedSuccession(62)
 
 	e.must(cluster.SignalDaemon(old, syscall.SIGSTOP))
 	stopped := true
@@ -148,12 +149,8 @@ func TestSuccessorWaitsForAHolderThatIsSlowButAlive(t *testing.T) {
 // 20 s, as for any two of three nodes dying at once.)
 func TestSuccessorDeadTooLeavesTheIPToTheRace(t *testing.T) {
 	e := newEnv(t, defaultConfig())
-	ip := testenv.ServiceIP(63)
-	e.service("web", ip)
-	old, next := e.successionOf(ip)
+	ip, old, next, p := e.watchedSuccession(63)
 	third := e.third(old, next)
-	p := e.probe(ip)
-	e.answersFrom(p, old)
 
 	e.must(cluster.StopDaemon(next, syscall.SIGKILL))
 	e.must(cluster.StopDaemon(old, syscall.SIGKILL))
