@@ -966,3 +966,15 @@ func TestLoopHandOffToANodeJudgedDeadVouchesForIt(t *testing.T) {
 	}
 	assert.DeepEqual(t, w.take(), []string{"bind 198.18.100.1", "update eip-198-18-100-1 holder=node-a successor=node-b"})
 }
+
+// A successor whose probe a stranger answers does not bind, and writes the
+// lock at once: it keeps the lock and reports the conflict, as any node
+// taking an IP over does, rather than leaving the dead holder named.
+func TestLoopSuccessorInConflictWritesTheLock(t *testing.T) {
+	w, ip := takingOver(t)
+	w.s.claim(netif.Claim{Iface: testIface, IP: ip, MAC: net.HardwareAddr{2, 0xee, 0, 0, 0, 1}})
+	w.step(60 * time.Millisecond)
+	w.pass()
+	assert.DeepEqual(t, w.take(), []string{"update eip-198-18-100-1 holder=node-a"})
+	assert.Equal(t, len(w.s.conflicts.inUse), 1)
+}

@@ -27,8 +27,9 @@ type succession struct {
 // the bind (succeeded asks for it then) while the probe runs unanswered:
 // in a mass failover the API server's work for thousands of writes took
 // the CPU the binds needed, on the two cores they shared. It goes at once
-// when the bind waits for it: a contest, or an eip node still answering
-// (a holder alive but late, which lets go once the lock names another).
+// when the bind waits for it: a contest, an eip node still answering (a
+// holder alive but late, which lets go once the lock names another), or a
+// stranger answering.
 func (s *state) succeed(v lease.View, ip netip.Addr, lk *lease.Lock) (write bool) {
 	sc, ok := s.succeeding[ip]
 	if !ok {
@@ -41,6 +42,11 @@ func (s *state) succeed(v lease.View, ip netip.Addr, lk *lease.Lock) (write bool
 	}
 	s.bindIP(ip, s.entries[ip], "successor of "+lk.Holder+", judged dead")
 	if _, bound := s.bound[ip]; bound {
+		return true
+	}
+	if _, inUse := s.conflicts.inUse[ip]; inUse {
+		// A stranger answers: this node keeps the lock and reports the
+		// conflict, as any node taking an IP over does.
 		return true
 	}
 	p, probing := s.conflicts.probing[ip]
