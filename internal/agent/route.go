@@ -149,7 +149,14 @@ func (s *state) movesOf(ip netip.Addr) int32 {
 // announceRoute announces a just bound IP; a failure is logged, and the
 // IP stays bound: the router may still learn it once the speaker recovers.
 func (s *state) announceRoute(ip netip.Addr, e ipset.Entry) bgp.Route {
-	r := s.routeFor(ip, e, bgp.MEDFor(s.movesOf(ip)))
+	moves := s.movesOf(ip)
+	if _, ok := s.succeeding[ip]; ok {
+		// Bound as the successor before the write that counts this move:
+		// the route must already beat the dead holder's, which lingers at
+		// the router until its hold timer.
+		moves++
+	}
+	r := s.routeFor(ip, e, bgp.MEDFor(moves))
 	if err := s.a.opt.Router.Announce(r); err != nil {
 		s.log.Error("announce route", "ip", ip, "err", err)
 	}

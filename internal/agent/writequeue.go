@@ -172,7 +172,7 @@ func (s *state) writeDone(r writeResult) {
 		case r.action == lease.Succeed:
 			// Its failover was counted when it was bound (succeed).
 			log.Info("wrote the lock as the successor of a dead holder", "from", r.from, "after", now.Sub(r.dead))
-			s.event(r.ip, corev1.EventTypeNormal, "TakenOver", fmt.Sprintf("%s taken over by %s, its successor, from %s, judged dead", r.ip, s.a.opt.Node, r.from))
+			s.event(r.ip, corev1.EventTypeNormal, "TakenOver", fmt.Sprintf("%s taken over by %s from %s, judged dead", r.ip, s.a.opt.Node, r.from))
 		case takeover:
 			s.a.opt.Metrics.Failover(now.Sub(r.dead))
 			log.Info("took over from a dead holder", "after", now.Sub(r.dead))

@@ -222,6 +222,18 @@ func TestPluginBadArguments(t *testing.T) {
 	gone := e.other(holder, dead)
 	e.must(cluster.StopDaemon(gone, syscall.SIGTERM))
 	unmanaged := testenv.ServiceIP(114)
+	// A move asked before the plugin sees the killed node's heartbeat go
+	// stale (a lease duration, or ten on slow heartbeats) is a move to a
+	// node it still shows alive: the holder carries it out if it has not
+	// judged that node dead yet. The cases begin once the plugin says so.
+	testenv.Eventually(t, 2*settle, func() (bool, string) {
+		for _, n := range e.pluginStatus().Nodes {
+			if n.Name == dead {
+				return !n.Alive, fmt.Sprintf("kubectl eip status shows %s dead: %+v", dead, n)
+			}
+		}
+		return false, "no row for " + dead
+	})
 
 	for _, tc := range []struct {
 		args []string
