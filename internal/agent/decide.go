@@ -311,7 +311,7 @@ func (s *state) decide(v lease.View, ip netip.Addr, name string, l *coordination
 	in := lease.IP{Addr: ip, Lock: lk, Named: named, Bound: bound, FreeSince: s.freeSince[ip], Planned: planned, Next: s.next[ip], Only: s.onlyFor(ip)}
 	d := lease.Decide(v, in)
 	if d.Action != lease.Succeed {
-		delete(s.succeeding, ip)
+		s.endSuccession(ip)
 	}
 	if s.inflight[name] {
 		// A successor binds while its write is on its way.
@@ -331,7 +331,7 @@ func (s *state) decide(v lease.View, ip netip.Addr, name string, l *coordination
 	if named && bound && lk != nil && lk.Holder == v.Self {
 		s.rebindIfMoved(ip)
 	}
-	if d.Action == lease.Succeed && !bound && !s.succeed(v, ip, lk) {
+	if d.Action == lease.Succeed && (!bound && !s.succeed(v, ip, lk) || s.holdWrite(ip)) {
 		return
 	}
 	if d.Action.Acquires() {

@@ -81,6 +81,9 @@ type world struct {
 	// answered no sooner than its timeout is still carried out, but its
 	// writer sees the timeout.
 	lockLatency time.Duration
+	// sendTakes: each probe and bind takes this long on the loop's clock,
+	// as thousands do one after the other on a loaded machine.
+	sendTakes time.Duration
 	// inFlight: how many lock writes were in flight together, each time
 	// settle answered some.
 	inFlight []int
@@ -523,6 +526,7 @@ func (w *world) Add(iface string, p netip.Prefix, _ time.Duration) error {
 	}
 	w.addrs[p] = iface
 	w.call("bind " + p.Addr().String())
+	w.step(w.sendTakes)
 	return nil
 }
 
@@ -559,6 +563,7 @@ func (w *world) Announce(string, netip.Addr) error { return nil }
 func (w *world) Stop(netip.Addr)                   {}
 func (w *world) Probe(_ string, ip netip.Addr) error {
 	w.call("probe " + ip.String())
+	w.step(w.sendTakes)
 	return nil
 }
 

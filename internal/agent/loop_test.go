@@ -182,13 +182,22 @@ func TestLoopLateLoopPutsNoAddressBack(t *testing.T) {
 // judged dead, as its successor: the probe has just been sent, and the
 // lock write waits for the bind (or for an eip node's answer).
 func takingOver(t *testing.T) (*world, netip.Addr) {
+	ip := testIP(0)
+	return takingOverAll(t, ip), ip
+}
+
+// takingOverAll is takingOver for each of ips, one Service's.
+func takingOverAll(t *testing.T, ips ...netip.Addr) *world {
 	w := newWorld(t, "node-a", defaultTestConfig())
 	w.a.opt.ProbeWait = 60 * time.Millisecond
-	ip := testIP(0)
 	w.addNode("node-b")
 	w.heartbeat("node-b", true)
-	w.lock(ip, "node-b")
-	w.addService("web", ip)
+	var probes []string
+	for _, ip := range ips {
+		w.lock(ip, "node-b")
+		probes = append(probes, "probe "+ip.String())
+	}
+	w.addService("web", ips...)
 	w.pass()
 	for range 4 {
 		w.tick("node-b")
@@ -196,8 +205,8 @@ func takingOver(t *testing.T) (*world, netip.Addr) {
 	for i := 0; i < 8 && len(w.calls) == 0; i++ {
 		w.tick() // until node-b is judged dead
 	}
-	assert.DeepEqual(t, w.take(), []string{"probe 198.18.100.1"})
-	return w, ip
+	assert.DeepEqual(t, w.take(), probes)
+	return w
 }
 
 // A takeover is probed too. The dead holder's kernel answering (a MAC its
@@ -977,4 +986,28 @@ func TestLoopSuccessorInConflictWritesTheLock(t *testing.T) {
 	w.pass()
 	assert.DeepEqual(t, w.take(), []string{"update eip-198-18-100-1 holder=node-a"})
 	assert.Equal(t, len(w.s.conflicts.inUse), 1)
+}
+
+// A successor's write waits while another of its successions is still
+// binding, and both go once the last is bound: in a mass failover the API
+// server's work for each write took the CPU that the binds of every
+// survivor needed, on cores they shared.
+func TestLoopSuccessorWritesWaitForItsOtherBinds(t *testing.T) {
+	first, second := testIP(0), testIP(1)
+	w := takingOverAll(t, first, second)
+	// The second IP's probes go 30 ms after the first's, as in a pass
+	// that sends thousands.
+	p := w.s.conflicts.probing[second]
+	p.first, p.started = p.first.Add(30*time.Millisecond), p.started.Add(30*time.Millisecond)
+	w.s.conflicts.probing[second] = p
+	w.step(30 * time.Millisecond)
+	w.pass()
+	assert.DeepEqual(t, w.take(), []string{"probe 198.18.100.1"})
+	w.step(30 * time.Millisecond)
+	w.pass()
+	assert.DeepEqual(t, w.take(), []string{"bind 198.18.100.1", "probe 198.18.100.2"})
+	w.step(30 * time.Millisecond)
+	w.pass()
+	assert.DeepEqual(t, w.take(), []string{"bind 198.18.100.2",
+		"update eip-198-18-100-2 holder=node-a", "update eip-198-18-100-1 holder=node-a"})
 }

@@ -210,9 +210,7 @@ type binder struct {
 	autoIface   map[netip.Addr]string // "auto" resolved, see ifaceFor
 	arpAnswers  map[string]bool       // per LAN interface, see placeOnDevice
 	macs        string                // ownMACs; "" until listed, and after a link changed
-	// succeeding are the IPs this node binds as their lock's successor
-	// before its write names it (succeed), until bound.
-	succeeding map[netip.Addr]succession
+	successions
 }
 
 // routing is route mode's state (route.go).
@@ -279,7 +277,7 @@ func newState(a *Agent) *state {
 			claimed:     newClaimedSet(),
 			autoIface:   map[netip.Addr]string{},
 			arpAnswers:  map[string]bool{},
-			succeeding:  map[netip.Addr]succession{},
+			successions: successions{succeeding: map[netip.Addr]succession{}, held: map[netip.Addr]bool{}},
 		},
 		lanState:  lanState{lanIn: make(chan lanlive.Received, 256)},
 		serving:   newServing(),

@@ -145,22 +145,24 @@ func (s *state) writeDone(r writeResult) {
 		clear(s.dropWaiting)
 	}
 	delete(s.pending, r.name)
-	log := s.log.With("ip", r.ip, "lease", r.name)
+	// The write's identity in each line, not a logger of its own
+	// (s.log.With), which cost kilobytes a write in a mass failover.
+	id := []any{"ip", r.ip, "lease", r.name}
 	if r.err != nil {
 		if rewritten(r.err) {
 			s.a.opt.Metrics.Conflict()
-			log.Debug("lock write lost a race", "action", r.action, "err", r.err)
+			s.log.Debug("lock write lost a race", append(id, "action", r.action, "err", r.err)...)
 			return
 		}
 		s.a.opt.Metrics.APIError(r.action.String())
-		log.Warn("lock write failed", "action", r.action, "err", r.err)
+		s.log.Warn("lock write failed", append(id, "action", r.action, "err", r.err)...)
 		return
 	}
 	now := s.a.clk.Now()
 	if r.action == lease.Delete {
 		s.deleted[r.name] = r.rv
 		delete(s.written, r.name)
-		log.Info("deleted lock")
+		s.log.Info("deleted lock", id...)
 		return
 	}
 	s.written[r.name] = r.out
@@ -171,24 +173,24 @@ func (s *state) writeDone(r writeResult) {
 		switch {
 		case r.action == lease.Succeed:
 			// Its failover was counted when it was bound (succeed).
-			log.Info("wrote the lock as the successor of a dead holder", "from", r.from, "after", now.Sub(r.dead))
+			s.log.Info("wrote the lock as the successor of a dead holder", append(id, "from", r.from, "after", now.Sub(r.dead))...)
 			s.event(r.ip, corev1.EventTypeNormal, "TakenOver", fmt.Sprintf("%s taken over by %s from %s, judged dead", r.ip, s.a.opt.Node, r.from))
 		case takeover:
 			s.a.opt.Metrics.Failover(now.Sub(r.dead))
-			log.Info("took over from a dead holder", "after", now.Sub(r.dead))
+			s.log.Info("took over from a dead holder", append(id, "after", now.Sub(r.dead))...)
 			s.event(r.ip, corev1.EventTypeNormal, "TakenOver", fmt.Sprintf("%s taken over by %s from %s, judged dead", r.ip, s.a.opt.Node, r.from))
 		default:
-			log.Info("acquired")
+			s.log.Info("acquired", id...)
 		}
 		if _, bound := s.bound[r.ip]; !bound {
 			s.conflicts.fresh[r.ip] = true
 		}
 	case lease.Handoff:
 		s.a.opt.Metrics.Handoff()
-		log.Info("handed off", "to", r.target)
+		s.log.Info("handed off", append(id, "to", r.target)...)
 		s.event(r.ip, corev1.EventTypeNormal, "Moved", fmt.Sprintf("%s handed from %s to %s", r.ip, s.a.opt.Node, r.target))
 	case lease.Release:
-		log.Info("released")
+		s.log.Info("released", id...)
 	}
 }
 

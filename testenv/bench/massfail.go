@@ -112,6 +112,17 @@ func (e *env) massFailover(ctx context.Context, timing Timing, profileDir, profi
 		return res, err
 	}
 
+	// The survivor's heap before and after, whose difference in
+	// alloc_space is what the failover allocated (pprof -base).
+	heap := func(when string) {
+		if profileDir == "" {
+			return
+		}
+		if err := e.profile(ctx, e.survivor(res.Node), profileDir, profileTag+"-"+when, "heap"); err != nil {
+			e.log.Warn("profile", "err", err)
+		}
+	}
+	heap("before")
 	t0 := time.Now()
 	if err := errors.Join(e.c.StopDaemon(res.Node, syscall.SIGKILL), e.c.CutLink(ctx, res.Node)); err != nil {
 		return res, err
@@ -145,6 +156,7 @@ func (e *env) massFailover(ctx context.Context, timing Timing, profileDir, profi
 		}
 		return true, w.Err()
 	})
+	heap("after")
 	for _, p := range probes {
 		if err := waitFor(ctx, deadline, p.Result().Target.String()+" answering from a survivor", func() (bool, error) {
 			_, ok := firstReplyAfter(p.Result(), t0, oldMAC)
