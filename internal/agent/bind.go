@@ -82,6 +82,8 @@ const (
 	bindNotNow
 	// bindProbing: a probe of the LAN runs, or found the address in use.
 	bindProbing
+	// bindYield: the pass ran for its slice (sliceOver); at is now.
+	bindYield
 )
 
 // bindIP binds ip and schedules what its outcome asks for.
@@ -101,7 +103,20 @@ func (s *state) bindIP(ip netip.Addr, e ipset.Entry, why string) {
 		if !at.IsZero() {
 			s.wakeIP(ip, at)
 		}
+	case bindYield:
+		s.wakeIP(ip, at)
 	}
+}
+
+// sliceOver: the pass under way has run for a quarter of a renew interval,
+// so it binds and probes nothing more; the loop handles what came in
+// meanwhile (its tick, the renewal's result, the watch's news) and goes on
+// at once. A pass that bound a dead node's 1,700 IPs one after the other,
+// a second and more on a loaded machine, starved the loop of its own
+// renewals and of the watch: it was no longer writable, nor on time, and
+// the IPs left waited half a second each time for the next pass.
+func (s *state) sliceOver(now time.Time) bool {
+	return !s.passStart.IsZero() && now.Sub(s.passStart) > s.cfg.RenewInterval/4
 }
 
 // bind binds ip on its interface or eipd's device and announces it, and
@@ -114,6 +129,9 @@ func (s *state) bind(ip netip.Addr, e ipset.Entry, why string) (out bindOutcome,
 	if err != nil {
 		s.log.Error("cannot bind: no interface", "ip", ip, "err", err)
 		return bindDone, time.Time{}
+	}
+	if now := s.a.clk.Now(); s.sliceOver(now) {
+		return bindYield, now
 	}
 	if !s.canBind(iface) {
 		now := s.a.clk.Now()

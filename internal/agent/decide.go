@@ -27,6 +27,7 @@ func (s *state) cachedLock(name string) *coordinationv1.Lease {
 // that go first first. TestIncrementalPassDecidesAsTheFullPass checks that a full pass
 // after it would act not at all.
 func (s *state) reconcileSome(now time.Time) {
+	s.passStart = now
 	s.seen = s.a.leasesSeen()
 	s.fence(now)
 	v := s.view(now)
@@ -105,6 +106,7 @@ func (s *state) decideOrphan(v lease.View, l *coordinationv1.Lease, now time.Tim
 // reconcile is one pass over everything; it is idempotent.
 func (s *state) reconcile() {
 	now := s.a.clk.Now()
+	s.passStart = now
 	s.seen = s.a.leasesSeen()
 	s.wake = time.Time{}
 	s.needFull = false

@@ -1011,3 +1011,32 @@ func TestLoopSuccessorWritesWaitForItsOtherBinds(t *testing.T) {
 	assert.DeepEqual(t, w.take(), []string{"bind 198.18.100.2",
 		"update eip-198-18-100-2 holder=node-a", "update eip-198-18-100-1 holder=node-a"})
 }
+
+// A successor with 100 IPs to bind, each probe and bind taking 10 ms of
+// the loop's time as on a loaded machine (3 s of work), binds them in
+// slices of a quarter of a renew interval, and the loop ticks and renews
+// on time between them. In one long pass it starved itself of its
+// renewals and of the watch: it stopped binding as no longer writable or
+// on time, and a pass that outlasted the watch's break threshold granted
+// the dead holder a fresh lease duration (without liveness over the LAN),
+// so that it bound none of the 100 in 5 s.
+func TestLoopSuccessorBindsInSlices(t *testing.T) {
+	var ips []netip.Addr
+	for i := range 100 {
+		ips = append(ips, testIP(i))
+	}
+	w := takingOverAll(t, ips...)
+	w.sendTakes = 10 * time.Millisecond
+	start, last := w.clk.Now(), w.s.lastTick
+	for w.clk.Now().Sub(start) < 5*time.Second && len(w.addrs) < len(ips) {
+		if w.clk.Now().Sub(w.s.lastTick) >= w.s.cfg.RenewInterval {
+			w.s.tick()
+			assert.Assert(t, w.s.lastTick.Sub(last) < w.s.lateAfter(), "a tick %s after the one before", w.s.lastTick.Sub(last))
+			last = w.s.lastTick
+		}
+		w.s.pass()
+		w.settle()
+		w.step(time.Millisecond)
+	}
+	assert.Equal(t, len(w.addrs), len(ips), "bound after %s", w.clk.Now().Sub(start))
+}

@@ -174,6 +174,7 @@ type schedule struct {
 	// it could not at the last full one, which then allocated nothing and
 	// collected no heartbeat.
 	lastPass       time.Time
+	passStart      time.Time // when the pass under way began (sliceOver)
 	passWritable   bool
 	fullUnwritable bool
 	passVerdicts   map[string]verdict
