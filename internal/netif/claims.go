@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"syscall"
 	"time"
 	"unsafe"
@@ -116,7 +117,7 @@ func WatchClaims(ctx context.Context, log *slog.Logger, iface string, want func(
 			}
 			log.Debug("address claimed on the wire", "iface", iface, "ip", ip, "mac", mac.String(), "probe", probe)
 			select {
-			case out <- Claim{Iface: iface, IP: ip, MAC: mac, Probe: probe}:
+			case out <- Claim{Iface: iface, IP: ip, MAC: slices.Clone(mac), Probe: probe}: // mac is in the frame's buffer
 			case <-ctx.Done():
 				return nil
 			}

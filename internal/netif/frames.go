@@ -53,28 +53,38 @@ func announcementFrames(mac net.HardwareAddr, ip netip.Addr) ([][]byte, error) {
 // RFC 5227 2.3) and reply (target hardware address = sender, which Linux
 // requires to treat a reply as gratuitous), both with sender = target = ip.
 func garpFrames(mac net.HardwareAddr, ip netip.Addr) ([][]byte, error) {
-	req, err := arp.NewPacket(arp.OperationRequest, mac, ip, make(net.HardwareAddr, 6), ip)
-	if err != nil {
-		return nil, fmt.Errorf("build ARP request: %w", err)
+	b := make([]byte, 0, 2*minFrameLen)
+	b = appendARPFrame(b, arp.OperationRequest, mac, ip, make(net.HardwareAddr, 6), ip)
+	b = appendARPFrame(b, arp.OperationReply, mac, ip, mac, ip)
+	return [][]byte{b[:minFrameLen:minFrameLen], b[minFrameLen:]}, nil
+}
+
+// minFrameLen is the shortest Ethernet frame without its checksum, which
+// an ARP frame is padded to.
+const minFrameLen = 60
+
+// appendARPFrame appends to b a broadcast Ethernet frame from mac with an
+// ARP packet for IPv4 over Ethernet, padded to minFrameLen: what
+// ethernet.Frame and arp.Packet marshal, without the half-dozen
+// allocations of theirs that a mass failover made for each of some
+// 30,000 probes and announcements.
+func appendARPFrame(b []byte, op arp.Operation, sha net.HardwareAddr, spa netip.Addr, tha net.HardwareAddr, tpa netip.Addr) []byte {
+	start := len(b)
+	b = append(b, ethernet.Broadcast...)
+	b = append(b, sha...)
+	b = binary.BigEndian.AppendUint16(b, uint16(ethernet.EtherTypeARP))
+	b = binary.BigEndian.AppendUint16(b, 1) // hardware type: Ethernet
+	b = binary.BigEndian.AppendUint16(b, uint16(ethernet.EtherTypeIPv4))
+	b = append(b, 6, 4)
+	b = binary.BigEndian.AppendUint16(b, uint16(op))
+	b = append(b, sha...)
+	b = append(b, spa.AsSlice()...)
+	b = append(b, tha...)
+	b = append(b, tpa.AsSlice()...)
+	for len(b)-start < minFrameLen {
+		b = append(b, 0)
 	}
-	rep, err := arp.NewPacket(arp.OperationReply, mac, ip, mac, ip)
-	if err != nil {
-		return nil, fmt.Errorf("build ARP reply: %w", err)
-	}
-	var frames [][]byte
-	for _, p := range []*arp.Packet{req, rep} {
-		pb, err := p.MarshalBinary()
-		if err != nil {
-			return nil, fmt.Errorf("marshal ARP: %w", err)
-		}
-		f := &ethernet.Frame{Destination: ethernet.Broadcast, Source: mac, EtherType: ethernet.EtherTypeARP, Payload: pb}
-		fb, err := f.MarshalBinary()
-		if err != nil {
-			return nil, fmt.Errorf("marshal ARP frame: %w", err)
-		}
-		frames = append(frames, fb)
-	}
-	return frames, nil
+	return b
 }
 
 // naFrame builds an unsolicited neighbour advertisement to ff02::1 with the
@@ -125,16 +135,7 @@ func probeFrame(mac net.HardwareAddr, ip netip.Addr) ([]byte, error) {
 		return nil, fmt.Errorf("not an Ethernet address: %q", mac)
 	}
 	if ip.Is4() {
-		p, err := arp.NewPacket(arp.OperationRequest, mac, netip.IPv4Unspecified(), make(net.HardwareAddr, 6), ip)
-		if err != nil {
-			return nil, fmt.Errorf("build ARP probe: %w", err)
-		}
-		pb, err := p.MarshalBinary()
-		if err != nil {
-			return nil, fmt.Errorf("marshal ARP probe: %w", err)
-		}
-		f := &ethernet.Frame{Destination: ethernet.Broadcast, Source: mac, EtherType: ethernet.EtherTypeARP, Payload: pb}
-		return f.MarshalBinary()
+		return appendARPFrame(make([]byte, 0, minFrameLen), arp.OperationRequest, mac, netip.IPv4Unspecified(), make(net.HardwareAddr, 6), ip), nil
 	}
 	if !ip.Is6() || ip.Is4In6() || ip.IsMulticast() || ip.IsUnspecified() {
 		return nil, fmt.Errorf("cannot probe %s", ip)
@@ -162,18 +163,29 @@ func probeFrame(mac net.HardwareAddr, ip netip.Addr) ([]byte, error) {
 // A probe (an RFC 5227 ARP probe from 0.0.0.0, a DAD neighbour
 // solicitation from ::) claims nothing yet but asks about its target: it
 // returns the target, the sender's MAC, and probe true.
+//
+// The MAC it returns may share frame's memory. An untagged ARP frame, most
+// of what the watch reads, is read in place: a mass failover's probes and
+// announcements reached every node, and a copy of each was garbage.
 func parseClaim(frame []byte, own net.HardwareAddr) (ip netip.Addr, mac net.HardwareAddr, probe, ok bool) {
-	var f ethernet.Frame
-	if err := f.UnmarshalBinary(frame); err != nil || bytes.Equal(f.Source, own) {
-		return netip.Addr{}, nil, false, false
-	}
-	switch f.EtherType {
-	case ethernet.EtherTypeARP:
-		ip, mac, probe = parseARPClaim(f.Payload)
-	case ethernet.EtherTypeIPv6:
-		ip, mac, probe = parseNDPClaim(f.Payload)
-		if ip.IsValid() && mac == nil {
-			mac = f.Source
+	if len(frame) >= 14 && binary.BigEndian.Uint16(frame[12:14]) == uint16(ethernet.EtherTypeARP) {
+		if bytes.Equal(frame[6:12], own) {
+			return netip.Addr{}, nil, false, false
+		}
+		ip, mac, probe = parseARPClaim(frame[14:])
+	} else {
+		var f ethernet.Frame
+		if err := f.UnmarshalBinary(frame); err != nil || bytes.Equal(f.Source, own) {
+			return netip.Addr{}, nil, false, false
+		}
+		switch f.EtherType {
+		case ethernet.EtherTypeARP:
+			ip, mac, probe = parseARPClaim(f.Payload)
+		case ethernet.EtherTypeIPv6:
+			ip, mac, probe = parseNDPClaim(f.Payload)
+			if ip.IsValid() && mac == nil {
+				mac = f.Source
+			}
 		}
 	}
 	if !ip.IsValid() || ip.IsUnspecified() || len(mac) != 6 || bytes.Equal(mac, own) {
@@ -182,17 +194,18 @@ func parseClaim(frame []byte, own net.HardwareAddr) (ip netip.Addr, mac net.Hard
 	return ip, mac, probe, true
 }
 
+// parseARPClaim reads an ARP packet for IPv4 over Ethernet in place.
 func parseARPClaim(b []byte) (netip.Addr, net.HardwareAddr, bool) {
-	var p arp.Packet
-	if err := p.UnmarshalBinary(b); err != nil ||
-		p.HardwareType != 1 || p.ProtocolType != uint16(ethernet.EtherTypeIPv4) ||
-		p.HardwareAddrLength != 6 || p.IPLength != 4 {
+	if len(b) < 28 || binary.BigEndian.Uint16(b[0:2]) != 1 || binary.BigEndian.Uint16(b[2:4]) != uint16(ethernet.EtherTypeIPv4) ||
+		b[4] != 6 || b[5] != 4 {
 		return netip.Addr{}, nil, false
 	}
-	if p.SenderIP.IsUnspecified() && p.Operation == arp.OperationRequest {
-		return p.TargetIP, p.SenderHardwareAddr, true
+	op := arp.Operation(binary.BigEndian.Uint16(b[6:8]))
+	sha, spa, tpa := net.HardwareAddr(b[8:14:14]), netip.AddrFrom4([4]byte(b[14:18])), netip.AddrFrom4([4]byte(b[24:28]))
+	if spa.IsUnspecified() && op == arp.OperationRequest {
+		return tpa, sha, true
 	}
-	return p.SenderIP, p.SenderHardwareAddr, false
+	return spa, sha, false
 }
 
 // parseNDPClaim returns the claimed address and, if an option names it, the

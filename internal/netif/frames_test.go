@@ -322,3 +322,28 @@ func icmpv6Checksum(src, dst netip.Addr, body []byte) uint16 {
 	}
 	return ^uint16(sum)
 }
+
+// The ARP frames eipd builds by hand are byte for byte what
+// mdlayher/ethernet and mdlayher/arp marshal.
+func TestARPFramesAsTheLibraryMarshals(t *testing.T) {
+	ip := netip.MustParseAddr("198.18.0.5")
+	zero := make(net.HardwareAddr, 6)
+	for _, tc := range []struct {
+		op  arp.Operation
+		spa netip.Addr
+		tha net.HardwareAddr
+		tpa netip.Addr
+	}{
+		{arp.OperationRequest, ip, zero, ip},                      // announcement
+		{arp.OperationReply, ip, ourMAC(), ip},                    // announcement
+		{arp.OperationRequest, netip.IPv4Unspecified(), zero, ip}, // probe
+	} {
+		p, err := arp.NewPacket(tc.op, ourMAC(), tc.spa, tc.tha, tc.tpa)
+		assert.NilError(t, err)
+		pb, err := p.MarshalBinary()
+		assert.NilError(t, err)
+		want, err := (&ethernet.Frame{Destination: ethernet.Broadcast, Source: ourMAC(), EtherType: ethernet.EtherTypeARP, Payload: pb}).MarshalBinary()
+		assert.NilError(t, err)
+		assert.DeepEqual(t, appendARPFrame([]byte{0xee}, tc.op, ourMAC(), tc.spa, tc.tha, tc.tpa)[1:], want)
+	}
+}
