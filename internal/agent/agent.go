@@ -93,14 +93,16 @@ type Agent struct {
 	nodes     corelisters.NodeLister
 	leaseIdx  cache.Indexer // the Leases' cache, heartbeats indexed (heartbeatIndex)
 	configMap corelisters.ConfigMapNamespaceLister
-	// epIdx is every EndpointSlice, indexed by Service (serviceIndex), as
-	// much as keepOfSlice keeps.
-	epIdx  cache.Indexer
-	synced []cache.InformerSynced
+	// apiEpIdx is the kubernetes Service's EndpointSlices, as much as
+	// keepOfSlice keeps: the API server's addresses, never bound. Every
+	// other EndpointSlice is in sliceWatch's cache, while it runs.
+	apiEpIdx cache.Indexer
+	synced   []cache.InformerSynced
 
 	// kicks: informers only signal which kind of object changed;
 	// hbKick is a renewal of a heartbeat, leaseKick any other Lease change,
-	// epKick an EndpointSlice of a Service other than kubernetes.
+	// epKick an EndpointSlice change the watch of them all saw, or that
+	// watch synced (watchSlices).
 	svcKick, nodeKick, leaseKick, hbKick, cmKick, epKick chan struct{}
 	readyCh                                              chan struct{}
 
@@ -319,31 +321,33 @@ func objectsOf[T any](objs []any) []*T {
 	return out
 }
 
-// sliceKicker wakes the loop for an EndpointSlice: as a Node's change for
-// the kubernetes Service's (the API server's addresses), else on epKick.
-func (a *Agent) sliceKicker() cache.ResourceEventHandlerFuncs {
-	kickFor := func(obj any) {
-		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = d.Obj
-		}
-		if isAPIEndpoints(obj) {
-			kick(a.nodeKick)
-		} else {
-			kick(a.epKick)
-		}
-	}
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    kickFor,
-		UpdateFunc: func(_, obj any) { kickFor(obj) },
-		DeleteFunc: kickFor,
-	}
+// apiSlices is the kubernetes Service's EndpointSlices in the cache.
+func (a *Agent) apiSlices() []*discoveryv1.EndpointSlice {
+	return slicesOf(a.apiEpIdx, listwatch.APIServiceNamespace+"/"+listwatch.APIService)
 }
 
 // slicesOf is the EndpointSlices of Service key ("namespace/name") in
-// the cache.
-func (a *Agent) slicesOf(key string) []*discoveryv1.EndpointSlice {
-	objs, _ := a.epIdx.ByIndex(serviceIndex, key)
+// idx, a cache of EndpointSlices (indexed by serviceIndex).
+func slicesOf(idx cache.Indexer, key string) []*discoveryv1.EndpointSlice {
+	objs, _ := idx.ByIndex(serviceIndex, key)
 	return objectsOf[discoveryv1.EndpointSlice](objs)
+}
+
+// watchSlices starts the watch of every EndpointSlice, which runs until
+// ctx ends, and returns its cache and whether that has synced. Each
+// change it sees, and its sync (even with no slice to add), kicks
+// epKick: the loop judges no Local IP from a cache not yet synced.
+func (a *Agent) watchSlices(ctx context.Context) (cache.Indexer, cache.InformerSynced) {
+	inf := a.patientInformer(listwatch.For(a.opt.Client, a.opt.Namespace, a.opt.ConfigMap).EndpointSlices, &discoveryv1.EndpointSlice{})
+	// A new informer, not yet run, takes any handler.
+	reg, _ := inf.AddEventHandler(kicker(a.epKick))
+	go inf.RunWithContext(ctx)
+	go func() {
+		if cache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
+			kick(a.epKick)
+		}
+	}()
+	return inf.GetIndexer(), reg.HasSynced
 }
 
 func isHeartbeat(obj any) bool {
@@ -351,23 +355,24 @@ func isHeartbeat(obj any) bool {
 	return ok && l.Labels[lease.RoleLabel] == lease.RoleHeartbeat
 }
 
-// startInformers starts the watches the agent needs: Services, Nodes and
-// EndpointSlices cluster-wide, and in its namespace the Leases eip manages
-// and its one ConfigMap. They run until stop is closed. EndpointSlices
-// are watched whether or not a Service has externalTrafficPolicy: Local,
-// kept as little as keepOfSlice leaves of them; a change of the kubernetes
-// Service's counts as a Node's (both change the addresses never bound).
+// startInformers starts the watches the agent needs: Services and Nodes
+// cluster-wide, in its namespace the Leases eip manages and its one
+// ConfigMap, and in default the kubernetes Service's EndpointSlices, whose
+// change counts as a Node's (both change the addresses never bound). They
+// run until stop is closed. The other EndpointSlices are watched only
+// while a Service with externalTrafficPolicy: Local has an IP
+// (sliceWatch).
 func (a *Agent) startInformers(stop <-chan struct{}) error {
 	set := listwatch.For(a.opt.Client, a.opt.Namespace, a.opt.ConfigMap)
 	svc := a.patientInformer(set.Services, &corev1.Service{})
 	node := a.patientInformer(set.Nodes, &corev1.Node{})
 	ls := a.patientInformer(set.Leases, &coordinationv1.Lease{})
 	cms := a.patientInformer(set.ConfigMap, &corev1.ConfigMap{})
-	eps := a.patientInformer(set.EndpointSlices, &discoveryv1.EndpointSlice{})
+	eps := a.patientInformer(set.APIEndpoints, &discoveryv1.EndpointSlice{})
 	all := []struct {
 		inf     cache.SharedIndexInformer
 		handler cache.ResourceEventHandlerFuncs
-	}{{svc, kicker(a.svcKick)}, {node, kicker(a.nodeKick)}, {ls, a.leaseKicker()}, {cms, kicker(a.cmKick)}, {eps, a.sliceKicker()}}
+	}{{svc, kicker(a.svcKick)}, {node, kicker(a.nodeKick)}, {ls, a.leaseKicker()}, {cms, kicker(a.cmKick)}, {eps, kicker(a.nodeKick)}}
 	for _, h := range all {
 		if _, err := h.inf.AddEventHandler(h.handler); err != nil {
 			return fmt.Errorf("watch: %w", err)
@@ -379,7 +384,7 @@ func (a *Agent) startInformers(stop <-chan struct{}) error {
 	a.nodes = corelisters.NewNodeLister(node.GetIndexer())
 	a.leaseIdx = ls.GetIndexer()
 	a.configMap = corelisters.NewConfigMapLister(cms.GetIndexer()).ConfigMaps(a.opt.Namespace)
-	a.epIdx = eps.GetIndexer()
+	a.apiEpIdx = eps.GetIndexer()
 	for _, h := range all {
 		go h.inf.RunWithContext(utilwait.ContextForChannel(stop))
 	}

@@ -89,11 +89,44 @@ type world struct {
 	inFlight []int
 	// hung is how long the loop was quiet when the watchdog fired.
 	hung time.Duration
+	// sliceWatches are the contexts of the watches of every EndpointSlice
+	// the loop started (watchSlices), each cancelled once it stopped;
+	// slicesUnsynced: their cache has not synced yet (it is eps).
+	sliceWatches   []context.Context
+	slicesUnsynced bool
 	// trace is every effect the loop had on the world, in order and
 	// timed: API writes and their failures, renewals asked for and made,
 	// address changes and probes. The property tests compare it whole with
 	// a golden file, so a change of behaviour cannot hide in a refactor.
 	trace []string
+}
+
+// watchSlices starts a watch of every EndpointSlice: its cache is eps,
+// synced unless slicesUnsynced, and empty until then.
+func (w *world) watchSlices(ctx context.Context) (cache.Indexer, cache.InformerSynced) {
+	w.sliceWatches = append(w.sliceWatches, ctx)
+	return syncingCache{w.eps, w}, func() bool { return !w.slicesUnsynced }
+}
+
+// syncingCache is eps as a watch that lists it sees it: empty until
+// synced.
+type syncingCache struct {
+	cache.Indexer
+	w *world
+}
+
+func (c syncingCache) ByIndex(name, key string) ([]any, error) {
+	if c.w.slicesUnsynced {
+		return nil, nil
+	}
+	return c.Indexer.ByIndex(name, key)
+}
+
+// slicesWatched is whether a watch of every EndpointSlice runs, and how
+// many were started.
+func (w *world) slicesWatched() (running bool, started int) {
+	n := len(w.sliceWatches)
+	return n > 0 && w.sliceWatches[n-1].Err() == nil, n
 }
 
 // record appends an effect to the trace, stamped with the fake clock. A
@@ -183,12 +216,13 @@ func newWorld(t testing.TB, self string, cfg map[string]string) *world {
 	a.nodes = corelisters.NewNodeLister(w.nodes)
 	a.leaseIdx = w.leases
 	a.configMap = corelisters.NewConfigMapLister(w.cms).ConfigMaps(testNS)
-	a.epIdx = w.eps
+	a.apiEpIdx = w.eps
 	a.recorder = record.NewFakeRecorder(1 << 16)
 	w.a = a
 	w.must(w.cms.Add(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: testCM, ResourceVersion: "1"}, Data: cfg}))
 	w.addNode(self)
 	w.s = newState(a)
+	w.s.slices.open = w.watchSlices
 	w.s.loadConfig()
 	w.s.dirtyCM = false
 	w.s.live = lease.NewLiveness(self, w.s.cfg.RenewInterval, 2*w.s.cfg.RenewInterval)

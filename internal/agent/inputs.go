@@ -13,7 +13,6 @@ import (
 	"github.com/eip-project/eip/internal/config"
 	"github.com/eip-project/eip/internal/ipset"
 	"github.com/eip-project/eip/internal/lease"
-	"github.com/eip-project/eip/internal/listwatch"
 )
 
 // loadConfig parses the ConfigMap when it changed. An invalid one keeps the
@@ -87,7 +86,7 @@ func truncate(s string, n int) string {
 func (s *state) reservedAddresses() map[netip.Addr]string {
 	nodes, _ := s.a.nodes.List(labels.Everything())
 	out := ipset.NodeAddresses(nodes)
-	maps.Copy(out, ipset.APIEndpoints(s.a.slicesOf(listwatch.APIServiceNamespace+"/"+listwatch.APIService)))
+	maps.Copy(out, ipset.APIEndpoints(s.a.apiSlices()))
 	for _, ip := range s.a.opt.APIServer {
 		out[ip] = config.APIServerAddress
 	}

@@ -220,6 +220,7 @@ func (s *state) tick() {
 		clear(s.lateBinds)
 	}
 	s.postSummary(now)
+	s.watchSlices()
 	s.observeSessions()
 	s.takeDatagrams()
 	s.tellSpeaker()

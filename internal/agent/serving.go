@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/eip-project/eip/internal/endpoints"
 	"github.com/eip-project/eip/internal/ipset"
@@ -33,14 +34,23 @@ type serving struct {
 	proxied  chan endpoints.Result
 	slots    chan struct{}
 	checkCtx context.Context
+	// slices are the EndpointSlices, watched while local is not empty;
+	// unjudged are the IPs of local given heldOnly until they synced.
+	slices   sliceWatch
+	unjudged map[netip.Addr]bool
 }
 
 // checkSlots bounds the health checks in flight: a thousand Services
 // becoming ready at once are checked a few at a time.
 const checkSlots = 16
 
-func newServing() serving {
-	return serving{proxied: make(chan endpoints.Result, 64), slots: make(chan struct{}, checkSlots), checkCtx: context.Background()}
+// newServing is serving with open to start the watch of every
+// EndpointSlice (Agent.watchSlices).
+func newServing(open func(context.Context) (cache.Indexer, cache.InformerSynced)) serving {
+	return serving{
+		proxied: make(chan endpoints.Result, 64), slots: make(chan struct{}, checkSlots), checkCtx: context.Background(),
+		slices: sliceWatch{open: open}, unjudged: map[netip.Addr]bool{},
+	}
 }
 
 // onlyFor is where ip may live.
@@ -51,7 +61,7 @@ func (sv *serving) onlyFor(ip netip.Addr) lease.Only { return sv.only[ip] }
 func (s *state) eligibility(e ipset.Entry) endpoints.Eligibility {
 	per := make([]map[string]endpoints.Readiness, len(e.Local))
 	for i, svc := range e.Local {
-		per[i] = s.checks.Judge(svc, endpoints.Nodes(s.a.slicesOf(svc)), s.startCheck)
+		per[i] = s.checks.Judge(svc, endpoints.Nodes(s.slices.slicesOf(svc)), s.startCheck)
 	}
 	return endpoints.Eligible(per)
 }
@@ -111,8 +121,11 @@ func (s *state) proxiedResult(r endpoints.Result) bool {
 
 // updateServing judges again where the IPs of Local Services may live and
 // returns those whose answer changed. With entries it first takes the IPs
-// anew from the entries (they were recomputed); otherwise only
-// EndpointSlices changed, and only the IPs of Local Services are judged.
+// anew from the entries (they were recomputed), and starts or stops the
+// watch of EndpointSlices; otherwise only EndpointSlices changed, and only
+// the IPs of Local Services are judged. Until the watch has synced, an IP
+// judged before keeps its answer, and one not yet judged stays with its
+// holder (heldOnly).
 func (s *state) updateServing(entries bool) []netip.Addr {
 	if entries {
 		s.local = s.local[:0]
@@ -121,18 +134,38 @@ func (s *state) updateServing(entries bool) []netip.Addr {
 				s.local = append(s.local, m.ip)
 			}
 		}
+		s.watchSlices()
 	}
+	judge := s.slices.ready()
 	var changed []netip.Addr
 	next := make(map[netip.Addr]lease.Only, len(s.local))
 	for _, ip := range s.local {
 		e := s.entries[ip]
-		el := s.eligibility(e)
-		o := lease.Only{Restricted: true, Nodes: el.Nodes}
-		next[ip] = o
 		old, was := s.only[ip]
+		unjudged := s.unjudged[ip]
+		var o lease.Only
+		switch {
+		case judge:
+			delete(s.unjudged, ip)
+			el := s.eligibility(e)
+			o = lease.Only{Restricted: true, Nodes: el.Nodes}
+			if !was || unjudged || !slices.Equal(old.Nodes, o.Nodes) {
+				s.reportServing(e, el, was && !unjudged && len(old.Nodes) == 0, !was || unjudged)
+			}
+		case was && !unjudged:
+			o = old
+		default:
+			s.unjudged[ip] = true
+			o = s.heldOnly(ip)
+		}
+		next[ip] = o
 		if !was || !slices.Equal(old.Nodes, o.Nodes) {
 			changed = append(changed, ip)
-			s.reportServing(e, el, was && len(old.Nodes) == 0, !was)
+		}
+	}
+	for ip := range s.unjudged {
+		if _, ok := next[ip]; !ok {
+			delete(s.unjudged, ip)
 		}
 	}
 	for ip := range s.only {
@@ -141,7 +174,9 @@ func (s *state) updateServing(entries bool) []netip.Addr {
 		}
 	}
 	s.only = next
-	s.checks.Sweep()
+	if judge {
+		s.checks.Sweep()
+	}
 	return changed
 }
 

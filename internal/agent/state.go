@@ -281,7 +281,7 @@ func newState(a *Agent) *state {
 			successions: successions{succeeding: map[netip.Addr]succession{}, held: map[netip.Addr]bool{}},
 		},
 		lanState:  lanState{lanIn: make(chan lanlive.Received, 256)},
-		serving:   newServing(),
+		serving:   newServing(a.watchSlices),
 		renewReq:  make(chan renewal, 1),
 		renewRes:  make(chan renewResult, 1),
 		claims:    make(chan netif.Claim, 64),

@@ -1,8 +1,12 @@
 package e2e
 
 import (
+	"bufio"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/netip"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -16,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/eip-project/eip/internal/cli"
+	"github.com/eip-project/eip/internal/endpoints"
 	"github.com/eip-project/eip/testenv"
 	"github.com/eip-project/eip/testenv/bench"
 )
@@ -130,6 +135,90 @@ func TestLocalIPLivesWhereItsEndpointIs(t *testing.T) {
 	assert.Equal(t, e.served(ip), back)
 	e.eventMessage("local-web", "EndpointsReady", ip.String()+" may be bound again")
 	assert.Assert(t, !slices.Contains(e.boundOn(ip), first))
+}
+
+// eipd watches every EndpointSlice of the cluster only while a Service
+// with externalTrafficPolicy: Local has an eip IP, as the API server's
+// audit log of eipd's requests shows: no such watch open while Cluster
+// Services alone have IPs, one per eipd once a Local Service has one (and
+// that IP lives where its endpoint is), none again a grace after the
+// Service is switched to Cluster, and after it is deleted. (The API
+// server's count of open watches, apiserver_longrunning_requests, counts
+// one of its own besides eipd's.)
+func TestLocalEndpointSlicesWatchedOnlyWhileNeeded(t *testing.T) {
+	e := newEnv(t, defaultConfig())
+	w := &auditedWatches{open: map[string]bool{}}
+	e.service("cluster-web", testenv.ServiceIP(61))
+	e.served(testenv.ServiceIP(61))
+	e.sliceWatches(w, 0, settle)
+
+	ip := testenv.ServiceIP(62)
+	e.localService("local-web", ip)
+	e.endpointsOn("local-web", []string{e.nodes[1]}, nil)
+	e.sliceWatches(w, len(e.nodes), settle)
+	assert.Equal(t, e.served(ip), e.nodes[1])
+
+	e.setTrafficPolicy("local-web", corev1.ServiceExternalTrafficPolicyCluster)
+	e.sliceWatches(w, 0, endpoints.WatchGrace+settle)
+
+	e.setTrafficPolicy("local-web", corev1.ServiceExternalTrafficPolicyLocal)
+	e.endpointsOn("local-web", []string{e.nodes[2]}, nil)
+	e.sliceWatches(w, len(e.nodes), settle)
+	assert.Equal(t, e.served(ip), e.nodes[2])
+
+	e.deleteService("local-web")
+	e.sliceWatches(w, 0, endpoints.WatchGrace+settle)
+}
+
+// auditedWatches are eipd's cluster-wide watches of EndpointSlices open
+// as of the audit log read up to offset (each by its audit ID).
+type auditedWatches struct {
+	offset int64
+	open   map[string]bool
+}
+
+// sliceWatches waits, at most within, until eipd has n cluster-wide
+// watches of EndpointSlices open, as the audit log tells: begun
+// (ResponseStarted) and not ended (ResponseComplete).
+func (e *env) sliceWatches(w *auditedWatches, n int, within time.Duration) {
+	e.t.Helper()
+	testenv.Eventually(e.t, within, func() (bool, string) {
+		f, err := os.Open(cluster.AuditLog())
+		e.must(err)
+		defer f.Close()
+		_, err = f.Seek(w.offset, io.SeekStart)
+		e.must(err)
+		r := bufio.NewReader(f)
+		for {
+			line, err := r.ReadBytes('\n')
+			if err != nil {
+				break // a line not yet whole is read again next time
+			}
+			w.offset += int64(len(line))
+			var ev auditEvent
+			e.must(json.Unmarshal(line, &ev))
+			if ev.Verb != "watch" || ev.ObjectRef == nil || ev.ObjectRef.Resource != "endpointslices" || ev.ObjectRef.Namespace != "" {
+				continue
+			}
+			w.open[ev.AuditID] = ev.Stage == "ResponseStarted"
+			if !w.open[ev.AuditID] {
+				delete(w.open, ev.AuditID)
+			}
+		}
+		return len(w.open) == n, fmt.Sprintf("want %d of eipd's watches of every EndpointSlice open, the audit log shows %d", n, len(w.open))
+	})
+}
+
+// setTrafficPolicy sets the externalTrafficPolicy of Service name.
+func (e *env) setTrafficPolicy(name string, p corev1.ServiceExternalTrafficPolicy) {
+	e.t.Helper()
+	svc := e.getService(name)
+	svc.Spec.ExternalTrafficPolicy = p
+	if p != corev1.ServiceExternalTrafficPolicyLocal {
+		svc.Spec.HealthCheckNodePort = 0
+	}
+	_, err := e.k.CoreV1().Services(svcNamespace).Update(e.ctx, svc, metav1.UpdateOptions{})
+	e.must(err)
 }
 
 // A thousand Services with an EndpointSlice each, their endpoints spread

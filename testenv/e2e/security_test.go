@@ -111,9 +111,10 @@ func TestEipdWritesNoSecretButItsKey(t *testing.T) {
 
 // auditEvent is the part of an audit.k8s.io/v1 Event this test reads.
 type auditEvent struct {
-	Stage string `json:"stage"`
-	Verb  string `json:"verb"`
-	User  struct {
+	AuditID string `json:"auditID"`
+	Stage   string `json:"stage"`
+	Verb    string `json:"verb"`
+	User    struct {
 		Username string `json:"username"`
 	} `json:"user"`
 	ObjectRef *struct {
