@@ -262,9 +262,8 @@ func TestLoopLocalIPWaitsForKubeProxyOnTheNewNode(t *testing.T) {
 
 	w.endpointsOf("web", map[string]endpoints.Readiness{"node-a": endpoints.Leaving, "node-b": endpoints.Ready})
 	w.tick("node-b")
-	// node-a keeps it bound, and names node-b, which may now hold it,
-	// its successor.
-	assert.DeepEqual(t, w.take(), []string{"update eip-198-18-100-1 holder=node-a successor=node-b"})
+	// node-a keeps it bound: node-b may not hold it yet, nor succeed.
+	assert.DeepEqual(t, w.take(), []string(nil))
 
 	w.kubeProxySays(kp, "198.18.0.11:31000", endpoints.Delivers)
 	assert.DeepEqual(t, w.take(), []string{"unbind 198.18.100.1", "update eip-198-18-100-1 holder=node-b"})
@@ -279,4 +278,27 @@ func TestLoopLocalIPWaitsForKubeProxyOnTheNewNode(t *testing.T) {
 	w.lock(testIP(0), "node-a")
 	w.tick("node-b", "node-c")
 	assert.DeepEqual(t, w.take(), []string{"bind 198.18.100.1"})
+}
+
+// A holder cordoned while its pod, evicted, still serves, and the pod
+// that replaces it is ready on node-b (a drain of one replica): node-a
+// may no longer hold the IP, yet it keeps it until kube-proxy on node-b
+// says it delivers, as a holder whose pod stops serving does; then it
+// hands it there.
+func TestLoopCordonedHolderWaitsForKubeProxyOnTheNewNode(t *testing.T) {
+	kp := fakeKubeProxy{asked: make(chan netip.AddrPort, 4), answer: make(chan endpoints.Verdict)}
+	w := holdingLocalWorld(t, kp)
+	n := w.nodeObj("node-a")
+	n.Spec.Unschedulable = true
+	n.ResourceVersion = w.nextRV()
+	w.must(w.nodes.Update(n))
+	w.s.dirtyNodes = true
+	w.endpointsOf("web", map[string]endpoints.Readiness{"node-a": endpoints.Leaving, "node-b": endpoints.Ready})
+	for range 4 {
+		w.tick("node-b")
+	}
+	assert.DeepEqual(t, w.take(), []string(nil))
+
+	w.kubeProxySays(kp, "198.18.0.11:31000", endpoints.Delivers)
+	assert.DeepEqual(t, w.take(), []string{"unbind 198.18.100.1", "update eip-198-18-100-1 holder=node-b"})
 }

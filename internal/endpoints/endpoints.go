@@ -72,9 +72,10 @@ type Eligibility struct {
 	// Leaving: the Nodes have only endpoints that are terminating but
 	// still serving, as no node has a ready one of every Service.
 	Leaving bool
-	// Pending are the Nodes whose ready endpoints kube-proxy does not yet
-	// deliver to, while no node's are: the IP may stay on a node whose
-	// endpoints still serve until kube-proxy delivers on one of these.
+	// Pending are the nodes whose ready endpoints kube-proxy does not yet
+	// deliver to, while no node's are. They are the Nodes only when no
+	// node's endpoints still serve: otherwise the IP stays on those until
+	// kube-proxy delivers on one of these.
 	Pending []string
 }
 
@@ -82,18 +83,20 @@ type Eligibility struct {
 // services name, each given as the readiness of its nodes (Nodes): those
 // where every one of them has a ready endpoint that kube-proxy there
 // delivers to, so that whichever Service's traffic arrives is delivered.
-// When there are none, it keeps the nodes where every one still serves:
-// those whose ready endpoints kube-proxy does not deliver to yet, and
-// those with a terminating endpoint at least. So during a rolling update
-// the IP leaves the old pod's node, which still serves, only for a node
-// where the new pod's traffic is already delivered, and stays where it is
-// as long as terminating endpoints are all there is. With no Service
-// given, no node may.
+// When there are none, it keeps the nodes where every one still serves,
+// with a terminating endpoint at least; with none of those either, the
+// nodes whose ready endpoints kube-proxy does not deliver to yet. So
+// during a rolling update, or a drain that cordons the holder and evicts
+// its pod, the IP leaves the old pod's node, which still serves, only for
+// a node where the new pod's traffic is already delivered: a holder that
+// may not keep it (cordoned) has no other node to give it to until then.
+// It stays where it is as long as terminating endpoints are all there
+// is. With no Service given, no node may.
 func Eligible(services []map[string]Readiness) Eligibility {
 	if len(services) == 0 {
 		return Eligibility{}
 	}
-	var ready, serving, pending []string
+	var ready, leaving, pending []string
 	for node, r := range services[0] {
 		least := r
 		for _, other := range services[1:] {
@@ -104,18 +107,20 @@ func Eligible(services []map[string]Readiness) Eligibility {
 			ready = append(ready, node)
 		case least == Pending:
 			pending = append(pending, node)
-			serving = append(serving, node)
 		case least == Leaving:
-			serving = append(serving, node)
+			leaving = append(leaving, node)
 		}
 	}
 	if len(ready) > 0 {
 		slices.Sort(ready)
 		return Eligibility{Nodes: ready}
 	}
-	slices.Sort(serving)
+	slices.Sort(leaving)
 	slices.Sort(pending)
-	return Eligibility{Nodes: serving, Leaving: len(serving) > 0 && len(pending) == 0, Pending: pending}
+	if len(leaving) > 0 {
+		return Eligibility{Nodes: leaving, Leaving: len(pending) == 0, Pending: pending}
+	}
+	return Eligibility{Nodes: pending, Pending: pending}
 }
 
 // Why says, for kubectl eip status and Events, why the IP of the Local

@@ -68,7 +68,8 @@ func TestEligible(t *testing.T) {
 		{"shared: leaving for one, ready for the other", []map[string]Readiness{{"a": Ready}, {"a": Leaving}}, Eligibility{Nodes: []string{"a"}, Leaving: true}},
 		{"shared: the ready-for-all node beats one leaving for one", []map[string]Readiness{{"a": Ready, "b": Ready}, {"a": Leaving, "b": Ready}}, Eligibility{Nodes: []string{"b"}}},
 		{"rolling update: a delivered node wins over a pending and a leaving one", []map[string]Readiness{{"a": Leaving, "b": Ready, "c": Pending}}, Eligibility{Nodes: []string{"b"}}},
-		{"one replica moving: the leaving node keeps it while the new one is pending", []map[string]Readiness{{"a": Leaving, "c": Pending}}, Eligibility{Nodes: []string{"a", "c"}, Pending: []string{"c"}}},
+		{"one replica moving: the leaving node alone keeps it while the new one is pending", []map[string]Readiness{{"a": Leaving, "c": Pending}}, Eligibility{Nodes: []string{"a"}, Pending: []string{"c"}}},
+		{"shared: leaving for one and pending for the other, beside a pending node", []map[string]Readiness{{"a": Leaving, "b": Pending}, {"a": Pending, "b": Pending}}, Eligibility{Nodes: []string{"a"}, Pending: []string{"b"}}},
 		{"the old pod stopped serving: the pending node", []map[string]Readiness{{"a": None, "c": Pending}}, Eligibility{Nodes: []string{"c"}, Pending: []string{"c"}}},
 		{"shared: pending for one, ready for the other", []map[string]Readiness{{"a": Ready}, {"a": Pending}}, Eligibility{Nodes: []string{"a"}, Pending: []string{"a"}}},
 	} {
@@ -81,6 +82,6 @@ func TestWhy(t *testing.T) {
 	assert.Equal(t, Eligibility{}.Why([]string{"ns/a", "ns/b"}), "no node has a ready endpoint of every one of ns/a, ns/b (externalTrafficPolicy: Local)")
 	assert.Equal(t, Eligibility{Nodes: []string{"n1"}, Leaving: true}.Why([]string{"ns/web"}), "only terminating endpoints of ns/web still serve, on n1")
 	assert.Equal(t, Eligibility{Nodes: []string{"n1", "n2"}}.Why([]string{"ns/web"}), "externalTrafficPolicy: Local; ready endpoints on n1, n2")
-	assert.Equal(t, Eligibility{Nodes: []string{"n1", "n2"}, Pending: []string{"n2"}}.Why([]string{"ns/web"}),
-		"kube-proxy does not yet deliver to the ready endpoints of ns/web on n2; meanwhile serving on n1, n2")
+	assert.Equal(t, Eligibility{Nodes: []string{"n1"}, Pending: []string{"n2"}}.Why([]string{"ns/web"}),
+		"kube-proxy does not yet deliver to the ready endpoints of ns/web on n2; meanwhile serving on n1")
 }
