@@ -3,9 +3,11 @@ package agent
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -38,6 +40,16 @@ type serving struct {
 	// unjudged are the IPs of local given heldOnly until they synced.
 	slices   sliceWatch
 	unjudged map[netip.Addr]bool
+	// waits are the IPs this node keeps, where their endpoints still
+	// serve, until kube-proxy delivers on a node they may move to
+	// (reportWait).
+	waits map[netip.Addr]kubeProxyWait
+}
+
+// kubeProxyWait is a holder's wait for kube-proxy on nodes, since when.
+type kubeProxyWait struct {
+	since time.Time
+	nodes []string
 }
 
 // checkSlots bounds the health checks in flight: a thousand Services
@@ -49,7 +61,7 @@ const checkSlots = 16
 func newServing(open func(context.Context) (cache.Indexer, cache.InformerSynced)) serving {
 	return serving{
 		proxied: make(chan endpoints.Result, 64), slots: make(chan struct{}, checkSlots), checkCtx: context.Background(),
-		slices: sliceWatch{open: open}, unjudged: map[netip.Addr]bool{},
+		slices: sliceWatch{open: open}, unjudged: map[netip.Addr]bool{}, waits: map[netip.Addr]kubeProxyWait{},
 	}
 }
 
@@ -152,6 +164,7 @@ func (s *state) updateServing(entries bool) []netip.Addr {
 			if !was || unjudged || !slices.Equal(old.Nodes, o.Nodes) {
 				s.reportServing(e, el, was && !unjudged && len(old.Nodes) == 0, !was || unjudged)
 			}
+			s.reportWait(e, el)
 		case was && !unjudged:
 			o = old
 		default:
@@ -163,11 +176,8 @@ func (s *state) updateServing(entries bool) []netip.Addr {
 			changed = append(changed, ip)
 		}
 	}
-	for ip := range s.unjudged {
-		if _, ok := next[ip]; !ok {
-			delete(s.unjudged, ip)
-		}
-	}
+	maps.DeleteFunc(s.unjudged, func(ip netip.Addr, _ bool) bool { _, ok := next[ip]; return !ok })
+	maps.DeleteFunc(s.waits, func(ip netip.Addr, _ kubeProxyWait) bool { _, ok := next[ip]; return !ok })
 	for ip := range s.only {
 		if _, ok := next[ip]; !ok {
 			changed = append(changed, ip)
@@ -196,5 +206,41 @@ func (s *state) reportServing(e ipset.Entry, el endpoints.Eligibility, wasNone, 
 		s.event(e.IP, corev1.EventTypeWarning, "NoEndpoints", fmt.Sprintf("%s is not bound: %s", e.IP, why))
 	case len(el.Nodes) > 0 && wasNone && !first:
 		s.event(e.IP, corev1.EventTypeNormal, "EndpointsReady", fmt.Sprintf("%s may be bound again: %s", e.IP, why))
+	}
+}
+
+// reportWait posts an Event on the Services of e's IP when this node, its
+// holder, begins to keep it until kube-proxy delivers on a node it may
+// move to (Normal WaitingForKubeProxy), and one when that wait ends: kube-
+// proxy there delivers (Normal KubeProxyDelivers), could not tell or did
+// not within its time (Warning KubeProxyUnverified: the IP moves on the
+// EndpointSlices' word), or the endpoints changed (Normal
+// KubeProxyWaitEnded). Once per wait: the checks themselves write nothing.
+func (s *state) reportWait(e ipset.Entry, el endpoints.Eligibility) {
+	var waitsFor []string
+	if _, held := s.bound[e.IP]; held {
+		waitsFor = el.WaitsFor(s.a.opt.Node)
+	}
+	now := s.a.clk.Now()
+	wait, was := s.waits[e.IP]
+	svcs := strings.Join(e.Local, ", ")
+	switch {
+	case len(waitsFor) > 0 && !was:
+		s.waits[e.IP] = kubeProxyWait{since: now, nodes: slices.Clone(waitsFor)}
+		s.event(e.IP, corev1.EventTypeNormal, "WaitingForKubeProxy", fmt.Sprintf("%s stays on %s, where endpoints of %s still serve, until kube-proxy on %s delivers to the ready ones there",
+			e.IP, s.a.opt.Node, svcs, strings.Join(waitsFor, " or ")))
+	case len(waitsFor) == 0 && was:
+		delete(s.waits, e.IP)
+		waited := now.Sub(wait.since).Round(10 * time.Millisecond)
+		to := slices.DeleteFunc(slices.Clone(wait.nodes), func(n string) bool { return !slices.Contains(el.Nodes, n) })
+		switch node, v := s.checks.Outcome(e.Local, to); v {
+		case endpoints.Delivers:
+			s.event(e.IP, corev1.EventTypeNormal, "KubeProxyDelivers", fmt.Sprintf("kube-proxy on %s delivers to %s after %s: %s moves there", node, svcs, waited, e.IP))
+		case endpoints.Unknown:
+			s.event(e.IP, corev1.EventTypeWarning, "KubeProxyUnverified", fmt.Sprintf("kube-proxy on %s did not say it delivers to %s within %s, or could not be asked: %s moves there on its EndpointSlices' word",
+				node, svcs, waited, e.IP))
+		default:
+			s.event(e.IP, corev1.EventTypeNormal, "KubeProxyWaitEnded", fmt.Sprintf("%s waits for kube-proxy no more after %s: %s", e.IP, waited, el.Why(e.Local)))
+		}
 	}
 }

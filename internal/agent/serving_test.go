@@ -260,13 +260,19 @@ func TestLoopLocalIPWaitsForKubeProxyOnTheNewNode(t *testing.T) {
 	// node-a asks not its own kube-proxy: it takes what it is given.
 	w := holdingLocalWorld(t, kp)
 
+	w.events()
 	w.endpointsOf("web", map[string]endpoints.Readiness{"node-a": endpoints.Leaving, "node-b": endpoints.Ready})
 	w.tick("node-b")
 	// node-a keeps it bound: node-b may not hold it yet, nor succeed.
 	assert.DeepEqual(t, w.take(), []string(nil))
+	w.tick("node-b")
+	assert.DeepEqual(t, w.events(), []string{"Normal WaitingForKubeProxy 198.18.100.1 stays on node-a, where endpoints of default/web still serve, until kube-proxy on node-b delivers to the ready ones there"})
 
+	w.step(700 * time.Millisecond)
 	w.kubeProxySays(kp, "198.18.0.11:31000", endpoints.Delivers)
 	assert.DeepEqual(t, w.take(), []string{"unbind 198.18.100.1", "update eip-198-18-100-1 holder=node-b"})
+	assert.DeepEqual(t, w.events(), []string{"Normal KubeProxyDelivers kube-proxy on node-b delivers to default/web after 1.7s: 198.18.100.1 moves there",
+		"Normal Moved 198.18.100.1 handed from node-a to node-b"})
 
 	// Back again: node-b, whose pod is terminating, hands the IP here once
 	// its kube-proxy check of node-a says so; node-a, which never waits
@@ -301,4 +307,29 @@ func TestLoopCordonedHolderWaitsForKubeProxyOnTheNewNode(t *testing.T) {
 
 	w.kubeProxySays(kp, "198.18.0.11:31000", endpoints.Delivers)
 	assert.DeepEqual(t, w.take(), []string{"unbind 198.18.100.1", "update eip-198-18-100-1 holder=node-b"})
+}
+
+// A wait for kube-proxy that ends without its word (it never delivered
+// within its time, or could not be asked) says so in a Warning, and the
+// IP moves on the EndpointSlices' word; one that ends because the
+// endpoints changed says why.
+func TestLoopWaitForKubeProxyEndsWithAnEvent(t *testing.T) {
+	kp := fakeKubeProxy{asked: make(chan netip.AddrPort, 4), answer: make(chan endpoints.Verdict)}
+	w := holdingLocalWorld(t, kp)
+	w.events()
+	w.endpointsOf("web", map[string]endpoints.Readiness{"node-a": endpoints.Leaving, "node-b": endpoints.Ready})
+	assert.Equal(t, len(w.events()), 1)
+	w.kubeProxySays(kp, "198.18.0.11:31000", endpoints.Unknown)
+	assert.DeepEqual(t, w.take(), []string{"unbind 198.18.100.1", "update eip-198-18-100-1 holder=node-b"})
+	assert.DeepEqual(t, w.events(), []string{"Warning KubeProxyUnverified kube-proxy on node-b did not say it delivers to default/web within 0s, or could not be asked: 198.18.100.1 moves there on its EndpointSlices' word",
+		"Normal Moved 198.18.100.1 handed from node-a to node-b"})
+
+	w = holdingLocalWorld(t, kp)
+	w.events()
+	w.endpointsOf("web", map[string]endpoints.Readiness{"node-a": endpoints.Leaving, "node-b": endpoints.Ready})
+	assert.Equal(t, len(w.events()), 1)
+	w.endpointsOf("web", map[string]endpoints.Readiness{"node-a": endpoints.Ready})
+	assert.DeepEqual(t, w.take(), []string(nil))
+	assert.DeepEqual(t, w.events(), []string{"Normal KubeProxyWaitEnded 198.18.100.1 waits for kube-proxy no more after 0s: externalTrafficPolicy: Local; ready endpoints on node-a"})
+	<-kp.asked // the check of node-b, forgotten
 }

@@ -52,11 +52,27 @@ func placeLocal(r *IP, e ipset.Entry, bySvc map[string][]*discoveryv1.EndpointSl
 		if r.Holder != "" && r.HolderAlive {
 			r.Reason += "; " + r.Holder + " unbinds it and releases the lock"
 		}
+	case r.State == StateBound && !slices.Contains(el.Nodes, r.Holder) && stillServes(per, r.Holder):
+		// eipd keeps it there until kube-proxy delivers on one of those
+		// (endpoints.Eligibility.WaitsFor), which only it knows.
+		r.Reason = joinReasons(r.Reason, "endpoints of "+strings.Join(e.Local, ", ")+" on holder "+r.Holder+" are terminating but still serve; it hands the IP to "+
+			strings.Join(el.Nodes, " or ")+" once kube-proxy there delivers to the ready ones (Event WaitingForKubeProxy)")
 	case r.State == StateBound && !slices.Contains(el.Nodes, r.Holder):
 		r.Reason = joinReasons(r.Reason, "holder "+r.Holder+" has no ready endpoint here; it hands the IP to "+strings.Join(el.Nodes, " or "))
 	default:
 		r.Reason = joinReasons(r.Reason, why)
 	}
+}
+
+// stillServes: node has an endpoint that serves, terminating or not, of
+// each Service, given as the readiness of its nodes.
+func stillServes(per []map[string]endpoints.Readiness, node string) bool {
+	for _, nodes := range per {
+		if nodes[node] < endpoints.Leaving {
+			return false
+		}
+	}
+	return true
 }
 
 func joinReasons(a, b string) string {

@@ -96,3 +96,31 @@ func (c *Checks) Done(r Result) bool {
 	c.checks[r.Key] = ch
 	return true
 }
+
+// Outcome is how a wait for kube-proxy ended, for an IP of the Services
+// svcs that may now live on nodes: the first of nodes where kube-proxy
+// said it delivers to every one of them, with Delivers; else the first
+// where it could not tell for one, with Unknown; else "" and Checking
+// (the wait ended otherwise: the endpoints changed).
+func (c *Checks) Outcome(svcs, nodes []string) (string, Verdict) {
+	verdicts := func(node string) (all, unknown bool) {
+		all = len(svcs) > 0
+		for _, svc := range svcs {
+			v := c.checks[Key{svc, node}].verdict
+			all = all && v == Delivers
+			unknown = unknown || v == Unknown
+		}
+		return all, unknown
+	}
+	for _, n := range nodes {
+		if all, _ := verdicts(n); all {
+			return n, Delivers
+		}
+	}
+	for _, n := range nodes {
+		if _, unknown := verdicts(n); unknown {
+			return n, Unknown
+		}
+	}
+	return "", Checking
+}

@@ -1,6 +1,8 @@
 package endpoints
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 
 	"gotest.tools/v3/assert"
@@ -71,4 +73,29 @@ func TestChecksForgetNodesNoLongerReady(t *testing.T) {
 	assert.Equal(t, len(st.keys), 2)
 	assert.Assert(t, !c.Done(Result{Key{"ns/web", "a"}, st.gens[0], Delivers}), "the verdict of the old check")
 	assert.Assert(t, c.Done(Result{Key{"ns/web", "a"}, st.gens[1], Delivers}))
+}
+
+// A wait ends on the first node that delivers to every Service, else on
+// one that could not tell, else on none (the endpoints changed).
+func TestChecksOutcome(t *testing.T) {
+	var c Checks
+	st := &started{ok: true}
+	c.Judge("ns/web", map[string]Readiness{"a": Ready, "b": Ready, "c": Ready}, st.start)
+	c.Judge("ns/api", map[string]Readiness{"a": Ready, "b": Ready}, st.start)
+	gen := func(k Key) uint64 { return st.gens[slices.Index(st.keys, k)] }
+	node, v := c.Outcome([]string{"ns/web", "ns/api"}, []string{"a", "b", "c"})
+	assert.Equal(t, node+" "+fmt.Sprint(v), " 0", "all still checking")
+
+	c.Done(Result{Key{"ns/web", "c"}, gen(Key{"ns/web", "c"}), Unknown})
+	node, v = c.Outcome([]string{"ns/web", "ns/api"}, []string{"a", "b", "c"})
+	assert.Equal(t, node, "c")
+	assert.Equal(t, v, Unknown)
+
+	c.Done(Result{Key{"ns/web", "b"}, gen(Key{"ns/web", "b"}), Delivers})
+	node, v = c.Outcome([]string{"ns/web", "ns/api"}, []string{"a", "b", "c"})
+	assert.Equal(t, node+" "+fmt.Sprint(v), "c 2", "b delivers to one of the two only")
+	c.Done(Result{Key{"ns/api", "b"}, gen(Key{"ns/api", "b"}), Delivers})
+	node, v = c.Outcome([]string{"ns/web", "ns/api"}, []string{"a", "b", "c"})
+	assert.Equal(t, node, "b")
+	assert.Equal(t, v, Delivers)
 }

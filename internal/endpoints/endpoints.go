@@ -140,3 +140,14 @@ func (e Eligibility) Why(local []string) string {
 	}
 	return "externalTrafficPolicy: Local; ready endpoints on " + strings.Join(e.Nodes, ", ")
 }
+
+// WaitsFor is the nodes the IP's holder waits for: it keeps the IP where
+// its endpoints still serve until kube-proxy delivers on one of them.
+// None unless holder is one of e's Nodes, not Pending itself, and some
+// node is.
+func (e Eligibility) WaitsFor(holder string) []string {
+	if len(e.Pending) == 0 || !slices.Contains(e.Nodes, holder) || slices.Contains(e.Pending, holder) {
+		return nil
+	}
+	return e.Pending
+}

@@ -85,3 +85,15 @@ func TestWhy(t *testing.T) {
 	assert.Equal(t, Eligibility{Nodes: []string{"n1"}, Pending: []string{"n2"}}.Why([]string{"ns/web"}),
 		"kube-proxy does not yet deliver to the ready endpoints of ns/web on n2; meanwhile serving on n1")
 }
+
+// A holder waits for kube-proxy only where its own endpoints still serve
+// and another node's are pending; not where it may not keep the IP, nor
+// with no node pending.
+func TestWaitsFor(t *testing.T) {
+	moving := Eligible([]map[string]Readiness{{"a": Leaving, "b": Pending, "c": Pending}})
+	assert.DeepEqual(t, moving.WaitsFor("a"), []string{"b", "c"})
+	assert.DeepEqual(t, moving.WaitsFor("b"), []string(nil))
+	assert.DeepEqual(t, Eligible([]map[string]Readiness{{"a": Leaving, "b": Ready}}).WaitsFor("a"), []string(nil))
+	assert.DeepEqual(t, Eligible([]map[string]Readiness{{"a": None, "b": Pending}}).WaitsFor("b"), []string(nil))
+	assert.DeepEqual(t, Eligible([]map[string]Readiness{{"a": Leaving}}).WaitsFor("a"), []string(nil))
+}
