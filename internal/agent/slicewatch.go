@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/client-go/tools/cache"
 
@@ -68,13 +69,38 @@ func (s *state) watchSlices() {
 }
 
 // heldOnly is where the IP of a Local Service may live before the watch
-// has synced: with its lock's holder, if any, else nowhere. An empty
-// cache would say no node has an endpoint: the holder would give the IP
-// up, or a node without an endpoint would take it.
+// has synced: where it is, with its lock's holder when that is another
+// node or this one has it bound; else nowhere. An empty cache would say no
+// node has an endpoint: the holder would give the IP up, or a node
+// without an endpoint would take it. An IP this node holds unbound (one
+// it just auto-assigned) is released rather than bound where no endpoint
+// may be; at a start, warmSlices judges those this node held before.
 func (s *state) heldOnly(ip netip.Addr) lease.Only {
 	o := lease.Only{Restricted: true}
-	if l := s.a.lease(lease.NameFor(ip)); l != nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" {
-		o.Nodes = []string{*l.Spec.HolderIdentity}
+	l := s.a.lease(lease.NameFor(ip))
+	if l == nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
+		return o
+	}
+	_, bound := s.bound[ip]
+	if h := *l.Spec.HolderIdentity; h != s.a.opt.Node || bound {
+		o.Nodes = []string{h}
 	}
 	return o
+}
+
+// warmSlices starts the watch of every EndpointSlice before the first
+// pass when a Service has externalTrafficPolicy: Local, and waits until
+// it has synced or ctx ends: the IPs this node held before a restart are
+// judged before they are bound again, not pinned to it unjudged
+// (heldOnly). If no such Service turns out to have an IP, the watch stops
+// after its grace.
+func (s *state) warmSlices(ctx context.Context) {
+	for _, svc := range s.a.allServices() {
+		if svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal {
+			s.slices.update(s.checkCtx, true, s.a.clk.Now())
+			s.log.Info("watching EndpointSlices: a Service has externalTrafficPolicy: Local")
+			cache.WaitForCacheSync(ctx.Done(), s.slices.synced)
+			return
+		}
+	}
 }

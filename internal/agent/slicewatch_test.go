@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"strings"
 	"testing"
 
@@ -76,8 +77,10 @@ func TestLoopWatchesEndpointSlicesOnlyForLocalIPs(t *testing.T) {
 // Until the watch of EndpointSlices has synced, its empty cache says
 // nothing: a Cluster IP this node holds, whose Service becomes Local with
 // its endpoint on node-b, stays bound here, and a new Local IP whose
-// endpoint is here is taken by no node. Once synced, the first is handed
-// to node-b and the second bound here.
+// endpoint is here is taken by no node; one this node holds unbound (as
+// one it just auto-assigned) is released, not bound where no endpoint may
+// be. Once synced, the first is handed to node-b and the second bound
+// here.
 func TestLoopLocalIPsWaitForTheWatchToSync(t *testing.T) {
 	w := loneNodeWithIP(t)
 	w.addNode("node-b")
@@ -89,12 +92,14 @@ func TestLoopLocalIPsWaitForTheWatchToSync(t *testing.T) {
 
 	w.setTrafficPolicy("web", corev1.ServiceExternalTrafficPolicyLocal)
 	w.addLocalService("new", testIP(1))
+	w.addLocalService("assigned", testIP(2))
+	w.lock(testIP(2), "node-a")
 	w.endpointsOf("web", map[string]endpoints.Readiness{"node-b": endpoints.Ready})
 	w.endpointsOf("new", map[string]endpoints.Readiness{"node-a": endpoints.Ready})
 	for range 4 {
 		w.tick("node-b")
 	}
-	assert.DeepEqual(t, w.take(), []string(nil))
+	assert.DeepEqual(t, w.take(), []string{"update eip-198-18-100-3 holder="})
 	for _, e := range w.events() {
 		assert.Assert(t, !strings.Contains(e, "Endpoints"), "an Event before the watch synced: %s", e)
 	}
@@ -103,4 +108,22 @@ func TestLoopLocalIPsWaitForTheWatchToSync(t *testing.T) {
 	w.s.dirtyEps = true // the watch's sync kicks the loop
 	w.tick("node-b")
 	assert.DeepEqual(t, w.take(), []string{"unbind 198.18.100.1", "update eip-198-18-100-1 holder=node-b", "create eip-198-18-100-2 holder=node-a", "bind 198.18.100.2"})
+}
+
+// At a start with a Local Service, the loop starts the watch of every
+// EndpointSlice before its first pass; with none, it does not.
+func TestLoopWarmsTheSliceWatchAtAStartWithALocalService(t *testing.T) {
+	w := loneNodeWithIP(t)
+	w.s.warmSlices(context.Background())
+	running, n := w.slicesWatched()
+	assert.Assert(t, !running && n == 0)
+
+	w = newWorld(t, "node-a", defaultTestConfig())
+	w.addLocalService("web", testIP(0))
+	w.s.warmSlices(context.Background())
+	running, n = w.slicesWatched()
+	assert.Assert(t, running && n == 1)
+	w.pass()
+	_, n = w.slicesWatched()
+	assert.Equal(t, n, 1)
 }

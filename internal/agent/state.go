@@ -314,6 +314,7 @@ func (s *state) run(ctx context.Context, stop chan struct{}) error {
 	interval := s.cfg.RenewInterval
 	timer := s.a.clk.NewTimer(time.Hour)
 	in := s.newInputs(ctx, ticker.C(), timer.C())
+	s.warmSlices(ctx)
 	s.reconcile()
 	s.resync(true)
 	s.requestRenew()
