@@ -404,8 +404,10 @@ func (s *state) linkEvent(ev netif.LinkEvent) {
 	}
 	if s.linkDown[ev.Iface] {
 		delete(s.linkDown, ev.Iface)
-		s.needBarrier = true
-		s.log.Info("link has carrier again; re-reading locks before binding", "iface", ev.Iface)
+		if s.lanLink(ev.Iface) {
+			s.needBarrier = true
+			s.log.Info("link has carrier again; re-reading locks before binding", "iface", ev.Iface)
+		}
 	}
 }
 
