@@ -301,6 +301,12 @@ func TestLocalDrainHolder(t *testing.T) {
 	ip := deployLocal(t, "web-drain", 1)
 	from := served(t, ip)
 	t.Cleanup(func() { kubectl(t, "uncordon", from) })
+	// The IP is bound as its pod becomes ready, and kube-proxy there
+	// refuses its first requests until its rules have the pod: that is
+	// before the drain, not measured.
+	warm := startTraffic(t, ip)
+	must(t, warm.WaitAnswering(ctxFor(t, time.Minute)))
+	warm.Finish()
 	tr := startTraffic(t, ip)
 	must(t, tr.WaitAnswering(ctxFor(t, time.Minute)))
 	began := time.Now()
