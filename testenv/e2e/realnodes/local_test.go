@@ -294,8 +294,9 @@ func podNodes(t *testing.T, name string) []string {
 // node, cordoned, may hold the IP no more, and its pod, evicted, still
 // serves while the pod that replaces it becomes ready on another node.
 // The IP leaves only once kube-proxy there delivers to the new pod, as it
-// does from a holder whose pod stops serving: no request fails, and the
-// IP ends on the new pod's node.
+// does from a holder whose pod stops serving: no request fails, the IP
+// ends on the new pod's node, and Events on the Service say the holder
+// waited for kube-proxy there and that it delivered.
 func TestLocalDrainHolder(t *testing.T) {
 	installed(t)
 	ip := deployLocal(t, "web-drain", 1)
@@ -321,4 +322,7 @@ func TestLocalDrainHolder(t *testing.T) {
 		return true, ""
 	})
 	followed(t, ip, tr, began, to)
+	// The holder said that it waited, and why it stopped.
+	eventSince(t, "web-drain", "WaitingForKubeProxy", began, ip.String()+" stays on "+from)
+	eventSince(t, "web-drain", "KubeProxyDelivers", began, "kube-proxy on "+to+" delivers to "+workload.AppNamespace+"/web-drain")
 }
