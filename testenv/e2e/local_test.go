@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -288,7 +289,37 @@ func TestLocalThousandServices(t *testing.T) {
 					node, float64(s.RSS)/(1<<20), float64(s.PeakRSS)/(1<<20), (cpu1[node] - cpu0[node]).Round(time.Millisecond),
 					100*float64(cpu2[node]-cpu1[node])/float64(window), window)
 			}
+			if policy == corev1.ServiceExternalTrafficPolicyLocal {
+				for i := 1; i <= 5; i++ {
+					e.moveEndpoint(fmt.Sprintf("many-%d", i), testenv.ServiceIP(i), e.nodes[(i+1)%len(e.nodes)])
+				}
+			}
 		})
+	}
+}
+
+// moveEndpoint makes the one ready endpoint of Service name's slice be on
+// node instead, as when its pod comes back ready there, and logs how long
+// the client then waited for a reply to its pings of ip from node (a
+// figure, not an assertion; the wait for it is one).
+func (e *env) moveEndpoint(name string, ip netip.Addr, node string) {
+	e.t.Helper()
+	p := e.probe(ip)
+	e.answersFrom(p, e.holder(ip))
+	cur, err := e.k.DiscoveryV1().EndpointSlices(svcNamespace).Get(e.ctx, name, metav1.GetOptions{})
+	e.must(err)
+	moved := readySlice(name, node)
+	moved.ResourceVersion = cur.ResourceVersion
+	ready := time.Now()
+	_, err = e.k.DiscoveryV1().EndpointSlices(svcNamespace).Update(e.ctx, moved, metav1.UpdateOptions{})
+	e.must(err)
+	e.answersFrom(p, node)
+	want := e.mac(node)
+	for _, r := range p.Result().Replies {
+		if r.At.After(ready) && bytes.Equal(r.MAC, want) {
+			e.t.Logf("%s: endpoint ready on %s → %s answers from there after %s", name, node, ip, r.At.Sub(ready).Round(time.Millisecond))
+			return
+		}
 	}
 }
 
