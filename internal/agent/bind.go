@@ -130,11 +130,11 @@ func (s *state) bind(ip netip.Addr, e ipset.Entry, why string) (out bindOutcome,
 		s.log.Error("cannot bind: no interface", "ip", ip, "err", err)
 		return bindDone, time.Time{}
 	}
-	if now := s.a.clk.Now(); s.sliceOver(now) {
+	now := s.a.clk.Now()
+	if s.sliceOver(now) {
 		return bindYield, now
 	}
 	if !s.canBind(iface) {
-		now := s.a.clk.Now()
 		if s.loopLate(now) {
 			return bindLate, time.Time{}
 		}

@@ -1,5 +1,7 @@
 package agent
 
+import "github.com/eip-project/eip/internal/config"
+
 // lanLink says whether iface is a link eipd binds on: a range's
 // interface, or, for a range whose interface is auto, the one its first
 // address resolves to; or one an IP is bound on. Only such a link's
@@ -11,13 +13,8 @@ package agent
 // an IP of the pod's Local Service was handed there.
 func (s *state) lanLink(iface string) bool {
 	for _, r := range s.cfg.Ranges {
-		if r.Iface == iface {
+		if i, err := s.ifaceFor(r.First, config.Binding{Iface: r.Iface}); err == nil && i == iface {
 			return true
-		}
-		if r.Iface == "auto" {
-			if i, err := s.a.opt.Links.IfaceFor(r.First); err == nil && i == iface {
-				return true
-			}
 		}
 	}
 	for _, b := range s.bound {

@@ -38,7 +38,7 @@ func announcementFrames(mac net.HardwareAddr, ip netip.Addr) ([][]byte, error) {
 	}
 	switch {
 	case ip.Is4():
-		return garpFrames(mac, ip)
+		return garpFrames(mac, ip), nil
 	case ip.Is6() && !ip.Is4In6() && !ip.IsMulticast() && !ip.IsUnspecified():
 		f, err := naFrame(mac, ip)
 		if err != nil {
@@ -52,11 +52,11 @@ func announcementFrames(mac net.HardwareAddr, ip netip.Addr) ([][]byte, error) {
 // garpFrames builds a broadcast ARP request (target hardware address zero,
 // RFC 5227 2.3) and reply (target hardware address = sender, which Linux
 // requires to treat a reply as gratuitous), both with sender = target = ip.
-func garpFrames(mac net.HardwareAddr, ip netip.Addr) ([][]byte, error) {
+func garpFrames(mac net.HardwareAddr, ip netip.Addr) [][]byte {
 	b := make([]byte, 0, 2*minFrameLen)
 	b = appendARPFrame(b, arp.OperationRequest, mac, ip, make(net.HardwareAddr, 6), ip)
 	b = appendARPFrame(b, arp.OperationReply, mac, ip, mac, ip)
-	return [][]byte{b[:minFrameLen:minFrameLen], b[minFrameLen:]}, nil
+	return [][]byte{b[:minFrameLen:minFrameLen], b[minFrameLen:]}
 }
 
 // minFrameLen is the shortest Ethernet frame without its checksum, which
