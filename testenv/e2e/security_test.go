@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/eip-project/eip/internal/alloc"
 	"github.com/eip-project/eip/internal/lanlive"
 	"github.com/eip-project/eip/internal/lease"
 	"github.com/eip-project/eip/testenv"
@@ -49,9 +50,16 @@ func TestServiceCannotStealLANAddresses(t *testing.T) {
 
 	// The same addresses through a LoadBalancer Service's status, as a
 	// controller with services/status rights (or a careless one) writes it.
+	// The Service names a range that does not exist, so eip's allocator
+	// refuses it and leaves the status as written: otherwise it trims the
+	// status to one address per family, and whether a node's pass saw the
+	// four addresses before the trim would be a race.
 	lb := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "steal-lb", Namespace: svcNamespace, Labels: map[string]string{e2eLabel: "true"}},
-		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "steal-lb", Namespace: svcNamespace, Labels: map[string]string{e2eLabel: "true"},
+			Annotations: map[string]string{alloc.AnnotationRange: "no-such-range"},
+		},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
 	}
 	lb, err = e.k.CoreV1().Services(svcNamespace).Create(e.ctx, lb, metav1.CreateOptions{})
 	assert.NilError(t, err)
@@ -68,6 +76,9 @@ func TestServiceCannotStealLANAddresses(t *testing.T) {
 			t.Logf("%s: %s", svc, msg)
 		}
 	}
+	after, err := e.k.CoreV1().Services(svcNamespace).Get(e.ctx, lb.Name, metav1.GetOptions{})
+	assert.NilError(t, err)
+	assert.Check(t, len(after.Status.LoadBalancer.Ingress) == len(victims), "the status eip judged is the one written: %v", after.Status.LoadBalancer.Ingress)
 	e.neverBound("steal", victims)
 	// On the wire, no node answers for them but their owners.
 	for _, ip := range victims {
