@@ -185,11 +185,11 @@ func run(o options) error {
 	defer addrs.Close()
 	// The device lives as long as this process: on any exit, SIGKILL
 	// included, the kernel removes it with the addresses bound on it.
-	tun, err := netif.OpenTun(log)
+	tuns, err := netif.OpenTuns(log)
 	if err != nil {
 		return fmt.Errorf("%w (eipd needs /dev/net/tun: see docs/operating.md)", err)
 	}
-	defer func() { _ = tun.Close() }()
+	defer func() { _ = tuns.Close() }()
 	announcer := netif.NewAnnouncer(log, clk, []time.Duration{100 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second})
 	defer announcer.Close()
 	addrEvents := make(chan netif.AddrEvent, 256)
@@ -216,7 +216,7 @@ func run(o options) error {
 		Node: o.node, Namespace: o.namespace, ConfigMap: o.configMap,
 		Client:    client,
 		Leases:    lease.NewStore(client, o.namespace),
-		Addresser: addrs, Links: addrs, Device: tun, Announcer: announcer, Router: router,
+		Addresser: addrs, Links: addrs, Devices: tuns, Announcer: announcer, Router: router,
 		Hung: func(quiet time.Duration) {
 			log.Error("the owner loop has made no progress; exiting so that this node's addresses go with eipd and peers take its IPs over", "since", quiet)
 			os.Exit(3)

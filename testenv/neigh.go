@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/mdlayher/arp"
@@ -183,23 +184,41 @@ func neighState(s int) string {
 	return "NONE"
 }
 
-// EipdDevice is the device eipd binds most addresses on (netif.Tun), as the
-// first eipd in a node's namespace names it.
+// EipdDevice is the first device eipd binds addresses on (netif.Tuns), as
+// the first eipd in a node's namespace names it; eipd opens eipd1 and on
+// as it binds more than 256.
 const EipdDevice = "eipd0"
 
-// NodeAddrs lists the addresses on the node's eth0 and on eipd's device,
+// NodeAddrs lists the addresses on the node's eth0 and on eipd's devices,
 // except IPv6 link-local ones: its own LAN addresses and whatever eipd
 // bound.
 func (c *Cluster) NodeAddrs(node string) ([]netip.Prefix, error) {
-	out, err := c.NodeAddrsOn(node, "eth0")
+	n, err := c.nodeEndpoint(node)
 	if err != nil {
 		return nil, err
 	}
-	dev, err := c.NodeAddrsOn(node, EipdDevice)
-	if errors.As(err, &netlink.LinkNotFoundError{}) {
-		return out, nil // no eipd running
+	h, err := netlink.NewHandleAt(n.ns.handle)
+	if err != nil {
+		return nil, fmt.Errorf("netlink in %s: %w", n.ns.name, err)
 	}
-	return append(out, dev...), err
+	defer h.Close()
+	links, err := h.LinkList()
+	if err != nil {
+		return nil, fmt.Errorf("list links of %s: %w", node, err)
+	}
+	ours := map[int]bool{}
+	for _, l := range links {
+		if name := l.Attrs().Name; name == "eth0" || strings.HasPrefix(name, "eipd") {
+			ours[l.Attrs().Index] = true
+		}
+	}
+	// One listing of the namespace: netlink lists every address for a
+	// link too, and drops the others itself.
+	out, err := linkAddrs(h, nil, func(a netlink.Addr) bool { return ours[a.LinkIndex] })
+	if err != nil {
+		return nil, fmt.Errorf("list addresses of %s: %w", node, err)
+	}
+	return out, nil
 }
 
 // NodeAddrsOn is NodeAddrs for the node's device dev.
@@ -213,21 +232,30 @@ func (c *Cluster) NodeAddrsOn(node, dev string) ([]netip.Prefix, error) {
 		return nil, err
 	}
 	defer h.Close()
-	// A listing that races a change (daemons binding thousands of
-	// addresses) is marked interrupted by the kernel: list again, for up to
-	// about a second.
+	out, err := linkAddrs(h, link, func(netlink.Addr) bool { return true })
+	if err != nil {
+		return nil, fmt.Errorf("list addresses of %s: %w", node, err)
+	}
+	return out, nil
+}
+
+// linkAddrs lists link's addresses (every link's if nil) that keep
+// accepts, except IPv6 link-local ones. A listing that races a change
+// (daemons binding thousands of addresses) is marked interrupted by the
+// kernel: it lists again, for up to about a second.
+func linkAddrs(h *netlink.Handle, link netlink.Link, keep func(netlink.Addr) bool) ([]netip.Prefix, error) {
 	addrs, err := h.AddrList(link, netlink.FAMILY_ALL)
 	for try := 0; errors.Is(err, netlink.ErrDumpInterrupted) && try < 100; try++ {
 		time.Sleep(10 * time.Millisecond)
 		addrs, err = h.AddrList(link, netlink.FAMILY_ALL)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("list addresses of %s: %w", node, err)
+		return nil, err
 	}
 	var out []netip.Prefix
 	for _, a := range addrs {
 		ip, ok := netip.AddrFromSlice(a.IP)
-		if !ok || ip.Is6() && ip.IsLinkLocalUnicast() {
+		if !ok || ip.Is6() && ip.IsLinkLocalUnicast() || !keep(a) {
 			continue
 		}
 		ones, _ := a.Mask.Size()

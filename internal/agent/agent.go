@@ -35,8 +35,9 @@ type Options struct {
 	Leases    LeaseWriter
 	Addresser Addresser
 	Links     Links
-	// Device holds the addresses that need no lifetime (see placeOnDevice).
-	Device Device
+	// Devices hold the addresses that need no lifetime (see
+	// placeOnDevice), spread over them (addressDevices).
+	Devices Devices
 	// Hung is called, once, when the owner loop has made no progress for
 	// loopHungAfter (see watchdog); eipd exits there.
 	Hung      func(quiet time.Duration)
@@ -115,7 +116,7 @@ func New(opt Options) (*Agent, error) {
 	for name, missing := range map[string]bool{
 		"node name": opt.Node == "", "namespace": opt.Namespace == "", "config map name": opt.ConfigMap == "",
 		"client": opt.Client == nil, "lease writer": opt.Leases == nil, "addresser": opt.Addresser == nil,
-		"links": opt.Links == nil, "device": opt.Device == nil, "hung": opt.Hung == nil, "announcer": opt.Announcer == nil, "claim watcher": opt.Claims == nil,
+		"links": opt.Links == nil, "devices": opt.Devices == nil, "hung": opt.Hung == nil, "announcer": opt.Announcer == nil, "claim watcher": opt.Claims == nil,
 		"clock": opt.Clock == nil, "logger": opt.Log == nil,
 	} {
 		if missing {

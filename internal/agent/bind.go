@@ -144,7 +144,13 @@ func (s *state) bind(ip netip.Addr, e ipset.Entry, why string) (out bindOutcome,
 		return bindProbing, next
 	}
 	p := e.Binding.Prefix(ip)
-	dev := s.devFor(iface, p, e.Binding.Announce)
+	dev, onDevice := iface, s.onDevice(iface, p, e.Binding.Announce)
+	if onDevice {
+		var err error
+		if dev, err = s.devices.pick(s.a.opt.Devices); err != nil {
+			s.log.Warn("cannot open another address device; binding on the first", "ip", ip, "iface", dev, "err", err)
+		}
+	}
 	s.claimed.add(ip) // before the kernel may answer for it
 	if err := s.a.opt.Addresser.Add(dev, p, s.lifetimeOn(dev)); err != nil {
 		s.log.Error("bind", "ip", ip, "iface", dev, "err", err)
@@ -152,7 +158,9 @@ func (s *state) bind(ip netip.Addr, e ipset.Entry, why string) (out bindOutcome,
 		return bindDone, time.Time{}
 	}
 	b := binding{iface: iface, dev: dev, prefix: p, announce: e.Binding.Announce}
-	if dev == iface {
+	if onDevice {
+		s.devices.added(dev)
+	} else {
 		s.lifetime.keep(ip, netif.Bound{Iface: dev, Prefix: p})
 	}
 	if b.announce.ARP() {
@@ -193,21 +201,16 @@ func placeOnDevice(p netip.Prefix, a config.Announce, arpAnswered bool) bool {
 	return p.Addr().Is4() && p.IsSingleIP() && arpAnswered
 }
 
-// devFor is the device ip's address p goes on when it is announced on
-// iface.
-func (s *state) devFor(iface string, p netip.Prefix, a config.Announce) string {
-	if !a.ARP() || p.Addr().Is4() && p.IsSingleIP() {
-		if placeOnDevice(p, a, s.answersARP(iface)) {
-			return s.a.opt.Device.Name()
-		}
-	}
-	return iface
+// onDevice says whether address p, announced on iface, goes on one of
+// eipd's devices rather than on iface.
+func (s *state) onDevice(iface string, p netip.Prefix, a config.Announce) bool {
+	return (!a.ARP() || p.Addr().Is4() && p.IsSingleIP()) && placeOnDevice(p, a, s.answersARP(iface))
 }
 
 // lifetimeOn is the lifetime of an address bound on dev: none on eipd's
-// own device.
+// own devices.
 func (s *state) lifetimeOn(dev string) time.Duration {
-	if dev == s.a.opt.Device.Name() {
+	if s.a.opt.Devices.Owns(dev) {
 		return 0
 	}
 	return s.cfg.AddressLifetime()
@@ -292,6 +295,8 @@ func (s *state) forgetBinding(ip netip.Addr) (binding, bool) {
 	delete(s.bound, ip)
 	if b.dev == b.iface {
 		s.lifetime.forget(ip)
+	} else {
+		s.devices.removed(b.dev)
 	}
 	return b, true
 }
@@ -304,7 +309,7 @@ func (s *state) rebindIfMoved(ip netip.Addr) {
 	e := s.entries[ip]
 	iface, err := s.ifaceFor(ip, e.Binding)
 	p := e.Binding.Prefix(ip)
-	same := err == nil && iface == b.iface && p == b.prefix && e.Binding.Announce == b.announce && s.devFor(iface, p, e.Binding.Announce) == b.dev
+	same := err == nil && iface == b.iface && p == b.prefix && e.Binding.Announce == b.announce && s.onDevice(iface, p, e.Binding.Announce) == (b.dev != b.iface)
 	if err != nil || same || !s.canBind(iface) {
 		if err == nil {
 			s.reannounceIfChanged(ip, b, e)
@@ -383,7 +388,7 @@ func (s *state) addrMissing(b binding, count bool) {
 // linkEvent: a link that loses carrier loses its addresses at once, and
 // binds nothing again until this node re-read the locks after it returned.
 func (s *state) linkEvent(ev netif.LinkEvent) {
-	if ev.Iface == s.a.opt.Device.Name() {
+	if s.a.opt.Devices.Owns(ev.Iface) {
 		s.deviceEvent(ev)
 		return
 	}
@@ -411,15 +416,15 @@ func (s *state) linkEvent(ev netif.LinkEvent) {
 	}
 }
 
-// deviceEvent: eipd's own device went down or away, by hand; it is brought
-// back, and the addresses it lost are bound again. Each is counted as
+// deviceEvent: one of eipd's own devices went down or away, by hand; it is
+// brought back, and the addresses it lost are bound again. Each is counted as
 // vanished by its own removal event, which the kernel sends before or
 // after the link's (addrEvent).
 func (s *state) deviceEvent(ev netif.LinkEvent) {
 	if ev.Up {
 		return
 	}
-	again, err := s.a.opt.Device.Ensure()
+	again, err := s.a.opt.Devices.Ensure(ev.Iface)
 	if err != nil {
 		s.log.Error("restore eipd's address device", "iface", ev.Iface, "err", err)
 		return
@@ -502,9 +507,9 @@ func (s *state) resync(startup bool) {
 	s.lastResync = s.a.clk.Now()
 	s.retryRouter()
 	s.checkARP()
-	ifaces := map[string]bool{}
+	ifaces := map[string]int{} // to list, with the bindings on each
 	for _, b := range s.bound {
-		ifaces[b.dev] = true
+		ifaces[b.dev]++
 	}
 	// Resolving "auto" for an IP not resolved before lists every address
 	// of the node; one IP per range finds that range's interface.
@@ -518,15 +523,15 @@ func (s *state) resync(startup bool) {
 			}
 			resolved[b.Range] = true
 		}
-		if iface, err := s.ifaceFor(ip, b); err == nil {
-			ifaces[iface] = true
+		if iface, err := s.ifaceFor(ip, b); err == nil && ifaces[iface] == 0 {
+			ifaces[iface] = 0
 		}
 	}
 	var heldByLock map[netip.Addr]bool // read at start-up only
 	if startup {
 		heldByLock = s.heldByLock()
 	}
-	for iface := range ifaces {
+	for iface, bound := range ifaces {
 		have, err := s.a.opt.Addresser.List(iface)
 		if err != nil {
 			s.log.Warn("resync: list addresses", "iface", iface, "err", err)
@@ -551,7 +556,7 @@ func (s *state) resync(startup bool) {
 				s.log.Error("remove stale address", "ip", ip, "iface", iface, "err", err)
 			}
 		}
-		if found == s.boundOn(iface) {
+		if found == bound {
 			continue
 		}
 		present := make(map[netip.Addr]bool, len(have))
@@ -564,17 +569,6 @@ func (s *state) resync(startup bool) {
 			}
 		}
 	}
-}
-
-// boundOn is how many of this node's bindings are on dev.
-func (s *state) boundOn(dev string) int {
-	n := 0
-	for _, b := range s.bound {
-		if b.dev == dev {
-			n++
-		}
-	}
-	return n
 }
 
 // heldByLock returns the IPs whose lock names this node. Reading every lock

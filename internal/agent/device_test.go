@@ -1,11 +1,15 @@
 package agent
 
 import (
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"gotest.tools/v3/assert"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/eip-project/eip/internal/config"
 	"github.com/eip-project/eip/internal/netif"
@@ -75,7 +79,7 @@ func TestLoopRestoresADeletedDevice(t *testing.T) {
 	w.failAdd = true
 	w.s.addrEvent(netif.AddrEvent{Iface: testDev, Prefix: p})
 	w.failAdd = false
-	w.deviceGone = true
+	w.deviceGone = testDev
 	w.s.linkEvent(netif.LinkEvent{Iface: testDev, Up: false})
 	assert.DeepEqual(t, w.take(), []string{"bind 198.18.100.1"})
 	assert.Equal(t, w.addrs[p], testDev)
@@ -83,7 +87,7 @@ func TestLoopRestoresADeletedDevice(t *testing.T) {
 
 	// Or it comes after: counted once all the same.
 	delete(w.addrs, p)
-	w.deviceGone = true
+	w.deviceGone = testDev
 	w.s.linkEvent(netif.LinkEvent{Iface: testDev, Up: false})
 	w.s.addrEvent(netif.AddrEvent{Iface: testDev, Prefix: p})
 	assert.DeepEqual(t, w.take(), []string{"bind 198.18.100.1"})
@@ -194,4 +198,51 @@ func loneNodeBinds(t *testing.T, arpIgnored bool) (*world, netip.Addr, *counting
 		w.tick()
 	}
 	return w, ip, m
+}
+
+// Addresses are spread over eipd's devices, perDevice on each, the
+// lowest-numbered with room first; a device deleted by hand gets back
+// its own addresses and no others.
+func TestLoopSpreadsAddressesOverDevices(t *testing.T) {
+	w := newWorld(t, "node-a", defaultTestConfig())
+	var ips []netip.Addr
+	for i := range perDevice + 2 {
+		ips = append(ips, testIP(i))
+		w.addService(fmt.Sprintf("web-%d", i), testIP(i))
+	}
+	w.pass()
+	for range 4 {
+		w.tick()
+	}
+	perDev := func() map[string]int {
+		n := map[string]int{}
+		for _, dev := range w.addrs {
+			n[dev]++
+		}
+		return n
+	}
+	assert.DeepEqual(t, perDev(), map[string]int{"eipd0": perDevice, "eipd1": 2})
+
+	// One address leaves eipd0; the next bound fills its place.
+	gone := w.addrs[netip.PrefixFrom(ips[0], 32)]
+	w.must(w.svcs.Delete(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web-0"}}))
+	w.s.dirtySvc = true
+	w.tick()
+	w.addService("web-new", testIP(perDevice+2))
+	for range 4 {
+		w.tick()
+	}
+	assert.Equal(t, w.addrs[netip.PrefixFrom(testIP(perDevice+2), 32)], gone)
+	assert.DeepEqual(t, perDev(), map[string]int{"eipd0": perDevice, "eipd1": 2})
+
+	w.take()
+	for p, dev := range w.addrs {
+		if dev == "eipd1" {
+			delete(w.addrs, p)
+		}
+	}
+	w.deviceGone = "eipd1"
+	w.s.linkEvent(netif.LinkEvent{Iface: "eipd1", Up: false})
+	assert.DeepEqual(t, w.take(), []string{"bind " + ips[perDevice].String(), "bind " + ips[perDevice+1].String()}, cmpopts.SortSlices(func(a, b string) bool { return a < b }))
+	assert.DeepEqual(t, perDev(), map[string]int{"eipd0": perDevice, "eipd1": 2})
 }

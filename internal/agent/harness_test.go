@@ -57,8 +57,8 @@ type world struct {
 	// arpIgnored: the kernel does not answer ARP for another device's
 	// addresses (Links.AnswersARP), so IPv4 goes on the interface.
 	arpIgnored bool
-	// deviceGone: eipd's device was deleted (Device.Ensure).
-	deviceGone bool
+	// deviceGone: this device of eipd's was deleted (Devices.Ensure).
+	deviceGone string
 	// failAdd: Add fails.
 	failAdd bool
 	// apiDown: every Lease request fails, as when the API server is down.
@@ -200,7 +200,7 @@ func newWorld(t testing.TB, self string, cfg map[string]string) *world {
 	w.cms, w.eps = idx(&corev1.ConfigMap{}), idx(&discoveryv1.EndpointSlice{})
 	a, err := New(Options{
 		Node: self, Namespace: testNS, ConfigMap: testCM,
-		Client: clientset.Adapt(fake.NewClientset()), Leases: w, Addresser: w, Links: w, Device: w, Announcer: w,
+		Client: clientset.Adapt(fake.NewClientset()), Leases: w, Addresser: w, Links: w, Devices: w, Announcer: w,
 		Hung: func(quiet time.Duration) { w.hung = quiet },
 		Claims: func(ctx context.Context, _ string, _ func(netip.Addr) bool, _ chan<- netif.Claim) error {
 			<-ctx.Done()
@@ -540,15 +540,25 @@ func (w *world) Get(_ context.Context, name string) (*coordinationv1.Lease, erro
 	return nil, apierrors.NewNotFound(leaseResource, name)
 }
 
-// The fake interface (Addresser, Links, Device, Announcer).
+// The fake interface (Addresser, Links, Devices, Announcer).
 
-// Ensure: a test deletes the device by removing its addresses from addrs
-// and setting deviceGone.
-func (w *world) Ensure() (bool, error) {
-	gone := w.deviceGone
-	w.deviceGone = false
+// Ensure: a test deletes a device by removing its addresses from addrs
+// and setting deviceGone to its name.
+func (w *world) Ensure(iface string) (bool, error) {
+	if !w.Owns(iface) {
+		return false, fmt.Errorf("%s is not a device", iface)
+	}
+	gone := w.deviceGone == iface
+	if gone {
+		w.deviceGone = ""
+	}
 	return gone, nil
 }
+
+// Name: the devices are eipd0, eipd1 and so on.
+func (w *world) Name(i int) (string, error) { return fmt.Sprintf("eipd%d", i), nil }
+
+func (w *world) Owns(iface string) bool { return strings.HasPrefix(iface, "eipd") }
 
 func (w *world) Add(iface string, p netip.Prefix, _ time.Duration) error {
 	if w.failAdd {
@@ -592,7 +602,6 @@ func (w *world) MACs() ([]net.HardwareAddr, error) {
 	return []net.HardwareAddr{{2, 0, 0, 0, 0, 1}}, nil
 }
 func (w *world) AnswersARP(string) (bool, error)   { return !w.arpIgnored, nil }
-func (w *world) Name() string                      { return testDev }
 func (w *world) Announce(string, netip.Addr) error { return nil }
 func (w *world) Stop(netip.Addr)                   {}
 func (w *world) Probe(_ string, ip netip.Addr) error {

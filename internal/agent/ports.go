@@ -35,13 +35,16 @@ type Links interface {
 	AnswersARP(iface string) (bool, error)
 }
 
-// Device is eipd's own address device, which dies with the process
-// (netif.Tun).
-type Device interface {
-	Name() string
-	// Ensure creates the device again, or sets it up again, after
+// Devices are eipd's own address devices, which die with the process
+// (netif.Tuns).
+type Devices interface {
+	// Name is the name of the i-th device, opened if it is not yet.
+	Name(i int) (string, error)
+	// Owns says whether iface is one of them.
+	Owns(iface string) bool
+	// Ensure creates device iface again, or sets it up again, after
 	// someone deleted it or set it down; it says whether it had to.
-	Ensure() (bool, error)
+	Ensure(iface string) (bool, error)
 }
 
 // Announcer tells the LAN where an IP lives (netif.Announcer).

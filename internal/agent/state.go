@@ -211,6 +211,7 @@ type binder struct {
 	autoIface   map[netip.Addr]string // "auto" resolved, see ifaceFor
 	arpAnswers  map[string]bool       // per LAN interface, see placeOnDevice
 	macs        string                // ownMACs; "" until listed, and after a link changed
+	devices     addressDevices
 	successions
 }
 
@@ -278,6 +279,7 @@ func newState(a *Agent) *state {
 			claimed:     newClaimedSet(),
 			autoIface:   map[netip.Addr]string{},
 			arpAnswers:  map[string]bool{},
+			devices:     addressDevices{count: map[string]int{}},
 			successions: successions{succeeding: map[netip.Addr]succession{}, held: map[netip.Addr]bool{}},
 		},
 		lanState:  lanState{lanIn: make(chan lanlive.Received, 256)},

@@ -6,6 +6,7 @@ import (
 	"runtime"
 
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // netNamespace pins the network namespace an adapter was created in. Sockets
@@ -56,4 +57,13 @@ func (n netNamespace) do(fn func() error) error {
 
 func (n netNamespace) close() error {
 	return n.handle.Close()
+}
+
+// dup is another handle on the same namespace, for a Tun to own.
+func (n netNamespace) dup() (netNamespace, error) {
+	fd, err := unix.FcntlInt(uintptr(n.handle), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return netNamespace{}, fmt.Errorf("duplicate network namespace handle: %w", err)
+	}
+	return netNamespace{handle: netns.NsHandle(fd)}, nil
 }

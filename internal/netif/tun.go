@@ -44,6 +44,11 @@ func OpenTun(log *slog.Logger) (*Tun, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open tun: %w", err)
 	}
+	return openTunIn(log, ns)
+}
+
+// openTunIn creates the device in ns, which the Tun then owns.
+func openTunIn(log *slog.Logger, ns netNamespace) (*Tun, error) {
 	t := &Tun{log: log, ns: ns}
 	if err := t.open(TunName); err != nil {
 		_ = ns.close()

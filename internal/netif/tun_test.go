@@ -163,3 +163,41 @@ func BenchmarkResyncListings(b *testing.B) {
 		}
 	})
 }
+
+// Tuns open their devices as they are asked for, in the namespace of the
+// first whichever thread asks; each is eipd's, and repaired on its own;
+// closing them removes them all.
+func TestTunsOpenInTheirNamespace(t *testing.T) {
+	n := newTestNet(t)
+	var tuns *Tuns
+	n.in(t, n.a, func() {
+		var err error
+		tuns, err = OpenTuns(testLogger(t))
+		assert.NilError(t, err)
+	})
+	first, err := tuns.Name(0)
+	assert.NilError(t, err)
+	assert.Equal(t, first, "eipd0")
+	third, err := tuns.Name(2) // outside n.in: still in n.a
+	assert.NilError(t, err)
+	assert.Equal(t, third, "eipd2")
+	links := n.ip(t, n.a, "-o", "link", "show")
+	for _, name := range []string{"eipd0", "eipd1", "eipd2"} {
+		assert.Assert(t, strings.Contains(links, name+":"), "%s missing: %s", name, links)
+		assert.Assert(t, tuns.Owns(name))
+	}
+	assert.Assert(t, !tuns.Owns(vethIface))
+	_, err = tuns.Ensure(vethIface)
+	assert.ErrorContains(t, err, "not one of eipd's devices")
+
+	n.ip(t, n.a, "link", "del", "eipd1")
+	again, err := tuns.Ensure("eipd1")
+	assert.NilError(t, err)
+	assert.Assert(t, again)
+	again, err = tuns.Ensure("eipd0")
+	assert.NilError(t, err)
+	assert.Assert(t, !again)
+
+	assert.NilError(t, tuns.Close())
+	assert.Assert(t, !strings.Contains(n.ip(t, n.a, "link", "show"), "eipd"), "a tun outlived its file")
+}
