@@ -1,6 +1,7 @@
 package netif
 
 import (
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"strings"
@@ -200,4 +201,21 @@ func TestTunsOpenInTheirNamespace(t *testing.T) {
 
 	assert.NilError(t, tuns.Close())
 	assert.Assert(t, !strings.Contains(n.ip(t, n.a, "link", "show"), "eipd"), "a tun outlived its file")
+}
+
+// BenchmarkAddAmongMany binds and unbinds one host address on a device
+// that holds n others, as eipd does with 256 on each of its devices
+// (netif.Tuns) and did with every address on one: the kernel walks the
+// device's list of addresses on each add and each removal.
+func BenchmarkAddAmongMany(b *testing.B) {
+	for _, n := range []int{256, 5000} {
+		b.Run(fmt.Sprintf("%d on the device", n), func(b *testing.B) {
+			_, tun, a := tunHolding(b, n)
+			p := netip.MustParsePrefix("198.19.255.1/32")
+			for b.Loop() {
+				assert.NilError(b, a.Add(tun.Name(), p, 0))
+				assert.NilError(b, a.Del(tun.Name(), p))
+			}
+		})
+	}
 }
