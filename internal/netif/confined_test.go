@@ -44,8 +44,8 @@ func TestAdaptersWithDaemonSetCapabilities(t *testing.T) {
 	// The confined announcer's gratuitous ARP reached the peer.
 	neigh := n.ip(t, n.b, "neigh", "show", "198.18.0.77", "dev", vethIface)
 	assert.Assert(t, strings.Contains(neigh, "lladdr"), "no announcement of 198.18.0.77 reached the peer: %q", neigh)
-	// Its device died with it, addresses and all.
-	assert.Assert(t, !strings.Contains(n.ip(t, n.a, "link", "show"), "eipd0"), "the confined process's tun outlived it")
+	// Its devices died with it, addresses and all.
+	assert.Assert(t, !strings.Contains(n.ip(t, n.a, "link", "show"), "eipd"), "the confined process's tuns outlived it")
 }
 
 // TestConfinedAdapters is the confined copy's work: bind, list (the
@@ -66,13 +66,16 @@ func TestConfinedAdapters(t *testing.T) {
 
 	a := NewAddresses(log)
 	defer a.Close()
-	// The device, from the /dev/net/tun the manifest mounts; its
-	// address is forever, and the kernel answers ARP for it.
-	tun, err := OpenTun(log)
+	// The devices, from the /dev/net/tun the manifest mounts, a second
+	// opened later as eipd opens them; an address there is forever, and
+	// the kernel answers ARP for it.
+	tuns, err := OpenTuns(log)
+	assert.NilError(t, err)
+	second, err := tuns.Name(1)
 	assert.NilError(t, err)
 	onTun := netip.MustParsePrefix("198.18.0.78/32")
-	assert.NilError(t, a.Add(tun.Name(), onTun, 0))
-	got, err := a.List(tun.Name())
+	assert.NilError(t, a.Add(second, onTun, 0))
+	got, err := a.List(second)
 	assert.NilError(t, err)
 	assert.DeepEqual(t, got, []netip.Prefix{onTun}, cmpPrefix())
 	assert.Assert(t, a.dumper.strict, "the kernel filters no listing by interface for eipd")
