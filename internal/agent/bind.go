@@ -293,7 +293,6 @@ func (s *state) forgetBinding(ip netip.Addr) (binding, bool) {
 	}
 	s.a.opt.Announcer.Stop(ip)
 	delete(s.bound, ip)
-	delete(s.writeAt, ip)
 	if b.dev == b.iface {
 		s.lifetime.forget(ip)
 	} else {

@@ -334,33 +334,27 @@ func (w *world) pass() {
 // hands it their results, passing again after each round.
 func (w *world) settle() {
 	for range 100 {
-		if !w.answerWaiting() {
+		did := w.renew()
+		var answered int
+		for more := true; more; {
+			select {
+			case j := <-w.s.jobs:
+				w.s.writeDone(w.answer(j))
+				answered++
+			default:
+				more = false
+			}
+		}
+		if answered > 0 {
+			w.inFlight = append(w.inFlight, answered)
+			did = true
+		}
+		if !did {
 			return
 		}
 		w.s.pass()
 	}
 	w.t.Fatal("the loop did not settle in 100 rounds")
-}
-
-// answerWaiting performs the renewal and the writes waiting for the loop,
-// hands it their results, and says whether there were any.
-func (w *world) answerWaiting() bool {
-	did := w.renew()
-	var answered int
-	for more := true; more; {
-		select {
-		case j := <-w.s.jobs:
-			w.s.writeDone(w.answer(j))
-			answered++
-		default:
-			more = false
-		}
-	}
-	if answered > 0 {
-		w.inFlight = append(w.inFlight, answered)
-		did = true
-	}
-	return did
 }
 
 // renew performs the renewal the loop asked for, if it did, and hands it

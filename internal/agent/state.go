@@ -280,7 +280,7 @@ func newState(a *Agent) *state {
 			autoIface:   map[netip.Addr]string{},
 			arpAnswers:  map[string]bool{},
 			devices:     addressDevices{count: map[string]int{}},
-			successions: successions{succeeding: map[netip.Addr]succession{}, writeAt: map[netip.Addr]time.Time{}},
+			successions: successions{succeeding: map[netip.Addr]succession{}, held: map[netip.Addr]bool{}},
 		},
 		lanState:  lanState{lanIn: make(chan lanlive.Received, 256)},
 		serving:   newServing(a.watchSlices),

@@ -14,15 +14,25 @@ type succession struct {
 	// contested: another eip node probed for the IP while this one did.
 	// It binds only once the lock names it (docs/design.md, Succession).
 	contested bool
+	// binding: its write waits for its bind (succeed returned false).
+	binding bool
 }
 
 // successions are the IPs this node binds as their lock's successor
-// before its write names it, and those bound whose writes wait.
+// before its write names it, and the writes of those bound that wait for
+// the others' binds.
+//
+// A bound successor's write waits while another of its successions is
+// still binding, for at most one lease duration from the first write
+// held: in a mass failover each write cost the API server a millisecond
+// of the CPU that the binds of every survivor needed, on a machine whose
+// cores they share, and the traffic flows before any write.
 type successions struct {
 	succeeding map[netip.Addr]succession
-	// writeAt is when the write of each bound succession goes
-	// (holdWrite); forgotten with the binding.
-	writeAt map[netip.Addr]time.Time
+	binding    int // entries of succeeding with binding set
+	// held are bound successions whose writes wait, since heldSince.
+	held      map[netip.Addr]bool
+	heldSince time.Time
 }
 
 // succeed binds ip as the successor its lock names, before any write says
@@ -46,7 +56,11 @@ func (s *state) succeed(v lease.View, ip netip.Addr, lk *lease.Lock) (write bool
 		s.succeeding[ip] = sc
 		s.conflicts.fresh[ip] = true
 	}
-	return s.bindAsSuccessor(ip, lk, sc)
+	write = s.bindAsSuccessor(ip, lk, sc)
+	if _, ok := s.succeeding[ip]; ok {
+		s.setBinding(ip, !write)
+	}
+	return write
 }
 
 func (s *state) bindAsSuccessor(ip netip.Addr, lk *lease.Lock, sc succession) (write bool) {
@@ -66,32 +80,58 @@ func (s *state) bindAsSuccessor(ip netip.Addr, lk *lease.Lock, sc succession) (w
 	return probing && !p.peerSince.IsZero()
 }
 
-// endSuccession forgets succession ip: bound, or no longer one.
-func (s *state) endSuccession(ip netip.Addr) {
-	delete(s.succeeding, ip)
+// setBinding records whether the write of succession ip waits for its
+// bind, and releases the held writes once none does.
+func (s *state) setBinding(ip netip.Addr, binding bool) {
+	sc := s.succeeding[ip]
+	if sc.binding != binding {
+		sc.binding = binding
+		s.succeeding[ip] = sc
+		if binding {
+			s.binding++
+		} else {
+			s.binding--
+		}
+	}
+	s.releaseHeld()
 }
 
-// holdWrite says whether the write of succession ip, bound, waits: until
-// one lease duration after its holder was judged dead (writeAt, from the
-// verdict as the succession began: a break of the watch presumes every
-// node alive for a while). By then every
-// survivor that succeeds to one of the dead node's IPs has judged it
-// dead too, and bound most of them. In a mass failover the writes of the
-// first survivor done took the CPU that the others' binds needed: each
-// cost the API server about a millisecond, and every eipd the decoding of
-// its watch event and the garbage of it, on a machine whose cores they
-// shared. The traffic flows before any write.
+// endSuccession forgets succession ip: bound, or no longer one.
+func (s *state) endSuccession(ip netip.Addr) {
+	if sc, ok := s.succeeding[ip]; ok {
+		if sc.binding {
+			s.binding--
+		}
+		delete(s.succeeding, ip)
+		s.releaseHeld()
+	}
+}
+
+// holdWrite says whether the write of succession ip, if bound, waits for
+// the others' binds (successions), and holds it if so.
 func (s *state) holdWrite(ip netip.Addr) bool {
-	at, ok := s.writeAt[ip]
-	if _, bound := s.bound[ip]; !bound || !ok {
+	now := s.a.clk.Now()
+	if _, bound := s.bound[ip]; !bound || s.binding == 0 || len(s.held) > 0 && !now.Before(s.heldSince.Add(s.cfg.LeaseDuration)) {
 		return false
 	}
-	if !s.a.clk.Now().Before(at) {
-		delete(s.writeAt, ip)
-		return false
+	if len(s.held) == 0 {
+		s.heldSince = now
 	}
-	s.wakeIP(ip, at)
+	s.held[ip] = true
+	s.wakeIP(ip, s.heldSince.Add(s.cfg.LeaseDuration))
 	return true
+}
+
+// releaseHeld decides the held writes again once no succession is binding.
+func (s *state) releaseHeld() {
+	if s.binding > 0 || len(s.held) == 0 {
+		return
+	}
+	now := s.a.clk.Now()
+	for ip := range s.held {
+		s.wakeIP(ip, now)
+	}
+	clear(s.held)
 }
 
 // succeeded records a bind as a successor: its failover ends here, not
@@ -104,7 +144,6 @@ func (s *state) succeeded(ip netip.Addr) {
 	s.endSuccession(ip)
 	s.wakeIP(ip, s.a.clk.Now())
 	if !sc.dead.IsZero() {
-		s.writeAt[ip] = sc.dead.Add(s.cfg.LeaseDuration)
 		after := s.a.clk.Now().Sub(sc.dead)
 		s.a.opt.Metrics.Failover(after)
 		s.log.Info("took over from a dead holder as its successor", "ip", ip, "after", after)

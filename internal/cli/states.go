@@ -64,10 +64,6 @@ func ipState(named, rejected bool, rejection string, lk *lease.Lock, holder *Nod
 		return StateUnbound, "the lock has no holder"
 	case holder == nil || !holder.heartbeat:
 		return StateUnbound, "holder " + lk.Holder + " has no heartbeat; live nodes take it over"
-	case !holder.Alive && lk.Successor != "" && lk.Successor != lk.Holder:
-		// The successor binds first and writes the lock a lease duration
-		// after its verdict: the IP may answer from there already.
-		return StateUnbound, "holder " + lk.Holder + " is not alive; its successor " + lk.Successor + " takes it over, and writes the lock a lease duration after binding it"
 	case !holder.Alive:
 		return StateUnbound, "holder " + lk.Holder + " is not alive; live nodes take it over"
 	case !holder.Eligible:

@@ -287,14 +287,3 @@ func TestStatusRouteMode(t *testing.T) {
 	assert.NilError(t, err)
 	golden.Assert(t, out, "status-route-mode.golden")
 }
-
-// A dead holder's IP whose lock names a successor says who takes it over:
-// the successor binds it before its write names it.
-func TestStateOfADeadHoldersIPNamesItsSuccessor(t *testing.T) {
-	dead := &Node{heartbeat: true}
-	state, why := ipState(true, false, "", &lease.Lock{Holder: "node-1", Successor: "node-2"}, dead, true)
-	assert.Equal(t, state, StateUnbound)
-	assert.Equal(t, why, "holder node-1 is not alive; its successor node-2 takes it over, and writes the lock a lease duration after binding it")
-	_, why = ipState(true, false, "", &lease.Lock{Holder: "node-1"}, dead, true)
-	assert.Equal(t, why, "holder node-1 is not alive; live nodes take it over")
-}
