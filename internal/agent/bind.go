@@ -152,7 +152,7 @@ func (s *state) bind(ip netip.Addr, e ipset.Entry, why string) (out bindOutcome,
 		}
 	}
 	s.claimed.add(ip) // before the kernel may answer for it
-	if err := s.a.opt.Addresser.Add(dev, p, s.lifetimeOn(dev)); err != nil {
+	if err := s.a.opt.Addresser.Add(dev, p, s.lifetimeOn(onDevice)); err != nil {
 		s.log.Error("bind", "ip", ip, "iface", dev, "err", err)
 		s.event(ip, corev1.EventTypeWarning, "BindFailed", fmt.Sprintf("bind %s on %s/%s: %v", p, s.a.opt.Node, dev, err))
 		return bindDone, time.Time{}
@@ -207,10 +207,10 @@ func (s *state) onDevice(iface string, p netip.Prefix, a config.Announce) bool {
 	return (!a.ARP() || p.Addr().Is4() && p.IsSingleIP()) && placeOnDevice(p, a, s.answersARP(iface))
 }
 
-// lifetimeOn is the lifetime of an address bound on dev: none on eipd's
-// own devices.
-func (s *state) lifetimeOn(dev string) time.Duration {
-	if s.a.opt.Devices.Owns(dev) {
+// lifetimeOn is the lifetime of an address bound on one of eipd's own
+// devices (none) or on its interface.
+func (s *state) lifetimeOn(onDevice bool) time.Duration {
+	if onDevice {
 		return 0
 	}
 	return s.cfg.AddressLifetime()
@@ -293,10 +293,10 @@ func (s *state) forgetBinding(ip netip.Addr) (binding, bool) {
 	}
 	s.a.opt.Announcer.Stop(ip)
 	delete(s.bound, ip)
-	if b.dev == b.iface {
-		s.lifetime.forget(ip)
-	} else {
+	if b.onDevice() {
 		s.devices.removed(b.dev)
+	} else {
+		s.lifetime.forget(ip)
 	}
 	return b, true
 }
@@ -309,7 +309,7 @@ func (s *state) rebindIfMoved(ip netip.Addr) {
 	e := s.entries[ip]
 	iface, err := s.ifaceFor(ip, e.Binding)
 	p := e.Binding.Prefix(ip)
-	same := err == nil && iface == b.iface && p == b.prefix && e.Binding.Announce == b.announce && s.onDevice(iface, p, e.Binding.Announce) == (b.dev != b.iface)
+	same := err == nil && iface == b.iface && p == b.prefix && e.Binding.Announce == b.announce && s.onDevice(iface, p, e.Binding.Announce) == b.onDevice()
 	if err != nil || same || !s.canBind(iface) {
 		if err == nil {
 			s.reannounceIfChanged(ip, b, e)
@@ -371,7 +371,7 @@ func (s *state) addrMissing(b binding, count bool) {
 		s.log.Debug("an address this node held expired while its loop ran late; binding it again only if its lock still names this node", "ip", b.prefix.Addr(), "iface", b.dev)
 		return
 	}
-	if err := s.a.opt.Addresser.Add(b.dev, b.prefix, s.lifetimeOn(b.dev)); err != nil {
+	if err := s.a.opt.Addresser.Add(b.dev, b.prefix, s.lifetimeOn(b.onDevice())); err != nil {
 		s.log.Error("restore address", "ip", b.prefix.Addr(), "iface", b.dev, "err", err)
 		return
 	}
@@ -523,8 +523,10 @@ func (s *state) resync(startup bool) {
 			}
 			resolved[b.Range] = true
 		}
-		if iface, err := s.ifaceFor(ip, b); err == nil && ifaces[iface] == 0 {
-			ifaces[iface] = 0
+		if iface, err := s.ifaceFor(ip, b); err == nil {
+			if _, listed := ifaces[iface]; !listed {
+				ifaces[iface] = 0
+			}
 		}
 	}
 	var heldByLock map[netip.Addr]bool // read at start-up only

@@ -19,12 +19,15 @@ import (
 // binding is an address this node has put on an interface.
 type binding struct {
 	iface    string // where it is announced and probed
-	dev      string // where the address is: iface, or eipd's device
+	dev      string // where the address is: iface, or one of eipd's devices
 	missing  bool   // removed by someone else and not restored yet
 	prefix   netip.Prefix
 	announce config.Announce
 	route    bgp.Route // announced when announce.BGP()
 }
+
+// onDevice: the address is on one of eipd's devices, not on its interface.
+func (b binding) onDevice() bool { return b.dev != b.iface }
 
 // managed is an IP that a Service names, and the name of its lock: a full
 // pass reads every lock by name, and naming each IP anew allocated tens of
