@@ -59,6 +59,25 @@ func BenchmarkReconcile(b *testing.B) {
 	}
 }
 
+// BenchmarkPassAmongWaiting is a pass over the one IP whose time came
+// while 3,500 others wait on theirs, as in a mass failover's binds, where
+// the loop passes every quarter renew interval.
+func BenchmarkPassAmongWaiting(b *testing.B) {
+	w, _ := steadyWorld(b, 10000, 3)
+	now := w.clk.Now()
+	for i := range 3500 {
+		w.s.wakeIP(testIP(i), now.Add(time.Hour))
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		w.s.wakeIP(testIP(9999), now)
+		w.s.reconcileSome(now)
+	}
+	if calls := w.take(); len(calls) > 0 {
+		b.Fatalf("a steady pass acted: %v", calls[:min(len(calls), 5)])
+	}
+}
+
 // BenchmarkColdStartHeap is what node-00's heap holds after a cold start
 // of 10,000 IPs on 3 nodes and the full pass of a resync period after it
 // (heap-B, after a collection, the harness's own objects included): what

@@ -35,15 +35,7 @@ func (s *state) reconcileSome(now time.Time) {
 		s.fenced = false
 		s.stalled = false
 	}
-	s.ipWakeMin = time.Time{}
-	for ip, at := range s.ipWake {
-		if !now.Before(at) {
-			s.dirty[ip] = true
-			delete(s.ipWake, ip)
-		} else if s.ipWakeMin.IsZero() || at.Before(s.ipWakeMin) {
-			s.ipWakeMin = at
-		}
-	}
+	s.ipWake.due(now, func(ip netip.Addr) { s.dirty[ip] = true })
 	// In the order of the IPs, so that the writes a pass makes depend on
 	// its inputs alone, not on the order of a map.
 	s.dirtyOrder = s.dirtyOrder[:0]
@@ -79,7 +71,7 @@ func (s *state) decideOne(v lease.View, ip netip.Addr, now time.Time) {
 		return
 	}
 	s.waiting.remove(ip)
-	delete(s.ipWake, ip)
+	s.ipWake.forget(ip)
 	if cached != nil {
 		s.decideOrphan(v, cached, now)
 	} else if _, bound := s.bound[ip]; bound {
@@ -113,8 +105,7 @@ func (s *state) reconcile() {
 	// Emptied by new maps, not cleared, and the others shrunk: see shrink.
 	s.dirty, s.dropWaiting, s.lateBinds = map[netip.Addr]bool{}, map[netip.Addr]bool{}, map[netip.Addr]bool{}
 	s.waiting.reset()
-	s.ipWake = map[netip.Addr]time.Time{}
-	s.ipWakeMin = time.Time{}
+	s.ipWake.reset()
 	s.freeSince = shrink(s.freeSince)
 	s.written = shrink(s.written)
 	s.claimed.keepOnly(func(ip netip.Addr) bool {
@@ -300,7 +291,7 @@ func (s *state) lockOf(ip netip.Addr, l *coordinationv1.Lease, lk *lease.Lock) *
 
 func (s *state) decide(v lease.View, ip netip.Addr, name string, l *coordinationv1.Lease, named bool, planned string) {
 	s.waiting.remove(ip)
-	delete(s.ipWake, ip)
+	s.ipWake.forget(ip)
 	lk := s.lockOf(ip, l, &s.read)
 	if lk == nil || lk.Holder == "" || !s.live.Known(lk.Holder) {
 		if _, ok := s.freeSince[ip]; !ok {

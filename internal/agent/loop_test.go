@@ -218,7 +218,7 @@ func TestLoopTakeoverProbesUntilTheDeadHolderStopsAnswering(t *testing.T) {
 	w, ip := takingOver(t)
 	w.s.claim(netif.Claim{Iface: testIface, IP: ip, MAC: peerMAC("node-b")})
 	assert.Assert(t, w.s.wake.IsZero(), "the recheck wakes a pass over this IP alone")
-	assert.Equal(t, w.s.ipWake[ip], w.clk.Now().Add(recheckEvery))
+	assert.Equal(t, w.s.ipWake.at[ip], w.clk.Now().Add(recheckEvery))
 	w.pass()
 	// An eip node answered: no conflict, no bind, and the write goes.
 	assert.DeepEqual(t, w.take(), []string{"update eip-198-18-100-1 holder=node-a"})

@@ -22,7 +22,7 @@ import (
 // four times a second.
 func (s *state) passDue(now time.Time) bool {
 	return !s.wake.IsZero() && !now.Before(s.wake) ||
-		!s.ipWakeMin.IsZero() && !now.Before(s.ipWakeMin) || len(s.dirty) > 0 ||
+		!s.ipWake.min.IsZero() && !now.Before(s.ipWake.min) || len(s.dirty) > 0 ||
 		!s.paceUntil.IsZero() && !now.Before(s.paceUntil) ||
 		s.writable(now) != s.passWritable ||
 		!maps.Equal(s.passVerdicts, s.verdicts(now)) ||
@@ -35,7 +35,7 @@ func (s *state) passDue(now time.Time) bool {
 func (s *state) nextWake(now time.Time) time.Time {
 	expiry, _ := s.live.NextExpiry(now)
 	next := s.wake
-	for _, t := range []time.Time{s.ipWakeMin, expiry, s.unheardAt, s.paceUntil} {
+	for _, t := range []time.Time{s.ipWake.min, expiry, s.unheardAt, s.paceUntil} {
 		if !t.IsZero() && (next.IsZero() || t.Before(next)) {
 			next = t
 		}
@@ -139,12 +139,7 @@ func (s *schedule) wakeFull(t time.Time) {
 // wakeIP asks for a pass over ip alone at t: a time of ip's decision, a
 // probe or a bind. Deciding ip is all a full pass would do for it then.
 func (s *schedule) wakeIP(ip netip.Addr, t time.Time) {
-	if cur, ok := s.ipWake[ip]; !ok || t.Before(cur) {
-		s.ipWake[ip] = t
-	}
-	if s.ipWakeMin.IsZero() || t.Before(s.ipWakeMin) {
-		s.ipWakeMin = t
-	}
+	s.ipWake.set(ip, t)
 }
 
 // heartbeatEvent answers a renewal of a heartbeat that the watch

@@ -188,12 +188,11 @@ type schedule struct {
 	// needFull says an input since the last pass changed something every
 	// IP reads; hbDirty that a heartbeat was renewed. dirty are the IPs
 	// whose lock, write or address changed. ipWake holds each IP's own
-	// decision time (ipWakeMin the earliest).
+	// decision time.
 	needFull, hbDirty bool
 	dirty             map[netip.Addr]bool
 	dirtyOrder        []netip.Addr // dirty in address order, kept for its room
-	ipWake            map[netip.Addr]time.Time
-	ipWakeMin         time.Time
+	ipWake            ipWakes
 	// first says, per IP of order, whether the last full pass decided it
 	// among those that go first (reconcile); kept for the next one.
 	first []bool
@@ -271,7 +270,7 @@ func newState(a *Agent) *state {
 			dirtySvc: true, dirtyNodes: true, dirtyCM: true,
 			writableDeps: map[netip.Addr]bool{},
 			dirty:        map[netip.Addr]bool{},
-			ipWake:       map[netip.Addr]time.Time{},
+			ipWake:       newIPWakes(),
 		},
 		binder: binder{
 			bound:       map[netip.Addr]binding{},
