@@ -138,6 +138,33 @@ func TestLocalIPLivesWhereItsEndpointIs(t *testing.T) {
 	assert.Assert(t, !slices.Contains(e.boundOn(ip), first))
 }
 
+// An IP that several Services share lives only on a node where every Local
+// one of them has a ready endpoint; a Cluster Service sharing it adds no
+// condition. With no node ready for both Local Services, and none where
+// both still serve, it is bound nowhere and status says no-endpoints; a
+// node that becomes ready for both takes it.
+func TestLocalSharedIPNeedsEveryLocalService(t *testing.T) {
+	e := newEnv(t, defaultConfig())
+	ip := testenv.ServiceIP(61)
+	n := e.nodes
+	e.localService("shared-web", ip)
+	e.localService("shared-api", ip)
+	e.service("shared-cluster", ip)
+	e.endpointsOn("shared-web", []string{n[0], n[1]}, nil)
+	e.endpointsOn("shared-api", []string{n[1], n[2]}, nil)
+	assert.Equal(t, e.served(ip), n[1])
+
+	e.endpointsOn("shared-api", []string{n[2]}, nil)
+	e.eventually(ip.String()+" bound nowhere", func() (bool, string) {
+		on := e.boundOn(ip)
+		return len(on) == 0 && e.holder(ip) == "", fmt.Sprintf("holder %q, bound on %v", e.holder(ip), on)
+	})
+	assert.Equal(t, e.statusRow(ip).State, cli.StateNoEndpoints)
+
+	e.endpointsOn("shared-api", []string{n[0]}, nil)
+	assert.Equal(t, e.served(ip), n[0])
+}
+
 // eipd watches every EndpointSlice of the cluster only while a Service
 // with externalTrafficPolicy: Local has an eip IP, as the API server's
 // audit log of eipd's requests shows: no such watch open while Cluster
