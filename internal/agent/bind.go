@@ -147,8 +147,8 @@ func (s *state) bind(ip netip.Addr, e ipset.Entry, why string) (out bindOutcome,
 	dev, onDevice := iface, s.onDevice(iface, p, e.Binding.Announce)
 	if onDevice {
 		var err error
-		if dev, err = s.devices.pick(s.a.opt.Devices); err != nil {
-			s.log.Warn("cannot open another address device; binding on the first", "ip", ip, "iface", dev, "err", err)
+		if dev, err = s.devices.pick(s.a.opt.Devices, s.a.clk.Now()); err != nil {
+			s.log.Warn("cannot open another address device; binding on the first until one opens", "ip", ip, "iface", dev, "retryIn", reopenAfter, "err", err)
 		}
 	}
 	s.claimed.add(ip) // before the kernel may answer for it
