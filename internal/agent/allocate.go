@@ -222,7 +222,7 @@ func (s *state) allocate(v lease.View, locks map[string]*coordinationv1.Lease) {
 		case err != nil:
 			refused[k] = true
 			s.reportRefusal(v, svc, err.Error())
-		case req.Settled(alloc.Current(svc), s.cfg):
+		case req.Settled(alloc.Current(svc), s.cfg, s.reserved):
 			al.next[k] = svc.ResourceVersion
 		default:
 			todo = append(todo, unsettled{svc, req})

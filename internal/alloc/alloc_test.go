@@ -175,12 +175,17 @@ type world struct {
 	nodes    []string          // the nodes' own addresses
 }
 
-func (w world) space(cfg config.Config) *alloc.Space {
+// reserved is the nodes' own addresses, each mapped to its node.
+func (w world) reserved() map[netip.Addr]string {
 	reserved := map[netip.Addr]string{}
 	for i, a := range w.nodes {
 		reserved[netip.MustParseAddr(a)] = config.NodeAddress(fmt.Sprintf("node-%d", i+1))
 	}
-	s := alloc.NewSpace(cfg, reserved)
+	return reserved
+}
+
+func (w world) space(cfg config.Config) *alloc.Space {
+	s := alloc.NewSpace(cfg, w.reserved())
 	for _, svc := range w.services {
 		s.AddService(svc)
 	}
@@ -225,6 +230,16 @@ func TestAssign(t *testing.T) {
 			name:  "never the broadcast address: the range is full",
 			world: world{services: []*corev1.Service{svc("ns/x", status("198.18.10.1", "198.18.10.2", "198.18.10.3", "198.18.10.4", "198.18.10.5", "198.18.10.6"))}},
 			svc:   svc("ns/a"), refused: "no free IPv4 address in range lan4",
+		},
+		{
+			name:  "a node's own address in its status is not kept (eip never binds it): a free one replaces it",
+			world: world{nodes: []string{"198.18.0.1"}},
+			svc:   svc("ns/a", status("198.18.0.1")), ips: []string{"198.18.10.1"}, reserve: []string{"198.18.10.1"},
+		},
+		{
+			name:  "a node's own address, and no range to replace it from",
+			world: world{nodes: []string{"198.18.0.1"}},
+			svc:   svc("ns/a", status("198.18.0.1"), annotate(alloc.AnnotationRange, "lan6")), refused: "no IPv4 range among the ranges named",
 		},
 		{
 			name:  "its own reservation first",
@@ -443,7 +458,7 @@ func assertAssign(t *testing.T, cfg config.Config, w world, svc *corev1.Service,
 		assert.Equal(t, len(res.Refused), 1, "refused: %v", res.Refused)
 		assert.Assert(t, strings.Contains(res.Refused[0], refused), "refused: %q", res.Refused[0])
 	}
-	assert.Equal(t, req.Settled(current, cfg), !res.Changes(current) && len(res.Refused) == 0 && len(res.Reserve) == 0,
+	assert.Equal(t, req.Settled(current, cfg, w.reserved()), !res.Changes(current) && len(res.Refused) == 0 && len(res.Reserve) == 0,
 		"Settled agrees with Assign")
 }
 
@@ -518,6 +533,7 @@ func TestSettled(t *testing.T) {
 		{"has its address", cfg, svc("ns/a", status("198.18.10.1")), true},
 		{"has nothing", cfg, svc("ns/a"), false},
 		{"out of range, kept", cfg, svc("ns/a", status("198.18.99.1")), true},
+		{"a node's own address", cfg, svc("ns/a", status("198.18.0.1")), false},
 		{"two of one family", cfg, svc("ns/a", status("198.18.10.1", "198.18.10.2")), false},
 		{"a family it does not want", cfg, svc("ns/a", status("198.18.10.1", "2001:db8::10:1")), false},
 		{"requests another", cfg, svc("ns/a", status("198.18.10.1"), lbIP("198.18.20.1")), false},
@@ -531,7 +547,8 @@ func TestSettled(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			req, err := alloc.RequestOf(tc.svc)
 			assert.NilError(t, err)
-			assert.Equal(t, req.Settled(alloc.Current(tc.svc), tc.cfg), tc.want)
+			reserved := map[netip.Addr]string{netip.MustParseAddr("198.18.0.1"): config.NodeAddress("node-1")}
+			assert.Equal(t, req.Settled(alloc.Current(tc.svc), tc.cfg, reserved), tc.want)
 		})
 	}
 }

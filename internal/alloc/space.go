@@ -111,7 +111,8 @@ func (r Result) Changes(current []netip.Addr) bool {
 
 // Assign answers req for a Service whose status lists current, and records
 // the answer in s as used by that Service. A Service keeps what it has
-// unless it asks for something else; a missing family gets, in order: an
+// unless it asks for something else or it is a node's own address; a
+// missing family gets, in order: an
 // address already reserved for the Service, an address shared under its
 // sharing key, the first free address of its ranges (in the order of
 // config.Config.Ranges, lowest address first). With RequireAll, one
@@ -127,7 +128,7 @@ func (s *Space) Assign(req Request, current []netip.Addr) Result {
 		res.IPs = slices.Clone(current)
 		return res
 	}
-	cur := firstByFamily(current)
+	cur := firstByFamily(withoutReserved(current, s.reserved))
 	for _, f := range req.Families {
 		c := s.assignFamily(req, f, cur[f])
 		if c.refused != "" {
@@ -306,12 +307,13 @@ func (s *Space) needsLock(req Request, ip netip.Addr) bool {
 
 // Settled reports whether a Service with request r whose status lists
 // current needs nothing from Space.Assign: every wanted family has an
-// address that matches what r asks for, and nothing else is listed. It
+// address that matches what r asks for, none of them a node's own
+// (reserved), and nothing else is listed. It
 // needs no Space, so callers build one only when some Service is not
 // settled.
-func (r Request) Settled(current []netip.Addr, cfg config.Config) bool {
+func (r Request) Settled(current []netip.Addr, cfg config.Config, reserved map[netip.Addr]string) bool {
 	cur := firstByFamily(current)
-	if len(cur) != len(current) {
+	if len(cur) != len(current) || len(withoutReserved(current, reserved)) != len(current) {
 		return false
 	}
 	for f := range cur {
@@ -396,6 +398,14 @@ func rangesText(rs []*config.Range) string {
 		return "range " + names[0]
 	}
 	return "ranges " + strings.Join(names, ", ")
+}
+
+// withoutReserved is ips but the nodes' own addresses. A status may list
+// one (written by hand, or by another implementation before eip): eip never
+// binds it, so a Service does not keep it as it keeps an address whose
+// range was removed, and is given another instead.
+func withoutReserved(ips []netip.Addr, reserved map[netip.Addr]string) []netip.Addr {
+	return slices.DeleteFunc(slices.Clone(ips), func(ip netip.Addr) bool { return reserved[ip] != "" })
 }
 
 func firstByFamily(ips []netip.Addr) map[corev1.IPFamily]netip.Addr {
