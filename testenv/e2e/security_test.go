@@ -92,6 +92,51 @@ func TestServiceCannotStealLANAddresses(t *testing.T) {
 	}
 }
 
+// A LoadBalancer Service whose status lists a node's own address (written
+// by hand, or by an implementation before eip) does not keep it: eip never
+// binds it, so the allocator writes a free address of its ranges in its
+// place, and that one is served.
+func TestStatusWithANodeAddressGetsAFreeOne(t *testing.T) {
+	cfg := defaultConfig()
+	cfg["ranges"] += "\n198.18.101.16/28 name=pool auto-assign"
+	e := newEnv(t, cfg)
+	node, err := cluster.Node(e.nodes[1])
+	assert.NilError(t, err)
+	// Created naming a range that does not exist, so that eip leaves it
+	// alone until its status lists the node's address.
+	lb := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "squatter-lb", Namespace: svcNamespace, Labels: map[string]string{e2eLabel: "true"},
+			Annotations: map[string]string{alloc.AnnotationRange: "no-such-range"},
+		},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
+	}
+	lb, err = e.k.CoreV1().Services(svcNamespace).Create(e.ctx, lb, metav1.CreateOptions{})
+	assert.NilError(t, err)
+	lb.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: node.IPv4.String()}}
+	lb, err = e.k.CoreV1().Services(svcNamespace).UpdateStatus(e.ctx, lb, metav1.UpdateOptions{})
+	assert.NilError(t, err)
+	delete(lb.Annotations, alloc.AnnotationRange)
+	_, err = e.k.CoreV1().Services(svcNamespace).Update(e.ctx, lb, metav1.UpdateOptions{})
+	assert.NilError(t, err)
+
+	var got netip.Addr
+	e.eventually("squatter-lb's status lists an address of the pool", func() (bool, string) {
+		s, err := e.k.CoreV1().Services(svcNamespace).Get(e.ctx, lb.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		ing := s.Status.LoadBalancer.Ingress
+		if len(ing) != 1 {
+			return false, fmt.Sprintf("status %v", ing)
+		}
+		got, err = netip.ParseAddr(ing[0].IP)
+		return err == nil && netip.MustParsePrefix("198.18.101.16/28").Contains(got), fmt.Sprintf("status %v", ing)
+	})
+	e.served(got)
+	e.neverBound("squatter-lb", []netip.Addr{node.IPv4})
+}
+
 // A stolen eipd token writes no Secret but the liveness key (issue 29): it
 // may not create a Secret of any name in eip's namespace, where a planted
 // one could be a bootstrap token or a Secret another workload expects, nor
