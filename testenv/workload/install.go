@@ -3,6 +3,7 @@ package workload
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -90,7 +91,7 @@ func DeployWeb(ctx context.Context, c *testenv.Cluster) (netip.Addr, error) {
 		}
 		for _, in := range svc.Status.LoadBalancer.Ingress {
 			if a, err := netip.ParseAddr(in.IP); err == nil && LBPool.Contains(a) {
-				return a, nil
+				return a, servedOnEveryNode(ctx, c, svc.Spec.Ports[0].NodePort)
 			}
 		}
 		select {
@@ -99,6 +100,36 @@ func DeployWeb(ctx context.Context, c *testenv.Cluster) (netip.Addr, error) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// servedOnEveryNode waits until kube-proxy on every node delivers the web
+// application: its pods are ready a second or so before every kube-proxy
+// has programmed the Services, and until then a node an IP moves to
+// refuses the client's connections (no endpoints, to its rules), which no
+// placement of eip's avoids. The LoadBalancer Service's node port on each
+// node answering says that node's kube-proxy has the web application's
+// endpoints.
+func servedOnEveryNode(ctx context.Context, c *testenv.Cluster, nodePort int32) error {
+	hc := c.ClientHTTP()
+	hc.Timeout = time.Second
+	for _, n := range c.Nodes() {
+		url := fmt.Sprintf("http://%s/", netip.AddrPortFrom(n.IPv4, uint16(nodePort)))
+		for {
+			resp, err := hc.Get(url)
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					break
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("web-lb's node port on %s: %w (last: %v)", n.Name, ctx.Err(), err)
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+	return nil
 }
 
 // webApp is the application behind eip's IPs: three pods on pod networking
