@@ -187,7 +187,7 @@ func takingOver(t *testing.T) (*world, netip.Addr) {
 }
 
 // takingOverAll is takingOver for each of ips, one Service's.
-func takingOverAll(t *testing.T, ips ...netip.Addr) *world {
+func takingOverAll(t testing.TB, ips ...netip.Addr) *world {
 	w := newWorld(t, "node-a", defaultTestConfig())
 	w.a.opt.ProbeWait = 60 * time.Millisecond
 	w.addNode("node-b")
