@@ -65,10 +65,11 @@ func localSample(kind string, m workload.LocalMove) RealNodeSample {
 func realLocalFigures(samples []RealNodeSample) []Figure {
 	var figs []Figure
 	for _, kind := range []string{RealLocalDelete, RealLocalScale} {
-		var held, ready, action, failed []float64
+		var held, ready, action, none, failed []float64
 		for _, s := range samples {
 			if s.Kind == kind {
 				held = append(held, millis(s.ReadyToHeld))
+				none = append(none, millis(s.NoneServing))
 				ready = append(ready, millis(s.ReadyToAnswer))
 				action = append(action, millis(s.ActionToAnswer))
 				failed = append(failed, float64(s.HTTPOutside))
@@ -81,6 +82,7 @@ func realLocalFigures(samples []RealNodeSample) []Figure {
 			NewFigure("pod ready → the IP's lock names its node, "+kind+", real nodes", UnitMillis, held, Target{}),
 			NewFigure("pod ready → its node answers, "+kind+", real nodes", UnitMillis, ready, Target{}),
 			NewFigure("action → the new pod's node answers, "+kind+", real nodes", UnitMillis, action, Target{}),
+			NewFigure("no endpoint served anywhere, "+kind+", real nodes", UnitMillis, none, Target{}),
 			NewFigure("HTTP failed while an endpoint served, "+kind+", real nodes", UnitCount, failed, Target{Stat: "max", Limit: 0}))
 	}
 	return figs
