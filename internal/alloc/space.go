@@ -313,7 +313,7 @@ func (s *Space) needsLock(req Request, ip netip.Addr) bool {
 // settled.
 func (r Request) Settled(current []netip.Addr, cfg config.Config, reserved map[netip.Addr]string) bool {
 	cur := firstByFamily(current)
-	if len(cur) != len(current) || len(withoutReserved(current, reserved)) != len(current) {
+	if len(cur) != len(current) || slices.ContainsFunc(current, func(ip netip.Addr) bool { return reserved[ip] != "" }) {
 		return false
 	}
 	for f := range cur {

@@ -54,20 +54,7 @@ func TestServiceCannotStealLANAddresses(t *testing.T) {
 	// refuses it and leaves the status as written: otherwise it trims the
 	// status to one address per family, and whether a node's pass saw the
 	// four addresses before the trim would be a race.
-	lb := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: "steal-lb", Namespace: svcNamespace, Labels: map[string]string{e2eLabel: "true"},
-			Annotations: map[string]string{alloc.AnnotationRange: "no-such-range"},
-		},
-		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
-	}
-	lb, err = e.k.CoreV1().Services(svcNamespace).Create(e.ctx, lb, metav1.CreateOptions{})
-	assert.NilError(t, err)
-	for _, ip := range victims {
-		lb.Status.LoadBalancer.Ingress = append(lb.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: ip.String()})
-	}
-	_, err = e.k.CoreV1().Services(svcNamespace).UpdateStatus(e.ctx, lb, metav1.UpdateOptions{})
-	assert.NilError(t, err)
+	lb := e.lbLeftAlone("steal-lb", victims...)
 
 	e.served(good)
 	for _, ip := range victims {
@@ -92,6 +79,28 @@ func TestServiceCannotStealLANAddresses(t *testing.T) {
 	}
 }
 
+// lbLeftAlone creates LoadBalancer Service name with ips in its status.
+// It names a range that does not exist, so eip's allocator refuses it and
+// leaves the status as written.
+func (e *env) lbLeftAlone(name string, ips ...netip.Addr) *corev1.Service {
+	e.t.Helper()
+	lb := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: svcNamespace, Labels: map[string]string{e2eLabel: "true"},
+			Annotations: map[string]string{alloc.AnnotationRange: "no-such-range"},
+		},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
+	}
+	lb, err := e.k.CoreV1().Services(svcNamespace).Create(e.ctx, lb, metav1.CreateOptions{})
+	e.must(err)
+	for _, ip := range ips {
+		lb.Status.LoadBalancer.Ingress = append(lb.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: ip.String()})
+	}
+	lb, err = e.k.CoreV1().Services(svcNamespace).UpdateStatus(e.ctx, lb, metav1.UpdateOptions{})
+	e.must(err)
+	return lb
+}
+
 // A LoadBalancer Service whose status lists a node's own address (written
 // by hand, or by an implementation before eip) does not keep it: eip never
 // binds it, so the allocator writes a free address of its ranges in its
@@ -102,20 +111,8 @@ func TestStatusWithANodeAddressGetsAFreeOne(t *testing.T) {
 	e := newEnv(t, cfg)
 	node, err := cluster.Node(e.nodes[1])
 	assert.NilError(t, err)
-	// Created naming a range that does not exist, so that eip leaves it
-	// alone until its status lists the node's address.
-	lb := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: "squatter-lb", Namespace: svcNamespace, Labels: map[string]string{e2eLabel: "true"},
-			Annotations: map[string]string{alloc.AnnotationRange: "no-such-range"},
-		},
-		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
-	}
-	lb, err = e.k.CoreV1().Services(svcNamespace).Create(e.ctx, lb, metav1.CreateOptions{})
-	assert.NilError(t, err)
-	lb.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: node.IPv4.String()}}
-	lb, err = e.k.CoreV1().Services(svcNamespace).UpdateStatus(e.ctx, lb, metav1.UpdateOptions{})
-	assert.NilError(t, err)
+	// Left alone until its status lists the node's address.
+	lb := e.lbLeftAlone("squatter-lb", node.IPv4)
 	delete(lb.Annotations, alloc.AnnotationRange)
 	_, err = e.k.CoreV1().Services(svcNamespace).Update(e.ctx, lb, metav1.UpdateOptions{})
 	assert.NilError(t, err)
