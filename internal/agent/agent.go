@@ -216,15 +216,14 @@ func (a *Agent) leaseWritten(old, obj any) {
 // newHolder is the holder lock obj names when old named another (or was
 // no lock); "" otherwise.
 func newHolder(old, obj any) string {
-	l, ok := obj.(*coordinationv1.Lease)
-	if !ok || l.Labels[lease.RoleLabel] != lease.RoleLock || l.Spec.HolderIdentity == nil {
+	k, ok := obj.(*lease.Kept)
+	if !ok || k.Holder == "" {
 		return ""
 	}
-	h := *l.Spec.HolderIdentity
-	if o, ok := old.(*coordinationv1.Lease); ok && o != nil && o.Spec.HolderIdentity != nil && *o.Spec.HolderIdentity == h {
+	if o, ok := old.(*lease.Kept); ok && o != nil && o.Holder == k.Holder {
 		return ""
 	}
-	return h
+	return k.Holder
 }
 
 // leaseChanged notes which lock changed, so that the loop decides again
@@ -233,11 +232,11 @@ func (a *Agent) leaseChanged(obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
-	l, ok := obj.(*coordinationv1.Lease)
+	k, ok := obj.(*lease.Kept)
 	a.news.mu.Lock()
 	a.sawLease(obj)
-	if ok && l.Labels[lease.RoleLabel] == lease.RoleLock {
-		a.news.changes[l.Name] = true
+	if ok {
+		a.news.changes[k.Name] = true
 	} else {
 		a.news.changedAll = true
 	}
@@ -248,8 +247,17 @@ func (a *Agent) leaseChanged(obj any) {
 // sawLease notes the resourceVersion of a Lease the informer delivered (a
 // deleted one's is that of its deletion); the caller holds news.mu.
 func (a *Agent) sawLease(obj any) {
-	if l, ok := obj.(*coordinationv1.Lease); ok && (a.news.rv == "" || lease.Newer(l.ResourceVersion, a.news.rv)) {
-		a.news.rv = l.ResourceVersion
+	var rv string
+	switch l := obj.(type) {
+	case *lease.Kept:
+		rv = l.ResourceVersion
+	case *coordinationv1.Lease:
+		rv = l.ResourceVersion
+	default:
+		return
+	}
+	if a.news.rv == "" || lease.Newer(rv, a.news.rv) {
+		a.news.rv = rv
 	}
 }
 
@@ -273,18 +281,18 @@ func (a *Agent) takeLeaseChanges() (names map[string]bool, all bool, vouched []s
 	return names, all, vouched
 }
 
-// lease is the Lease named name in the cache, nil if none. It reads the
+// lock is the lock named name in the cache, nil if none. It reads the
 // cache by key, as a lister does, without the NotFound error a lister
 // makes for a name it does not hold: at a cold start the loop looks up
 // thousands of locks not yet written, and those errors were a twentieth of
 // what eipd allocated.
-func (a *Agent) lease(name string) *coordinationv1.Lease {
+func (a *Agent) lock(name string) *lease.Kept {
 	obj, ok, _ := a.leaseIdx.GetByKey(a.opt.Namespace + "/" + name)
 	if !ok {
 		return nil
 	}
-	l, _ := obj.(*coordinationv1.Lease)
-	return l
+	k, _ := obj.(*lease.Kept)
+	return k
 }
 
 // heartbeats lists the heartbeat Leases in the cache. The informer watches
@@ -294,13 +302,13 @@ func (a *Agent) heartbeats() []*coordinationv1.Lease {
 	return objectsOf[coordinationv1.Lease](objs)
 }
 
-// allLeases is every Lease in the cache (eipd watches one namespace).
-// The lister's List would look for a namespace index first, which the
-// cache does not keep (indexersFor), then go through every Lease's
-// metadata and labels and append each to a growing slice: a full pass
-// lists 10,000 locks.
-func (a *Agent) allLeases() []*coordinationv1.Lease {
-	return objectsOf[coordinationv1.Lease](a.leaseIdx.List())
+// allLocks is every lock in the cache (eipd watches one namespace). The
+// lister's List would look for a namespace index first, which the cache
+// does not keep (indexersFor), then go through every Lease's metadata and
+// labels and append each to a growing slice: a full pass lists 10,000
+// locks.
+func (a *Agent) allLocks() []*lease.Kept {
+	return objectsOf[lease.Kept](a.leaseIdx.List())
 }
 
 // allServices is every Service in the cache, read as allLeases reads the

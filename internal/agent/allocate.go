@@ -181,7 +181,7 @@ func (s *state) allocStep() time.Duration { return 4 * s.cfg.RankStep() }
 
 // allocate is one allocation pass over the Services; locks are the cached
 // locks by name (before reconcile consumes them).
-func (s *state) allocate(v lease.View, locks map[string]*coordinationv1.Lease) {
+func (s *state) allocate(v lease.View, locks map[string]*lease.Kept) {
 	al := s.alloc
 	for name := range al.firstSeen {
 		if _, ok := locks[name]; !ok {
@@ -189,7 +189,7 @@ func (s *state) allocate(v lease.View, locks map[string]*coordinationv1.Lease) {
 		}
 	}
 	for name, l := range locks {
-		if _, seen := al.firstSeen[name]; !seen && l.Annotations[alloc.AnnotationReservedFor] != "" {
+		if _, seen := al.firstSeen[name]; !seen && l.ReservedFor != "" {
 			al.firstSeen[name] = v.Now
 		}
 	}
@@ -275,15 +275,15 @@ func key(svc *corev1.Service) string { return svc.Namespace + "/" + svc.Name }
 
 // space is the address space as this node sees it, its own writes in
 // flight included.
-func (s *state) space(svcs []*corev1.Service, locks map[string]*coordinationv1.Lease, now time.Time) *alloc.Space {
+func (s *state) space(svcs []*corev1.Service, locks map[string]*lease.Kept, now time.Time) *alloc.Space {
 	al := s.alloc
 	sp := alloc.NewSpace(s.cfg, s.reserved)
 	for _, svc := range svcs {
 		sp.AddService(svc)
 	}
-	addLock := func(l *coordinationv1.Lease) {
-		if lk, err := lease.ParseLock(l); err == nil {
-			sp.Lock(lk.IP, l.Annotations[alloc.AnnotationReservedFor])
+	addLock := func(l *lease.Kept) {
+		if l.Err == nil {
+			sp.Lock(l.IP, l.ReservedFor)
 		}
 	}
 	for name, l := range locks {
@@ -464,7 +464,7 @@ func (s *state) allocDone(r allocResult) {
 	now := s.a.clk.Now()
 	log := s.log.With("service", r.key)
 	for _, l := range r.created {
-		s.written[l.Name] = l
+		s.written[l.Name] = lease.Keep(l, nil)
 		log.Debug("reserved", "ip", l.Annotations[lease.AnnotationIP], "lease", l.Name)
 	}
 	switch {
@@ -507,8 +507,8 @@ func (s *state) reportRefusal(v lease.View, svc *corev1.Service, msg string) {
 // alone: the last allocation pass gives its address to the Service it was
 // made for, or that Service is not in this node's cache and the
 // reservation is young.
-func (s *state) reservationSpared(l *coordinationv1.Lease, ip netip.Addr, now time.Time) bool {
-	k := l.Annotations[alloc.AnnotationReservedFor]
+func (s *state) reservationSpared(l *lease.Kept, ip netip.Addr, now time.Time) bool {
+	k := l.ReservedFor
 	if k == "" {
 		return false
 	}

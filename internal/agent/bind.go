@@ -577,11 +577,10 @@ func (s *state) resync(startup bool) {
 // is most of a resync's own work at 10,000 IPs, and only the one at
 // start-up needs it.
 func (s *state) heldByLock() map[netip.Addr]bool {
-	all := s.a.allLeases()
 	held := map[netip.Addr]bool{}
-	for _, l := range all {
-		if ip, err := netip.ParseAddr(l.Annotations[lease.AnnotationIP]); err == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == s.a.opt.Node {
-			held[ip] = true
+	for _, l := range s.a.allLocks() {
+		if l.Err == nil && l.Holder == s.a.opt.Node {
+			held[l.IP] = true
 		}
 	}
 	return held

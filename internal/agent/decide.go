@@ -9,18 +9,11 @@ import (
 	"github.com/eip-project/eip/internal/config"
 	"github.com/eip-project/eip/internal/lease"
 	"github.com/eip-project/eip/internal/policy"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
 
-// cachedLock is the lock Lease named name in the cache, or nil.
-func (s *state) cachedLock(name string) *coordinationv1.Lease {
-	l := s.a.lease(name)
-	if l == nil || l.Labels[lease.RoleLabel] != lease.RoleLock {
-		return nil
-	}
-	return l
-}
+// cachedLock is the lock named name in the cache, or nil.
+func (s *state) cachedLock(name string) *lease.Kept { return s.a.lock(name) }
 
 // reconcileSome decides again the dirty IPs, those whose own decision
 // time came, and as many waiting acquisitions as there is room for, those
@@ -91,19 +84,18 @@ func (s *state) decideOne(v lease.View, ip netip.Addr, now time.Time) {
 }
 
 // decideOrphan decides the lock l of an IP no Service names.
-func (s *state) decideOrphan(v lease.View, l *coordinationv1.Lease, now time.Time) {
+func (s *state) decideOrphan(v lease.View, l *lease.Kept, now time.Time) {
 	if l = s.effective(l.Name, l); l == nil {
 		return
 	}
-	lk, err := lease.ParseLock(l)
-	if err != nil {
-		s.warnBadLock(l, err, "no Service names its IP, so it is ignored")
+	if l.Err != nil {
+		s.warnBadLock(l, "no Service names its IP, so it is ignored")
 		return
 	}
-	if s.reservationSpared(l, lk.IP, now) {
+	if s.reservationSpared(l, l.IP, now) {
 		return
 	}
-	s.decide(v, lk.IP, l.Name, l, false, "")
+	s.decide(v, l.IP, l.Name, l, false, "")
 }
 
 // reconcile is one pass over everything; it is idempotent.
@@ -133,7 +125,7 @@ func (s *state) reconcile() {
 		s.lifetime.configure(s.cfg)
 		s.configureLAN()
 	}
-	all := s.a.allLeases()
+	all := s.a.allLocks()
 	locks := s.observe(all, now)
 	starting := s.lastPass.IsZero()
 	if s.dirtyNodes {
@@ -179,8 +171,8 @@ func (s *state) reconcile() {
 	s.first = slices.Grow(s.first[:0], len(s.order))[:len(s.order)]
 	for i, m := range s.order {
 		var holder string
-		if l := locks[m.name]; l != nil && l.Spec.HolderIdentity != nil {
-			holder = *l.Spec.HolderIdentity
+		if l := locks[m.name]; l != nil {
+			holder = l.Holder
 		}
 		s.first[i] = goesFirst(v, m.ip, holder, plan[m.ip])
 	}
@@ -193,7 +185,7 @@ func (s *state) reconcile() {
 	}
 	// In the order listed, not the map's: see reconcileSome.
 	for _, l := range all {
-		if _, named := s.names[l.Name]; !named && l.Labels[lease.RoleLabel] == lease.RoleLock {
+		if _, named := s.names[l.Name]; !named {
 			s.decideOrphan(v, l, now)
 		}
 	}
@@ -205,30 +197,28 @@ func (s *state) reconcile() {
 		}
 	}
 	if v.Writable {
-		s.collectHeartbeats(v, all)
+		s.collectHeartbeats(v)
 	}
 	s.passVerdicts = s.verdicts(now)
 	s.a.opt.Metrics.Held(len(s.bound))
 	s.a.opt.Metrics.Managed(len(s.entries))
 }
 
-// observe feeds heartbeats to the liveness tracker and returns the locks
-// by name.
-func (s *state) observe(all []*coordinationv1.Lease, now time.Time) map[string]*coordinationv1.Lease {
-	locks := make(map[string]*coordinationv1.Lease, len(all))
-	seen := map[string]bool{}
+// observe feeds the cached heartbeats to the liveness tracker and returns
+// the locks of all by name.
+func (s *state) observe(all []*lease.Kept, now time.Time) map[string]*lease.Kept {
+	locks := make(map[string]*lease.Kept, len(all))
 	for _, l := range all {
-		switch l.Labels[lease.RoleLabel] {
-		case lease.RoleHeartbeat:
-			hb, err := lease.ParseHeartbeat(l)
-			if err != nil {
-				continue
-			}
-			s.live.Observe(hb, now)
-			seen[hb.Node] = true
-		case lease.RoleLock:
-			locks[l.Name] = l
+		locks[l.Name] = l
+	}
+	seen := map[string]bool{}
+	for _, l := range s.a.heartbeats() {
+		hb, err := lease.ParseHeartbeat(l)
+		if err != nil {
+			continue
 		}
+		s.live.Observe(hb, now)
+		seen[hb.Node] = true
 	}
 	for _, n := range s.live.Nodes() {
 		if !seen[n] {
@@ -240,7 +230,7 @@ func (s *state) observe(all []*coordinationv1.Lease, now time.Time) map[string]*
 
 // effective is the lock as this node should see it: the cache, or our own
 // write when the cache has not caught up with it yet.
-func (s *state) effective(name string, cached *coordinationv1.Lease) *coordinationv1.Lease {
+func (s *state) effective(name string, cached *lease.Kept) *lease.Kept {
 	if rv, ok := s.deleted[name]; ok {
 		if cached != nil && cached.ResourceVersion == rv {
 			return nil
@@ -272,35 +262,30 @@ func (s *state) effective(name string, cached *coordinationv1.Lease) *coordinati
 
 // warnBadLock logs, once per version, a lock damaged by hand and what this
 // node does about it.
-func (s *state) warnBadLock(l *coordinationv1.Lease, err error, effect string) {
+func (s *state) warnBadLock(l *lease.Kept, effect string) {
 	if s.badLocks[l.Name] == l.ResourceVersion {
 		return
 	}
 	s.badLocks[l.Name] = l.ResourceVersion
-	s.log.Warn("damaged lock: "+effect, "lease", l.Name, "err", err)
+	s.log.Warn("damaged lock: "+effect, "lease", l.Name, "err", l.Err)
 }
 
 // lockOf reads l for ip into lk and returns lk, or nil without a lock. A
 // lock damaged by hand (garbage annotations) is still a lock: its holder
 // is honoured and its next write repairs it.
-func (s *state) lockOf(ip netip.Addr, l *coordinationv1.Lease, lk *lease.Lock) *lease.Lock {
+func (s *state) lockOf(ip netip.Addr, l *lease.Kept, lk *lease.Lock) *lease.Lock {
 	if l == nil {
 		return nil
 	}
-	var err error
-	*lk, err = lease.ParseLock(l)
-	if err != nil {
-		s.warnBadLock(l, err, "its holder is honoured until its next owner writes it whole")
-		*lk = lease.Lock{Name: l.Name, IP: ip, ResourceVersion: l.ResourceVersion}
-		if h := l.Spec.HolderIdentity; h != nil {
-			lk.Holder = *h
-		}
-		lk.MoveTo = l.Annotations[lease.AnnotationMoveTo]
+	*lk = l.Lock
+	if l.Err != nil {
+		s.warnBadLock(l, "its holder is honoured until its next owner writes it whole")
+		lk.IP = ip
 	}
 	return lk
 }
 
-func (s *state) decide(v lease.View, ip netip.Addr, name string, l *coordinationv1.Lease, named bool, planned string) {
+func (s *state) decide(v lease.View, ip netip.Addr, name string, l *lease.Kept, named bool, planned string) {
 	s.waiting.remove(ip)
 	s.ipWake.forget(ip)
 	lk := s.lockOf(ip, l, &s.read)
@@ -371,7 +356,7 @@ func goesFirst(v lease.View, ip netip.Addr, holder, planned string) bool {
 	return planned == v.Self || free && lease.Rank(ip, v.Self, v.Live) == 0
 }
 
-func (s *state) apply(v lease.View, ip netip.Addr, name string, l *coordinationv1.Lease, lk *lease.Lock, d lease.Decision) {
+func (s *state) apply(v lease.View, ip netip.Addr, name string, l *lease.Kept, lk *lease.Lock, d lease.Decision) {
 	if !d.At.IsZero() {
 		s.wakeIP(ip, d.At)
 	}
@@ -387,7 +372,7 @@ func (s *state) apply(v lease.View, ip netip.Addr, name string, l *coordinationv
 			return
 		}
 		w.action = lease.NameSuccessor
-		w.lease = lease.WithSuccessor(l, d.Successor)
+		w.lease = lease.WithSuccessor(l.Lease(), d.Successor)
 	case lease.Unbind:
 		s.carryOut(ip, d)
 		return
@@ -404,7 +389,7 @@ func (s *state) apply(v lease.View, ip netip.Addr, name string, l *coordinationv
 			w.dead, _ = v.DeadSince(lk.Holder)
 			w.from = lk.Holder
 		}
-		w.lease = lease.WithHolder(l, ip, v.Self, d.Successor, e.Services, now)
+		w.lease = lease.WithHolder(l.Lease(), ip, v.Self, d.Successor, e.Services, now)
 	case lease.Handoff, lease.Release:
 		if _, bound := s.bound[ip]; d.Action == lease.Handoff && !bound {
 			// The target binds a handed-off IP without probing, as its
@@ -413,7 +398,7 @@ func (s *state) apply(v lease.View, ip netip.Addr, name string, l *coordinationv
 			// instead, naming the target as a move: it takes the lock at
 			// once, as an acquisition, and probes.
 			w.action = lease.Release
-			w.lease = lease.WithMoveTo(lease.WithHolder(l, ip, "", "", e.Services, now), d.Target)
+			w.lease = lease.WithMoveTo(lease.WithHolder(l.Lease(), ip, "", "", e.Services, now), d.Target)
 			s.log.Info("releasing an IP not bound here for its new holder to probe", "ip", ip, "node", d.Target, "reason", d.Reason)
 			break
 		}
@@ -423,16 +408,16 @@ func (s *state) apply(v lease.View, ip netip.Addr, name string, l *coordinationv
 		if !s.drop(&w, d.Reason) {
 			return
 		}
-		w.lease = lease.WithHolder(l, ip, w.target, d.Successor, e.Services, now)
+		w.lease = lease.WithHolder(l.Lease(), ip, w.target, d.Successor, e.Services, now)
 	case lease.Delete:
 		if !s.drop(&w, d.Reason) {
 			return
 		}
 		w.rv = l.ResourceVersion
 	case lease.ClearMove:
-		w.lease = lease.WithMoveTo(l, "")
+		w.lease = lease.WithMoveTo(l.Lease(), "")
 	case lease.NameSuccessor:
-		w.lease = lease.WithSuccessor(l, d.Successor)
+		w.lease = lease.WithSuccessor(l.Lease(), d.Successor)
 	}
 	s.log.Debug("lock write", "ip", ip, "lease", w.name, "action", d.Action, "target", w.target, "reason", d.Reason)
 	s.dispatch(w)
@@ -442,7 +427,7 @@ func (s *state) apply(v lease.View, ip netip.Addr, name string, l *coordinationv
 // the policy would put the IPs this node holds or takes were this node
 // gone: the successors their locks name (lease.IP.Next), so that a dead
 // node's IPs go where the policy wants them without a second move.
-func (s *state) plan(v lease.View, locks map[string]*coordinationv1.Lease) map[netip.Addr]string {
+func (s *state) plan(v lease.View, locks map[string]*lease.Kept) map[netip.Addr]string {
 	holders := map[netip.Addr]string{}
 	for _, m := range s.order {
 		if s.cfg.Policy != config.PolicySpread && len(s.preferred[m.ip]) == 0 {
@@ -467,10 +452,10 @@ func (s *state) plan(v lease.View, locks map[string]*coordinationv1.Lease) map[n
 // one an ownership write in flight names (planning again from the old
 // holder would hand off other IPs for a move already under way); "" when
 // not live.
-func (s *state) plannedHolder(v lease.View, name string, l *coordinationv1.Lease) string {
+func (s *state) plannedHolder(v lease.View, name string, l *lease.Kept) string {
 	h, moving := s.pending[name]
-	if !moving && l != nil && l.Spec.HolderIdentity != nil {
-		h = *l.Spec.HolderIdentity
+	if !moving && l != nil {
+		h = l.Holder
 	}
 	if !slices.Contains(v.Live, h) {
 		return ""
@@ -480,7 +465,7 @@ func (s *state) plannedHolder(v lease.View, name string, l *coordinationv1.Lease
 
 // planOne is plan for one IP. Only the sticky plan of an IP depends on
 // that IP alone; under spread every pass is a full one (fullDue).
-func (s *state) planOne(v lease.View, ip netip.Addr, name string, l *coordinationv1.Lease) string {
+func (s *state) planOne(v lease.View, ip netip.Addr, name string, l *lease.Kept) string {
 	in := policy.Input{Policy: s.cfg.Policy, Live: v.Live,
 		Holders: map[netip.Addr]string{ip: s.plannedHolder(v, name, l)}, Preferred: map[netip.Addr][]string{ip: s.preferred[ip]}}
 	if o, ok := s.only[ip]; ok {
@@ -491,13 +476,13 @@ func (s *state) planOne(v lease.View, ip netip.Addr, name string, l *coordinatio
 
 // collectHeartbeats deletes the heartbeats of nodes that are dead and whose
 // Node object is gone. The first live eligible node does it.
-func (s *state) collectHeartbeats(v lease.View, all []*coordinationv1.Lease) {
+func (s *state) collectHeartbeats(v lease.View) {
 	if len(v.Live) == 0 || v.Live[0] != v.Self {
 		return
 	}
-	for _, l := range all {
+	for _, l := range s.a.heartbeats() {
 		node, ok := lease.NodeOf(l.Name)
-		if !ok || l.Labels[lease.RoleLabel] != lease.RoleHeartbeat || v.Alive(node) || s.inflight[l.Name] {
+		if !ok || v.Alive(node) || s.inflight[l.Name] {
 			continue
 		}
 		if _, err := s.a.nodes.Get(node); !apierrors.IsNotFound(err) {

@@ -19,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -162,7 +163,8 @@ type informerCache struct {
 func (c informerCache) List() []any {
 	out := c.Indexer.List()
 	slices.SortFunc(out, func(x, y any) int {
-		mx, my := x.(metav1.Object), y.(metav1.Object)
+		mx, _ := meta.Accessor(x)
+		my, _ := meta.Accessor(y)
 		return cmp.Or(strings.Compare(mx.GetNamespace(), my.GetNamespace()), strings.Compare(mx.GetName(), my.GetName()))
 	})
 	if c.listed != nil && *c.listed != nil {
@@ -284,7 +286,7 @@ func (w *world) heartbeat(node string, eligible bool) {
 	l.ResourceVersion = w.nextRV()
 	w.must(w.leases.Update(l))
 	if cur == nil {
-		w.a.leaseChanged(l) // a renewal is the loop's to notice (heartbeatsRenewed)
+		w.leaseChanged(l) // a renewal is the loop's to notice (heartbeatsRenewed)
 	}
 }
 
@@ -313,7 +315,7 @@ func (w *world) lockNaming(ip netip.Addr, holder, successor string) {
 	l := lease.NewLockLease(testNS, ip, holder, successor, nil, w.clk.Now())
 	l.ResourceVersion = w.nextRV()
 	w.must(w.leases.Update(l))
-	w.a.leaseWritten(prev, l)
+	w.leaseWritten(prev, l)
 }
 
 // take returns the calls logged since the last take.
@@ -404,12 +406,35 @@ func (w *world) step(d time.Duration) { w.clk.Step(d) }
 
 var leaseResource = schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}
 
+// get is the Lease named name as the API server holds it, nil if none.
 func (w *world) get(name string) *coordinationv1.Lease {
 	obj, ok, _ := w.leases.GetByKey(testNS + "/" + name)
 	if !ok {
 		return nil
 	}
+	if k, ok := obj.(*lease.Kept); ok {
+		return k.Lease()
+	}
 	return obj.(*coordinationv1.Lease)
+}
+
+// leaseChanged is the informer's event for l: the agent sees l as its
+// cache keeps it (keepWhatIsRead).
+func (w *world) leaseChanged(l *coordinationv1.Lease) { w.a.leaseChanged(kept(l)) }
+
+// leaseWritten is leaseChanged for l updated from prev (nil if created).
+func (w *world) leaseWritten(prev, l *coordinationv1.Lease) {
+	var old any
+	if prev != nil {
+		old = kept(prev)
+	}
+	w.a.leaseWritten(old, kept(l))
+}
+
+// kept is l as a cache keeps it.
+func kept(l *coordinationv1.Lease) any {
+	k, _ := newInterner().keepWhatIsRead(l.DeepCopy())
+	return k
 }
 
 func (w *world) log(verb string, l *coordinationv1.Lease) {
@@ -470,7 +495,7 @@ func (w *world) Create(_ context.Context, l *coordinationv1.Lease) (*coordinatio
 		return out.DeepCopy(), nil
 	}
 	w.must(w.leases.Add(out))
-	w.a.leaseChanged(out)
+	w.leaseChanged(out)
 	w.log("create", out)
 	return out.DeepCopy(), nil
 }
@@ -479,7 +504,7 @@ func (w *world) Create(_ context.Context, l *coordinationv1.Lease) (*coordinatio
 func (w *world) deliverLocks() {
 	for _, l := range w.lagged {
 		w.must(w.leases.Add(l))
-		w.a.leaseChanged(l)
+		w.leaseChanged(l)
 	}
 	w.lagged = nil
 }
@@ -505,7 +530,7 @@ func (w *world) Update(_ context.Context, l *coordinationv1.Lease) (*coordinatio
 	if l.Labels[lease.RoleLabel] == lease.RoleHeartbeat {
 		w.s.hbDirty = w.s.hbDirty || !w.watchLag
 	} else {
-		w.a.leaseChanged(out)
+		w.leaseChanged(out)
 	}
 	w.log("update", out)
 	return out.DeepCopy(), nil
@@ -524,7 +549,7 @@ func (w *world) Delete(_ context.Context, name, rv string) error {
 		return apierrors.NewConflict(leaseResource, name, fmt.Errorf("version %s is not %s", rv, cur.ResourceVersion))
 	}
 	w.must(w.leases.Delete(cur))
-	w.a.leaseChanged(cur)
+	w.leaseChanged(cur)
 	w.log("delete", cur)
 	return nil
 }

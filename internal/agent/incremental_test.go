@@ -314,7 +314,7 @@ func incrementalDecidesAsFull(t *testing.T, seed uint64) {
 			ip := testIP(rnd.IntN(rw.next))
 			if l := w.get(leaseName(ip)); l != nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "node-a" {
 				w.must(w.leases.Delete(l))
-				w.a.leaseChanged(l)
+				w.leaseChanged(l)
 				loop(true, "a lock deleted by its holder")
 			}
 		}

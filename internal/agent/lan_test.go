@@ -173,7 +173,7 @@ func TestLoopLANSlowHeartbeat(t *testing.T) {
 func (w *world) join(node string) {
 	w.addNode(node)
 	w.lanHeartbeat(node)
-	w.a.leaseChanged(w.get(lease.HeartbeatName(node)))
+	w.leaseChanged(w.get(lease.HeartbeatName(node)))
 }
 
 // Nodes that join change the slow factor (with heartbeat-writes 0.4, five

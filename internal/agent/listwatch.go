@@ -133,12 +133,12 @@ func indexersFor(obj runtime.Object) cache.Indexers {
 const serviceIndex = "service"
 
 // interner makes the objects of one cache share what thousands of them
-// hold alike: every lock carries the same two labels and the same
-// annotation keys, names one of a few nodes, and lives in one namespace,
-// yet each decoded object has its own copies. Sharing is safe because
-// nothing changes an object in a cache (every write starts from a
-// DeepCopy). It keeps at most internMax values, so that Leases someone
-// else labels at random cannot grow it without bound.
+// hold alike: every lock names one of a few nodes and lives in one
+// namespace, every Service has one of a few types and families, yet each
+// decoded object has its own copies. Sharing is safe because nothing
+// changes an object in a cache (every write starts from a copy). It keeps
+// at most internMax values, so that objects someone else labels at random
+// cannot grow it without bound.
 type interner struct {
 	mu     sync.Mutex
 	strs   map[string]string
@@ -225,11 +225,12 @@ func (in *interner) labelSet(m map[string]string) map[string]string {
 // reads: every object's managedFields (often larger than the rest of a
 // Lease), of a Node everything in its status but its addresses (images
 // and conditions are most of a real Node), of a Service all but what
-// decides its IPs (keepOfService), and of a Lease its UID (an update
-// without one keeps the stored UID). What a Lease shares with the others
-// is interned. eipd writes Leases from its cache, and patches only the
-// load-balancer ingress of a Service's status, never Nodes; an update
-// whose managedFields are unset leaves the API server's unchanged.
+// decides its IPs (keepOfService), and of a heartbeat Lease its UID (an
+// update without one keeps the stored UID). A lock Lease is kept as a
+// lease.Kept, the strings it shares with the others interned. eipd writes
+// Leases from its cache, and patches only the load-balancer ingress of a
+// Service's status, never Nodes; an update whose managedFields are unset
+// leaves the API server's unchanged.
 func (in *interner) keepWhatIsRead(obj any) (any, error) {
 	if m, ok := obj.(metav1.Object); ok {
 		m.SetManagedFields(nil)
@@ -247,21 +248,12 @@ func (in *interner) keepWhatIsRead(obj any) (any, error) {
 		defer in.mu.Unlock()
 		in.keepOfSlice(o)
 	case *coordinationv1.Lease:
-		in.mu.Lock()
-		defer in.mu.Unlock()
-		o.UID = ""
-		o.Namespace = in.str(o.Namespace)
-		o.Labels = in.labelSet(o.Labels)
-		if len(o.Annotations) > 0 {
-			ann := make(map[string]string, len(o.Annotations))
-			for k, v := range o.Annotations {
-				ann[in.str(k)] = v
-			}
-			o.Annotations = ann
+		if o.Labels[lease.RoleLabel] == lease.RoleLock {
+			in.mu.Lock()
+			defer in.mu.Unlock()
+			return lease.Keep(o, in.str), nil
 		}
-		o.Spec.HolderIdentity = sharedPtr(in, o.Spec.HolderIdentity)
-		o.Spec.LeaseDurationSeconds = sharedPtr(in, o.Spec.LeaseDurationSeconds)
-		o.Spec.LeaseTransitions = sharedPtr(in, o.Spec.LeaseTransitions)
+		o.UID = ""
 	}
 	return obj, nil
 }

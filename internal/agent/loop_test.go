@@ -483,7 +483,7 @@ func TestLoopReservationKeptFromItsFirstSighting(t *testing.T) {
 	l.Annotations[alloc.AnnotationReservedFor] = "default/late"
 	l.ResourceVersion = w.nextRV()
 	w.must(w.leases.Update(l))
-	w.a.leaseChanged(l)
+	w.leaseChanged(l)
 	w.s.pass()
 	w.settle()
 	for range 3 {
@@ -784,11 +784,11 @@ func TestLoopOwnLockDeletedBeforeTheWatchDeliveredIt(t *testing.T) {
 	l := w.lagged[0]
 	w.lagged = nil
 	w.must(w.leases.Add(l))
-	w.a.leaseChanged(l)
+	w.leaseChanged(l)
 	w.must(w.leases.Delete(l))
 	gone := l.DeepCopy()
 	gone.ResourceVersion = w.nextRV() // a deletion's event carries its own version
-	w.a.leaseChanged(gone)
+	w.leaseChanged(gone)
 	w.lockLag = false
 	w.tick("node-b")
 	assert.DeepEqual(t, w.take(), []string{"unbind " + ip.String()})

@@ -103,8 +103,8 @@ func (s *state) takeLockChanges() bool {
 			s.needFull = true
 			continue
 		}
-		if lk, err := lease.ParseLock(l); err == nil {
-			s.dirty[lk.IP] = true
+		if l.Err == nil {
+			s.dirty[l.IP] = true
 		} else {
 			s.needFull = true // the full pass warns about it
 		}

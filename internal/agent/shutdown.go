@@ -4,7 +4,6 @@ import (
 	"net/netip"
 
 	"github.com/eip-project/eip/internal/lease"
-	coordinationv1 "k8s.io/api/coordination/v1"
 )
 
 func (s *state) shutdown() error {
@@ -13,8 +12,7 @@ func (s *state) shutdown() error {
 	v := s.view(now)
 	s.log.Info("shutting down: handing off what this node holds")
 	s.seen = s.a.leasesSeen()
-	all := s.a.allLeases()
-	locks := s.observe(all, now)
+	locks := s.observe(s.a.allLocks(), now)
 	if v.Writable {
 		// Peers must see this node leave before they see its handoffs
 		// (the watch delivers Leases in the order they were written), or
@@ -75,7 +73,7 @@ func (s *state) shutdown() error {
 // the answer.
 // handOff gives m, held by this node, to the node plan names, or to the
 // best-ranked live peer; with none, it releases it.
-func (s *state) handOff(v lease.View, plan map[netip.Addr]string, m managed, locks map[string]*coordinationv1.Lease) {
+func (s *state) handOff(v lease.View, plan map[netip.Addr]string, m managed, locks map[string]*lease.Kept) {
 	l := s.effective(m.name, locks[m.name])
 	lk := s.lockOf(m.ip, l, &s.read)
 	t := plan[m.ip]

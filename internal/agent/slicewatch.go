@@ -77,12 +77,12 @@ func (s *state) watchSlices() {
 // may be; at a start, warmSlices judges those this node held before.
 func (s *state) heldOnly(ip netip.Addr) lease.Only {
 	o := lease.Only{Restricted: true}
-	l := s.a.lease(lease.NameFor(ip))
-	if l == nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
+	l := s.a.lock(lease.NameFor(ip))
+	if l == nil || l.Holder == "" {
 		return o
 	}
 	_, bound := s.bound[ip]
-	if h := *l.Spec.HolderIdentity; h != s.a.opt.Node || bound {
+	if h := l.Holder; h != s.a.opt.Node || bound {
 		o.Nodes = []string{h}
 	}
 	return o

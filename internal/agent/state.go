@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 
 	"github.com/eip-project/eip/internal/bgp"
 	"github.com/eip-project/eip/internal/config"
@@ -125,7 +124,7 @@ type lockBook struct {
 	// written are this node's successful lock writes until the cache
 	// shows them (effective); seen is the Leases' cache's progress, read
 	// before the cache's copies that a pass compares with them.
-	written  map[string]*coordinationv1.Lease
+	written  map[string]*lease.Kept
 	seen     string
 	deleted  map[string]string // lock name -> resourceVersion we deleted
 	badLocks map[string]string // lock name -> resourceVersion already warned about
@@ -252,7 +251,7 @@ func newState(a *Agent) *state {
 		},
 		self: self{needBarrier: true, liveUntil: map[string]time.Time{}},
 		lockBook: lockBook{
-			written:   map[string]*coordinationv1.Lease{},
+			written:   map[string]*lease.Kept{},
 			deleted:   map[string]string{},
 			badLocks:  map[string]string{},
 			freeSince: map[netip.Addr]time.Time{},

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/eip-project/eip/internal/lease"
-	coordinationv1 "k8s.io/api/coordination/v1"
 )
 
 // succession is an IP this node binds as its lock's successor (succeed).
@@ -164,11 +163,10 @@ func (s *state) contest(ip netip.Addr) {
 // it while this node was dead and not yet written the lock
 // (docs/design.md, Succession). It binds at the first unanswered probe,
 // and never while an eip node answers.
-func (s *state) probeHeldAtStart(locks map[string]*coordinationv1.Lease) {
+func (s *state) probeHeldAtStart(locks map[string]*lease.Kept) {
 	for name, l := range locks {
 		ip, named := s.names[name]
-		h := l.Spec.HolderIdentity
-		if !named || h == nil || *h != s.a.opt.Node || l.Annotations[lease.AnnotationSuccessor] == "" {
+		if !named || l.Holder != s.a.opt.Node || l.Successor == "" {
 			continue
 		}
 		if _, bound := s.bound[ip]; !bound {

@@ -165,7 +165,7 @@ func (s *state) writeDone(r writeResult) {
 		s.log.Info("deleted lock", id...)
 		return
 	}
-	s.written[r.name] = r.out
+	s.written[r.name] = lease.Keep(r.out, nil)
 	switch r.action {
 	case lease.Create, lease.Acquire, lease.Succeed:
 		takeover := !r.dead.IsZero()

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/eip-project/eip/internal/ipset"
+	"github.com/eip-project/eip/internal/lease"
 )
 
 // Annotations read on Services, and the one eip writes on reservations.
@@ -26,7 +27,7 @@ const (
 	// AnnotationReservedFor on a lock Lease marks it as a reservation made
 	// for the Service "namespace/name" before that Service's status names
 	// the address.
-	AnnotationReservedFor = "eip.io/reserved-for"
+	AnnotationReservedFor = lease.AnnotationReservedFor
 )
 
 // Port is a port a Service exposes; two Services sharing an address must

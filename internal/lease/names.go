@@ -25,6 +25,10 @@ const (
 	// AnnotationSuccessor names the node that holds the IP after its
 	// holder is judged dead, before any write (docs/design.md, Succession).
 	AnnotationSuccessor = "eip.io/successor"
+	// AnnotationReservedFor on a lock marks it as a reservation made for
+	// the Service "namespace/name" before that Service's status names the
+	// address (package alloc).
+	AnnotationReservedFor = "eip.io/reserved-for"
 
 	// AnnotationEligible on a heartbeat says whether the node can serve IPs
 	// ("true"/"false"); AnnotationError says why not, or which configuration
