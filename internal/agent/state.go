@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"time"
 
-
 	"github.com/eip-project/eip/internal/bgp"
 	"github.com/eip-project/eip/internal/config"
 	"github.com/eip-project/eip/internal/ipset"
