@@ -19,6 +19,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/eip-project/eip/internal/endpoints"
+	"github.com/eip-project/eip/internal/ipset"
 	"github.com/eip-project/eip/internal/kubeclient"
 	"github.com/eip-project/eip/internal/lease"
 	"github.com/eip-project/eip/internal/listwatch"
@@ -89,7 +90,6 @@ type Agent struct {
 	clk      clock.WithTicker
 	recorder record.EventRecorder
 
-	services  corelisters.ServiceLister
 	svcIdx    cache.Indexer // the Services' cache, listed whole by allServices
 	nodes     corelisters.NodeLister
 	leaseIdx  cache.Indexer // the Leases' cache, heartbeats indexed (heartbeatIndex)
@@ -311,11 +311,21 @@ func (a *Agent) allLocks() []*lease.Kept {
 	return objectsOf[lease.Kept](a.leaseIdx.List())
 }
 
-// allServices is every Service in the cache, read as allLeases reads the
-// Leases: the lister's List appended each of them to a growing slice,
+// allServices is every Service in the cache, read as allLocks reads the
+// locks: the lister's List appended each of them to a growing slice,
 // 0.3 MB a full pass at 10,000 Services, which the allocation pass lists.
-func (a *Agent) allServices() []*corev1.Service {
-	return objectsOf[corev1.Service](a.svcIdx.List())
+func (a *Agent) allServices() []*ipset.Service {
+	return objectsOf[ipset.Service](a.svcIdx.List())
+}
+
+// service is the Service "namespace/name" in the cache, nil if none.
+func (a *Agent) service(key string) *ipset.Service {
+	obj, ok, _ := a.svcIdx.GetByKey(key)
+	if !ok {
+		return nil
+	}
+	svc, _ := obj.(*ipset.Service)
+	return svc
 }
 
 // objectsOf is the objects of a cache's list that are T, in a slice of
@@ -388,7 +398,6 @@ func (a *Agent) startInformers(stop <-chan struct{}) error {
 		}
 		a.synced = append(a.synced, h.inf.HasSynced)
 	}
-	a.services = corelisters.NewServiceLister(svc.GetIndexer())
 	a.svcIdx = svc.GetIndexer()
 	a.nodes = corelisters.NewNodeLister(node.GetIndexer())
 	a.leaseIdx = ls.GetIndexer()

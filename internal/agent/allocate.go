@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/eip-project/eip/internal/alloc"
+	"github.com/eip-project/eip/internal/ipset"
 	"github.com/eip-project/eip/internal/lease"
 )
 
@@ -84,7 +85,7 @@ func newAllocator() *allocator {
 // allocJob reserves addresses for one Service, then writes its status.
 type allocJob struct {
 	key     string
-	svc     *corev1.Service // the new status, at the resourceVersion it was read at
+	svc     *ipset.Service // the new status, at the resourceVersion it was read at
 	reserve []*coordinationv1.Lease
 	timeout time.Duration
 }
@@ -154,12 +155,12 @@ func (a *Agent) allocateOne(j allocJob) allocResult {
 // patchIngress writes the load-balancer ingress of svc's status, and
 // nothing else, if the Service is still at svc's resourceVersion (a
 // Conflict otherwise). A merge patch rather than an update: the cache
-// keeps only part of a Service (keepOfService), and an update of status
+// keeps only part of a Service (ipset.Service), and an update of status
 // writes the object's labels and annotations too.
-func (a *Agent) patchIngress(ctx context.Context, svc *corev1.Service) (*corev1.Service, error) {
+func (a *Agent) patchIngress(ctx context.Context, svc *ipset.Service) (*corev1.Service, error) {
 	patch, err := json.Marshal(map[string]any{
 		"metadata": map[string]any{"resourceVersion": svc.ResourceVersion},
-		"status":   map[string]any{"loadBalancer": map[string]any{"ingress": svc.Status.LoadBalancer.Ingress}},
+		"status":   map[string]any{"loadBalancer": map[string]any{"ingress": svc.Ingress}},
 	})
 	if err != nil {
 		return nil, err
@@ -198,7 +199,7 @@ func (s *state) allocate(v lease.View, locks map[string]*lease.Kept) {
 	}
 	svcs := s.a.allServices()
 	type unsettled struct {
-		svc *corev1.Service
+		svc *ipset.Service
 		req alloc.Request
 	}
 	var todo []unsettled
@@ -212,7 +213,7 @@ func (s *state) allocate(v lease.View, locks map[string]*lease.Kept) {
 		if !alloc.Wants(svc) {
 			continue
 		}
-		k := key(svc)
+		k := svc.Key()
 		if rv, ok := al.settled[k]; ok && rv == svc.ResourceVersion {
 			al.next[k] = rv
 			continue
@@ -234,7 +235,7 @@ func (s *state) allocate(v lease.View, locks map[string]*lease.Kept) {
 		// First come, first served: every node assigns in the same order,
 		// so their answers agree.
 		slices.SortFunc(todo, func(a, b unsettled) int {
-			return cmp.Or(a.svc.CreationTimestamp.Compare(b.svc.CreationTimestamp.Time), cmp.Compare(a.req.Service, b.req.Service))
+			return cmp.Or(a.svc.Created.Compare(b.svc.Created), cmp.Compare(a.req.Service, b.req.Service))
 		})
 		space := s.space(svcs, locks, v.Now)
 		for _, w := range todo {
@@ -271,11 +272,9 @@ func (s *state) allocate(v lease.View, locks map[string]*lease.Kept) {
 	}
 }
 
-func key(svc *corev1.Service) string { return svc.Namespace + "/" + svc.Name }
-
 // space is the address space as this node sees it, its own writes in
 // flight included.
-func (s *state) space(svcs []*corev1.Service, locks map[string]*lease.Kept, now time.Time) *alloc.Space {
+func (s *state) space(svcs []*ipset.Service, locks map[string]*lease.Kept, now time.Time) *alloc.Space {
 	al := s.alloc
 	sp := alloc.NewSpace(s.cfg, s.reserved)
 	for _, svc := range svcs {
@@ -335,7 +334,7 @@ const (
 // machine answers for is skipped from then on (space), so the next pass
 // gives svc the next free address; the Service gets a Warning event
 // naming the MAC.
-func (s *state) candidatesFree(svc *corev1.Service, ips []netip.Addr, now time.Time) bool {
+func (s *state) candidatesFree(svc *ipset.Service, ips []netip.Addr, now time.Time) bool {
 	al, c := s.alloc, &s.conflicts
 	for ip, at := range al.probedFree {
 		if now.Sub(at) >= probedFreeFor {
@@ -363,8 +362,8 @@ func (s *state) candidatesFree(svc *corev1.Service, ips []netip.Addr, now time.T
 			al.inUse[ip] = now.Add(inUseFor)
 			s.wakeFull(now)
 			s.a.opt.Metrics.AddressConflict()
-			s.log.Warn("a new address answers on the LAN; giving the Service another", "service", key(svc), "ip", ip, "mac", mac)
-			s.a.recorder.Event(svc, corev1.EventTypeWarning, "AddressConflict",
+			s.log.Warn("a new address answers on the LAN; giving the Service another", "service", svc.Key(), "ip", ip, "mac", mac)
+			s.a.recorder.Event(svc.Reference(), corev1.EventTypeWarning, "AddressConflict",
 				fmt.Sprintf("%s is in use on the LAN by %s: not assigned; %s assigns the next free address", ip, mac, s.a.opt.Node))
 			continue
 		}
@@ -385,8 +384,8 @@ func (s *state) candidatesFree(svc *corev1.Service, ips []netip.Addr, now time.T
 }
 
 // mayAllocate: this node may act for svc now, its turn by rank having come.
-func (s *state) mayAllocate(v lease.View, svc *corev1.Service) bool {
-	al, k, now := s.alloc, key(svc), v.Now
+func (s *state) mayAllocate(v lease.View, svc *ipset.Service) bool {
+	al, k, now := s.alloc, svc.Key(), v.Now
 	if !v.Eligible {
 		return false
 	}
@@ -416,12 +415,12 @@ func (s *state) mayAllocate(v lease.View, svc *corev1.Service) bool {
 	return true
 }
 
-func (s *state) dispatchAlloc(v lease.View, svc *corev1.Service, res alloc.Result) {
+func (s *state) dispatchAlloc(v lease.View, svc *ipset.Service, res alloc.Result) {
 	now := v.Now
-	k := key(svc)
-	out := svc.DeepCopy()
-	out.Status.LoadBalancer.Ingress = ingress(svc.Status.LoadBalancer.Ingress, res.IPs)
-	job := allocJob{key: k, svc: out, timeout: max(s.cfg.LeaseDuration, 2*time.Second)}
+	k := svc.Key()
+	out := *svc
+	out.Ingress = ingress(svc.Ingress, res.IPs)
+	job := allocJob{key: k, svc: &out, timeout: max(s.cfg.LeaseDuration, 2*time.Second)}
 	for _, ip := range res.Reserve {
 		l := lease.NewLockLease(s.a.opt.Namespace, ip, s.a.opt.Node, v.SuccessorOf(ip, s.a.opt.Node), []string{k}, now)
 		l.Annotations[alloc.AnnotationReservedFor] = k
@@ -491,15 +490,15 @@ func (s *state) allocDone(r allocResult) {
 // reportRefusal logs what a Service cannot have, and records it as a
 // Warning event when it changed. Only the node ranked first for the Service
 // records the event, so that a cluster does not repeat it once per node.
-func (s *state) reportRefusal(v lease.View, svc *corev1.Service, msg string) {
-	k := key(svc)
+func (s *state) reportRefusal(v lease.View, svc *ipset.Service, msg string) {
+	k := svc.Key()
 	if s.alloc.refused[k] == msg {
 		return
 	}
 	s.alloc.refused[k] = msg
 	s.log.Warn("cannot allocate", "service", k, "reason", msg)
 	if lease.RankFor(string(svc.UID), v.Self, v.Live) == 0 {
-		s.a.recorder.Event(svc, corev1.EventTypeWarning, "AllocationFailed", truncate(msg, 1000))
+		s.a.recorder.Event(svc.Reference(), corev1.EventTypeWarning, "AllocationFailed", truncate(msg, 1000))
 	}
 }
 
@@ -515,8 +514,7 @@ func (s *state) reservationSpared(l *lease.Kept, ip netip.Addr, now time.Time) b
 	if s.alloc.wanted[ip] == k {
 		return true
 	}
-	ns, name, _ := strings.Cut(k, "/")
-	if _, err := s.a.services.Services(ns).Get(name); !apierrors.IsNotFound(err) {
+	if s.a.service(k) != nil {
 		return false
 	}
 	// The grace counts from the first sighting, whichever pass made it: an

@@ -8,8 +8,6 @@ import (
 
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"gotest.tools/v3/assert"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/eip-project/eip/internal/config"
 	"github.com/eip-project/eip/internal/netif"
@@ -225,7 +223,7 @@ func TestLoopSpreadsAddressesOverDevices(t *testing.T) {
 
 	// One address leaves eipd0; the next bound fills its place.
 	gone := w.addrs[netip.PrefixFrom(ips[0], 32)]
-	w.must(w.svcs.Delete(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web-0"}}))
+	w.deleteService("web-0")
 	w.s.dirtySvc = true
 	w.tick()
 	w.addService("web-new", testIP(perDevice+2))

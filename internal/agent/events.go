@@ -105,23 +105,23 @@ func (s *state) event(ip netip.Addr, kind, reason, msg string) {
 		return
 	}
 	for _, key := range e.Services {
-		ns, name, _ := strings.Cut(key, "/")
-		s.serviceEvent(ns, name, kind, reason, msg)
+		s.serviceEvent(key, kind, reason, msg)
 	}
 }
 
-// serviceEvent posts an Event on the Service ns/name, if the node's
-// budget allows it; otherwise it is counted for the next summary.
-func (s *state) serviceEvent(ns, name, kind, reason, msg string) {
-	svc, err := s.a.services.Services(ns).Get(name)
-	if err != nil {
+// serviceEvent posts an Event on the Service key ("namespace/name"), if
+// the node's budget allows it; otherwise it is counted for the next
+// summary.
+func (s *state) serviceEvent(key, kind, reason, msg string) {
+	svc := s.a.service(key)
+	if svc == nil {
 		return
 	}
 	if !s.events.allow(s.a.clk.Now(), kind, reason) {
 		s.a.opt.Metrics.EventSummarised(reason)
 		return
 	}
-	s.a.recorder.Event(svc, kind, reason, msg)
+	s.a.recorder.Event(svc.Reference(), kind, reason, msg)
 }
 
 // postSummary posts the summary of the Events the budget left out, when

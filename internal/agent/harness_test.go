@@ -47,10 +47,13 @@ type world struct {
 	s   *state
 
 	svcs, nodes, leases, cms, eps cache.Indexer
-	rv                            int
-	addrs                         map[netip.Prefix]string // bound prefix → iface
-	calls                         []string
-	renewals                      []string
+	// services are the Services as the API server holds them, by name
+	// in default: the cache keeps only what eipd reads of them.
+	services map[string]*corev1.Service
+	rv       int
+	addrs    map[netip.Prefix]string // bound prefix → iface
+	calls    []string
+	renewals []string
 	// renewTries are the renewals the loop asked for, failed ones too:
 	// when, and with which timeout.
 	renewTries []string
@@ -191,7 +194,7 @@ func (c informerCache) Update(obj any) error {
 
 // newWorld is node self's loop on a cluster with the given ConfigMap data.
 func newWorld(t testing.TB, self string, cfg map[string]string) *world {
-	w := &world{t: t, clk: clocktesting.NewFakeClock(t0), addrs: map[netip.Prefix]string{}}
+	w := &world{t: t, clk: clocktesting.NewFakeClock(t0), addrs: map[netip.Prefix]string{}, services: map[string]*corev1.Service{}}
 	idx := func(obj runtime.Object) cache.Indexer {
 		return informerCache{Indexer: cache.NewIndexer(cache.MetaNamespaceKeyFunc, indexersFor(obj)), keep: newInterner().keepWhatIsRead}
 	}
@@ -213,7 +216,6 @@ func newWorld(t testing.TB, self string, cfg map[string]string) *world {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.services = corelisters.NewServiceLister(w.svcs)
 	a.svcIdx = w.svcs
 	a.nodes = corelisters.NewNodeLister(w.nodes)
 	a.leaseIdx = w.leases
@@ -249,8 +251,21 @@ func (w *world) addService(name string, ips ...netip.Addr) {
 	for _, ip := range ips {
 		svc.Spec.ExternalIPs = append(svc.Spec.ExternalIPs, ip.String())
 	}
-	w.must(w.svcs.Add(svc))
+	w.putService(svc)
 	w.s.dirtySvc = true
+}
+
+// putService writes svc, as the API server would and the informer
+// delivers it to the cache.
+func (w *world) putService(svc *corev1.Service) {
+	w.services[svc.Name] = svc.DeepCopy()
+	w.must(w.svcs.Update(svc))
+}
+
+// deleteService deletes Service name of default.
+func (w *world) deleteService(name string) {
+	delete(w.services, name)
+	w.must(w.svcs.Delete(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}}))
 }
 
 func (w *world) nodeObj(name string) *corev1.Node {
@@ -261,12 +276,13 @@ func (w *world) nodeObj(name string) *corev1.Node {
 	return obj.(*corev1.Node).DeepCopy()
 }
 
+// svcObj is a copy of Service name of default as the API server holds it.
 func (w *world) svcObj(name string) *corev1.Service {
-	obj, ok, _ := w.svcs.GetByKey("default/" + name)
+	svc, ok := w.services[name]
 	if !ok {
 		w.t.Fatalf("no Service %s", name)
 	}
-	return obj.(*corev1.Service)
+	return svc.DeepCopy()
 }
 
 func leaseName(ip netip.Addr) string { return lease.NameFor(ip) }

@@ -188,7 +188,7 @@ func newRandomWorld(t *testing.T, seed uint64, peers []string, services int) (*w
 }
 
 func (r *randomWorld) deleteService(k int) {
-	r.w.must(r.w.svcs.Delete(r.w.svcObj(r.svcs[k])))
+	r.w.deleteService(r.svcs[k])
 	r.svcs = slices.Delete(r.svcs, k, k+1)
 	r.w.s.dirtySvc = true
 }

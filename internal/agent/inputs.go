@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -143,12 +142,11 @@ func (s *state) reportRejections(rejected []ipset.Rejection) {
 		if !reporter {
 			continue
 		}
-		ns, name, _ := strings.Cut(r.Service, "/")
 		if r.Preference {
-			s.serviceEvent(ns, name, corev1.EventTypeWarning, "PreferenceIgnored", fmt.Sprintf("%s does not decide where %s lives: %s", ipset.AnnotationPreferredNodes, r.IP, r.Reason))
+			s.serviceEvent(r.Service, corev1.EventTypeWarning, "PreferenceIgnored", fmt.Sprintf("%s does not decide where %s lives: %s", ipset.AnnotationPreferredNodes, r.IP, r.Reason))
 			continue
 		}
-		s.serviceEvent(ns, name, corev1.EventTypeWarning, "AddressRejected", fmt.Sprintf("%s is not bound by eip: %s", r.IP, r.Reason))
+		s.serviceEvent(r.Service, corev1.EventTypeWarning, "AddressRejected", fmt.Sprintf("%s is not bound by eip: %s", r.IP, r.Reason))
 	}
 	for key := range s.rejected {
 		if !seen[key] {

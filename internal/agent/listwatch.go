@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/eip-project/eip/internal/endpoints"
+	"github.com/eip-project/eip/internal/ipset"
 	"github.com/eip-project/eip/internal/lease"
 	"github.com/eip-project/eip/internal/listwatch"
 )
@@ -225,7 +226,7 @@ func (in *interner) labelSet(m map[string]string) map[string]string {
 // reads: every object's managedFields (often larger than the rest of a
 // Lease), of a Node everything in its status but its addresses (images
 // and conditions are most of a real Node), of a Service all but what
-// decides its IPs (keepOfService), and of a heartbeat Lease its UID (an
+// ipset.Service holds, and of a heartbeat Lease its UID (an
 // update without one keeps the stored UID). A lock Lease is kept as a
 // lease.Kept, the strings it shares with the others interned. eipd writes
 // Leases from its cache, and patches only the load-balancer ingress of a
@@ -239,10 +240,9 @@ func (in *interner) keepWhatIsRead(obj any) (any, error) {
 	case *corev1.Node:
 		o.Status = corev1.NodeStatus{Addresses: o.Status.Addresses}
 	case *corev1.Service:
-		keepOfService(o)
 		in.mu.Lock()
 		defer in.mu.Unlock()
-		in.shareOfService(o)
+		return in.keepService(o), nil
 	case *discoveryv1.EndpointSlice:
 		in.mu.Lock()
 		defer in.mu.Unlock()
@@ -258,50 +258,25 @@ func (in *interner) keepWhatIsRead(obj any) (any, error) {
 	return obj, nil
 }
 
-// shareOfService makes svc share what most Services hold alike: their
-// namespace, type, external traffic policy, families and family policy, the protocols of their
-// ports and the IP mode of their ingress.
-func (in *interner) shareOfService(svc *corev1.Service) {
-	svc.Namespace = in.str(svc.Namespace)
-	svc.Spec.Type = corev1.ServiceType(in.str(string(svc.Spec.Type)))
-	svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicy(in.str(string(svc.Spec.ExternalTrafficPolicy)))
-	svc.Spec.IPFamilies = in.families(svc.Spec.IPFamilies)
-	svc.Spec.IPFamilyPolicy = sharedPtr(in, svc.Spec.IPFamilyPolicy)
-	for i := range svc.Spec.Ports {
-		svc.Spec.Ports[i].Protocol = corev1.Protocol(in.str(string(svc.Spec.Ports[i].Protocol)))
+// keepService is what eipd reads of svc, sharing what most Services hold
+// alike: their namespace, type, families and family policy, the
+// protocols of their ports and the IP mode of their ingress. A cluster's
+// Services carry labels, selectors, cluster IPs, kubectl's last applied
+// configuration and status conditions that eipd never looks at: with
+// thousands of Services they were most of its memory.
+func (in *interner) keepService(svc *corev1.Service) *ipset.Service {
+	s := ipset.ServiceOf(svc)
+	s.Namespace = in.str(s.Namespace)
+	s.Type = corev1.ServiceType(in.str(string(s.Type)))
+	s.Families = in.families(s.Families)
+	s.FamilyPolicy = sharedPtr(in, s.FamilyPolicy)
+	for i := range s.Ports {
+		s.Ports[i].Protocol = corev1.Protocol(in.str(string(s.Ports[i].Protocol)))
 	}
-	for i := range svc.Status.LoadBalancer.Ingress {
-		svc.Status.LoadBalancer.Ingress[i].IPMode = sharedPtr(in, svc.Status.LoadBalancer.Ingress[i].IPMode)
+	for i := range s.Ingress {
+		s.Ingress[i].IPMode = sharedPtr(in, s.Ingress[i].IPMode)
 	}
-}
-
-// keepOfService keeps of svc its identity, its eip.io/ annotations and what
-// ipset and alloc read: type, class, external and requested addresses,
-// families, ports, external traffic policy, the health check node port
-// (of kube-proxy, for Local Services) and the load-balancer ingress. A
-// cluster's Services carry labels, selectors, cluster IPs, kubectl's last
-// applied configuration and status conditions that eipd never looks at:
-// with thousands of Services they were most of its memory.
-func keepOfService(svc *corev1.Service) {
-	svc.ObjectMeta = metav1.ObjectMeta{
-		Name: svc.Name, Namespace: svc.Namespace, UID: svc.UID, ResourceVersion: svc.ResourceVersion,
-		CreationTimestamp: svc.CreationTimestamp, DeletionTimestamp: svc.DeletionTimestamp,
-		Annotations: eipAnnotations(svc.Annotations),
-	}
-	ports := make([]corev1.ServicePort, len(svc.Spec.Ports))
-	for i, p := range svc.Spec.Ports {
-		ports[i] = corev1.ServicePort{Protocol: p.Protocol, Port: p.Port}
-	}
-	if len(ports) == 0 {
-		ports = nil
-	}
-	svc.Spec = corev1.ServiceSpec{
-		Type: svc.Spec.Type, LoadBalancerClass: svc.Spec.LoadBalancerClass,
-		ExternalIPs: svc.Spec.ExternalIPs, LoadBalancerIP: svc.Spec.LoadBalancerIP,
-		IPFamilies: svc.Spec.IPFamilies, IPFamilyPolicy: svc.Spec.IPFamilyPolicy, Ports: ports,
-		ExternalTrafficPolicy: svc.Spec.ExternalTrafficPolicy, HealthCheckNodePort: svc.Spec.HealthCheckNodePort,
-	}
-	svc.Status = corev1.ServiceStatus{LoadBalancer: svc.Status.LoadBalancer}
+	return s
 }
 
 // keepOfSlice keeps of an EndpointSlice its identity, its Service's name
@@ -351,20 +326,3 @@ func isAPIEndpoints(obj any) bool {
 	es, ok := obj.(*discoveryv1.EndpointSlice)
 	return ok && es.Namespace == listwatch.APIServiceNamespace && es.Labels[discoveryv1.LabelServiceName] == listwatch.APIService
 }
-
-// eipAnnotations are the annotations of m under eip.io/, nil if none.
-func eipAnnotations(m map[string]string) map[string]string {
-	var out map[string]string
-	for k, v := range m {
-		if strings.HasPrefix(k, annotationPrefix) {
-			if out == nil {
-				out = map[string]string{}
-			}
-			out[k] = v
-		}
-	}
-	return out
-}
-
-// annotationPrefix is the prefix of every annotation eip reads on a Service.
-const annotationPrefix = "eip.io/"

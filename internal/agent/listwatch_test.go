@@ -25,6 +25,7 @@ import (
 	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/eip-project/eip/internal/ipset"
 	"github.com/eip-project/eip/internal/lease"
 )
 
@@ -141,18 +142,15 @@ func TestKeepWhatIsRead(t *testing.T) {
 	}
 	got, err = keep(svc)
 	assert.NilError(t, err)
-	assert.DeepEqual(t, got, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: "web", Namespace: "shop", UID: "u1", ResourceVersion: "7",
-			Annotations: map[string]string{"eip.io/sharing-key": "k", "eip.io/preferred-nodes": "node-2"},
-		},
-		Spec: corev1.ServiceSpec{
-			Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &class,
-			Ports:       []corev1.ServicePort{{Protocol: corev1.ProtocolUDP, Port: 80}},
-			ExternalIPs: []string{"198.18.1.1"}, LoadBalancerIP: "198.18.1.2",
-			IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol}, IPFamilyPolicy: &family,
-		},
-		Status: corev1.ServiceStatus{LoadBalancer: corev1.LoadBalancerStatus{Ingress: []corev1.LoadBalancerIngress{{IP: "198.18.1.2"}}}},
+	ours := ipset.LoadBalancerClass
+	assert.DeepEqual(t, got, &ipset.Service{
+		Name: "web", Namespace: "shop", UID: "u1", ResourceVersion: "7",
+		Annotations: map[string]string{"eip.io/sharing-key": "k", "eip.io/preferred-nodes": "node-2"},
+		Type:        corev1.ServiceTypeLoadBalancer, Class: &ours,
+		Ports:       []ipset.Port{{Protocol: corev1.ProtocolUDP, Port: 80}},
+		ExternalIPs: []string{"198.18.1.1"}, LoadBalancerIP: "198.18.1.2",
+		Families: []corev1.IPFamily{corev1.IPv4Protocol}, FamilyPolicy: &family,
+		Ingress: []corev1.LoadBalancerIngress{{IP: "198.18.1.2"}},
 	})
 
 	keys, err := indexersFor(l)[heartbeatIndex](l)
@@ -192,7 +190,7 @@ func TestKeepWhatIsReadKeepsLocksCompact(t *testing.T) {
 // policy, port protocols and ingress IP modes; each keeps its own values.
 func TestKeepWhatIsReadSharesWhatServicesHaveAlike(t *testing.T) {
 	keep := newInterner().keepWhatIsRead
-	var got []*corev1.Service
+	var got []*ipset.Service
 	for i, ip := range []string{"198.18.1.1", "198.18.1.2"} {
 		// Each decoded object has its own copies, as protobuf gives them.
 		policy, mode := corev1.IPFamilyPolicySingleStack, corev1.LoadBalancerIPModeVIP
@@ -205,19 +203,19 @@ func TestKeepWhatIsReadSharesWhatServicesHaveAlike(t *testing.T) {
 			},
 			Status: corev1.ServiceStatus{LoadBalancer: corev1.LoadBalancerStatus{Ingress: []corev1.LoadBalancerIngress{{IP: ip, IPMode: &mode}}}},
 		}
-		want := svc.DeepCopy()
+		want := ipset.ServiceOf(svc.DeepCopy())
 		kept, err := keep(svc)
 		assert.NilError(t, err)
 		assert.DeepEqual(t, kept, want)
-		got = append(got, kept.(*corev1.Service))
+		got = append(got, kept.(*ipset.Service))
 	}
 	same := func(a, b string) bool { return unsafe.StringData(a) == unsafe.StringData(b) }
 	assert.Check(t, same(got[0].Namespace, got[1].Namespace), "namespace shared")
-	assert.Check(t, same(string(got[0].Spec.Type), string(got[1].Spec.Type)), "type shared")
-	assert.Check(t, same(string(got[0].Spec.Ports[0].Protocol), string(got[1].Spec.Ports[0].Protocol)), "protocol shared")
-	assert.Check(t, &got[0].Spec.IPFamilies[0] == &got[1].Spec.IPFamilies[0], "families shared")
-	assert.Check(t, got[0].Spec.IPFamilyPolicy == got[1].Spec.IPFamilyPolicy, "family policy shared")
-	assert.Check(t, got[0].Status.LoadBalancer.Ingress[0].IPMode == got[1].Status.LoadBalancer.Ingress[0].IPMode, "IP mode shared")
-	assert.Equal(t, got[1].Spec.Ports[0].Port, int32(81))
-	assert.Equal(t, got[1].Status.LoadBalancer.Ingress[0].IP, "198.18.1.2")
+	assert.Check(t, same(string(got[0].Type), string(got[1].Type)), "type shared")
+	assert.Check(t, same(string(got[0].Ports[0].Protocol), string(got[1].Ports[0].Protocol)), "protocol shared")
+	assert.Check(t, &got[0].Families[0] == &got[1].Families[0], "families shared")
+	assert.Check(t, got[0].FamilyPolicy == got[1].FamilyPolicy, "family policy shared")
+	assert.Check(t, got[0].Ingress[0].IPMode == got[1].Ingress[0].IPMode, "IP mode shared")
+	assert.Equal(t, got[1].Ports[0].Port, int32(81))
+	assert.Equal(t, got[1].Ingress[0].IP, "198.18.1.2")
 }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"gotest.tools/v3/assert"
-	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -296,7 +295,7 @@ func TestLoopClaimWatchWantsProbedAndBoundAddresses(t *testing.T) {
 	w.pass()
 	assert.DeepEqual(t, w.take(), []string{"probe 198.18.100.1", "bind 198.18.100.1"})
 	assert.Assert(t, w.s.claimed.has(mine), "bound")
-	w.must(w.svcs.Delete(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "mine"}}))
+	w.deleteService("mine")
 	w.s.dirtySvc = true
 	w.pass()
 	assert.Assert(t, slices.Contains(w.take(), "unbind 198.18.100.1"))

@@ -113,12 +113,11 @@ func (s *state) startCheck(k endpoints.Key, gen uint64) bool {
 // healthCheckPort is the health check node port of Service key
 // ("namespace/name"), 0 if it has none.
 func (s *state) healthCheckPort(key string) uint16 {
-	ns, name, _ := strings.Cut(key, "/")
-	svc, err := s.a.services.Services(ns).Get(name)
-	if err != nil || svc.Spec.HealthCheckNodePort <= 0 || svc.Spec.HealthCheckNodePort > 65535 {
+	svc := s.a.service(key)
+	if svc == nil || svc.HealthCheckNodePort <= 0 || svc.HealthCheckNodePort > 65535 {
 		return 0
 	}
-	return uint16(svc.Spec.HealthCheckNodePort)
+	return uint16(svc.HealthCheckNodePort)
 }
 
 // proxiedResult takes a verdict of kube-proxy's and says whether where

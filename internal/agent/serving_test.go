@@ -21,11 +21,11 @@ import (
 // ips as external IPs.
 func (w *world) addLocalService(name string, ips ...netip.Addr) {
 	w.addService(name, ips...)
-	svc := w.svcObj(name).DeepCopy()
+	svc := w.svcObj(name)
 	svc.Spec.Type = corev1.ServiceTypeLoadBalancer
 	svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
 	svc.ResourceVersion = w.nextRV()
-	w.must(w.svcs.Update(svc))
+	w.putService(svc)
 }
 
 // endpointsOf sets the one EndpointSlice of Service name in default: an
@@ -123,7 +123,7 @@ func holdingLocalWorld(t *testing.T, kp KubeProxy) *world {
 	w.addLocalService("web", testIP(0))
 	svc := w.svcObj("web")
 	svc.Spec.HealthCheckNodePort = 31000
-	w.must(w.svcs.Update(svc))
+	w.putService(svc)
 	w.endpointsOf("web", map[string]endpoints.Readiness{"node-a": endpoints.Ready})
 	for range 4 {
 		w.tick("node-b")

@@ -5,7 +5,6 @@ import (
 	"net/netip"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/client-go/tools/cache"
 
@@ -96,7 +95,7 @@ func (s *state) heldOnly(ip netip.Addr) lease.Only {
 // after its grace.
 func (s *state) warmSlices(ctx context.Context) {
 	for _, svc := range s.a.allServices() {
-		if svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal {
+		if svc.Local {
 			s.slices.update(s.checkCtx, true, s.a.clk.Now())
 			s.log.Info("watching EndpointSlices: a Service has externalTrafficPolicy: Local")
 			cache.WaitForCacheSync(ctx.Done(), s.slices.synced)

@@ -14,10 +14,10 @@ import (
 // setTrafficPolicy sets Service name's externalTrafficPolicy, as the
 // informer would tell the loop.
 func (w *world) setTrafficPolicy(name string, p corev1.ServiceExternalTrafficPolicy) {
-	svc := w.svcObj(name).DeepCopy()
+	svc := w.svcObj(name)
 	svc.Spec.ExternalTrafficPolicy = p
 	svc.ResourceVersion = w.nextRV()
-	w.must(w.svcs.Update(svc))
+	w.putService(svc)
 	w.s.dirtySvc = true
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/eip-project/eip/internal/alloc"
 	"github.com/eip-project/eip/internal/config"
+	"github.com/eip-project/eip/internal/ipset"
 )
 
 // The ranges every test allocates from: lan4 and lan6 auto-assign, the
@@ -157,7 +158,7 @@ func TestRequestOf(t *testing.T) {
 		{name: "second family of a single-stack Service", svc: svc("ns/a", families(corev1.IPFamilyPolicySingleStack, corev1.IPv4Protocol, corev1.IPv6Protocol), annotate(alloc.AnnotationIPs, "198.18.20.1,2001:db8::20:1")), err: "IP families are [IPv4]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := alloc.RequestOf(tc.svc)
+			got, err := alloc.RequestOf(ipset.ServiceOf(tc.svc))
 			if tc.err != "" {
 				assert.ErrorContains(t, err, tc.err)
 				return
@@ -187,7 +188,7 @@ func (w world) reserved() map[netip.Addr]string {
 func (w world) space(cfg config.Config) *alloc.Space {
 	s := alloc.NewSpace(cfg, w.reserved())
 	for _, svc := range w.services {
-		s.AddService(svc)
+		s.AddService(ipset.ServiceOf(svc))
 	}
 	for ip, owner := range w.locks {
 		s.Lock(netip.MustParseAddr(ip), owner)
@@ -446,9 +447,9 @@ func TestAssignHonoursRangeNamespaces(t *testing.T) {
 // the reservations, and the one refusal refused is part of (none if "").
 func assertAssign(t *testing.T, cfg config.Config, w world, svc *corev1.Service, ips, reserve []string, refused string) {
 	t.Helper()
-	req, err := alloc.RequestOf(svc)
+	req, err := alloc.RequestOf(ipset.ServiceOf(svc))
 	assert.NilError(t, err)
-	current := alloc.Current(svc)
+	current := alloc.Current(ipset.ServiceOf(svc))
 	res := w.space(cfg).Assign(req, current)
 	assert.DeepEqual(t, strs(res.IPs), ips)
 	assert.DeepEqual(t, strs(res.Reserve), reserve)
@@ -478,7 +479,7 @@ func TestAssignInOnePassGivesDistinctAddresses(t *testing.T) {
 	seen := map[netip.Addr]string{}
 	for i := range 13 {
 		name := fmt.Sprintf("ns/s%d", i)
-		req, err := alloc.RequestOf(svc(name, dual(corev1.IPFamilyPolicyRequireDualStack)))
+		req, err := alloc.RequestOf(ipset.ServiceOf(svc(name, dual(corev1.IPFamilyPolicyRequireDualStack))))
 		assert.NilError(t, err)
 		res := s.Assign(req, nil)
 		assert.Equal(t, len(res.Refused), 0, "%s: %v", name, res.Refused)
@@ -489,7 +490,7 @@ func TestAssignInOnePassGivesDistinctAddresses(t *testing.T) {
 		}
 	}
 	// 14 usable IPv4 addresses, one of which is a node's.
-	req, err := alloc.RequestOf(svc("ns/last", dual(corev1.IPFamilyPolicyRequireDualStack)))
+	req, err := alloc.RequestOf(ipset.ServiceOf(svc("ns/last", dual(corev1.IPFamilyPolicyRequireDualStack))))
 	assert.NilError(t, err)
 	res := s.Assign(req, nil)
 	assert.DeepEqual(t, res.Refused, []string{"no free IPv4 address in range 198.18.10.0/28 auto-assign"})
@@ -509,7 +510,7 @@ func TestAssignIsAFunctionOfTheView(t *testing.T) {
 		s := w.space(cfg)
 		var got []string
 		for _, name := range []string{"ns/a", "ns/b", "ns/c"} {
-			req, err := alloc.RequestOf(svc(name))
+			req, err := alloc.RequestOf(ipset.ServiceOf(svc(name)))
 			assert.NilError(t, err)
 			got = append(got, strs(s.Assign(req, nil).IPs)...)
 		}
@@ -545,10 +546,10 @@ func TestSettled(t *testing.T) {
 		{"require dual stack, no range of the missing family", v4only, svc("ns/a", status("198.18.10.1"), dual(corev1.IPFamilyPolicyRequireDualStack)), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			req, err := alloc.RequestOf(tc.svc)
+			req, err := alloc.RequestOf(ipset.ServiceOf(tc.svc))
 			assert.NilError(t, err)
 			reserved := map[netip.Addr]string{netip.MustParseAddr("198.18.0.1"): config.NodeAddress("node-1")}
-			assert.Equal(t, req.Settled(alloc.Current(tc.svc), tc.cfg, reserved), tc.want)
+			assert.Equal(t, req.Settled(alloc.Current(ipset.ServiceOf(tc.svc)), tc.cfg, reserved), tc.want)
 		})
 	}
 }
@@ -575,6 +576,6 @@ func TestWants(t *testing.T) {
 		{"ClusterIP", svc("ns/a", func(s *corev1.Service) { s.Spec.Type = corev1.ServiceTypeClusterIP }), false},
 		{"being deleted", svc("ns/a", func(s *corev1.Service) { s.DeletionTimestamp = &now }), false},
 	} {
-		t.Run(tc.name, func(t *testing.T) { assert.Equal(t, alloc.Wants(tc.svc), tc.want) })
+		t.Run(tc.name, func(t *testing.T) { assert.Equal(t, alloc.Wants(ipset.ServiceOf(tc.svc)), tc.want) })
 	}
 }

@@ -32,12 +32,7 @@ const (
 
 // Port is a port a Service exposes; two Services sharing an address must
 // not expose the same one.
-type Port struct {
-	Protocol corev1.Protocol
-	Port     int32
-}
-
-func (p Port) String() string { return fmt.Sprintf("%s/%d", p.Protocol, p.Port) }
+type Port = ipset.Port
 
 // Request is what a Service asks of the allocator.
 type Request struct {
@@ -60,11 +55,11 @@ type Request struct {
 // Wants reports whether eip allocates for svc: a type LoadBalancer Service
 // whose class is unset or eip's (ipset.IsOurs), and that is not being
 // deleted.
-func Wants(svc *corev1.Service) bool { return ipset.IsOurs(svc) && svc.DeletionTimestamp == nil }
+func Wants(svc *ipset.Service) bool { return ipset.IsOurs(svc) && !svc.Deleting }
 
 // RequestOf reads what svc asks for. The error says, as a sentence for an
 // event, what is wrong with the request; nothing is allocated then.
-func RequestOf(svc *corev1.Service) (Request, error) {
+func RequestOf(svc *ipset.Service) (Request, error) {
 	u := UserOf(svc)
 	r := Request{
 		Service:    u.Service,
@@ -80,10 +75,10 @@ func RequestOf(svc *corev1.Service) (Request, error) {
 	r.IPs = ips
 
 	policy := corev1.IPFamilyPolicySingleStack
-	if p := svc.Spec.IPFamilyPolicy; p != nil {
+	if p := svc.FamilyPolicy; p != nil {
 		policy = *p
 	}
-	r.Families = slices.Clone(svc.Spec.IPFamilies)
+	r.Families = slices.Clone(svc.Families)
 	if len(r.Families) == 0 {
 		// The API server always sets ipFamilies; without them, the
 		// requested addresses say which families are meant.
@@ -115,7 +110,7 @@ func (r Request) namespace() string {
 
 // requestedIPs reads AnnotationIPs and spec.loadBalancerIP; when both are
 // set they must agree.
-func requestedIPs(svc *corev1.Service) ([]netip.Addr, error) {
+func requestedIPs(svc *ipset.Service) ([]netip.Addr, error) {
 	var ips []netip.Addr
 	seen := map[corev1.IPFamily]netip.Addr{}
 	for _, text := range splitList(svc.Annotations[AnnotationIPs]) {
@@ -129,7 +124,7 @@ func requestedIPs(svc *corev1.Service) ([]netip.Addr, error) {
 		seen[FamilyOf(ip)] = ip
 		ips = append(ips, ip)
 	}
-	text := strings.TrimSpace(svc.Spec.LoadBalancerIP)
+	text := strings.TrimSpace(svc.LoadBalancerIP)
 	if text == "" {
 		return ips, nil
 	}
@@ -176,9 +171,9 @@ func familiesText(fs []corev1.IPFamily) string {
 // Current returns the addresses svc's status lists, in order, without
 // repeats; text that is not an address (or a hostname-only entry) is
 // skipped.
-func Current(svc *corev1.Service) []netip.Addr {
+func Current(svc *ipset.Service) []netip.Addr {
 	var out []netip.Addr
-	for _, ing := range svc.Status.LoadBalancer.Ingress {
+	for _, ing := range svc.Ingress {
 		ip, err := netip.ParseAddr(ing.IP)
 		if err == nil && !slices.Contains(out, ip) {
 			out = append(out, ip)
@@ -193,9 +188,9 @@ func (r Request) user() User {
 }
 
 // UserOf is svc as a user of the addresses it names, for Space.Use.
-func UserOf(svc *corev1.Service) User {
-	u := User{Service: svc.Namespace + "/" + svc.Name, SharingKey: strings.TrimSpace(svc.Annotations[AnnotationSharingKey])}
-	for _, p := range svc.Spec.Ports {
+func UserOf(svc *ipset.Service) User {
+	u := User{Service: svc.Key(), SharingKey: strings.TrimSpace(svc.Annotations[AnnotationSharingKey])}
+	for _, p := range svc.Ports {
 		proto := p.Protocol
 		if proto == "" {
 			proto = corev1.ProtocolTCP

@@ -48,14 +48,14 @@ func NewSpace(cfg config.Config, reserved map[netip.Addr]string) *Space {
 // AddService records the addresses svc names: spec.externalIPs, and the
 // status of a type LoadBalancer Service of any class (an address another
 // implementation announces is not free either).
-func (s *Space) AddService(svc *corev1.Service) {
+func (s *Space) AddService(svc *ipset.Service) {
 	u := UserOf(svc)
-	for _, text := range svc.Spec.ExternalIPs {
+	for _, text := range svc.ExternalIPs {
 		if ip, err := netip.ParseAddr(text); err == nil {
 			s.Use(ip.Unmap(), u)
 		}
 	}
-	if svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
+	if svc.Type == corev1.ServiceTypeLoadBalancer {
 		for _, ip := range Current(svc) {
 			s.Use(ip.Unmap(), u)
 		}

@@ -143,7 +143,7 @@ func readServiceList(r io.Reader) ([]ipset.Claim, error) {
 			return nil
 		})
 		if err == nil {
-			ipset.EachIP(&s, add)
+			ipset.EachIP(ipset.ServiceOf(&s), add)
 		}
 		return err
 	})

@@ -184,7 +184,7 @@ func buildStatus(s snapshot, now time.Time) Status {
 
 	entries, rejections := ipset.ComputeFrom(len(s.services)+len(s.claims), func(add func(ipset.Claim)) {
 		for _, svc := range s.services {
-			ipset.EachIP(svc, add)
+			ipset.EachIP(ipset.ServiceOf(svc), add)
 		}
 		for _, c := range s.claims {
 			add(c)

@@ -122,7 +122,7 @@ func TestReadServiceList(t *testing.T) {
 		if i%3 == 0 {
 			s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
 		}
-		ipset.EachIP(s, func(c ipset.Claim) { want = append(want, c) })
+		ipset.EachIP(ipset.ServiceOf(s), func(c ipset.Claim) { want = append(want, c) })
 		s.Spec.ClusterIP, s.Spec.ClusterIPs = "10.96.0.10", []string{"10.96.0.10"}
 		s.Spec.Ports = []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}
 		s.Spec.Selector = map[string]string{"app": "web"}

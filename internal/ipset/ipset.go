@@ -85,9 +85,8 @@ type Rejection struct {
 
 // IsOurs reports whether eip serves svc as its load balancer: svc is of type
 // LoadBalancer and its spec.loadBalancerClass is unset or LoadBalancerClass.
-func IsOurs(svc *corev1.Service) bool {
-	return svc.Spec.Type == corev1.ServiceTypeLoadBalancer &&
-		(svc.Spec.LoadBalancerClass == nil || *svc.Spec.LoadBalancerClass == LoadBalancerClass)
+func IsOurs(svc *Service) bool {
+	return svc.Type == corev1.ServiceTypeLoadBalancer && (svc.Class == nil || *svc.Class == LoadBalancerClass)
 }
 
 // Claim is one IP text a Service names, with what decides whether the
@@ -129,7 +128,7 @@ func (c Claim) older(o Claim) bool {
 // and from status.loadBalancer.ingress[].ip of the Services IsOurs accepts.
 // reserved holds the nodes' own addresses, each mapped to its node's name;
 // they are never managed. Cost: O(IPs · log(IPs + ranges)).
-func Compute(services []*corev1.Service, cfg config.Config, reserved map[netip.Addr]string) ([]Entry, []Rejection) {
+func Compute(services []*Service, cfg config.Config, reserved map[netip.Addr]string) ([]Entry, []Rejection) {
 	return ComputeFrom(len(services), func(add func(Claim)) {
 		for _, svc := range services {
 			if svc != nil {
@@ -142,20 +141,20 @@ func Compute(services []*corev1.Service, cfg config.Config, reserved map[netip.A
 // EachIP calls add with each IP text svc names as Compute reads them:
 // spec.externalIPs, then, when IsOurs accepts svc,
 // status.loadBalancer.ingress[].ip.
-func EachIP(svc *corev1.Service, add func(Claim)) {
+func EachIP(svc *Service, add func(Claim)) {
 	c := Claim{
-		Service: svc.Namespace + "/" + svc.Name, Created: svc.CreationTimestamp.Time,
+		Service: svc.Key(), Created: svc.Created,
 		SharingKey: strings.TrimSpace(svc.Annotations[AnnotationSharingKey]), Preferred: svc.Annotations[AnnotationPreferredNodes],
-		Local: svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal,
+		Local: svc.Local,
 	}
 	c.External = true
-	for _, text := range svc.Spec.ExternalIPs {
+	for _, text := range svc.ExternalIPs {
 		c.IP = text
 		add(c)
 	}
 	if IsOurs(svc) {
 		c.External = false
-		for _, ing := range svc.Status.LoadBalancer.Ingress {
+		for _, ing := range svc.Ingress {
 			if ing.IP != "" { // a hostname-only ingress names no IP
 				c.IP = ing.IP
 				add(c)

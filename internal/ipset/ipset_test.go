@@ -260,7 +260,7 @@ func TestCompute(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			entries, rejections := ipset.Compute(tc.services, cfg, reserved)
+			entries, rejections := compute(tc.services, cfg, reserved)
 			assert.DeepEqual(t, flatten(entries), tc.want)
 			assert.DeepEqual(t, rejections, tc.rejections)
 			for _, e := range entries {
@@ -271,14 +271,14 @@ func TestCompute(t *testing.T) {
 }
 
 func TestComputeNoRanges(t *testing.T) {
-	entries, rejections := ipset.Compute([]*corev1.Service{service("a/x", externalIPs("198.18.0.5"))}, config.Default(), nil)
+	entries, rejections := compute([]*corev1.Service{service("a/x", externalIPs("198.18.0.5"))}, config.Default(), nil)
 	assert.Equal(t, len(entries), 0)
 	assert.DeepEqual(t, rejections, []ipset.Rejection{{Service: "a/x", IP: "198.18.0.5", Reason: "no ranges are configured"}})
 }
 
 func TestComputeBindingPointsIntoConfig(t *testing.T) {
 	cfg := mustParse(t, map[string]string{"ranges": ranges})
-	entries, _ := ipset.Compute([]*corev1.Service{service("a/x", externalIPs("2001:db8::1"))}, cfg, nil)
+	entries, _ := compute([]*corev1.Service{service("a/x", externalIPs("2001:db8::1"))}, cfg, nil)
 	assert.Equal(t, len(entries), 1)
 	assert.Assert(t, entries[0].Binding.Range == &cfg.Ranges[3])
 }
@@ -294,22 +294,22 @@ func TestComputeOrderIndependent(t *testing.T) {
 		service("y/steal", externalIPs("198.18.0.5"), annotated(ipset.AnnotationPreferredNodes, "node-y")),
 		service("x/prefers", externalIPs("198.18.0.5"), annotated(ipset.AnnotationPreferredNodes, "node-x")),
 	)
-	wantEntries, wantRejections := ipset.Compute(services, cfg, nil)
+	wantEntries, wantRejections := compute(services, cfg, nil)
 	assert.Assert(t, len(wantEntries) > 0 && len(wantRejections) > 0)
 	rng := rand.New(rand.NewPCG(1, 2))
 	for range 20 {
 		rng.Shuffle(len(services), func(i, j int) { services[i], services[j] = services[j], services[i] })
-		entries, rejections := ipset.Compute(services, cfg, nil)
+		entries, rejections := compute(services, cfg, nil)
 		assert.DeepEqual(t, flatten(entries), flatten(wantEntries))
 		assert.DeepEqual(t, rejections, wantRejections)
 	}
 }
 
 func TestIsOurs(t *testing.T) {
-	assert.Assert(t, ipset.IsOurs(service("a/b", loadBalancer(""))))
-	assert.Assert(t, ipset.IsOurs(service("a/b", loadBalancer(ipset.LoadBalancerClass))))
-	assert.Assert(t, !ipset.IsOurs(service("a/b", loadBalancer("example.com/other"))))
-	assert.Assert(t, !ipset.IsOurs(service("a/b")))
+	assert.Assert(t, ipset.IsOurs(ipset.ServiceOf(service("a/b", loadBalancer("")))))
+	assert.Assert(t, ipset.IsOurs(ipset.ServiceOf(service("a/b", loadBalancer(ipset.LoadBalancerClass)))))
+	assert.Assert(t, !ipset.IsOurs(ipset.ServiceOf(service("a/b", loadBalancer("example.com/other")))))
+	assert.Assert(t, !ipset.IsOurs(ipset.ServiceOf(service("a/b"))))
 }
 
 // benchServices returns n Services: most with one external IP of their own,
@@ -354,7 +354,7 @@ func BenchmarkCompute(b *testing.B) {
 			b.ReportAllocs()
 			var entries []ipset.Entry
 			for b.Loop() {
-				entries, _ = ipset.Compute(services, cfg, reserved)
+				entries, _ = compute(services, cfg, reserved)
 			}
 			b.ReportMetric(float64(len(entries)), "ips")
 		})
@@ -515,7 +515,7 @@ func TestComputeAcrossNamespaces(t *testing.T) {
 				cfg = mustParse(t, map[string]string{"ranges": cfg.Ranges[0].Text + "\n" + cfg.Ranges[1].Text + "\n" + cfg.Ranges[2].Text,
 					"iface": "eth0", "external-ips": tc.external})
 			}
-			entries, rejections := ipset.Compute(tc.services, cfg, nil)
+			entries, rejections := compute(tc.services, cfg, nil)
 			got, owners := map[string][]string{}, map[string]string{}
 			for _, e := range entries {
 				got[e.IP.String()], owners[e.IP.String()] = e.Services, e.Owner
@@ -587,7 +587,7 @@ func TestComputePreferredNodes(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			entries, rejections := ipset.Compute(tc.services, cfg, nil)
+			entries, rejections := compute(tc.services, cfg, nil)
 			assert.Equal(t, len(entries), 1)
 			assert.DeepEqual(t, entries[0].Preferred, tc.want)
 			assert.DeepEqual(t, rejections, tc.rejections)
@@ -597,3 +597,14 @@ func TestComputePreferredNodes(t *testing.T) {
 
 // dns1123Subdomain is what apimachinery says of a name that is not one.
 const dns1123Subdomain = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+
+// compute is ipset.Compute of services as eipd's cache keeps them.
+func compute(services []*corev1.Service, cfg config.Config, reserved map[netip.Addr]string) ([]ipset.Entry, []ipset.Rejection) {
+	kept := make([]*ipset.Service, len(services))
+	for i, svc := range services {
+		if svc != nil {
+			kept[i] = ipset.ServiceOf(svc)
+		}
+	}
+	return ipset.Compute(kept, cfg, reserved)
+}

@@ -5,8 +5,6 @@ import (
 
 	"gotest.tools/v3/assert"
 	corev1 "k8s.io/api/core/v1"
-
-	"github.com/eip-project/eip/internal/ipset"
 )
 
 func local(s *corev1.Service) {
@@ -18,7 +16,7 @@ func local(s *corev1.Service) {
 // decides nothing.
 func TestComputeLocalServices(t *testing.T) {
 	cfg := mustParse(t, map[string]string{"ranges": ranges, "iface": "eth0"})
-	entries, _ := ipset.Compute([]*corev1.Service{
+	entries, _ := compute([]*corev1.Service{
 		service("a/web", loadBalancer("", "198.18.0.5"), local),
 		service("a/api", externalIPs("198.18.0.5"), local),
 		service("a/cluster", externalIPs("198.18.0.5")),

@@ -182,7 +182,7 @@ func TestAdmissionPolicy(t *testing.T) {
 	assert.NilError(t, err)
 	refused(t, patch("other", ingress(map[string]any{"ip": testenv.ServiceIP(192).String()})), "only for type LoadBalancer Services of its class")
 	assert.NilError(t, patch("lb", ingress(map[string]any{"ip": testenv.ServiceIP(193).String()})), "an in-range address of eip's own Service")
-	assert.DeepEqual(t, alloc.Current(e.getService("lb")), []netip.Addr{testenv.ServiceIP(193)}, cmpAddrs)
+	assert.DeepEqual(t, alloc.Current(ipset.ServiceOf(e.getService("lb"))), []netip.Addr{testenv.ServiceIP(193)}, cmpAddrs)
 
 	// external-ips off refuses every namespace.
 	e.setAdmissionParams(map[string]string{"external-ips": "off", "external-ip-namespaces": "*", "cidrs": "198.18.100.0/22"})

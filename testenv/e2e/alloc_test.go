@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/eip-project/eip/internal/alloc"
+	"github.com/eip-project/eip/internal/ipset"
 	"github.com/eip-project/eip/internal/lease"
 	"github.com/eip-project/eip/testenv"
 )
@@ -92,7 +93,7 @@ func (e *env) lbIPs(name string, n int) []netip.Addr {
 	e.t.Helper()
 	var ips []netip.Addr
 	e.eventually(name+" has "+fmt.Sprint(n)+" load-balancer addresses", func() (bool, string) {
-		ips = alloc.Current(e.getService(name))
+		ips = alloc.Current(ipset.ServiceOf(e.getService(name)))
 		return len(ips) == n, fmt.Sprint(ips)
 	})
 	return ips
@@ -105,7 +106,7 @@ func (e *env) stays(name string, ips []netip.Addr, d time.Duration) {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for end := time.Now().Add(d); time.Now().Before(end); <-tick.C {
-		assert.DeepEqual(e.t, alloc.Current(e.getService(name)), ips, cmpAddrs)
+		assert.DeepEqual(e.t, alloc.Current(ipset.ServiceOf(e.getService(name))), ips, cmpAddrs)
 	}
 }
 
@@ -203,7 +204,7 @@ func (e *env) distinctAllocations(n int) ([]netip.Addr, time.Time) {
 		clear(owner)
 		missing := 0
 		for _, svc := range list.Items {
-			ips := alloc.Current(&svc)
+			ips := alloc.Current(ipset.ServiceOf(&svc))
 			if len(ips) == 0 {
 				missing++
 				continue
@@ -297,7 +298,7 @@ func TestRequestedAddress(t *testing.T) {
 	e.eventMessage("d", "AllocationFailed", "the broadcast address of range")
 	assert.Equal(t, len(e.events("Service", "b", "AllocationFailed")), 1, "one event, not one per node")
 	for _, name := range []string{"b", "c", "d"} {
-		assert.Equal(t, len(alloc.Current(e.getService(name))), 0, name)
+		assert.Equal(t, len(alloc.Current(ipset.ServiceOf(e.getService(name)))), 0, name)
 	}
 
 	e.deleteService("a")
