@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -29,6 +30,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/eip-project/eip/internal/ipset"
 	"github.com/eip-project/eip/internal/kubeclient/clientset"
 	"github.com/eip-project/eip/internal/lease"
 	"github.com/eip-project/eip/internal/netif"
@@ -47,13 +49,10 @@ type world struct {
 	s   *state
 
 	svcs, nodes, leases, cms, eps cache.Indexer
-	// services are the Services as the API server holds them, by name
-	// in default: the cache keeps only what eipd reads of them.
-	services map[string]*corev1.Service
-	rv       int
-	addrs    map[netip.Prefix]string // bound prefix → iface
-	calls    []string
-	renewals []string
+	rv                            int
+	addrs                         map[netip.Prefix]string // bound prefix → iface
+	calls                         []string
+	renewals                      []string
 	// renewTries are the renewals the loop asked for, failed ones too:
 	// when, and with which timeout.
 	renewTries []string
@@ -194,7 +193,7 @@ func (c informerCache) Update(obj any) error {
 
 // newWorld is node self's loop on a cluster with the given ConfigMap data.
 func newWorld(t testing.TB, self string, cfg map[string]string) *world {
-	w := &world{t: t, clk: clocktesting.NewFakeClock(t0), addrs: map[netip.Prefix]string{}, services: map[string]*corev1.Service{}}
+	w := &world{t: t, clk: clocktesting.NewFakeClock(t0), addrs: map[netip.Prefix]string{}}
 	idx := func(obj runtime.Object) cache.Indexer {
 		return informerCache{Indexer: cache.NewIndexer(cache.MetaNamespaceKeyFunc, indexersFor(obj)), keep: newInterner().keepWhatIsRead}
 	}
@@ -257,14 +256,10 @@ func (w *world) addService(name string, ips ...netip.Addr) {
 
 // putService writes svc, as the API server would and the informer
 // delivers it to the cache.
-func (w *world) putService(svc *corev1.Service) {
-	w.services[svc.Name] = svc.DeepCopy()
-	w.must(w.svcs.Update(svc))
-}
+func (w *world) putService(svc *corev1.Service) { w.must(w.svcs.Update(svc)) }
 
 // deleteService deletes Service name of default.
 func (w *world) deleteService(name string) {
-	delete(w.services, name)
 	w.must(w.svcs.Delete(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}}))
 }
 
@@ -276,13 +271,28 @@ func (w *world) nodeObj(name string) *corev1.Node {
 	return obj.(*corev1.Node).DeepCopy()
 }
 
-// svcObj is a copy of Service name of default as the API server holds it.
+// svcObj is Service name of default as the API server holds it, as far
+// as eipd reads it: made again from the cache, which keeps only that.
 func (w *world) svcObj(name string) *corev1.Service {
-	svc, ok := w.services[name]
+	obj, ok, _ := w.svcs.GetByKey("default/" + name)
 	if !ok {
 		w.t.Fatalf("no Service %s", name)
 	}
-	return svc.DeepCopy()
+	s := obj.(*ipset.Service)
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name, UID: s.UID, ResourceVersion: s.ResourceVersion,
+			CreationTimestamp: metav1.NewTime(s.Created), Annotations: maps.Clone(s.Annotations)},
+		Spec: corev1.ServiceSpec{Type: s.Type, LoadBalancerClass: s.Class, ExternalIPs: slices.Clone(s.ExternalIPs), LoadBalancerIP: s.LoadBalancerIP,
+			IPFamilies: slices.Clone(s.Families), IPFamilyPolicy: s.FamilyPolicy, HealthCheckNodePort: s.HealthCheckNodePort},
+		Status: corev1.ServiceStatus{LoadBalancer: corev1.LoadBalancerStatus{Ingress: slices.Clone(s.Ingress)}},
+	}
+	if s.Local {
+		svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+	}
+	for _, p := range s.Ports {
+		svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Protocol: p.Protocol, Port: p.Port})
+	}
+	return svc
 }
 
 func leaseName(ip netip.Addr) string { return lease.NameFor(ip) }
