@@ -110,7 +110,9 @@ func (k *Kept) keepRest(l *coordinationv1.Lease, damaged bool) {
 	}
 	if r.ipText != "" || r.empty != nil || r.labels != nil || r.annotations != nil || len(r.finalizers) > 0 || len(r.owners) > 0 ||
 		r.duration != nil || r.renew != nil || r.strategy != nil || r.preferred != nil || r.noHolder || r.noTransition {
-		k.rest = &r
+		// A copy, so that only a lock with a rest allocates one.
+		kept := r
+		k.rest = &kept
 	}
 }
 
