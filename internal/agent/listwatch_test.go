@@ -13,6 +13,7 @@ import (
 	"unsafe"
 
 	"gotest.tools/v3/assert"
+	"gotest.tools/v3/poll"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -218,4 +219,78 @@ func TestKeepWhatIsReadSharesWhatServicesHaveAlike(t *testing.T) {
 	assert.Check(t, got[0].Ingress[0].IPMode == got[1].Ingress[0].IPMode, "IP mode shared")
 	assert.Equal(t, got[1].Ports[0].Port, int32(81))
 	assert.Equal(t, got[1].Ingress[0].IP, "198.18.1.2")
+}
+
+// A real informer keeps a lock as a lease.Kept and a heartbeat as a
+// Lease, by namespace and name, through adds, updates and deletions, and
+// its handlers see what the cache keeps: the agent's lease handlers
+// count a changed lock by name and a changed heartbeat as a change of
+// everything.
+func TestInformerKeepsLocksAsKept(t *testing.T) {
+	ip := netip.MustParseAddr("198.18.1.1")
+	lock := lease.NewLockLease(testNS, ip, "node-1", "node-2", []string{"default/web"}, time.Unix(0, 0))
+	lock.ResourceVersion = "1"
+	hb := lease.RenewedHeartbeat(nil, testNS, "node-1", 2*time.Second, lease.HeartbeatStatus{Eligible: true}, time.Unix(0, 0))
+	hb.ResourceVersion = "2"
+	// The reflector lists by a watch that sends the initial events, as
+	// the API server does, and ends them with a bookmark.
+	events := watch.NewFakeWithChanSize(8, false)
+	events.Add(lock.DeepCopy())
+	events.Add(hb.DeepCopy())
+	events.Action(watch.Bookmark, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{ResourceVersion: "2", Annotations: map[string]string{metav1.InitialEventsAnnotationKey: "true"}}})
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(context.Context, metav1.ListOptions) (runtime.Object, error) {
+			return &coordinationv1.LeaseList{ListMeta: metav1.ListMeta{ResourceVersion: "2"}, Items: []coordinationv1.Lease{*lock, *hb}}, nil
+		},
+		WatchFuncWithContext: func(context.Context, metav1.ListOptions) (watch.Interface, error) { return events, nil },
+	}
+	a := &Agent{clk: clock.RealClock{}, opt: Options{Namespace: testNS}, leaseKick: make(chan struct{}, 1)}
+	a.news.changes = map[string]bool{}
+	inf := a.patientInformer(lw, &coordinationv1.Lease{})
+	_, err := inf.AddEventHandler(a.leaseKicker())
+	assert.NilError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go inf.RunWithContext(ctx)
+	assert.Assert(t, cache.WaitForCacheSync(ctx.Done(), inf.HasSynced))
+	a.leaseIdx = inf.GetIndexer()
+
+	k := a.lock(lease.NameFor(ip))
+	assert.Assert(t, k != nil)
+	assert.Equal(t, k.Holder, "node-1")
+	assert.Equal(t, k.Successor, "node-2")
+	assert.Equal(t, len(a.heartbeats()), 1)
+	assert.Equal(t, len(a.allLocks()), 1)
+	names, all, vouched := a.takeLeaseChanges()
+	assert.Check(t, names[lease.NameFor(ip)])
+	assert.Check(t, all, "a heartbeat changes everything")
+	assert.DeepEqual(t, vouched, []string{"node-1"})
+
+	moved := lease.WithHolder(lock, ip, "node-2", "", []string{"default/web"}, time.Unix(1, 0))
+	moved.ResourceVersion = "3"
+	events.Modify(moved)
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		if k := a.lock(lease.NameFor(ip)); k != nil && k.Holder == "node-2" {
+			return poll.Success()
+		}
+		return poll.Continue("the update is not in the cache yet")
+	}, poll.WithTimeout(10*time.Second), poll.WithDelay(time.Millisecond))
+	names, all, vouched = a.takeLeaseChanges()
+	assert.Check(t, names[lease.NameFor(ip)])
+	assert.Check(t, !all)
+	assert.DeepEqual(t, vouched, []string{"node-2"})
+	assert.Equal(t, a.leasesSeen(), "3")
+
+	gone := moved.DeepCopy()
+	gone.ResourceVersion = "4"
+	events.Delete(gone)
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		if a.lock(lease.NameFor(ip)) == nil {
+			return poll.Success()
+		}
+		return poll.Continue("the lock is still in the cache")
+	}, poll.WithTimeout(10*time.Second), poll.WithDelay(time.Millisecond))
+	assert.Equal(t, len(a.allLocks()), 0)
+	assert.Equal(t, len(a.heartbeats()), 1)
+	assert.Equal(t, a.leasesSeen(), "4")
 }
