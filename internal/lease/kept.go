@@ -34,7 +34,7 @@ type Kept struct {
 }
 
 type keptRest struct {
-	ipText                 string
+	ipText, successorText  string   // a damaged lock's, as written
 	empty                  []string // the keys of lockAnnotations present with an empty value
 	labels, annotations    map[string]string
 	finalizers             []string
@@ -85,7 +85,7 @@ func (k *Kept) keepRest(l *coordinationv1.Lease, damaged bool) {
 		noHolder: l.Spec.HolderIdentity == nil, noTransition: l.Spec.LeaseTransitions == nil,
 	}
 	if damaged {
-		r.ipText = l.Annotations[AnnotationIP]
+		r.ipText, r.successorText = l.Annotations[AnnotationIP], l.Annotations[AnnotationSuccessor]
 	}
 	for key, v := range l.Labels {
 		if key == ManagedByLabel && v == ManagedBy || key == RoleLabel && v == RoleLock {
@@ -108,7 +108,7 @@ func (k *Kept) keepRest(l *coordinationv1.Lease, damaged bool) {
 		}
 		r.annotations[key] = v
 	}
-	if r.ipText != "" || r.empty != nil || r.labels != nil || r.annotations != nil || len(r.finalizers) > 0 || len(r.owners) > 0 ||
+	if r.ipText != "" || r.successorText != "" || r.empty != nil || r.labels != nil || r.annotations != nil || len(r.finalizers) > 0 || len(r.owners) > 0 ||
 		r.duration != nil || r.renew != nil || r.strategy != nil || r.preferred != nil || r.noHolder || r.noTransition {
 		// A copy, so that only a lock with a rest allocates one.
 		kept := r
@@ -142,11 +142,11 @@ func (k *Kept) Lease() *coordinationv1.Lease {
 	for _, key := range r.empty {
 		l.Annotations[key] = ""
 	}
-	ip := r.ipText
+	ip, successor := r.ipText, r.successorText
 	if k.Err == nil {
-		ip = k.IP.String()
+		ip, successor = k.IP.String(), k.Successor
 	}
-	for _, a := range [...]struct{ key, v string }{{AnnotationIP, ip}, {AnnotationServices, k.Services}, {AnnotationMoveTo, k.MoveTo}, {AnnotationSuccessor, k.Successor}, {AnnotationReservedFor, k.ReservedFor}} {
+	for _, a := range [...]struct{ key, v string }{{AnnotationIP, ip}, {AnnotationServices, k.Services}, {AnnotationMoveTo, k.MoveTo}, {AnnotationSuccessor, successor}, {AnnotationReservedFor, k.ReservedFor}} {
 		if a.v != "" {
 			l.Annotations[a.key] = a.v
 		}

@@ -46,16 +46,17 @@ func TestKeptWritesBackWhatItKept(t *testing.T) {
 	}
 }
 
-// A damaged lock is kept with its error, its holder and move, and no IP;
-// it writes back with its annotation as it was.
+// A damaged lock is kept with its error, its holder and move, and no IP
+// or successor; it writes back with its annotations as they were.
 func TestKeptDamagedLock(t *testing.T) {
-	l := lease.NewLockLease(ns, netip.MustParseAddr("198.18.0.7"), "node-a", "", nil, at(0))
+	l := lease.NewLockLease(ns, netip.MustParseAddr("198.18.0.7"), "node-a", "node-c", nil, at(0))
 	l.Annotations[lease.AnnotationIP] = "not-an-ip"
 	l.Annotations[lease.AnnotationMoveTo] = "node-b"
 	k := lease.Keep(l, nil)
 	assert.ErrorContains(t, k.Err, "not an IP address")
 	assert.Equal(t, k.Holder, "node-a")
 	assert.Equal(t, k.MoveTo, "node-b")
+	assert.Equal(t, k.Successor, "", "a damaged lock's successor is not honoured")
 	assert.Check(t, !k.IP.IsValid())
 	assert.DeepEqual(t, k.Lease(), l)
 }
