@@ -60,18 +60,9 @@ func Keep(l *coordinationv1.Lease, share func(string) string) *Kept {
 	lk, err := ParseLock(l)
 	k := &Kept{Lock: lk, Namespace: share(l.Namespace), Services: l.Annotations[AnnotationServices], ReservedFor: l.Annotations[AnnotationReservedFor], Err: err}
 	if err != nil {
-		// As the loop honours a damaged lock: its holder and move, so
-		// that its next owner writes it whole.
-		k.Lock = Lock{Name: l.Name, ResourceVersion: l.ResourceVersion, MoveTo: l.Annotations[AnnotationMoveTo]}
-		if h := l.Spec.HolderIdentity; h != nil {
-			k.Holder = *h
-		}
-		if t := l.Spec.LeaseTransitions; t != nil {
-			k.Moves = *t
-		}
-		if t := l.Spec.AcquireTime; t != nil {
-			k.MovedAt = t.Time
-		}
+		// The loop honours a damaged lock's holder and move, so that its
+		// next owner writes it whole.
+		k.Lock = honoured(l)
 	}
 	k.Holder, k.MoveTo, k.Successor = share(k.Holder), share(k.MoveTo), share(k.Successor)
 	k.keepRest(l, err != nil)

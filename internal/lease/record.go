@@ -40,13 +40,16 @@ func ParseLock(l *coordinationv1.Lease) (Lock, error) {
 	if !IsNameFor(l.Name, ip) {
 		return Lock{}, fmt.Errorf("lock %s: annotation %s=%q belongs to a lock named %s", l.Name, AnnotationIP, text, NameFor(ip))
 	}
-	lk := Lock{
-		Name:            l.Name,
-		IP:              ip.Unmap(),
-		MoveTo:          l.Annotations[AnnotationMoveTo],
-		Successor:       l.Annotations[AnnotationSuccessor],
-		ResourceVersion: l.ResourceVersion,
-	}
+	lk := honoured(l)
+	lk.IP, lk.Successor = ip.Unmap(), l.Annotations[AnnotationSuccessor]
+	return lk, nil
+}
+
+// honoured is what a lock says even when damaged: its name, version,
+// holder, move and ownership changes, the part the loop honours of a
+// lock whose IP it cannot read (Kept).
+func honoured(l *coordinationv1.Lease) Lock {
+	lk := Lock{Name: l.Name, ResourceVersion: l.ResourceVersion, MoveTo: l.Annotations[AnnotationMoveTo]}
 	if h := l.Spec.HolderIdentity; h != nil {
 		lk.Holder = *h
 	}
@@ -56,7 +59,7 @@ func ParseLock(l *coordinationv1.Lease) (Lock, error) {
 	if t := l.Spec.AcquireTime; t != nil {
 		lk.MovedAt = t.Time
 	}
-	return lk, nil
+	return lk
 }
 
 // NewLockLease builds a lock Lease for ip in namespace, naming holder, its
