@@ -12,9 +12,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
 
-// cachedLock is the lock named name in the cache, or nil.
-func (s *state) cachedLock(name string) *lease.Kept { return s.a.lock(name) }
-
 // reconcileSome decides again the dirty IPs, those whose own decision
 // time came, and as many waiting acquisitions as there is room for, those
 // that go first first. TestIncrementalPassDecidesAsTheFullPass checks that a full pass
@@ -68,7 +65,7 @@ func (s *state) reconcileSome(now time.Time) {
 // decideOne decides one IP as the full pass would.
 func (s *state) decideOne(v lease.View, ip netip.Addr, now time.Time) {
 	name := lease.NameFor(ip)
-	cached := s.cachedLock(name)
+	cached := s.a.lock(name)
 	if _, named := s.entries[ip]; named {
 		l := s.effective(name, cached)
 		s.decide(v, ip, name, l, true, s.planOne(v, ip, name, l))

@@ -87,13 +87,22 @@ func (w *world) timedOut(verb string, l *coordinationv1.Lease) bool {
 	return true
 }
 
-func (w *world) Create(_ context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+// unanswered is the error a write of l gets while the API server is down
+// (apiDown) or its write times out (lockTimeouts), nil otherwise.
+func (w *world) unanswered(verb string, l *coordinationv1.Lease) error {
 	if w.apiDown {
-		w.record("create " + l.Name + " refused: API down")
-		return nil, errAPIDown
+		w.record(verb + " " + l.Name + " refused: API down")
+		return errAPIDown
 	}
-	if w.timedOut("create", l) {
-		return nil, context.DeadlineExceeded
+	if w.timedOut(verb, l) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+func (w *world) Create(_ context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+	if err := w.unanswered("create", l); err != nil {
+		return nil, err
 	}
 	if w.get(l.Name) != nil || slices.ContainsFunc(w.lagged, func(x *coordinationv1.Lease) bool { return x.Name == l.Name }) {
 		return nil, apierrors.NewAlreadyExists(leaseResource, l.Name)
@@ -121,12 +130,8 @@ func (w *world) deliverLocks() {
 }
 
 func (w *world) Update(_ context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
-	if w.apiDown {
-		w.record("update " + l.Name + " refused: API down")
-		return nil, errAPIDown
-	}
-	if w.timedOut("update", l) {
-		return nil, context.DeadlineExceeded
+	if err := w.unanswered("update", l); err != nil {
+		return nil, err
 	}
 	cur := w.get(l.Name)
 	if cur == nil {

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"gotest.tools/v3/assert"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -505,6 +506,15 @@ func (w *world) tick(peers ...string) {
 		w.heartbeat(p, true)
 	}
 	w.pass()
+}
+
+// tickUntilDead ticks, peers renewing, until this node judges dead, who
+// does not renew, at most eight renew intervals.
+func (w *world) tickUntilDead(dead string, peers ...string) {
+	for i := 0; i < 8 && w.s.live.Alive(dead, w.clk.Now()); i++ {
+		w.tick(peers...)
+	}
+	assert.Assert(w.t, !w.s.live.Alive(dead, w.clk.Now()))
 }
 
 func testIP(n int) netip.Addr {

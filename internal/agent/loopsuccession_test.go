@@ -34,10 +34,7 @@ func TestLoopHandOffToANodeJudgedDeadVouchesForIt(t *testing.T) {
 	for range 4 {
 		w.tick("node-b", "node-c")
 	}
-	for i := 0; i < 8 && w.s.live.Alive("node-c", w.clk.Now()); i++ {
-		w.tick("node-b")
-	}
-	assert.Assert(t, !w.s.live.Alive("node-c", w.clk.Now()))
+	w.tickUntilDead("node-c", "node-b")
 	assert.DeepEqual(t, w.take(), []string(nil))
 
 	w.lockNaming(ip, "node-c", "node-a")

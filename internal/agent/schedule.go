@@ -95,7 +95,7 @@ func (s *state) takeLockChanges() bool {
 			s.dirty[ip] = true
 			continue
 		}
-		l := s.cachedLock(name)
+		l := s.a.lock(name)
 		if l == nil {
 			// An orphan's lock is gone: nothing is left to decide for its
 			// IP, but a Service's allocation may have waited for it to be
