@@ -83,6 +83,10 @@ type View struct {
 	// restarting, or flapping, costs no write per IP.
 	LiveUntil      func(node string) (time.Time, bool)
 	SuccessorGrace time.Duration
+	// WireRepair is how long an IP whose successor hears no answer from
+	// this node stays after this node announced it again (IP.Unheard):
+	// the successor checks it again meanwhile, several times.
+	WireRepair time.Duration
 }
 
 // IP is what this node knows of one address.
@@ -107,6 +111,13 @@ type IP struct {
 	// Local): the others never race for it, and a holder it leaves out
 	// hands it to a live node it names, or releases it.
 	Only Only
+	// Unheard is when this node, holding the IP, announced it again
+	// because the node checking the wire for it (its lock's successor)
+	// heard no answer from it; zero while that node hears it, or reports
+	// nothing it may act on. Once View.WireRepair has passed since
+	// without the verdict changing, the IP goes to the successor
+	// (docs/design.md, Checking the wire).
+	Unheard time.Time
 }
 
 // Only restricts the nodes an IP may live on, when Restricted, to Nodes.
@@ -305,6 +316,8 @@ func (v View) decideHeld(ip IP) Decision {
 			why = "its successor " + c + " is gone"
 		}
 		return Decision{Action: NameSuccessor, Successor: n, Reason: why, ReadWritable: true}
+	case ip.Bound && !ip.Unheard.IsZero() && ip.Unheard.Add(v.WireRepair).After(v.Now):
+		return Decision{At: earliest(at, ip.Unheard.Add(v.WireRepair)), Reason: "held and bound; announced again as its successor hears no answer", ReadWritable: true}
 	case ip.Bound:
 		return Decision{At: at, Reason: "held and bound", ReadWritable: writes}
 	case !ip.Only.Allows(v.Self):
@@ -398,10 +411,26 @@ func (v View) heldWrite(ip IP) (Decision, bool) {
 		if t := v.handoffTarget(ip); t != "" {
 			return Decision{Action: Handoff, Target: t, Successor: v.successorFor(ip, t), Reason: "this node is not eligible"}, true
 		}
+	} else if s, ok := v.unheardBy(ip); ok {
+		return Decision{Action: Handoff, Target: s, Successor: v.successorFor(ip, s), Reason: "its successor " + s + " hears no answer for it from this node"}, true
 	} else if ip.Planned != "" && ip.Planned != v.Self && v.isLive(ip.Planned) {
 		return Decision{Action: Handoff, Target: ip.Planned, Successor: v.successorFor(ip, ip.Planned), Reason: "policy"}, true
 	}
 	return Decision{}, false
+}
+
+// unheardBy says whether ip, held here, goes to its successor because that
+// node still hears no answer from this one a WireRepair after this node
+// announced it again, and names it. The successor is the node that heard
+// nothing, whose own answers it would hear, and the one the IP goes to
+// if this node dies: it must be a live node the IP may go to.
+func (v View) unheardBy(ip IP) (string, bool) {
+	s := ip.Lock.Successor
+	if ip.Unheard.IsZero() || !ip.Bound || v.Now.Before(ip.Unheard.Add(v.WireRepair)) ||
+		s == "" || s == v.Self || !v.isLive(s) || !ip.Only.Allows(s) {
+		return "", false
+	}
+	return s, true
 }
 
 // handoffTarget is the node this one gives ip to when it may not keep it:
@@ -456,6 +485,14 @@ func orphanRule(v View, ip IP) Decision {
 		return unbind
 	}
 	return Decision{Reason: "orphan; a better-ranked node deletes it"}
+}
+
+// earliest is the earlier of two times, zero meaning none.
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || !b.IsZero() && b.Before(a) {
+		return b
+	}
+	return a
 }
 
 func (v View) isLive(node string) bool {

@@ -93,6 +93,7 @@ func TestDecide(t *testing.T) {
 	notWritable := func(v *lease.View) { v.Writable = false }
 	notEligible := func(v *lease.View) { v.Eligible = false; v.Live = []string{"b", "c"} }
 	freeSince := func(d time.Duration) time.Time { return now().Add(-d) }
+	wireRepair := func(v *lease.View) { v.WireRepair = 5 * time.Second }
 
 	for _, tc := range []decideCase{
 		// IPs no Service names.
@@ -135,6 +136,15 @@ func TestDecide(t *testing.T) {
 		{name: "held, policy wants c, not writable", view: notWritable, ip: lease.IP{Addr: r0, Named: true, Lock: lock("a", ""), Bound: true, Planned: "c"}, action: lease.None},
 		{name: "held, not eligible", view: notEligible, ip: lease.IP{Addr: r0, Named: true, Lock: lock("a", ""), Bound: true}, action: lease.Handoff, target: lease.Order(r0, []string{"b", "c"})[0]},
 		{name: "held, not eligible, no peer", view: func(v *lease.View) { v.Eligible = false; v.Live = nil }, ip: lease.IP{Addr: r0, Named: true, Lock: lock("a", ""), Bound: true}, action: lease.None},
+
+		// Held here, and its successor b hears no answer on the wire.
+		{name: "held, unheard, re-announced", view: wireRepair, ip: lease.IP{Addr: r0, Named: true, Lock: lock("a", ""), Bound: true, Unheard: now().Add(-time.Second)}, action: lease.None, at: now().Add(4 * time.Second)},
+		{name: "held, unheard after re-announcing", view: wireRepair, ip: lease.IP{Addr: r0, Named: true, Lock: lock("a", ""), Bound: true, Unheard: now().Add(-5 * time.Second)}, action: lease.Handoff, target: "b"},
+		{name: "held, unheard, not writable", view: func(v *lease.View) { wireRepair(v); v.Writable = false }, ip: lease.IP{Addr: r0, Named: true, Lock: lock("a", ""), Bound: true, Unheard: now().Add(-time.Minute)}, action: lease.None},
+		{name: "held, unheard, move to c first", view: wireRepair, ip: lease.IP{Addr: r0, Named: true, Lock: lock("a", "c"), Bound: true, Unheard: now().Add(-time.Minute)}, action: lease.Handoff, target: "c"},
+		{name: "held, unheard by a dead successor", view: wireRepair, ip: lease.IP{Addr: r0, Named: true, Lock: &lease.Lock{Holder: "a", Successor: "x"}, Bound: true, Unheard: now().Add(-time.Minute)}, action: lease.NameSuccessor},
+		{name: "held, unheard, successor may not hold it", view: wireRepair, ip: lease.IP{Addr: r0, Named: true, Lock: lock("a", ""), Bound: true, Unheard: now().Add(-time.Minute), Only: lease.Only{Restricted: true, Nodes: []string{"a", "c"}}}, action: lease.NameSuccessor, successor: "c"},
+		{name: "held, unheard, unbound", view: wireRepair, ip: lease.IP{Addr: r0, Named: true, Lock: lock("a", ""), Unheard: now().Add(-time.Minute)}, action: lease.Bind},
 
 		// Held elsewhere or free.
 		{name: "held by b, bound here", ip: lease.IP{Addr: r0, Named: true, Lock: lock("b", ""), Bound: true}, action: lease.Unbind},

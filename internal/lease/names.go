@@ -50,6 +50,19 @@ const (
 	// claims too; see FormatAnswers.
 	AnnotationConflicts = "eip.io/conflicts"
 	AnnotationClaims    = "eip.io/claims"
+	// AnnotationWire on a heartbeat is the node's report of the wire
+	// (wire.Report): the IPs it checks for their holders that are not
+	// answered by their holder alone. AnnotationWireChecked is the time
+	// (RFC 3339) since which it checked every IP it checks; it is written
+	// with renewals due anyway, never alone.
+	AnnotationWire        = "eip.io/wire"
+	AnnotationWireChecked = "eip.io/wire-checked"
+	// AnnotationCheckRequest on a heartbeat is a token `kubectl eip check`
+	// writes to ask the node for a fresh check of every IP it checks;
+	// AnnotationCheckDone is the node's answer: the token of the last
+	// request after which it checked them all.
+	AnnotationCheckRequest = "eip.io/check-request"
+	AnnotationCheckDone    = "eip.io/check-done"
 	// AnnotationLivenessPort on a heartbeat is the UDP port on which the
 	// node sends and hears liveness over the LAN; absent when it does not.
 	AnnotationLivenessPort = "eip.io/liveness-port"

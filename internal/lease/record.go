@@ -172,6 +172,13 @@ type Heartbeat struct {
 	// binds that a stranger claims too (see ParseAnswers). They are kept
 	// as written, so that a Heartbeat stays comparable.
 	MACs, Conflicts, Claims string
+	// Wire is the node's report of the IPs it checks on the wire
+	// (wire.ParseReport), WireChecked when it last checked them all (zero:
+	// unknown); CheckRequest and CheckDone a fresh check asked of it, and
+	// the last one it did (AnnotationCheckRequest).
+	Wire                    string
+	WireChecked             time.Time
+	CheckRequest, CheckDone string
 	// LivenessPort is the UDP port of the node's liveness over the LAN, 0
 	// when it has none (docs/design.md, Liveness over the LAN).
 	LivenessPort uint16
@@ -198,7 +205,14 @@ func ParseHeartbeat(l *coordinationv1.Lease) (Heartbeat, error) {
 		MACs:      l.Annotations[AnnotationMACs],
 		Conflicts: l.Annotations[AnnotationConflicts],
 		Claims:    l.Annotations[AnnotationClaims],
+		Wire:      l.Annotations[AnnotationWire],
 		Version:   l.ResourceVersion,
+
+		CheckRequest: l.Annotations[AnnotationCheckRequest],
+		CheckDone:    l.Annotations[AnnotationCheckDone],
+	}
+	if t, err := time.Parse(time.RFC3339, l.Annotations[AnnotationWireChecked]); err == nil {
+		h.WireChecked = t
 	}
 	if p, err := strconv.ParseUint(l.Annotations[AnnotationLivenessPort], 10, 16); err == nil {
 		h.LivenessPort = uint16(p)
@@ -233,6 +247,12 @@ type HeartbeatStatus struct {
 	// are FormatAnswers of the IPs it does not bind because a stranger
 	// answers for them, and of those it binds that a stranger claims.
 	MACs, Conflicts, Claims string
+	// Wire is wire.Report.Format of the IPs the node checks; WireChecked
+	// when it last checked them all (zero: not yet), which alone is no
+	// reason to renew; CheckDone the last check request it answered.
+	Wire        string
+	WireChecked time.Time
+	CheckDone   string
 	// LivenessPort is the UDP port of liveness over the LAN; 0 without.
 	LivenessPort uint16
 }
@@ -282,7 +302,12 @@ func RenewedHeartbeat(current *coordinationv1.Lease, namespace, node string, dur
 	} else {
 		l.Annotations[AnnotationError] = st.Error
 	}
-	for key, v := range map[string]string{AnnotationBGP: st.BGP, AnnotationMACs: st.MACs, AnnotationConflicts: st.Conflicts, AnnotationClaims: st.Claims} {
+	var checked string
+	if !st.WireChecked.IsZero() {
+		checked = st.WireChecked.UTC().Format(time.RFC3339)
+	}
+	for key, v := range map[string]string{AnnotationBGP: st.BGP, AnnotationMACs: st.MACs, AnnotationConflicts: st.Conflicts, AnnotationClaims: st.Claims,
+		AnnotationWire: st.Wire, AnnotationWireChecked: checked, AnnotationCheckDone: st.CheckDone} {
 		if v == "" {
 			delete(l.Annotations, key)
 		} else {

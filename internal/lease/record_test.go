@@ -233,6 +233,27 @@ func TestHeartbeatRoundTrip(t *testing.T) {
 	assert.Equal(t, *healed.Spec.LeaseDurationSeconds, int32(1))
 }
 
+func TestHeartbeatWire(t *testing.T) {
+	checked := time.Date(2026, 12, 7, 13, 0, 0, 0, time.UTC)
+	hb := lease.RenewedHeartbeat(nil, ns, "node-a", time.Second, lease.HeartbeatStatus{
+		Wire: "198.18.0.10=none@1765112400", WireChecked: checked, CheckDone: "t1",
+	}, at(0))
+	hb.Annotations[lease.AnnotationCheckRequest] = "t2" // by kubectl eip check
+	h, err := lease.ParseHeartbeat(hb)
+	assert.NilError(t, err)
+	assert.Equal(t, h.Wire, "198.18.0.10=none@1765112400")
+	assert.Equal(t, h.WireChecked, checked)
+	assert.Equal(t, h.CheckDone, "t1")
+	assert.Equal(t, h.CheckRequest, "t2")
+
+	renewed := lease.RenewedHeartbeat(hb, ns, "node-a", time.Second, lease.HeartbeatStatus{}, at(time.Second))
+	assert.Equal(t, renewed.Annotations[lease.AnnotationCheckRequest], "t2", "a renewal keeps the request it has not answered")
+	for _, key := range []string{lease.AnnotationWire, lease.AnnotationWireChecked, lease.AnnotationCheckDone} {
+		_, ok := renewed.Annotations[key]
+		assert.Assert(t, !ok, "a cleared %s leaves no annotation", key)
+	}
+}
+
 func TestHeartbeatDurationRoundsUp(t *testing.T) {
 	for _, tc := range []struct {
 		d    time.Duration

@@ -1,0 +1,236 @@
+package wire
+
+import (
+	"net/netip"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+)
+
+const (
+	holderMAC   = "02:00:00:00:00:01"
+	strangerMAC = "02:00:00:00:00:99"
+)
+
+var t0 = time.Unix(1765000000, 0)
+
+func macsOf(node string) []string {
+	if node == "h" {
+		return []string{holderMAC}
+	}
+	return nil
+}
+
+// wire plays the LAN: who answers a probe for each IP.
+type wire map[netip.Addr][]string
+
+// run steps s from *now for d in steps of tick, answering each probe as w
+// says, and returns the probes sent per IP and the verdict changes.
+func run(s *Schedule, w wire, now *time.Time, d, tick time.Duration) (sent map[netip.Addr][]time.Time, changes []netip.Addr) {
+	sent = map[netip.Addr][]time.Time{}
+	for end := now.Add(d); now.Before(end); *now = now.Add(tick) {
+		for _, ip := range s.Due(*now) {
+			sent[ip] = append(sent[ip], *now)
+			for _, mac := range w[ip] {
+				s.Answer(ip, mac, now.Add(time.Millisecond))
+			}
+		}
+		changes = append(changes, s.Finish(*now, macsOf)...)
+	}
+	return sent, changes
+}
+
+func ips(n int) map[netip.Addr]string {
+	out := map[netip.Addr]string{}
+	for i := range n {
+		out[netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)})] = "h"
+	}
+	return out
+}
+
+func TestScheduleHealthyQuiet(t *testing.T) {
+	s := NewSchedule(DefaultPace, 1)
+	now := t0
+	set := ips(3)
+	s.Set(set, now)
+	w := wire{}
+	for ip := range set {
+		w[ip] = []string{holderMAC}
+	}
+	_, changes := run(s, w, &now, 2*time.Second, 10*time.Millisecond)
+	assert.Equal(t, len(changes), 3, "each IP's first verdict is a change")
+	for ip := range set {
+		e, ok := s.Verdict(ip)
+		assert.Assert(t, ok)
+		assert.Equal(t, e.Verdict, Holder)
+	}
+	before := s.Report(now).Format()
+	sent, changes := run(s, w, &now, time.Minute, 10*time.Millisecond)
+	assert.Equal(t, len(changes), 0, "no change while the wire does not change")
+	assert.Equal(t, s.Report(now).Format(), before)
+	assert.Equal(t, before, "", "nothing to report")
+	for ip, times := range sent {
+		for i := 1; i < len(times); i++ {
+			gap := times[i].Sub(times[i-1])
+			assert.Assert(t, gap <= DefaultPace.Every+10*time.Millisecond && gap >= DefaultPace.Every*3/4-10*time.Millisecond, "%s: gap %s", ip, gap)
+		}
+	}
+}
+
+func TestScheduleRateBound(t *testing.T) {
+	p := DefaultPace
+	p.Rate = 50
+	s := NewSchedule(p, 2)
+	now := t0
+	set := ips(1000)
+	s.Set(set, now)
+	w := wire{}
+	for ip := range set {
+		w[ip] = []string{holderMAC}
+	}
+	sent, _ := run(s, w, &now, time.Minute, 50*time.Millisecond)
+	total := 0
+	for ip := range set {
+		times := sent[ip]
+		total += len(times)
+		assert.Assert(t, len(times) >= 2, "%s checked %d times in a minute", ip, len(times))
+		for i := 1; i < len(times); i++ {
+			// 1,000 IPs at 50/s: a round takes 20 s.
+			assert.Assert(t, times[i].Sub(times[i-1]) <= 21*time.Second, "%s: gap %s", ip, times[i].Sub(times[i-1]))
+		}
+	}
+	assert.Assert(t, float64(total) <= p.Rate*60+p.Rate, "%d probes in a minute at %v/s", total, p.Rate)
+}
+
+func TestScheduleNoAnswerNeedsTries(t *testing.T) {
+	s := NewSchedule(DefaultPace, 3)
+	now := t0
+	ip := netip.MustParseAddr("198.18.0.10")
+	s.Set(map[netip.Addr]string{ip: "h"}, now)
+	w := wire{ip: {holderMAC}}
+	run(s, w, &now, time.Second, 10*time.Millisecond)
+	e, _ := s.Verdict(ip)
+	assert.Equal(t, e.Verdict, Holder)
+
+	delete(w, ip) // the holder's answers stop reaching the LAN
+	lost := now
+	var sent map[netip.Addr][]time.Time
+	var changes []netip.Addr
+	for e.Verdict == Holder {
+		var more map[netip.Addr][]time.Time
+		more, changes = run(s, w, &now, 10*time.Millisecond, 10*time.Millisecond)
+		if sent == nil {
+			sent = more
+		} else {
+			sent[ip] = append(sent[ip], more[ip]...)
+		}
+		e, _ = s.Verdict(ip)
+	}
+	assert.Assert(t, slices.Equal(changes, []netip.Addr{ip}), changes)
+	assert.Equal(t, e.Verdict, NoAnswer)
+	assert.Equal(t, len(sent[ip]), DefaultPace.Tries, "NoAnswer after %d unanswered checks in a row", DefaultPace.Tries)
+	took := now.Sub(lost)
+	bound := DefaultPace.Every + time.Duration(DefaultPace.Tries)*(DefaultPace.Recheck+DefaultPace.Wait)
+	assert.Assert(t, took <= bound, "NoAnswer after %s, more than %s", took, bound)
+	assert.Equal(t, s.Report(now).Format(), "198.18.0.10=none@"+strconv.FormatInt(e.Since.Unix(), 10))
+
+	// One answer is enough to be believed again.
+	w[ip] = []string{holderMAC}
+	_, changes = run(s, w, &now, time.Second, 10*time.Millisecond)
+	assert.Assert(t, slices.Equal(changes, []netip.Addr{ip}), changes)
+	e, _ = s.Verdict(ip)
+	assert.Equal(t, e.Verdict, Holder)
+}
+
+func TestScheduleStrangerAtOnce(t *testing.T) {
+	s := NewSchedule(DefaultPace, 4)
+	now := t0
+	ip := netip.MustParseAddr("198.18.0.11")
+	s.Set(map[netip.Addr]string{ip: "h"}, now)
+	w := wire{ip: {holderMAC}}
+	run(s, w, &now, time.Second, 10*time.Millisecond)
+	w[ip] = []string{holderMAC, strangerMAC}
+	start := now
+	var changes []netip.Addr
+	for len(changes) == 0 {
+		_, changes = run(s, w, &now, 10*time.Millisecond, 10*time.Millisecond)
+	}
+	assert.Assert(t, now.Sub(start) <= DefaultPace.Every+DefaultPace.Wait+10*time.Millisecond)
+	e, _ := s.Verdict(ip)
+	assert.DeepEqual(t, e, Entry{Verdict: TwoMACs, MACs: []string{holderMAC, strangerMAC}, Since: e.Since})
+
+	// The holder lets go; the stranger keeps it: a new verdict.
+	w[ip] = []string{strangerMAC}
+	_, changes = run(s, w, &now, time.Second, 10*time.Millisecond)
+	assert.Assert(t, slices.Equal(changes, []netip.Addr{ip}), changes)
+	e, _ = s.Verdict(ip)
+	assert.Equal(t, e.Verdict, Stranger)
+	assert.DeepEqual(t, e.MACs, []string{strangerMAC})
+	// It stays one, and is checked at the recheck pace meanwhile.
+	sent, changes := run(s, w, &now, 5*time.Second, 10*time.Millisecond)
+	assert.Equal(t, len(changes), 0)
+	assert.Assert(t, len(sent[ip]) >= 6, "%d checks in 5 s", len(sent[ip]))
+}
+
+func TestScheduleLateAnswerIgnored(t *testing.T) {
+	s := NewSchedule(DefaultPace, 5)
+	now := t0
+	ip := netip.MustParseAddr("198.18.0.12")
+	s.Set(map[netip.Addr]string{ip: "h"}, now)
+	for s.Due(now) == nil {
+		now = now.Add(10 * time.Millisecond)
+	}
+	s.Answer(ip, holderMAC, now.Add(DefaultPace.Wait+time.Millisecond))
+	s.Answer(netip.MustParseAddr("198.18.0.99"), strangerMAC, now) // not verified here
+	s.Finish(now.Add(DefaultPace.Wait+time.Millisecond), macsOf)
+	e, _ := s.Verdict(ip)
+	assert.Equal(t, e.Verdict, Unchecked, "one miss is no verdict yet")
+	_, ok := s.Verdict(netip.MustParseAddr("198.18.0.99"))
+	assert.Assert(t, !ok)
+}
+
+func TestScheduleNewHolderStartsOver(t *testing.T) {
+	s := NewSchedule(DefaultPace, 6)
+	now := t0
+	ip := netip.MustParseAddr("198.18.0.13")
+	s.Set(map[netip.Addr]string{ip: "h"}, now)
+	run(s, wire{ip: {strangerMAC}}, &now, time.Second, 10*time.Millisecond)
+	e, _ := s.Verdict(ip)
+	assert.Equal(t, e.Verdict, Stranger)
+	s.Set(map[netip.Addr]string{ip: "other"}, now)
+	e, _ = s.Verdict(ip)
+	assert.Equal(t, e.Verdict, Unchecked)
+	s.Set(nil, now)
+	_, ok := s.Verdict(ip)
+	assert.Assert(t, !ok)
+	_, ok = s.Next()
+	assert.Assert(t, !ok)
+}
+
+func TestScheduleDeaf(t *testing.T) {
+	s := NewSchedule(DefaultPace, 7)
+	now := t0
+	set := ips(5)
+	s.Set(set, now)
+	assert.Assert(t, s.Heard(now))
+	run(s, wire{}, &now, DefaultPace.Deaf-time.Second, 10*time.Millisecond)
+	assert.Assert(t, s.Heard(now), "not deaf before Deaf has passed")
+	run(s, wire{}, &now, 2*time.Second, 10*time.Millisecond)
+	assert.Assert(t, !s.Heard(now))
+	r := s.Report(now)
+	assert.Equal(t, len(r.Entries), 5)
+	assert.Assert(t, !r.Heard)
+	w := wire{}
+	for ip := range set {
+		w[ip] = []string{holderMAC}
+	}
+	run(s, w, &now, 6*time.Second, 10*time.Millisecond)
+	assert.DeepEqual(t, s.Report(now), Report{Heard: true})
+	checked, ok := s.CheckedSince()
+	assert.Assert(t, ok)
+	assert.Assert(t, now.Sub(checked) <= DefaultPace.Every)
+}
+
