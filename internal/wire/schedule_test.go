@@ -233,4 +233,3 @@ func TestScheduleDeaf(t *testing.T) {
 	assert.Assert(t, ok)
 	assert.Assert(t, now.Sub(checked) <= DefaultPace.Every)
 }
-
