@@ -174,11 +174,11 @@ func (a *Agent) patchIngress(ctx context.Context, svc *ipset.Service) (*corev1.S
 // the Lease cache. A lease duration is ample for that. It counts from the
 // lock's first sighting, not from when it became an orphan, so that
 // deleting a Service releases its address at once.
-func (s *state) reservationGrace() time.Duration { return s.cfg.LeaseDuration }
+func (s *state) reservationGrace() time.Duration { return s.desired.cfg.LeaseDuration }
 
 // allocStep is how long a node waits per rank before allocating for a
 // Service: a reservation and a status write, two round trips, with margin.
-func (s *state) allocStep() time.Duration { return 4 * s.cfg.RankStep() }
+func (s *state) allocStep() time.Duration { return 4 * s.desired.cfg.RankStep() }
 
 // allocate is one allocation pass over the Services; locks are the cached
 // locks by name (before reconcile consumes them).
@@ -194,7 +194,7 @@ func (s *state) allocate(v lease.View, locks map[string]*lease.Kept) {
 			al.firstSeen[name] = v.Now
 		}
 	}
-	if !s.cfgLoaded || !v.Writable {
+	if !s.desired.cfgLoaded || !v.Writable {
 		return
 	}
 	svcs := s.a.allServices()
@@ -204,9 +204,9 @@ func (s *state) allocate(v lease.View, locks map[string]*lease.Kept) {
 	}
 	var todo []unsettled
 	refused, waiting := map[string]bool{}, map[string]bool{}
-	if al.settledCfg != s.cfgRV {
+	if al.settledCfg != s.desired.cfgRV {
 		clear(al.settled)
-		al.settledCfg = s.cfgRV
+		al.settledCfg = s.desired.cfgRV
 	}
 	clear(al.next)
 	for _, svc := range svcs {
@@ -223,7 +223,7 @@ func (s *state) allocate(v lease.View, locks map[string]*lease.Kept) {
 		case err != nil:
 			refused[k] = true
 			s.reportRefusal(v, svc, err.Error())
-		case req.Settled(alloc.Current(svc), s.cfg, s.reserved):
+		case req.Settled(alloc.Current(svc), s.desired.cfg, s.desired.reserved):
 			al.next[k] = svc.ResourceVersion
 		default:
 			todo = append(todo, unsettled{svc, req})
@@ -276,7 +276,7 @@ func (s *state) allocate(v lease.View, locks map[string]*lease.Kept) {
 // flight included.
 func (s *state) space(svcs []*ipset.Service, locks map[string]*lease.Kept, now time.Time) *alloc.Space {
 	al := s.alloc
-	sp := alloc.NewSpace(s.cfg, s.reserved)
+	sp := alloc.NewSpace(s.desired.cfg, s.desired.reserved)
 	for _, svc := range svcs {
 		sp.AddService(svc)
 	}
@@ -290,7 +290,7 @@ func (s *state) space(svcs []*ipset.Service, locks map[string]*lease.Kept, now t
 			addLock(l)
 		}
 	}
-	for name := range s.written {
+	for name := range s.book.written {
 		if _, cached := locks[name]; !cached {
 			if l := s.effective(name, nil); l != nil {
 				addLock(l)
@@ -310,11 +310,11 @@ func (s *state) space(svcs []*ipset.Service, locks map[string]*lease.Kept, now t
 		sp.Lock(ip, "")
 	}
 	for ip, l := range al.lost {
-		if now.Sub(l.at) >= s.cfg.LeaseDuration {
+		if now.Sub(l.at) >= s.desired.cfg.LeaseDuration {
 			delete(al.lost, ip)
 			continue
 		}
-		s.wakeFull(l.at.Add(s.cfg.LeaseDuration))
+		s.sched.wakeFull(l.at.Add(s.desired.cfg.LeaseDuration))
 		sp.Lock(ip, l.reservedFor)
 	}
 	return sp
@@ -346,7 +346,7 @@ func (s *state) candidatesFree(svc *ipset.Service, ips []netip.Addr, now time.Ti
 		if _, ok := al.probedFree[ip]; ok || s.a.opt.ProbeWait <= 0 {
 			continue
 		}
-		b, inRange := s.cfg.Lookup(ip)
+		b, inRange := s.desired.cfg.Lookup(ip)
 		iface, err := s.ifaceFor(ip, b)
 		if !inRange || err != nil {
 			continue // not bindable either: the holder reports that
@@ -360,7 +360,7 @@ func (s *state) candidatesFree(svc *ipset.Service, ips []netip.Addr, now time.Ti
 		if mac := cmp.Or(p.stranger, p.answeredBy); mac != "" {
 			delete(c.probing, ip)
 			al.inUse[ip] = now.Add(inUseFor)
-			s.wakeFull(now)
+			s.sched.wakeFull(now)
 			s.a.opt.Metrics.AddressConflict()
 			s.log.Warn("a new address answers on the LAN; giving the Service another", "service", svc.Key(), "ip", ip, "mac", mac)
 			s.a.recorder.Event(svc.Reference(), corev1.EventTypeWarning, "AddressConflict",
@@ -369,16 +369,16 @@ func (s *state) candidatesFree(svc *ipset.Service, ips []netip.Addr, now time.Ti
 		}
 		p = s.probeStep(ip, p)
 		if n, gap := p.wants(s.a.opt.ProbeWait); p.sent < n {
-			s.wakeFull(p.started.Add(time.Duration(p.sent) * gap))
+			s.sched.wakeFull(p.started.Add(time.Duration(p.sent) * gap))
 			continue
 		}
 		if done := p.done(s.a.opt.ProbeWait); now.Before(done) {
-			s.wakeFull(done)
+			s.sched.wakeFull(done)
 			continue
 		}
 		delete(c.probing, ip)
 		al.probedFree[ip] = now
-		s.wakeFull(now)
+		s.sched.wakeFull(now)
 	}
 	return free
 }
@@ -393,14 +393,14 @@ func (s *state) mayAllocate(v lease.View, svc *ipset.Service) bool {
 		return false
 	}
 	if w, ok := al.written[k]; ok {
-		if lease.Newer(w.rv, svc.ResourceVersion) && now.Sub(w.at) < s.cfg.LeaseDuration {
-			s.wakeFull(w.at.Add(s.cfg.LeaseDuration))
+		if lease.Newer(w.rv, svc.ResourceVersion) && now.Sub(w.at) < s.desired.cfg.LeaseDuration {
+			s.sched.wakeFull(w.at.Add(s.desired.cfg.LeaseDuration))
 			return false // our status write has not reached the cache yet
 		}
 		delete(al.written, k)
 	}
 	if t, ok := al.retry[k]; ok && now.Before(t) {
-		s.wakeFull(t)
+		s.sched.wakeFull(t)
 		return false
 	}
 	since, ok := al.since[k]
@@ -409,7 +409,7 @@ func (s *state) mayAllocate(v lease.View, svc *ipset.Service) bool {
 	}
 	at := since.Add(time.Duration(lease.RankFor(string(svc.UID), v.Self, v.Live)) * s.allocStep())
 	if at.After(now) {
-		s.wakeFull(at)
+		s.sched.wakeFull(at)
 		return false
 	}
 	return true
@@ -420,7 +420,7 @@ func (s *state) dispatchAlloc(v lease.View, svc *ipset.Service, res alloc.Result
 	k := svc.Key()
 	out := *svc
 	out.Ingress = ingress(svc.Ingress, res.IPs)
-	job := allocJob{key: k, svc: &out, timeout: max(s.cfg.LeaseDuration, 2*time.Second)}
+	job := allocJob{key: k, svc: &out, timeout: max(s.desired.cfg.LeaseDuration, 2*time.Second)}
 	for _, ip := range res.Reserve {
 		l := lease.NewLockLease(s.a.opt.Namespace, ip, s.a.opt.Node, v.SuccessorOf(ip, s.a.opt.Node), []string{k}, now)
 		l.Annotations[alloc.AnnotationReservedFor] = k
@@ -431,7 +431,7 @@ func (s *state) dispatchAlloc(v lease.View, svc *ipset.Service, res alloc.Result
 		s.alloc.inflight[k] = slices.Clone(res.Reserve)
 		s.log.Debug("allocating", "service", k, "ip", res.IPs, "reserve", res.Reserve)
 	default:
-		s.wakeFull(now.Add(s.cfg.RankStep())) // the queue is full; the next pass tries again
+		s.sched.wakeFull(now.Add(s.desired.cfg.RankStep())) // the queue is full; the next pass tries again
 	}
 }
 
@@ -457,13 +457,13 @@ func ingress(old []corev1.LoadBalancerIngress, ips []netip.Addr) []corev1.LoadBa
 }
 
 func (s *state) allocDone(r allocResult) {
-	s.needFull = true // allocation weighs every Service
+	s.sched.needFull = true // allocation weighs every Service
 	al := s.alloc
 	delete(al.inflight, r.key)
 	now := s.a.clk.Now()
 	log := s.log.With("service", r.key)
 	for _, l := range r.created {
-		s.written[l.Name] = lease.Keep(l, nil)
+		s.book.written[l.Name] = lease.Keep(l, nil)
 		log.Debug("reserved", "ip", l.Annotations[lease.AnnotationIP], "lease", l.Name)
 	}
 	switch {
@@ -483,7 +483,7 @@ func (s *state) allocDone(r allocResult) {
 	default:
 		s.a.opt.Metrics.APIError("allocate")
 		log.Warn("allocation failed; trying again later", "err", r.err)
-		al.retry[r.key] = now.Add(s.cfg.LeaseDuration)
+		al.retry[r.key] = now.Add(s.desired.cfg.LeaseDuration)
 	}
 }
 
@@ -525,7 +525,7 @@ func (s *state) reservationSpared(l *lease.Kept, ip netip.Addr, now time.Time) b
 		s.alloc.firstSeen[l.Name] = now
 	}
 	if now.Sub(first) < s.reservationGrace() {
-		s.wakeFull(first.Add(s.reservationGrace()))
+		s.sched.wakeFull(first.Add(s.reservationGrace()))
 		return true
 	}
 	return false

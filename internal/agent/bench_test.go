@@ -67,11 +67,11 @@ func BenchmarkPassAmongWaiting(b *testing.B) {
 	w, _ := steadyWorld(b, 10000, 3)
 	now := w.clk.Now()
 	for i := range 3500 {
-		w.s.wakeIP(testIP(i), now.Add(time.Hour))
+		w.s.sched.wakeIP(testIP(i), now.Add(time.Hour))
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		w.s.wakeIP(testIP(9999), now)
+		w.s.sched.wakeIP(testIP(9999), now)
 		w.s.reconcileSome(now)
 	}
 	if calls := w.take(); len(calls) > 0 {
@@ -95,7 +95,7 @@ func BenchmarkSuccessorBindsInSlices(b *testing.B) {
 		w.sendTakes = 250 * time.Microsecond
 		b.StartTimer()
 		for len(w.addrs) < len(ips) {
-			if w.clk.Now().Sub(w.s.lastTick) >= w.s.cfg.RenewInterval {
+			if w.clk.Now().Sub(w.s.self.lastTick) >= w.s.desired.cfg.RenewInterval {
 				w.s.tick()
 			}
 			w.s.pass()
@@ -128,7 +128,7 @@ func BenchmarkColdStartHeap(b *testing.B) {
 			}
 		}
 		for round := range 12 {
-			w.step(w.s.cfg.RenewInterval)
+			w.step(w.s.desired.cfg.RenewInterval)
 			w.s.tick()
 			for _, n := range peers {
 				w.heartbeat(n, true)
@@ -143,9 +143,9 @@ func BenchmarkColdStartHeap(b *testing.B) {
 				}
 			}
 			w.s.reconcile()
-			for w.renew() || len(w.s.jobs) > 0 {
-				for len(w.s.jobs) > 0 {
-					w.s.writeDone(w.answer(<-w.s.jobs))
+			for w.renew() || len(w.s.writes.jobs) > 0 {
+				for len(w.s.writes.jobs) > 0 {
+					w.s.writeDone(w.answer(<-w.s.writes.jobs))
 				}
 				w.s.pass()
 			}
@@ -194,7 +194,7 @@ func BenchmarkSteadySecond(b *testing.B) {
 				b.ReportAllocs()
 				for b.Loop() {
 					for range 2 {
-						w.step(w.s.cfg.RenewInterval)
+						w.step(w.s.desired.cfg.RenewInterval)
 						w.s.tick()
 						if due() {
 							w.s.reconcile()
@@ -245,9 +245,9 @@ func BenchmarkWriteResult(b *testing.B) {
 				w.addService(fmt.Sprintf("svc-%d", i), testIP(i))
 			}
 			w.s.reconcile()
-			w.s.window, w.s.idleSince = float64(w.a.opt.Writers), w.clk.Now()
+			w.s.writes.window, w.s.writes.idleSince = float64(w.a.opt.Writers), w.clk.Now()
 			for range 3 { // until this node knows its peers and races
-				w.step(w.s.cfg.RenewInterval)
+				w.step(w.s.desired.cfg.RenewInterval)
 				w.s.tick()
 				for _, n := range []string{"node-01", "node-02"} {
 					w.heartbeat(n, true)
@@ -255,20 +255,20 @@ func BenchmarkWriteResult(b *testing.B) {
 				w.renew()
 				w.s.reconcile()
 			}
-			if len(w.s.jobs) != w.a.opt.Writers {
-				b.Fatalf("%d acquisitions in flight, want %d", len(w.s.jobs), w.a.opt.Writers)
+			if len(w.s.writes.jobs) != w.a.opt.Writers {
+				b.Fatalf("%d acquisitions in flight, want %d", len(w.s.writes.jobs), w.a.opt.Writers)
 			}
 			b.ReportAllocs()
 			for b.Loop() {
-				j := <-w.s.jobs
+				j := <-w.s.writes.jobs
 				w.s.writeDone(writeResult{write: j, err: apierrors.NewConflict(leaseResource, j.name, errors.New("raced"))})
 				if mode == "full" {
 					w.s.reconcile()
 				} else {
 					w.s.pass()
 				}
-				if len(w.s.jobs) != w.a.opt.Writers {
-					b.Fatalf("%d acquisitions in flight, want %d", len(w.s.jobs), w.a.opt.Writers)
+				if len(w.s.writes.jobs) != w.a.opt.Writers {
+					b.Fatalf("%d acquisitions in flight, want %d", len(w.s.writes.jobs), w.a.opt.Writers)
 				}
 			}
 		})
@@ -315,12 +315,12 @@ func BenchmarkLANSteadySecond(b *testing.B) {
 	// half is half a second as the loop runs it (state.run): a pass only
 	// when an input asks for one.
 	half := func(k int) {
-		w.step(w.s.cfg.RenewInterval)
+		w.step(w.s.desired.cfg.RenewInterval)
 		w.s.tick()
 		if w.renew() || w.s.passDue(w.clk.Now()) {
 			w.s.pass()
 		}
-		w.s.speaker.speak(w.clk.Now())
+		w.s.lan.speaker.speak(w.clk.Now())
 		for j := range 7 {
 			p := peers[(7*k+j)%len(peers)]
 			w.arrive(p, addr((7*k+j)%len(peers)+1), ages)
@@ -331,7 +331,7 @@ func BenchmarkLANSteadySecond(b *testing.B) {
 		for j := range 2 {
 			w.lanHeartbeat(peers[(2*k+j)%len(peers)])
 			if w.s.heartbeatsRenewed() {
-				w.s.needFull = true
+				w.s.sched.needFull = true
 				w.s.pass()
 			}
 		}

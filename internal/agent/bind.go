@@ -23,12 +23,12 @@ func (s *state) ifaceFor(ip netip.Addr, b config.Binding) (string, error) {
 	if b.Iface != "" && b.Iface != "auto" {
 		return b.Iface, nil
 	}
-	if iface, ok := s.autoIface[ip]; ok {
+	if iface, ok := s.binder.autoIface[ip]; ok {
 		return iface, nil
 	}
 	iface, err := s.a.opt.Links.IfaceFor(ip)
 	if err == nil {
-		s.autoIface[ip] = iface
+		s.binder.autoIface[ip] = iface
 	}
 	return iface, err
 }
@@ -38,7 +38,7 @@ func (s *state) ifaceFor(ip netip.Addr, b config.Binding) (string, error) {
 // (loopLate).
 func (s *state) canBind(iface string) bool {
 	now := s.a.clk.Now()
-	return !s.linkDown[iface] && !s.fenced && !s.unheard && s.writable(now) && !s.loopLate(now)
+	return !s.binder.linkDown[iface] && !s.self.fenced && !s.self.unheard && s.writable(now) && !s.loopLate(now)
 }
 
 // lateAfter is how long after the loop's last tick it counts as late
@@ -48,7 +48,7 @@ func (s *state) canBind(iface string) bool {
 // least one and a half renew intervals (375 ms at a 1 s lease, where that
 // margin is below 0), so that a pass between two ticks may still bind.
 func (s *state) lateAfter() time.Duration {
-	return max(s.cfg.LeaseDuration-s.cfg.AddressLifetime()-addressExpirySlack, s.cfg.RenewInterval*3/2)
+	return max(s.desired.cfg.LeaseDuration-s.desired.cfg.AddressLifetime()-addressExpirySlack, s.desired.cfg.RenewInterval*3/2)
 }
 
 // stallAfter is how long after the one before a tick marks the loop
@@ -57,7 +57,7 @@ func (s *state) lateAfter() time.Duration {
 // long, and the next one may not reach them before they judge this node
 // dead.
 func (s *state) stallAfter() time.Duration {
-	return max(s.cfg.LeaseDuration-s.cfg.RenewInterval, s.lateAfter())
+	return max(s.desired.cfg.LeaseDuration-s.desired.cfg.RenewInterval, s.lateAfter())
 }
 
 // loopLate: the loop's last tick, which renews the heartbeat, is longer
@@ -68,7 +68,7 @@ func (s *state) stallAfter() time.Duration {
 // for its next tick). An API-server outage is not lateness: the loop
 // ticks on time, and api-loss decides.
 func (s *state) loopLate(now time.Time) bool {
-	return s.stalled || !s.lastTick.IsZero() && now.Sub(s.lastTick) > s.lateAfter()
+	return s.self.stalled || !s.self.lastTick.IsZero() && now.Sub(s.self.lastTick) > s.lateAfter()
 }
 
 // bindOutcome is what became of a bind: the loop decides what follows.
@@ -91,20 +91,20 @@ func (s *state) bindIP(ip netip.Addr, e ipset.Entry, why string) {
 	out, at := s.bind(ip, e, why)
 	switch out {
 	case bindLate:
-		s.lateBinds[ip] = true
+		s.sched.lateBinds[ip] = true
 	case bindNotNow:
 		// Decided again when whether this node may write changes
 		// (writableChanged), and at, since a change that flips back
 		// before any pass sees it asks for none (the IP stayed held and
 		// unbound until the resync's full pass, 10 s later).
-		s.writableDeps[ip] = true
-		s.wakeIP(ip, at)
+		s.sched.writableDeps[ip] = true
+		s.sched.wakeIP(ip, at)
 	case bindProbing:
 		if !at.IsZero() {
-			s.wakeIP(ip, at)
+			s.sched.wakeIP(ip, at)
 		}
 	case bindYield:
-		s.wakeIP(ip, at)
+		s.sched.wakeIP(ip, at)
 	}
 }
 
@@ -116,7 +116,7 @@ func (s *state) bindIP(ip netip.Addr, e ipset.Entry, why string) {
 // renewals and of the watch: it was no longer writable, nor on time, and
 // the IPs left waited half a second each time for the next pass.
 func (s *state) sliceOver(now time.Time) bool {
-	return !s.passStart.IsZero() && now.Sub(s.passStart) > s.cfg.RenewInterval/4
+	return !s.sched.passStart.IsZero() && now.Sub(s.sched.passStart) > s.desired.cfg.RenewInterval/4
 }
 
 // bind binds ip on its interface or eipd's device and announces it, and
@@ -138,7 +138,7 @@ func (s *state) bind(ip netip.Addr, e ipset.Entry, why string) (out bindOutcome,
 		if s.loopLate(now) {
 			return bindLate, time.Time{}
 		}
-		return bindNotNow, now.Add(s.cfg.RenewInterval)
+		return bindNotNow, now.Add(s.desired.cfg.RenewInterval)
 	}
 	if ok, next := s.probed(ip, iface); !ok {
 		return bindProbing, next
@@ -147,11 +147,11 @@ func (s *state) bind(ip netip.Addr, e ipset.Entry, why string) (out bindOutcome,
 	dev, onDevice := iface, s.onDevice(iface, p, e.Binding.Announce)
 	if onDevice {
 		var err error
-		if dev, err = s.devices.pick(s.a.opt.Devices, s.a.clk.Now()); err != nil {
+		if dev, err = s.binder.devices.pick(s.a.opt.Devices, s.a.clk.Now()); err != nil {
 			s.log.Warn("cannot open another address device; binding on the first until one opens", "ip", ip, "iface", dev, "retryIn", reopenAfter, "err", err)
 		}
 	}
-	s.claimed.add(ip) // before the kernel may answer for it
+	s.binder.claimed.add(ip) // before the kernel may answer for it
 	if err := s.a.opt.Addresser.Add(dev, p, s.lifetimeOn(onDevice)); err != nil {
 		s.log.Error("bind", "ip", ip, "iface", dev, "err", err)
 		s.event(ip, corev1.EventTypeWarning, "BindFailed", fmt.Sprintf("bind %s on %s/%s: %v", p, s.a.opt.Node, dev, err))
@@ -159,7 +159,7 @@ func (s *state) bind(ip netip.Addr, e ipset.Entry, why string) (out bindOutcome,
 	}
 	b := binding{iface: iface, dev: dev, prefix: p, announce: e.Binding.Announce}
 	if onDevice {
-		s.devices.added(dev)
+		s.binder.devices.added(dev)
 	} else {
 		s.lifetime.keep(ip, netif.Bound{Iface: dev, Prefix: p})
 	}
@@ -171,9 +171,9 @@ func (s *state) bind(ip netip.Addr, e ipset.Entry, why string) (out bindOutcome,
 	}
 	if b.announce.BGP() {
 		b.route = s.announceRoute(ip, e)
-		s.routes++
+		s.routes.announced++
 	}
-	s.bound[ip] = b
+	s.binder.bound[ip] = b
 	s.succeeded(ip)
 	s.watch.progressed(s.a.clk.Now())
 	s.a.opt.Metrics.Bound()
@@ -213,13 +213,13 @@ func (s *state) lifetimeOn(onDevice bool) time.Duration {
 	if onDevice {
 		return 0
 	}
-	return s.cfg.AddressLifetime()
+	return s.desired.cfg.AddressLifetime()
 }
 
 // answersARP is Links.AnswersARP, read once per interface and again at
 // each resync (checkARP).
 func (s *state) answersARP(iface string) bool {
-	if v, ok := s.arpAnswers[iface]; ok {
+	if v, ok := s.binder.arpAnswers[iface]; ok {
 		return v
 	}
 	v, err := s.a.opt.Links.AnswersARP(iface)
@@ -229,17 +229,17 @@ func (s *state) answersARP(iface string) bool {
 	case !v:
 		s.log.Info("arp_ignore is not 0: the kernel answers ARP only for addresses of the interface itself, so IPv4 addresses are bound there, with a lifetime", "iface", iface)
 	}
-	s.arpAnswers[iface] = v
+	s.binder.arpAnswers[iface] = v
 	return v
 }
 
 // checkARP reads arp_ignore again: a change moves the addresses affected
 // at the next full pass (rebindIfMoved).
 func (s *state) checkARP() {
-	for iface, was := range s.arpAnswers {
-		delete(s.arpAnswers, iface)
+	for iface, was := range s.binder.arpAnswers {
+		delete(s.binder.arpAnswers, iface)
 		if s.answersARP(iface) != was {
-			s.needFull = true
+			s.sched.needFull = true
 		}
 	}
 }
@@ -269,7 +269,7 @@ func (s *state) unbind(ip netip.Addr, why string) {
 	if err := s.a.opt.Addresser.Del(b.dev, b.prefix); err != nil {
 		s.log.Error("unbind", "ip", ip, "iface", b.dev, "err", err)
 	} else if !b.missing {
-		s.ownRemovals[ip]++
+		s.binder.ownRemovals[ip]++
 	}
 	s.a.opt.Metrics.Unbound()
 	s.watch.progressed(s.a.clk.Now())
@@ -279,7 +279,7 @@ func (s *state) unbind(ip netip.Addr, why string) {
 // forgetBinding stops serving ip (route, announcements, lifetime refresh)
 // and returns the binding it had; the address itself is left alone.
 func (s *state) forgetBinding(ip netip.Addr) (binding, bool) {
-	b, ok := s.bound[ip]
+	b, ok := s.binder.bound[ip]
 	if !ok {
 		return b, false
 	}
@@ -289,12 +289,12 @@ func (s *state) forgetBinding(ip netip.Addr) (binding, bool) {
 		if err := s.a.opt.Router.Withdraw(ip); err != nil {
 			s.log.Error("withdraw route", "ip", ip, "err", err)
 		}
-		s.routes--
+		s.routes.announced--
 	}
 	s.a.opt.Announcer.Stop(ip)
-	delete(s.bound, ip)
+	delete(s.binder.bound, ip)
 	if b.onDevice() {
-		s.devices.removed(b.dev)
+		s.binder.devices.removed(b.dev)
 	} else {
 		s.lifetime.forget(ip)
 	}
@@ -305,8 +305,8 @@ func (s *state) forgetBinding(ip netip.Addr) (binding, bool) {
 // length changed with the configuration, or whose device changed with
 // arp_ignore; the lock is untouched.
 func (s *state) rebindIfMoved(ip netip.Addr) {
-	b := s.bound[ip]
-	e := s.entries[ip]
+	b := s.binder.bound[ip]
+	e := s.desired.entries[ip]
 	iface, err := s.ifaceFor(ip, e.Binding)
 	p := e.Binding.Prefix(ip)
 	same := err == nil && iface == b.iface && p == b.prefix && e.Binding.Announce == b.announce && s.onDevice(iface, p, e.Binding.Announce) == b.onDevice()
@@ -315,7 +315,7 @@ func (s *state) rebindIfMoved(ip netip.Addr) {
 			s.reannounceIfChanged(ip, b, e)
 		}
 		if err == nil && !same {
-			s.writableDeps[ip] = true // moved once this node may bind
+			s.sched.writableDeps[ip] = true // moved once this node may bind
 		}
 		return
 	}
@@ -328,8 +328,8 @@ func (s *state) rebindIfMoved(ip netip.Addr) {
 // lifetime) removed.
 func (s *state) addrEvent(ev netif.AddrEvent) {
 	ip := ev.Prefix.Addr()
-	if _, managed := s.entries[ip]; !managed {
-		clear(s.autoIface) // the node's own addresses define the subnets
+	if _, managed := s.desired.entries[ip]; !managed {
+		clear(s.binder.autoIface) // the node's own addresses define the subnets
 	}
 	if ev.Added {
 		return
@@ -337,13 +337,13 @@ func (s *state) addrEvent(ev netif.AddrEvent) {
 	// The first removal of ip reported after an unbind of ours is that
 	// unbind's; a busy loop may read it after it bound ip again. It puts
 	// back what may be missing, but nothing vanished.
-	own := s.ownRemovals[ip] > 0
+	own := s.binder.ownRemovals[ip] > 0
 	if own {
-		if s.ownRemovals[ip]--; s.ownRemovals[ip] == 0 {
-			delete(s.ownRemovals, ip)
+		if s.binder.ownRemovals[ip]--; s.binder.ownRemovals[ip] == 0 {
+			delete(s.binder.ownRemovals, ip)
 		}
 	}
-	b, ok := s.bound[ip]
+	b, ok := s.binder.bound[ip]
 	if !ok || b.dev != ev.Iface {
 		return
 	}
@@ -358,7 +358,7 @@ func (s *state) addrMissing(b binding, count bool) {
 		// again at the resync that restores them.
 		s.a.opt.Metrics.Vanished()
 		b.missing = true
-		s.bound[b.prefix.Addr()] = b
+		s.binder.bound[b.prefix.Addr()] = b
 	}
 	if s.loopLate(s.a.clk.Now()) {
 		// Its lifetime ran out because this loop ran late (a long pass, a
@@ -367,7 +367,7 @@ func (s *state) addrMissing(b binding, count bool) {
 		// live nodes. It is decided again once the loop is on time, and
 		// bound again if the lock still names this node.
 		s.forgetBinding(b.prefix.Addr())
-		s.lateBinds[b.prefix.Addr()] = true
+		s.sched.lateBinds[b.prefix.Addr()] = true
 		s.log.Debug("an address this node held expired while its loop ran late; binding it again only if its lock still names this node", "ip", b.prefix.Addr(), "iface", b.dev)
 		return
 	}
@@ -376,7 +376,7 @@ func (s *state) addrMissing(b binding, count bool) {
 		return
 	}
 	b.missing = false
-	s.bound[b.prefix.Addr()] = b
+	s.binder.bound[b.prefix.Addr()] = b
 	if b.announce.ARP() {
 		if err := s.a.opt.Announcer.Announce(b.iface, b.prefix.Addr()); err != nil {
 			s.log.Warn("announce", "ip", b.prefix.Addr(), "iface", b.iface, "err", err)
@@ -392,25 +392,25 @@ func (s *state) linkEvent(ev netif.LinkEvent) {
 		s.deviceEvent(ev)
 		return
 	}
-	clear(s.autoIface)
-	s.macs = ""
-	s.needFull = true
+	clear(s.binder.autoIface)
+	s.binder.macs = ""
+	s.sched.needFull = true
 	if !ev.Up {
-		if s.linkDown[ev.Iface] {
+		if s.binder.linkDown[ev.Iface] {
 			return
 		}
-		s.linkDown[ev.Iface] = true
-		for ip, b := range s.bound {
+		s.binder.linkDown[ev.Iface] = true
+		for ip, b := range s.binder.bound {
 			if b.iface == ev.Iface {
 				s.carryOut(ip, lease.DecideLinkDown())
 			}
 		}
 		return
 	}
-	if s.linkDown[ev.Iface] {
-		delete(s.linkDown, ev.Iface)
+	if s.binder.linkDown[ev.Iface] {
+		delete(s.binder.linkDown, ev.Iface)
 		if s.lanLink(ev.Iface) {
-			s.needBarrier = true
+			s.self.needBarrier = true
 			s.log.Info("link has carrier again; re-reading locks before binding", "iface", ev.Iface)
 		}
 	}
@@ -433,7 +433,7 @@ func (s *state) deviceEvent(ev netif.LinkEvent) {
 		return
 	}
 	n := 0
-	for ip, b := range s.bound {
+	for ip, b := range s.binder.bound {
 		if b.dev != ev.Iface {
 			continue
 		}
@@ -442,7 +442,7 @@ func (s *state) deviceEvent(ev netif.LinkEvent) {
 			continue
 		}
 		b.missing = false
-		s.bound[ip] = b
+		s.binder.bound[ip] = b
 		n++
 	}
 	s.log.Info("restored eipd's address device and its addresses", "iface", ev.Iface, "addresses", n)
@@ -465,11 +465,11 @@ func (s *state) deviceEvent(ev netif.LinkEvent) {
 // run a pass and decide its IP again.
 func (s *state) claim(c netif.Claim) (changed bool) {
 	_, probing := s.conflicts.probing[c.IP]
-	_, bound := s.bound[c.IP]
+	_, bound := s.binder.bound[c.IP]
 	if !probing && !bound {
 		return false
 	}
-	s.dirty[c.IP] = true
+	s.sched.dirty[c.IP] = true
 	now := s.a.clk.Now()
 	if s.conflictClaim(c) || !bound {
 		return true
@@ -487,13 +487,13 @@ func (s *state) claim(c netif.Claim) (changed bool) {
 }
 
 func (s *state) watchClaims(iface string) {
-	if _, ok := s.claimWatch[iface]; ok {
+	if _, ok := s.binder.claimWatch[iface]; ok {
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s.claimWatch[iface] = cancel
+	s.binder.claimWatch[iface] = cancel
 	go func() {
-		if err := s.a.opt.Claims(ctx, iface, s.claimed.has, s.claims); err != nil && ctx.Err() == nil {
+		if err := s.a.opt.Claims(ctx, iface, s.binder.claimed.has, s.claims); err != nil && ctx.Err() == nil {
 			s.log.Error("watching announcements failed", "iface", iface, "err", err)
 		}
 	}()
@@ -504,20 +504,20 @@ func (s *state) watchClaims(iface string) {
 // start-up an address whose lock still names us is left alone; the first
 // pass that may bind will refresh it.
 func (s *state) resync(startup bool) {
-	s.lastResync = s.a.clk.Now()
+	s.sched.lastResync = s.a.clk.Now()
 	s.retryRouter()
 	s.checkARP()
 	ifaces := map[string]int{} // to list, with the bindings on each
-	for _, b := range s.bound {
+	for _, b := range s.binder.bound {
 		ifaces[b.dev]++
 	}
 	// Resolving "auto" for an IP not resolved before lists every address
 	// of the node; one IP per range finds that range's interface.
 	resolved := map[*config.Range]bool{}
-	for _, m := range s.order {
+	for _, m := range s.desired.order {
 		ip := m.ip
-		b := s.entries[ip].Binding
-		if _, cached := s.autoIface[ip]; !cached && (b.Iface == "" || b.Iface == "auto") {
+		b := s.desired.entries[ip].Binding
+		if _, cached := s.binder.autoIface[ip]; !cached && (b.Iface == "" || b.Iface == "auto") {
 			if resolved[b.Range] {
 				continue
 			}
@@ -544,13 +544,13 @@ func (s *state) resync(startup bool) {
 		found := 0
 		for _, p := range have {
 			ip := p.Addr()
-			if b, ok := s.bound[ip]; ok && b.dev == iface {
+			if b, ok := s.binder.bound[ip]; ok && b.dev == iface {
 				if b.prefix == p {
 					found++
 				}
 				continue
 			}
-			if _, inRange := s.cfg.Lookup(ip); !inRange || s.reserved[ip] != "" || (startup && heldByLock[ip]) {
+			if _, inRange := s.desired.cfg.Lookup(ip); !inRange || s.desired.reserved[ip] != "" || (startup && heldByLock[ip]) {
 				continue
 			}
 			s.log.Info("removing an address in our ranges that this node does not hold", "ip", ip, "iface", iface)
@@ -565,7 +565,7 @@ func (s *state) resync(startup bool) {
 		for _, p := range have {
 			present[p.Addr()] = true
 		}
-		for ip, b := range s.bound {
+		for ip, b := range s.binder.bound {
 			if b.dev == iface && !present[ip] {
 				s.addrMissing(b, true)
 			}

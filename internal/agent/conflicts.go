@@ -178,7 +178,7 @@ func (s *state) probeStep(ip netip.Addr, p probeRun) probeRun {
 	now := s.a.clk.Now()
 	if p.sent < n && !now.Before(p.started.Add(time.Duration(p.sent)*gap)) {
 		s.watchClaims(p.iface)
-		s.claimed.add(ip) // before an answer may come
+		s.binder.claimed.add(ip) // before an answer may come
 		if err := s.a.opt.Announcer.Probe(p.iface, ip); err != nil {
 			s.log.Warn("probe", "ip", ip, "iface", p.iface, "err", err)
 		}
@@ -274,14 +274,14 @@ func (s *state) conflictClaim(cl netif.Claim) bool {
 			p.rechecking, p.started, p.sent = true, now.Add(recheckAfter(now.Sub(p.peerSince))), 0
 			// Only this IP's decision waits for it: a full pass for
 			// each, in a mass failover, held every takeover back.
-			s.wakeIP(cl.IP, p.started)
+			s.sched.wakeIP(cl.IP, p.started)
 		} else {
 			p.stranger = mac
 		}
 		c.probing[cl.IP] = p
 		return true
 	}
-	if _, bound := s.bound[cl.IP]; !bound || peer || cl.Probe || !s.apiOK(now) {
+	if _, bound := s.binder.bound[cl.IP]; !bound || peer || cl.Probe || !s.apiOK(now) {
 		return false
 	}
 	// A stranger's claim for an address this node holds while its
@@ -350,16 +350,16 @@ func (s *state) eipMAC(mac string) bool {
 // ownMACs is lease.FormatMACs of this node's interfaces, listed again
 // after a link changed.
 func (s *state) ownMACs() string {
-	if s.macs != "" {
-		return s.macs
+	if s.binder.macs != "" {
+		return s.binder.macs
 	}
 	macs, err := s.a.opt.Links.MACs()
 	if err != nil {
 		s.log.Warn("list the interfaces' MAC addresses", "err", err)
 		return ""
 	}
-	s.macs = lease.FormatMACs(macs)
-	return s.macs
+	s.binder.macs = lease.FormatMACs(macs)
+	return s.binder.macs
 }
 
 func later(a, b time.Time) time.Time {

@@ -17,41 +17,41 @@ import (
 // that go first first. TestIncrementalPassDecidesAsTheFullPass checks that a full pass
 // after it would act not at all.
 func (s *state) reconcileSome(now time.Time) {
-	s.passStart = now
-	s.seen = s.a.leasesSeen()
+	s.sched.passStart = now
+	s.book.seen = s.a.leasesSeen()
 	s.fence(now)
 	v := s.view(now)
 	if v.Writable {
-		s.fenced = false
-		s.stalled = false
+		s.self.fenced = false
+		s.self.stalled = false
 	}
-	s.ipWake.due(now, func(ip netip.Addr) { s.dirty[ip] = true })
+	s.sched.ipWake.due(now, func(ip netip.Addr) { s.sched.dirty[ip] = true })
 	// In the order of the IPs, so that the writes a pass makes depend on
 	// its inputs alone, not on the order of a map.
-	s.dirtyOrder = s.dirtyOrder[:0]
-	for ip := range s.dirty {
-		s.dirtyOrder = append(s.dirtyOrder, ip)
+	s.sched.dirtyOrder = s.sched.dirtyOrder[:0]
+	for ip := range s.sched.dirty {
+		s.sched.dirtyOrder = append(s.sched.dirtyOrder, ip)
 	}
-	slices.SortFunc(s.dirtyOrder, netip.Addr.Compare)
-	for i, ip := range s.dirtyOrder {
+	slices.SortFunc(s.sched.dirtyOrder, netip.Addr.Compare)
+	for i, ip := range s.sched.dirtyOrder {
 		if s.sliceOver(s.a.clk.Now()) {
 			// The slice is spent: the rest are decided in the next pass,
 			// once the loop has answered its inputs, as a bind that
 			// yields is. Deciding each of them only for its bind to yield
 			// cost a successor of 1,700 IPs a decision per IP left and
 			// slice.
-			for _, rest := range s.dirtyOrder[i:] {
-				s.wakeIP(rest, now)
+			for _, rest := range s.sched.dirtyOrder[i:] {
+				s.sched.wakeIP(rest, now)
 			}
 			break
 		}
 		s.decideOne(v, ip, now)
 	}
-	clear(s.dirty)
+	clear(s.sched.dirty)
 	for _, first := range []bool{true, false} {
-		end := s.waiting.start()
+		end := s.writes.waiting.start()
 		for i := 0; !s.acquisitionsFull(now); {
-			ip, after, ok := s.waiting.next(i, end, first)
+			ip, after, ok := s.writes.waiting.next(i, end, first)
 			if !ok {
 				break
 			}
@@ -59,23 +59,23 @@ func (s *state) reconcileSome(now time.Time) {
 			i = after
 		}
 	}
-	s.a.opt.Metrics.Held(len(s.bound))
+	s.a.opt.Metrics.Held(len(s.binder.bound))
 }
 
 // decideOne decides one IP as the full pass would.
 func (s *state) decideOne(v lease.View, ip netip.Addr, now time.Time) {
 	name := lease.NameFor(ip)
 	cached := s.a.lock(name)
-	if _, named := s.entries[ip]; named {
+	if _, named := s.desired.entries[ip]; named {
 		l := s.effective(name, cached)
 		s.decide(v, ip, name, l, true, s.planOne(v, ip, name, l))
 		return
 	}
-	s.waiting.remove(ip)
-	s.ipWake.forget(ip)
+	s.writes.waiting.remove(ip)
+	s.sched.ipWake.forget(ip)
 	if cached != nil {
 		s.decideOrphan(v, cached, now)
-	} else if _, bound := s.bound[ip]; bound {
+	} else if _, bound := s.binder.bound[ip]; bound {
 		s.carryOut(ip, lease.Decide(v, lease.IP{Addr: ip, Bound: true}))
 	}
 }
@@ -98,66 +98,66 @@ func (s *state) decideOrphan(v lease.View, l *lease.Kept, now time.Time) {
 // reconcile is one pass over everything; it is idempotent.
 func (s *state) reconcile() {
 	now := s.a.clk.Now()
-	s.passStart = now
-	s.seen = s.a.leasesSeen()
-	s.wake = time.Time{}
-	s.needFull = false
+	s.sched.passStart = now
+	s.book.seen = s.a.leasesSeen()
+	s.sched.wake = time.Time{}
+	s.sched.needFull = false
 	// Emptied by new maps, not cleared, and the others shrunk: see shrink.
-	s.dirty, s.dropWaiting, s.lateBinds = map[netip.Addr]bool{}, map[netip.Addr]bool{}, map[netip.Addr]bool{}
-	s.waiting.reset()
-	s.ipWake.reset()
-	s.freeSince = shrink(s.freeSince)
-	s.written = shrink(s.written)
-	s.claimed.keepOnly(func(ip netip.Addr) bool {
+	s.sched.dirty, s.writes.dropWaiting, s.sched.lateBinds = map[netip.Addr]bool{}, map[netip.Addr]bool{}, map[netip.Addr]bool{}
+	s.writes.waiting.reset()
+	s.sched.ipWake.reset()
+	s.book.freeSince = shrink(s.book.freeSince)
+	s.book.written = shrink(s.book.written)
+	s.binder.claimed.keepOnly(func(ip netip.Addr) bool {
 		_, probing := s.conflicts.probing[ip]
-		_, bound := s.bound[ip]
+		_, bound := s.binder.bound[ip]
 		return probing || bound
 	})
-	s.writableDeps = map[netip.Addr]bool{}
+	s.sched.writableDeps = map[netip.Addr]bool{}
 	s.fence(now)
 	changed := false
-	if s.dirtyCM {
-		s.dirtyCM = false
+	if s.sched.dirtyCM {
+		s.sched.dirtyCM = false
 		changed = s.loadConfig()
-		s.lifetime.configure(s.cfg)
+		s.lifetime.configure(s.desired.cfg)
 		s.configureLAN()
 	}
 	all := s.a.allLocks()
 	locks := s.observe(all, now)
-	starting := s.lastPass.IsZero()
-	if s.dirtyNodes {
+	starting := s.sched.lastPass.IsZero()
+	if s.sched.dirtyNodes {
 		reserved := s.reservedAddresses()
-		if s.reserved != nil && !maps.Equal(reserved, s.reserved) {
+		if s.desired.reserved != nil && !maps.Equal(reserved, s.desired.reserved) {
 			// A range may now contain an address never to be bound: the
 			// ConfigMap is checked again, and refused if so.
-			s.cfgRV = ""
+			s.desired.cfgRV = ""
 			changed = s.loadConfig() || changed
 		}
-		s.reserved = reserved
+		s.desired.reserved = reserved
 	}
-	recomputed := s.dirtySvc || s.dirtyNodes || changed
+	recomputed := s.sched.dirtySvc || s.sched.dirtyNodes || changed
 	if recomputed {
 		s.computeEntries()
-		s.dirtySvc = false
+		s.sched.dirtySvc = false
 	}
 	if starting {
 		s.probeHeldAtStart(locks)
 	}
-	if s.dirtyNodes || changed {
+	if s.sched.dirtyNodes || changed {
 		s.configureRouter()
 	}
-	s.dirtyNodes = false
+	s.sched.dirtyNodes = false
 	s.updateEligibility()
-	if recomputed || s.dirtyEps {
+	if recomputed || s.sched.dirtyEps {
 		// Every IP is decided below.
-		s.dirtyEps = false
+		s.sched.dirtyEps = false
 		s.updateServing(recomputed)
 	}
 	v := s.view(now)
-	s.lastPass, s.passWritable, s.fullUnwritable = now, v.Writable, !v.Writable
+	s.sched.lastPass, s.sched.passWritable, s.sched.fullUnwritable = now, v.Writable, !v.Writable
 	if v.Writable {
-		s.fenced = false
-		s.stalled = false
+		s.self.fenced = false
+		s.self.stalled = false
 	}
 	plan := s.plan(v, locks)
 	s.allocate(v, locks)
@@ -165,29 +165,29 @@ func (s *state) reconcile() {
 	// Acquisitions in flight are bounded (see dispatch), so the IPs the
 	// policy gives this node, or free ones it ranks first for, go first:
 	// it races for the others' only once its own are under way.
-	s.first = slices.Grow(s.first[:0], len(s.order))[:len(s.order)]
-	for i, m := range s.order {
+	s.sched.first = slices.Grow(s.sched.first[:0], len(s.desired.order))[:len(s.desired.order)]
+	for i, m := range s.desired.order {
 		var holder string
 		if l := locks[m.name]; l != nil {
 			holder = l.Holder
 		}
-		s.first[i] = goesFirst(v, m.ip, holder, plan[m.ip])
+		s.sched.first[i] = goesFirst(v, m.ip, holder, plan[m.ip])
 	}
 	for _, first := range []bool{true, false} {
-		for i, m := range s.order {
-			if s.first[i] == first {
+		for i, m := range s.desired.order {
+			if s.sched.first[i] == first {
 				s.decide(v, m.ip, m.name, s.effective(m.name, locks[m.name]), true, plan[m.ip])
 			}
 		}
 	}
 	// In the order listed, not the map's: see reconcileSome.
 	for _, l := range all {
-		if _, named := s.names[l.Name]; !named {
+		if _, named := s.desired.names[l.Name]; !named {
 			s.decideOrphan(v, l, now)
 		}
 	}
-	for ip := range s.bound {
-		if _, named := s.entries[ip]; !named {
+	for ip := range s.binder.bound {
+		if _, named := s.desired.entries[ip]; !named {
 			if _, locked := locks[lease.NameFor(ip)]; !locked {
 				s.carryOut(ip, lease.Decide(v, lease.IP{Addr: ip, Bound: true}))
 			}
@@ -196,9 +196,9 @@ func (s *state) reconcile() {
 	if v.Writable {
 		s.collectHeartbeats(v)
 	}
-	s.passVerdicts = s.verdicts(now)
-	s.a.opt.Metrics.Held(len(s.bound))
-	s.a.opt.Metrics.Managed(len(s.entries))
+	s.sched.passVerdicts = s.verdicts(now)
+	s.a.opt.Metrics.Held(len(s.binder.bound))
+	s.a.opt.Metrics.Managed(len(s.desired.entries))
 }
 
 // observe feeds the cached heartbeats to the liveness tracker and returns
@@ -228,13 +228,13 @@ func (s *state) observe(all []*lease.Kept, now time.Time) map[string]*lease.Kept
 // effective is the lock as this node should see it: the cache, or our own
 // write when the cache has not caught up with it yet.
 func (s *state) effective(name string, cached *lease.Kept) *lease.Kept {
-	if rv, ok := s.deleted[name]; ok {
+	if rv, ok := s.book.deleted[name]; ok {
 		if cached != nil && cached.ResourceVersion == rv {
 			return nil
 		}
-		delete(s.deleted, name)
+		delete(s.book.deleted, name)
 	}
-	w, ok := s.written[name]
+	w, ok := s.book.written[name]
 	if !ok {
 		return cached
 	}
@@ -247,23 +247,23 @@ func (s *state) effective(name string, cached *lease.Kept) *lease.Kept {
 		// unbound the IP ("bound without a lock") or created it again.
 		// Judged by the progress read after the cache, a lock delivered
 		// in between was taken for one deleted.
-		if s.seen == "" || lease.Newer(w.ResourceVersion, s.seen) {
+		if s.book.seen == "" || lease.Newer(w.ResourceVersion, s.book.seen) {
 			return w
 		}
 	} else if lease.Newer(w.ResourceVersion, cached.ResourceVersion) {
 		return w
 	}
-	delete(s.written, name)
+	delete(s.book.written, name)
 	return cached
 }
 
 // warnBadLock logs, once per version, a lock damaged by hand and what this
 // node does about it.
 func (s *state) warnBadLock(l *lease.Kept, effect string) {
-	if s.badLocks[l.Name] == l.ResourceVersion {
+	if s.book.badLocks[l.Name] == l.ResourceVersion {
 		return
 	}
-	s.badLocks[l.Name] = l.ResourceVersion
+	s.book.badLocks[l.Name] = l.ResourceVersion
 	s.log.Warn("damaged lock: "+effect, "lease", l.Name, "err", l.Err)
 }
 
@@ -283,23 +283,23 @@ func (s *state) lockOf(ip netip.Addr, l *lease.Kept, lk *lease.Lock) *lease.Lock
 }
 
 func (s *state) decide(v lease.View, ip netip.Addr, name string, l *lease.Kept, named bool, planned string) {
-	s.waiting.remove(ip)
-	s.ipWake.forget(ip)
-	lk := s.lockOf(ip, l, &s.read)
+	s.writes.waiting.remove(ip)
+	s.sched.ipWake.forget(ip)
+	lk := s.lockOf(ip, l, &s.book.read)
 	if lk == nil || lk.Holder == "" || !s.live.Known(lk.Holder) {
-		if _, ok := s.freeSince[ip]; !ok {
-			s.freeSince[ip] = v.Now
+		if _, ok := s.book.freeSince[ip]; !ok {
+			s.book.freeSince[ip] = v.Now
 		}
 	} else {
-		delete(s.freeSince, ip)
+		delete(s.book.freeSince, ip)
 	}
-	_, bound := s.bound[ip]
-	in := lease.IP{Addr: ip, Lock: lk, Named: named, Bound: bound, FreeSince: s.freeSince[ip], Planned: planned, Next: s.next[ip], Only: s.onlyFor(ip)}
+	_, bound := s.binder.bound[ip]
+	in := lease.IP{Addr: ip, Lock: lk, Named: named, Bound: bound, FreeSince: s.book.freeSince[ip], Planned: planned, Next: s.desired.next[ip], Only: s.serving.onlyFor(ip)}
 	d := lease.Decide(v, in)
 	if d.Action != lease.Succeed {
 		s.endSuccession(ip)
 	}
-	if s.inflight[name] {
+	if s.writes.inflight[name] {
 		// A successor binds while its write is on its way.
 		if d.Action == lease.Succeed && !bound {
 			s.succeed(v, ip, lk)
@@ -310,9 +310,9 @@ func (s *state) decide(v lease.View, ip netip.Addr, name string, l *lease.Kept, 
 		s.conflicts.forget(ip)
 	}
 	if d.ReadWritable {
-		s.writableDeps[ip] = true
+		s.sched.writableDeps[ip] = true
 	} else {
-		delete(s.writableDeps, ip)
+		delete(s.sched.writableDeps, ip)
 	}
 	if named && bound && lk != nil && lk.Holder == v.Self {
 		s.rebindIfMoved(ip)
@@ -330,14 +330,14 @@ func (s *state) decide(v lease.View, ip netip.Addr, name string, l *lease.Kept, 
 		// one whose rank's turn came waits too while any of those does,
 		// or it would take the writer they wait for, racing another
 		// node for its share (a Lease conflict).
-		if first := d.Action == lease.Succeed || goesFirst(v, ip, holder, planned); s.acquisitionsFull(v.Now) || !first && s.waiting.firstWaiting() > 0 {
-			s.waiting.add(ip, first)
+		if first := d.Action == lease.Succeed || goesFirst(v, ip, holder, planned); s.acquisitionsFull(v.Now) || !first && s.writes.waiting.firstWaiting() > 0 {
+			s.writes.waiting.add(ip, first)
 			return
 		}
 	}
 	s.apply(v, ip, name, l, lk, d)
 	if !named {
-		delete(s.freeSince, ip)
+		delete(s.book.freeSince, ip)
 	}
 }
 
@@ -355,9 +355,9 @@ func goesFirst(v lease.View, ip netip.Addr, holder, planned string) bool {
 
 func (s *state) apply(v lease.View, ip netip.Addr, name string, l *lease.Kept, lk *lease.Lock, d lease.Decision) {
 	if !d.At.IsZero() {
-		s.wakeIP(ip, d.At)
+		s.sched.wakeIP(ip, d.At)
 	}
-	e := s.entries[ip]
+	e := s.desired.entries[ip]
 	w := write{ip: ip, name: name, action: d.Action, timeout: s.lockWriteTimeout()}
 	now := s.a.clk.Now()
 	switch d.Action {
@@ -388,7 +388,7 @@ func (s *state) apply(v lease.View, ip netip.Addr, name string, l *lease.Kept, l
 		}
 		w.lease = lease.WithHolder(l.Lease(), ip, v.Self, d.Successor, e.Services, now)
 	case lease.Handoff, lease.Release:
-		if _, bound := s.bound[ip]; d.Action == lease.Handoff && !bound {
+		if _, bound := s.binder.bound[ip]; d.Action == lease.Handoff && !bound {
 			// The target binds a handed-off IP without probing, as its
 			// holder removed the address first. One this node never bound
 			// (in use on the LAN, or still being probed) is released
@@ -426,14 +426,14 @@ func (s *state) apply(v lease.View, ip netip.Addr, name string, l *lease.Kept, l
 // node's IPs go where the policy wants them without a second move.
 func (s *state) plan(v lease.View, locks map[string]*lease.Kept) map[netip.Addr]string {
 	holders := map[netip.Addr]string{}
-	for _, m := range s.order {
-		if s.cfg.Policy != config.PolicySpread && len(s.preferred[m.ip]) == 0 {
+	for _, m := range s.desired.order {
+		if s.desired.cfg.Policy != config.PolicySpread && len(s.desired.preferred[m.ip]) == 0 {
 			// The sticky plan moves only IPs with a preferred node.
 			continue
 		}
 		holders[m.ip] = s.plannedHolder(v, m.name, s.effective(m.name, locks[m.name]))
 	}
-	in := policy.Input{Policy: s.cfg.Policy, Live: v.Live, Holders: holders, Preferred: s.preferred, Only: s.only}
+	in := policy.Input{Policy: s.desired.cfg.Policy, Live: v.Live, Holders: holders, Preferred: s.desired.preferred, Only: s.serving.only}
 	plan := policy.Plan(in)
 	for ip, h := range holders {
 		if h == v.Self {
@@ -441,7 +441,7 @@ func (s *state) plan(v lease.View, locks map[string]*lease.Kept) map[netip.Addr]
 		}
 	}
 	in.Live = slices.DeleteFunc(slices.Clone(v.Live), func(n string) bool { return n == v.Self })
-	s.next = policy.Plan(in)
+	s.desired.next = policy.Plan(in)
 	return plan
 }
 
@@ -450,7 +450,7 @@ func (s *state) plan(v lease.View, locks map[string]*lease.Kept) map[netip.Addr]
 // holder would hand off other IPs for a move already under way); "" when
 // not live.
 func (s *state) plannedHolder(v lease.View, name string, l *lease.Kept) string {
-	h, moving := s.pending[name]
+	h, moving := s.writes.pending[name]
 	if !moving && l != nil {
 		h = l.Holder
 	}
@@ -463,9 +463,9 @@ func (s *state) plannedHolder(v lease.View, name string, l *lease.Kept) string {
 // planOne is plan for one IP. Only the sticky plan of an IP depends on
 // that IP alone; under spread every pass is a full one (fullDue).
 func (s *state) planOne(v lease.View, ip netip.Addr, name string, l *lease.Kept) string {
-	in := policy.Input{Policy: s.cfg.Policy, Live: v.Live,
-		Holders: map[netip.Addr]string{ip: s.plannedHolder(v, name, l)}, Preferred: map[netip.Addr][]string{ip: s.preferred[ip]}}
-	if o, ok := s.only[ip]; ok {
+	in := policy.Input{Policy: s.desired.cfg.Policy, Live: v.Live,
+		Holders: map[netip.Addr]string{ip: s.plannedHolder(v, name, l)}, Preferred: map[netip.Addr][]string{ip: s.desired.preferred[ip]}}
+	if o, ok := s.serving.only[ip]; ok {
 		in.Only = map[netip.Addr]lease.Only{ip: o}
 	}
 	return policy.Plan(in)[ip]
@@ -479,13 +479,13 @@ func (s *state) collectHeartbeats(v lease.View) {
 	}
 	for _, l := range s.a.heartbeats() {
 		node, ok := lease.NodeOf(l.Name)
-		if !ok || v.Alive(node) || s.inflight[l.Name] {
+		if !ok || v.Alive(node) || s.writes.inflight[l.Name] {
 			continue
 		}
 		if _, err := s.a.nodes.Get(node); !apierrors.IsNotFound(err) {
 			continue
 		}
 		s.log.Info("deleting the heartbeat of a dead node that no longer exists", "node", node, "lease", l.Name)
-		s.dispatch(write{name: l.Name, action: lease.Delete, rv: l.ResourceVersion, timeout: s.cfg.LeaseDuration})
+		s.dispatch(write{name: l.Name, action: lease.Delete, rv: l.ResourceVersion, timeout: s.desired.cfg.LeaseDuration})
 	}
 }

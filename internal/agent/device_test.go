@@ -90,7 +90,7 @@ func TestLoopRestoresADeletedDevice(t *testing.T) {
 	w.s.addrEvent(netif.AddrEvent{Iface: testDev, Prefix: p})
 	assert.DeepEqual(t, w.take(), []string{"bind 198.18.100.1"})
 	assert.Equal(t, m.vanished, 2)
-	assert.Equal(t, len(w.s.linkDown), 0, "the device is not a LAN link")
+	assert.Equal(t, len(w.s.binder.linkDown), 0, "the device is not a LAN link")
 }
 
 // The resync finds what no address event told: an address of this node's
@@ -169,7 +169,7 @@ func TestLoopUnbindingIsProgress(t *testing.T) {
 func TestLoopOwnLateRemovalIsNotVanished(t *testing.T) {
 	w, ip, m := loneNodeBinds(t, false)
 	p := netip.PrefixFrom(ip, 32)
-	e := w.s.entries[ip]
+	e := w.s.desired.entries[ip]
 	w.s.unbind(ip, "test")
 	w.s.bind(ip, e, "test")
 	w.take()
@@ -224,7 +224,7 @@ func TestLoopSpreadsAddressesOverDevices(t *testing.T) {
 	// One address leaves eipd0; the next bound fills its place.
 	gone := w.addrs[netip.PrefixFrom(ips[0], 32)]
 	w.deleteService("web-0")
-	w.s.dirtySvc = true
+	w.s.sched.dirtySvc = true
 	w.tick()
 	w.addService("web-new", testIP(perDevice+2))
 	for range 4 {

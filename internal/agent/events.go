@@ -100,7 +100,7 @@ func (b *eventBudget) summary(now time.Time) (kind, msg string, ok bool) {
 // event posts an Event on each Service of ip, within the node's budget
 // (events.go); the rest are summarised.
 func (s *state) event(ip netip.Addr, kind, reason, msg string) {
-	e, ok := s.entries[ip]
+	e, ok := s.desired.entries[ip]
 	if !ok {
 		return
 	}

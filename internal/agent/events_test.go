@@ -120,7 +120,7 @@ func TestLoopEventsBeyondTheBudgetAreSummarised(t *testing.T) {
 	allowed := startBurst + int(w.clk.Since(t0)/eventRefill)
 	assert.Assert(t, posted <= allowed, "%d Bound Events posted, the budget allows %d", posted, allowed)
 
-	for range int(summaryEvery / w.s.cfg.RenewInterval) {
+	for range int(summaryEvery / w.s.desired.cfg.RenewInterval) {
 		w.tick()
 	}
 	more, summaries := recorded(w)
@@ -164,7 +164,7 @@ func TestLoopRejectionsBeyondTheBudgetAreSummarised(t *testing.T) {
 		w.addService("web-"+strconv.Itoa(i), netip.AddrFrom4([4]byte{198, 19, byte(i / 250), byte(1 + i%250)}))
 	}
 	w.pass()
-	for range int(summaryEvery/w.s.cfg.RenewInterval) + 1 {
+	for range int(summaryEvery/w.s.desired.cfg.RenewInterval) + 1 {
 		w.tick()
 	}
 	assert.Equal(t, len(w.take()), 0, "no rejected IP is bound or written")

@@ -144,7 +144,7 @@ func (w *world) Update(_ context.Context, l *coordinationv1.Lease) (*coordinatio
 	out.ResourceVersion = w.nextRV()
 	w.must(w.leases.Update(out))
 	if l.Labels[lease.RoleLabel] == lease.RoleHeartbeat {
-		w.s.hbDirty = w.s.hbDirty || !w.watchLag
+		w.s.sched.hbDirty = w.s.sched.hbDirty || !w.watchLag
 	} else {
 		w.leaseChanged(out)
 	}

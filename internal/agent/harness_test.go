@@ -224,10 +224,10 @@ func newWorld(t testing.TB, self string, cfg map[string]string) *world {
 	w.must(w.cms.Add(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: testCM, ResourceVersion: "1"}, Data: cfg}))
 	w.addNode(self)
 	w.s = newState(a)
-	w.s.slices.open = w.watchSlices
+	w.s.serving.slices.open = w.watchSlices
 	w.s.loadConfig()
-	w.s.dirtyCM = false
-	w.s.live = lease.NewLiveness(self, w.s.cfg.RenewInterval, 2*w.s.cfg.RenewInterval)
+	w.s.sched.dirtyCM = false
+	w.s.live = lease.NewLiveness(self, w.s.desired.cfg.RenewInterval, 2*w.s.desired.cfg.RenewInterval)
 	return w
 }
 
@@ -250,7 +250,7 @@ func (w *world) addService(name string, ips ...netip.Addr) {
 		svc.Spec.ExternalIPs = append(svc.Spec.ExternalIPs, ip.String())
 	}
 	w.putService(svc)
-	w.s.dirtySvc = true
+	w.s.sched.dirtySvc = true
 }
 
 // putService writes svc, as the API server would and the informer
@@ -307,7 +307,7 @@ func (w *world) heartbeat(node string, eligible bool) {
 	if obj, ok, _ := w.leases.GetByKey(testNS + "/" + lease.HeartbeatName(node)); ok {
 		cur = obj.(*coordinationv1.Lease)
 	}
-	l := lease.RenewedHeartbeat(cur, testNS, node, w.s.cfg.LeaseDuration, lease.HeartbeatStatus{Eligible: eligible, MACs: lease.FormatMACs([]net.HardwareAddr{peerMAC(node)})}, w.clk.Now())
+	l := lease.RenewedHeartbeat(cur, testNS, node, w.s.desired.cfg.LeaseDuration, lease.HeartbeatStatus{Eligible: eligible, MACs: lease.FormatMACs([]net.HardwareAddr{peerMAC(node)})}, w.clk.Now())
 	l.ResourceVersion = w.nextRV()
 	w.must(w.leases.Update(l))
 	if cur == nil {
@@ -365,7 +365,7 @@ func (w *world) settle() {
 		var answered int
 		for more := true; more; {
 			select {
-			case j := <-w.s.jobs:
+			case j := <-w.s.writes.jobs:
 				w.s.writeDone(w.answer(j))
 				answered++
 			default:
@@ -394,7 +394,7 @@ func (w *world) renew() bool {
 		w.record(fmt.Sprintf("renewal asked timeout=%s", r.timeout))
 		err := w.s.hb.renew(r)
 		w.s.renewed(renewResult{renewal: r, sent: sent, err: err})
-		w.s.hbDirty = w.s.hbDirty || !w.watchLag
+		w.s.sched.hbDirty = w.s.sched.hbDirty || !w.watchLag
 		return true
 	default:
 		return false
@@ -500,7 +500,7 @@ func (w *world) Probe(_ string, ip netip.Addr) error {
 // tick is one renew interval: the clock moves, the loop's tick refreshes
 // and renews, the peers renew, and a pass runs.
 func (w *world) tick(peers ...string) {
-	w.step(w.s.cfg.RenewInterval)
+	w.step(w.s.desired.cfg.RenewInterval)
 	w.s.tick()
 	for _, p := range peers {
 		w.heartbeat(p, true)

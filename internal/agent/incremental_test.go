@@ -51,9 +51,9 @@ func skippedPassesWouldActNot(t *testing.T, seed uint64) {
 		restore := snapshot(w.s)
 		w.s.reconcile()
 		restore()
-		if calls := w.take(); len(calls) > 0 || len(w.s.jobs) > 0 {
+		if calls := w.take(); len(calls) > 0 || len(w.s.writes.jobs) > 0 {
 			t.Fatalf("seed %d: the loop skipped a pass after %s at %s, but a pass acts: %v, %d writes queued",
-				seed, what, w.clk.Now().Sub(t0), calls, len(w.s.jobs))
+				seed, what, w.clk.Now().Sub(t0), calls, len(w.s.writes.jobs))
 		}
 	}
 	for range 300 {
@@ -190,7 +190,7 @@ func newRandomWorld(t *testing.T, seed uint64, peers []string, services int) (*w
 func (r *randomWorld) deleteService(k int) {
 	r.w.deleteService(r.svcs[k])
 	r.svcs = slices.Delete(r.svcs, k, k+1)
-	r.w.s.dirtySvc = true
+	r.w.s.sched.dirtySvc = true
 }
 
 func (r *randomWorld) addService() {
@@ -225,7 +225,7 @@ func incrementalDecidesAsFull(t *testing.T, seed uint64) {
 	takeJobs := func() {
 		for more := true; more; {
 			select {
-			case j := <-w.s.jobs:
+			case j := <-w.s.writes.jobs:
 				jobs = append(jobs, j)
 			default:
 				more = false
@@ -242,7 +242,7 @@ func incrementalDecidesAsFull(t *testing.T, seed uint64) {
 		checks++
 		restore := snapshot(w.s)
 		w.s.reconcile()
-		calls, queued := w.take(), len(w.s.jobs)
+		calls, queued := w.take(), len(w.s.writes.jobs)
 		restore()
 		if len(calls) > 0 || queued > 0 {
 			t.Fatalf("seed %d: after %s at %s the loop left something a full pass does: %v, %d writes",
@@ -281,7 +281,7 @@ func incrementalDecidesAsFull(t *testing.T, seed uint64) {
 					w.heartbeat(p, true)
 				}
 			}
-			w.s.hbDirty = true
+			w.s.sched.hbDirty = true
 			loop(true, "peers' renewals")
 		case r < 10:
 			p := peers[rnd.IntN(len(peers))]
@@ -306,7 +306,7 @@ func incrementalDecidesAsFull(t *testing.T, seed uint64) {
 			ip := testIP(rnd.IntN(rw.next))
 			p := peers[rnd.IntN(len(peers))]
 			l := w.get(leaseName(ip))
-			if !silent[p] && !w.s.inflight[leaseName(ip)] && (l == nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != "node-a") {
+			if !silent[p] && !w.s.writes.inflight[leaseName(ip)] && (l == nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != "node-a") {
 				w.lock(ip, p)
 				loop(true, "a lock written by "+p)
 			}
@@ -335,10 +335,10 @@ func TestIncrementalMassFailoverTakesEveryIP(t *testing.T) {
 	full := 0
 	for range 200 { // node-c is silent from now on
 		w.step(50 * time.Millisecond)
-		if w.clk.Now().Sub(w.s.lastTick) >= w.s.cfg.RenewInterval {
+		if w.clk.Now().Sub(w.s.self.lastTick) >= w.s.desired.cfg.RenewInterval {
 			w.s.tick()
 			if w.renew() && w.s.heartbeatsRenewed() { // our renewal's watch event
-				w.s.needFull = true
+				w.s.sched.needFull = true
 				full++
 				w.s.pass()
 			}
@@ -349,7 +349,7 @@ func TestIncrementalMassFailoverTakesEveryIP(t *testing.T) {
 		}
 		for more := true; more; {
 			select {
-			case j := <-w.s.jobs:
+			case j := <-w.s.writes.jobs:
 				w.s.writeDone(w.answer(j))
 				full += boolInt(w.s.fullDue(w.clk.Now()))
 				w.s.pass()
@@ -420,12 +420,12 @@ func TestLoopSlowFullPassesDoNotFeedThemselves(t *testing.T) {
 	start, full := w.clk.Now(), 0
 	// Until every IP is bound, and written: node-a, their successor, binds
 	// before its writes come back. node-c is silent from now on.
-	for w.clk.Now().Sub(start) < 30*time.Second && (len(w.addrs) < n || len(writes) > 0 || len(w.s.inflight) > 0) {
+	for w.clk.Now().Sub(start) < 30*time.Second && (len(w.addrs) < n || len(writes) > 0 || len(w.s.writes.inflight) > 0) {
 		now := w.clk.Now()
-		if now.Sub(w.s.lastTick) >= w.s.cfg.RenewInterval {
+		if now.Sub(w.s.self.lastTick) >= w.s.desired.cfg.RenewInterval {
 			w.s.tick()
 			w.heartbeat("node-b", true) // in step with this node
-			w.s.hbDirty = true
+			w.s.sched.hbDirty = true
 		}
 		if renewal == nil {
 			select {
@@ -437,11 +437,11 @@ func TestLoopSlowFullPassesDoNotFeedThemselves(t *testing.T) {
 		if renewal != nil && now.Sub(renewalSent) >= 200*time.Millisecond {
 			err := w.s.hb.renew(*renewal)
 			w.s.renewed(renewResult{renewal: *renewal, sent: renewalSent, err: err})
-			w.s.hbDirty, renewal = true, nil
+			w.s.sched.hbDirty, renewal = true, nil
 		}
 		for more := true; more; {
 			select {
-			case j := <-w.s.jobs:
+			case j := <-w.s.writes.jobs:
 				writes = append(writes, answer{j, now.Add(100 * time.Millisecond)})
 			default:
 				more = false
@@ -451,9 +451,9 @@ func TestLoopSlowFullPassesDoNotFeedThemselves(t *testing.T) {
 			w.s.writeDone(w.answer(writes[0].res))
 			writes = writes[1:]
 		}
-		last := w.s.lastPass
+		last := w.s.sched.lastPass
 		w.s.pass()
-		if w.s.lastPass != last {
+		if w.s.sched.lastPass != last {
 			full++
 			w.step(900 * time.Millisecond)
 			continue

@@ -22,15 +22,15 @@ func (s *state) loadConfig() bool {
 	name := s.a.opt.Namespace + "/" + s.a.opt.ConfigMap
 	cm, err := s.a.configMap.Get(s.a.opt.ConfigMap)
 	if apierrors.IsNotFound(err) {
-		if !s.cfgLoaded {
-			s.cfgLoaded = true
+		if !s.desired.cfgLoaded {
+			s.desired.cfgLoaded = true
 			s.log.Warn("ConfigMap not found: no ranges are configured, so nothing is bound", "configmap", name)
 			return true
 		}
-		if s.cfgRV != "" && !s.cfgGone {
-			s.cfgGone = true
-			s.cfgErr = fmt.Sprintf("ConfigMap %s was deleted; keeping the last good configuration", name)
-			s.log.Warn(s.cfgErr)
+		if s.desired.cfgRV != "" && !s.desired.cfgGone {
+			s.desired.cfgGone = true
+			s.desired.cfgErr = fmt.Sprintf("ConfigMap %s was deleted; keeping the last good configuration", name)
+			s.log.Warn(s.desired.cfgErr)
 		}
 		return false
 	}
@@ -38,29 +38,29 @@ func (s *state) loadConfig() bool {
 		s.log.Error("read ConfigMap from cache", "configmap", name, "err", err)
 		return false
 	}
-	s.cfgGone = false
-	if cm.ResourceVersion == s.cfgRV {
+	s.desired.cfgGone = false
+	if cm.ResourceVersion == s.desired.cfgRV {
 		return false
 	}
-	s.cfgRV = cm.ResourceVersion
+	s.desired.cfgRV = cm.ResourceVersion
 	cfg, err := config.Parse(cm.Data)
 	if err == nil {
 		err = cfg.CheckReserved(s.reservedAddresses())
 	}
 	if err != nil {
-		s.cfgErr = fmt.Sprintf("invalid configuration, keeping the last good one: %v", err)
+		s.desired.cfgErr = fmt.Sprintf("invalid configuration, keeping the last good one: %v", err)
 		s.a.opt.Metrics.ConfigError()
 		s.log.Error("invalid configuration; keeping the last good one", "configmap", name, "err", err)
-		s.a.recorder.Event(cm, corev1.EventTypeWarning, "InvalidConfig", truncate(s.cfgErr, 1000))
+		s.a.recorder.Event(cm, corev1.EventTypeWarning, "InvalidConfig", truncate(s.desired.cfgErr, 1000))
 		return false
 	}
-	s.cfgErr = ""
+	s.desired.cfgErr = ""
 	for _, w := range cfg.Warnings {
 		s.log.Warn("configuration warning", "configmap", name, "warning", w)
 		s.a.recorder.Event(cm, corev1.EventTypeWarning, "ConfigWarning", w)
 	}
-	old := s.cfg
-	s.cfg, s.cfgLoaded = cfg, true
+	old := s.desired.cfg
+	s.desired.cfg, s.desired.cfgLoaded = cfg, true
 	if s.live != nil {
 		s.live.SetTimings(cfg.RenewInterval, 2*cfg.RenewInterval)
 	}
@@ -95,25 +95,25 @@ func (s *state) reservedAddresses() map[netip.Addr]string {
 // computeEntries recomputes the managed IPs from the Services.
 func (s *state) computeEntries() {
 	svcs := s.a.allServices()
-	entries, rejected := ipset.Compute(svcs, s.cfg, s.reserved)
-	s.entries = make(map[netip.Addr]ipset.Entry, len(entries))
-	s.order = s.order[:0]
-	s.preferred = map[netip.Addr][]string{}
-	s.names = make(map[string]netip.Addr, len(entries))
+	entries, rejected := ipset.Compute(svcs, s.desired.cfg, s.desired.reserved)
+	s.desired.entries = make(map[netip.Addr]ipset.Entry, len(entries))
+	s.desired.order = s.desired.order[:0]
+	s.desired.preferred = map[netip.Addr][]string{}
+	s.desired.names = make(map[string]netip.Addr, len(entries))
 	for _, e := range entries {
 		name := lease.NameFor(e.IP)
-		s.entries[e.IP] = e
-		s.names[name] = e.IP
-		s.order = append(s.order, managed{ip: e.IP, name: name})
+		s.desired.entries[e.IP] = e
+		s.desired.names[name] = e.IP
+		s.desired.order = append(s.desired.order, managed{ip: e.IP, name: name})
 		if p := e.Preferred; len(p) > 0 {
-			s.preferred[e.IP] = p
-		} else if len(s.cfg.PreferredNodes) > 0 {
-			s.preferred[e.IP] = s.cfg.PreferredNodes
+			s.desired.preferred[e.IP] = p
+		} else if len(s.desired.cfg.PreferredNodes) > 0 {
+			s.desired.preferred[e.IP] = s.desired.cfg.PreferredNodes
 		}
 	}
-	for ip := range s.freeSince {
-		if _, ok := s.entries[ip]; !ok {
-			delete(s.freeSince, ip)
+	for ip := range s.book.freeSince {
+		if _, ok := s.desired.entries[ip]; !ok {
+			delete(s.book.freeSince, ip)
 		}
 	}
 	s.reportRejections(rejected)
@@ -134,10 +134,10 @@ func (s *state) reportRejections(rejected []ipset.Rejection) {
 	for _, r := range rejected {
 		key := r.Service + " " + r.IP + " " + r.Reason
 		seen[key] = true
-		if s.rejected[key] {
+		if s.desired.rejected[key] {
 			continue
 		}
-		s.rejected[key] = true
+		s.desired.rejected[key] = true
 		s.log.Warn("not managing an address", "service", r.Service, "ip", r.IP, "reason", r.Reason)
 		if !reporter {
 			continue
@@ -148,9 +148,9 @@ func (s *state) reportRejections(rejected []ipset.Rejection) {
 		}
 		s.serviceEvent(r.Service, corev1.EventTypeWarning, "AddressRejected", fmt.Sprintf("%s is not bound by eip: %s", r.IP, r.Reason))
 	}
-	for key := range s.rejected {
+	for key := range s.desired.rejected {
 		if !seen[key] {
-			delete(s.rejected, key)
+			delete(s.desired.rejected, key)
 		}
 	}
 }

@@ -45,9 +45,9 @@ func (s *state) newInputs(ctx context.Context, tick, timer <-chan time.Time) *in
 		inDone: ctx.Done(), inTimer: timer, inTick: tick,
 		inServices: s.a.svcKick, inNodes: s.a.nodeKick, inLeases: s.a.leaseKick, inHeartbeats: s.a.hbKick, inConfigMap: s.a.cmKick,
 		inEndpoints: s.a.epKick,
-		inRenewed:   s.renewRes, inWritten: s.results, inAllocated: s.alloc.results,
-		inAddress: s.a.opt.AddrEvents, inLink: s.a.opt.LinkEvents, inClaim: s.claims, inDatagrams: s.speaker.kick,
-		inProxied: s.proxied,
+		inRenewed:   s.renewRes, inWritten: s.writes.results, inAllocated: s.alloc.results,
+		inAddress: s.a.opt.AddrEvents, inLink: s.a.opt.LinkEvents, inClaim: s.claims, inDatagrams: s.lan.speaker.kick,
+		inProxied: s.serving.proxied,
 	} {
 		in.cases[i] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)}
 	}
@@ -90,20 +90,20 @@ func (s *state) handle(i int, v reflect.Value, draining bool) (pass bool) {
 		s.tick()
 		return s.passDue(now())
 	case inServices:
-		s.dirtySvc = true
+		s.sched.dirtySvc = true
 	case inNodes:
-		s.dirtyNodes = true
+		s.sched.dirtyNodes = true
 	case inLeases:
 	case inHeartbeats:
 		if draining {
-			s.hbDirty = true
+			s.sched.hbDirty = true
 			return true
 		}
 		return s.heartbeatEvent()
 	case inConfigMap:
-		s.dirtyCM = true
+		s.sched.dirtyCM = true
 	case inEndpoints:
-		s.dirtyEps = true
+		s.sched.dirtyEps = true
 	case inRenewed:
 		s.renewed(v.Interface().(renewResult))
 		return s.passDue(now())

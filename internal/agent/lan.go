@@ -29,20 +29,20 @@ type ListenLAN func(port uint16, out chan<- lanlive.Received) (LANConn, error)
 // still judge it, only through the API server.
 func (s *state) configureLAN() {
 	want := uint16(0)
-	if s.cfg.LANLiveness() && s.a.opt.ListenLAN != nil {
-		want = s.cfg.LivenessPort
+	if s.desired.cfg.LANLiveness() && s.a.opt.ListenLAN != nil {
+		want = s.desired.cfg.LivenessPort
 	}
-	if want == s.lanPort && (want == 0) == (s.lanConn == nil) {
+	if want == s.lan.lanPort && (want == 0) == (s.lan.lanConn == nil) {
 		s.setLANTimings()
 		return
 	}
 	s.closeLAN()
 	if want != 0 {
-		conn, err := s.a.opt.ListenLAN(want, s.lanIn)
+		conn, err := s.a.opt.ListenLAN(want, s.lan.lanIn)
 		if err != nil {
 			s.log.Error("liveness over the LAN is off on this node; peers judge it from its heartbeat alone", "port", want, "err", err)
 		} else {
-			s.lanConn, s.lanPort = conn, want
+			s.lan.lanConn, s.lan.lanPort = conn, want
 			s.log.Info("liveness over the LAN", "port", want)
 		}
 	}
@@ -50,12 +50,12 @@ func (s *state) configureLAN() {
 }
 
 func (s *state) closeLAN() {
-	if s.lanConn != nil {
-		if err := s.lanConn.Close(); err != nil {
+	if s.lan.lanConn != nil {
+		if err := s.lan.lanConn.Close(); err != nil {
 			s.log.Warn("close the liveness port", "err", err)
 		}
 	}
-	s.lanConn, s.lanPort, s.unheard = nil, 0, false
+	s.lan.lanConn, s.lan.lanPort, s.self.unheard = nil, 0, false
 }
 
 // setLANTimings tells the liveness tracker what this node's LAN and
@@ -64,25 +64,25 @@ func (s *state) closeLAN() {
 // intervals. Heartbeats renewed slowly come back through the watch only
 // once per slow period, which is then what "the watch delivers" means.
 func (s *state) setLANTimings() {
-	r := s.cfg.RenewInterval
-	s.speaker.configure(s.lanConn, s.lanTimings())
-	if s.lanConn == nil {
+	r := s.desired.cfg.RenewInterval
+	s.lan.speaker.configure(s.lan.lanConn, s.lanTimings())
+	if s.lan.lanConn == nil {
 		s.live.SetLAN(0, 0, 0, 0)
 		s.live.SetTimings(r, 2*r)
 		return
 	}
 	now := s.a.clk.Now()
-	s.live.SetLAN(s.cfg.LeaseDuration, 2*r, 4*r, s.suspectAfter())
+	s.live.SetLAN(s.desired.cfg.LeaseDuration, 2*r, 4*r, s.suspectAfter())
 	slow := r * time.Duration(s.slowFactor())
 	if s.lanSlow(now) {
-		s.slowUntil = now.Add(2 * slow)
+		s.lan.slowUntil = now.Add(2 * slow)
 	}
 	// Back to renewing every renew interval (a peer died, two are left),
 	// the heartbeats in the watch keep their slow pace for a while yet:
 	// judged against the fast one, their silence would look like a break
 	// of the watch, and a break grants every node a fresh lease duration,
 	// which would delay the very failover that made this node fast.
-	if now.Before(s.slowUntil) {
+	if now.Before(s.lan.slowUntil) {
 		r = slow
 	}
 	s.live.SetTimings(r, 2*r)
@@ -94,7 +94,7 @@ func (s *state) setLANTimings() {
 // the last survivors) a peer that hears nobody would judge it from its
 // heartbeat alone, so the heartbeat is renewed every renew interval.
 func (s *state) lanSlow(now time.Time) bool {
-	return s.lanConn != nil && !s.unheard && s.live.LANPeers(now) >= 2
+	return s.lan.lanConn != nil && !s.self.unheard && s.live.LANPeers(now) >= 2
 }
 
 // slowFactor is how many renew intervals a slow heartbeat lasts: ten, or
@@ -102,7 +102,7 @@ func (s *state) lanSlow(now time.Time) bool {
 // default, so beyond twenty nodes). The watch events the writes cause (one
 // per write and eipd) then grow with nodes, not nodes².
 func (s *state) slowFactor() int {
-	return s.cfg.SlowFactor(len(s.live.Nodes()))
+	return s.desired.cfg.SlowFactor(len(s.live.Nodes()))
 }
 
 // takeDatagrams takes in the datagrams the speaker heard since the loop
@@ -111,7 +111,7 @@ func (s *state) slowFactor() int {
 // reports whether a pass is needed.
 func (s *state) takeDatagrams() bool {
 	changed := false
-	for _, h := range s.speaker.take() {
+	for _, h := range s.lan.speaker.take() {
 		changed = s.live.Datagram(h.node, h.ages, h.at) || changed
 	}
 	return s.checkUnheard(s.a.clk.Now()) || changed
@@ -120,14 +120,14 @@ func (s *state) takeDatagrams() bool {
 // tellSpeaker gives the speaker, on every tick, where this node's
 // datagrams go and which nodes the loop knows.
 func (s *state) tellSpeaker() {
-	s.speaker.setPeers(s.lanPeers(), s.live.Nodes())
+	s.lan.speaker.setPeers(s.lanPeers(), s.live.Nodes())
 }
 
 // lanPeers are the peers whose heartbeat names a liveness port, with where
 // each hears datagrams (its Node's address), and whether its heartbeat
 // says it speaks only the format before.
 func (s *state) lanPeers() map[string]lanlive.Peer {
-	if s.lanConn == nil {
+	if s.lan.lanConn == nil {
 		return nil
 	}
 	out := map[string]lanlive.Peer{}
@@ -145,13 +145,13 @@ func (s *state) lanPeers() map[string]lanlive.Peer {
 
 // lanTimings are what the speaker's fan-out needs of the configuration.
 func (s *state) lanTimings() lanTimings {
-	return lanTimings{renew: s.cfg.RenewInterval, suspect: s.suspectAfter(), duration: s.cfg.LeaseDuration}
+	return lanTimings{renew: s.desired.cfg.RenewInterval, suspect: s.suspectAfter(), duration: s.desired.cfg.LeaseDuration}
 }
 
 // suspectAfter is how old a sign of a peer may grow before this node asks
 // it directly (lease.SuspectAfter).
 func (s *state) suspectAfter() time.Duration {
-	return lease.SuspectAfter(s.cfg.LeaseDuration, s.cfg.FenceAfter, s.cfg.RenewInterval)
+	return lease.SuspectAfter(s.desired.cfg.LeaseDuration, s.desired.cfg.FenceAfter, s.desired.cfg.RenewInterval)
 }
 
 // peerAddr is where node hears datagrams: its first InternalIP, IPv4
@@ -224,23 +224,23 @@ func (s *state) sentBy(node string, source netip.Addr) bool {
 // reach the API server would only leave its IPs dark. It reports whether
 // that changed.
 func (s *state) checkUnheard(now time.Time) bool {
-	if t := s.speaker.sentFirst(); !t.IsZero() {
+	if t := s.lan.speaker.sentFirst(); !t.IsZero() {
 		s.live.Sending(t)
 	}
-	un, next := s.live.Unheard(now, s.cfg.FenceAfter)
-	s.unheardAt = next
-	if un == s.unheard || s.lanConn == nil {
+	un, next := s.live.Unheard(now, s.desired.cfg.FenceAfter)
+	s.self.unheardAt = next
+	if un == s.self.unheard || s.lan.lanConn == nil {
 		return false
 	}
-	s.unheard = un
-	s.wakeFull(now) // a pass now: eligibility changed
+	s.self.unheard = un
+	s.sched.wakeFull(now) // a pass now: eligibility changed
 	if !un {
 		s.log.Info("peers hear this node over the LAN again")
 		return true
 	}
-	s.log.Warn("a peer no longer hears this node over the LAN and will judge it dead; handing its IPs to the peers it hears", "port", s.lanPort)
-	for ip := range s.bound {
-		s.event(ip, corev1.EventTypeWarning, "Unheard", fmt.Sprintf("%s hands %s to a peer: peers do not hear its liveness datagrams (UDP port %d)", s.a.opt.Node, ip, s.lanPort))
+	s.log.Warn("a peer no longer hears this node over the LAN and will judge it dead; handing its IPs to the peers it hears", "port", s.lan.lanPort)
+	for ip := range s.binder.bound {
+		s.event(ip, corev1.EventTypeWarning, "Unheard", fmt.Sprintf("%s hands %s to a peer: peers do not hear its liveness datagrams (UDP port %d)", s.a.opt.Node, ip, s.lan.lanPort))
 	}
 	return true
 }

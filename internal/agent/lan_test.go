@@ -84,7 +84,7 @@ func (w *world) lanHeartbeat(node string) {
 	if obj, ok, _ := w.leases.GetByKey(testNS + "/" + lease.HeartbeatName(node)); ok {
 		cur = obj.(*coordinationv1.Lease)
 	}
-	l := lease.RenewedHeartbeat(cur, testNS, node, 10*w.s.cfg.LeaseDuration,
+	l := lease.RenewedHeartbeat(cur, testNS, node, 10*w.s.desired.cfg.LeaseDuration,
 		lease.HeartbeatStatus{Eligible: true, LivenessPort: 9403, MACs: lease.FormatMACs([]net.HardwareAddr{peerMAC(node)})}, w.clk.Now())
 	l.ResourceVersion = w.nextRV()
 	w.must(w.leases.Update(l))
@@ -100,7 +100,7 @@ func (w *world) hear(node, source string, ages map[string]time.Duration) {
 // arrive delivers a datagram to the speaker alone, as while the loop is
 // busy.
 func (w *world) arrive(node, source string, ages map[string]time.Duration) {
-	w.s.speaker.receive(lanlive.Received{Source: netip.MustParseAddr(source), Msg: lanlive.Message{From: node, Ages: ages}})
+	w.s.lan.speaker.receive(lanlive.Received{Source: netip.MustParseAddr(source), Msg: lanlive.Message{From: node, Ages: ages}})
 }
 
 // hearing is what the peers that speak send: each reports a fresh sign of
@@ -134,9 +134,9 @@ var lanPeerIPs = map[string]string{"node-b": "198.18.0.12", "node-c": "198.18.0.
 // lanTick is one renew interval on the LAN: the loop's tick, this node's
 // datagram, then one from each of the peers that speak, then a pass.
 func (w *world) lanTick(speak map[string]map[string]time.Duration) {
-	w.step(w.s.cfg.RenewInterval)
+	w.step(w.s.desired.cfg.RenewInterval)
 	w.s.tick()
-	w.s.speaker.speak(w.clk.Now())
+	w.s.lan.speaker.speak(w.clk.Now())
 	for _, n := range slices.Sorted(maps.Keys(speak)) {
 		w.hear(n, lanPeerIPs[n], speak[n])
 	}
@@ -221,7 +221,7 @@ func TestLoopLANStatusChangeWrittenOnce(t *testing.T) {
 	n := w.nodeObj("node-a")
 	n.Labels = map[string]string{policy.ExcludeLabel: ""}
 	w.must(w.nodes.Update(n))
-	w.s.dirtyNodes = true
+	w.s.sched.dirtyNodes = true
 	for range 4 {
 		w.lanTick(speak)
 	}
@@ -327,12 +327,12 @@ func TestLoopLANUnheardHandsOff(t *testing.T) {
 	// From now on node-a's datagrams are lost: the peers' last sign of it
 	// grows by a renew interval a tick.
 	for i := range 2 {
-		w.lanTick(hearingA(time.Duration(i+1) * w.s.cfg.RenewInterval))
+		w.lanTick(hearingA(time.Duration(i+1) * w.s.desired.cfg.RenewInterval))
 	}
 	assert.DeepEqual(t, w.take(), []string(nil)) // 1 s without node-a: not yet
-	w.lanTick(hearingA(3 * w.s.cfg.RenewInterval))
+	w.lanTick(hearingA(3 * w.s.desired.cfg.RenewInterval))
 	assert.DeepEqual(t, w.take(), []string{"unbind 198.18.100.1", "update eip-198-18-100-1 holder=node-d successor=node-c"})
-	w.lanTick(hearingA(4 * w.s.cfg.RenewInterval)) // the renewal that says why
+	w.lanTick(hearingA(4 * w.s.desired.cfg.RenewInterval)) // the renewal that says why
 	hb := w.get(lease.HeartbeatName("node-a"))
 	assert.Equal(t, hb.Annotations[lease.AnnotationEligible], "false")
 	assert.Assert(t, hb.Annotations[lease.AnnotationError] != "")
@@ -354,8 +354,8 @@ func TestLoopLANUnheardDropsAWriterAtATime(t *testing.T) {
 	for range 4 {
 		w.lanTick(hearingA(100 * time.Millisecond))
 	}
-	assert.Equal(t, len(w.s.bound), 5)
-	r := w.s.cfg.RenewInterval
+	assert.Equal(t, len(w.s.binder.bound), 5)
+	r := w.s.desired.cfg.RenewInterval
 	for i := range 2 {
 		w.lanTick(hearingA(time.Duration(i+1) * r))
 	}
@@ -366,13 +366,13 @@ func TestLoopLANUnheardDropsAWriterAtATime(t *testing.T) {
 		w.hear(n, lanPeerIPs[n], ages)
 	}
 	w.s.pass()
-	assert.Assert(t, w.s.unheard)
-	assert.Equal(t, len(w.s.jobs), 2, "two hand-offs in flight")
-	assert.Equal(t, len(w.s.bound), 3, "three IPs still bound")
+	assert.Assert(t, w.s.self.unheard)
+	assert.Equal(t, len(w.s.writes.jobs), 2, "two hand-offs in flight")
+	assert.Equal(t, len(w.s.binder.bound), 3, "three IPs still bound")
 	for n, ages := range hearingA(100 * time.Millisecond) {
 		w.hear(n, lanPeerIPs[n], ages)
 	}
-	assert.Assert(t, !w.s.unheard)
+	assert.Assert(t, !w.s.self.unheard)
 	w.settle()
 	var unbinds, handoffs int
 	for _, c := range w.take() {
@@ -385,8 +385,8 @@ func TestLoopLANUnheardDropsAWriterAtATime(t *testing.T) {
 	}
 	assert.Equal(t, unbinds, 2)
 	assert.Equal(t, handoffs, 2)
-	assert.Equal(t, len(w.s.bound), 3)
-	assert.Equal(t, w.s.dropping, 0)
+	assert.Equal(t, len(w.s.binder.bound), 3)
+	assert.Equal(t, w.s.writes.dropping, 0)
 }
 
 // Of three nodes, node-b dies; node-a now hears one peer, so it goes back
@@ -412,7 +412,7 @@ func TestLoopLANTakeoverBetweenTicksAfterPeerLoss(t *testing.T) {
 		w.lanTick(all)
 	}
 	// node-b's and node-d's last datagrams arrive between two ticks.
-	half := w.s.cfg.RenewInterval / 2
+	half := w.s.desired.cfg.RenewInterval / 2
 	w.step(half)
 	for _, n := range []string{"node-b", "node-c", "node-d"} {
 		w.hear(n, lanPeerIPs[n], all[n])
@@ -449,9 +449,9 @@ func TestLoopLANUnheardWithoutAPIKeeps(t *testing.T) {
 	}
 	assert.Assert(t, !w.s.apiOK(w.clk.Now()))
 	for i := range 4 {
-		w.lanTick(hearingA(time.Duration(i+1) * w.s.cfg.RenewInterval))
+		w.lanTick(hearingA(time.Duration(i+1) * w.s.desired.cfg.RenewInterval))
 	}
-	assert.Assert(t, w.s.unheard)
+	assert.Assert(t, w.s.self.unheard)
 	assert.DeepEqual(t, w.take(), []string(nil))
 	w.s.claim(netif.Claim{Iface: testIface, IP: testIP(0), MAC: peerMAC("node-b"), Probe: true})
 	assert.DeepEqual(t, w.take(), []string{"unbind 198.18.100.1"})
@@ -481,21 +481,21 @@ func TestLoopLANMixedFormats(t *testing.T) {
 	// whose reports have a fresh sign of it.
 	heard := []string{"node-b", "node-c", "node-d"}
 	speak := func() {
-		w.step(w.s.cfg.RenewInterval)
+		w.step(w.s.desired.cfg.RenewInterval)
 		w.s.tick()
-		w.s.speaker.speak(w.clk.Now())
+		w.s.lan.speaker.speak(w.clk.Now())
 		for n, ages := range hearing(heard...) {
 			if n == "node-b" {
 				continue
 			}
-			w.s.speaker.receive(lanlive.Received{Source: netip.MustParseAddr(lanPeerIPs[n]), Msg: lanlive.Message{From: n, Ages: ages}})
+			w.s.lan.speaker.receive(lanlive.Received{Source: netip.MustParseAddr(lanPeerIPs[n]), Msg: lanlive.Message{From: n, Ages: ages}})
 		}
-		w.s.speaker.receive(lanlive.Received{Source: netip.MustParseAddr(lanPeerIPs["node-b"]), Kind: lanlive.Legacy,
+		w.s.lan.speaker.receive(lanlive.Received{Source: netip.MustParseAddr(lanPeerIPs["node-b"]), Kind: lanlive.Legacy,
 			Msg: lanlive.Message{From: "node-b", Ages: hearing("node-b", "node-c", "node-d")["node-b"]}})
 		w.s.takeDatagrams()
 		w.pass()
 	}
-	for range 4 * int(w.s.cfg.LeaseDuration/w.s.cfg.RenewInterval) {
+	for range 4 * int(w.s.desired.cfg.LeaseDuration/w.s.desired.cfg.RenewInterval) {
 		speak()
 	}
 	assert.Assert(t, w.s.live.Alive("node-b", w.clk.Now()))
@@ -504,7 +504,7 @@ func TestLoopLANMixedFormats(t *testing.T) {
 
 	w.lanHeartbeat("node-b") // upgraded: its heartbeat names the format
 	heard = []string{"node-c", "node-d"}
-	for range 2 * int(w.s.cfg.LeaseDuration/w.s.cfg.RenewInterval) {
+	for range 2 * int(w.s.desired.cfg.LeaseDuration/w.s.desired.cfg.RenewInterval) {
 		speak()
 	}
 	assert.Assert(t, !w.s.live.Alive("node-b", w.clk.Now()))

@@ -12,12 +12,12 @@ import "github.com/eip-project/eip/internal/config"
 // up to a renew interval, and every race a renew interval more, just when
 // an IP of the pod's Local Service was handed there.
 func (s *state) lanLink(iface string) bool {
-	for _, r := range s.cfg.Ranges {
+	for _, r := range s.desired.cfg.Ranges {
 		if i, err := s.ifaceFor(r.First, config.Binding{Iface: r.Iface}); err == nil && i == iface {
 			return true
 		}
 	}
-	for _, b := range s.bound {
+	for _, b := range s.binder.bound {
 		if b.iface == iface {
 			return true
 		}

@@ -21,19 +21,19 @@ import (
 // and it handed its IP away.)
 func TestLoopLANBusyLoopStaysHeard(t *testing.T) {
 	w := lanHolder(t)
-	net := w.s.lanConn.(*lanNet)
+	net := w.s.lan.lanConn.(*lanNet)
 	for range 5 {
-		w.step(w.s.cfg.RenewInterval)
+		w.step(w.s.desired.cfg.RenewInterval)
 		sent := len(net.sent)
-		w.s.speaker.speak(w.clk.Now())
+		w.s.lan.speaker.speak(w.clk.Now())
 		assert.Equal(t, len(net.sent), sent+3, "a datagram to each peer")
-		assert.Equal(t, net.last.Ages["node-b"], w.s.cfg.RenewInterval, "node-b was heard a renew interval ago")
+		assert.Equal(t, net.last.Ages["node-b"], w.s.desired.cfg.RenewInterval, "node-b was heard a renew interval ago")
 		for n, ages := range hearingA(100 * time.Millisecond) {
 			w.arrive(n, lanPeerIPs[n], ages)
 		}
 	}
 	w.lanTick(hearingA(100 * time.Millisecond))
-	assert.Assert(t, !w.s.unheard)
+	assert.Assert(t, !w.s.self.unheard)
 	assert.DeepEqual(t, w.take(), []string(nil))
 }
 
@@ -47,7 +47,7 @@ func TestLoopLANJudgesByArrival(t *testing.T) {
 	w := lanPeerHolds(t)
 	others := hearing("node-c", "node-d")
 	for range 5 {
-		w.step(w.s.cfg.RenewInterval)
+		w.step(w.s.desired.cfg.RenewInterval)
 		for _, n := range []string{"node-c", "node-d"} {
 			w.arrive(n, lanPeerIPs[n], others[n])
 		}
@@ -74,9 +74,9 @@ func TestLoopLANHungLoopFallsSilent(t *testing.T) {
 	}
 	hung := w.clk.Now()
 	speak := func() int {
-		w.step(w.s.cfg.RenewInterval)
+		w.step(w.s.desired.cfg.RenewInterval)
 		sent := len(net.sent)
-		w.s.speaker.speak(w.clk.Now())
+		w.s.lan.speaker.speak(w.clk.Now())
 		return len(net.sent) - sent
 	}
 	for w.clk.Since(hung) < speakQuietAfter {
@@ -99,9 +99,9 @@ func TestSpeakerReportsAges(t *testing.T) {
 	w.arrive("node-e", "198.18.0.15", nil)
 	w.arrive("node-b", lanPeerIPs["node-b"], map[string]time.Duration{"node-c": 300 * time.Millisecond, "node-a": 0, "node-e": 0})
 	w.step(100 * time.Millisecond)
-	w.s.speaker.speak(w.clk.Now())
+	w.s.lan.speaker.speak(w.clk.Now())
 	assert.DeepEqual(t, net.last.Ages, map[string]time.Duration{"node-b": 100 * time.Millisecond, "node-c": 400*time.Millisecond + relayAllowance})
-	assert.Equal(t, len(w.s.speaker.take()), 1)
+	assert.Equal(t, len(w.s.lan.speaker.take()), 1)
 }
 
 // node-e joins: its Node is in the cache, its heartbeat has not come
@@ -122,23 +122,23 @@ func TestSpeakerHearsJoiningNode(t *testing.T) {
 	w.arrive("node-e", "198.18.0.99", nil)
 	w.arrive("node-f", "198.18.0.16", nil)
 	w.step(100 * time.Millisecond)
-	w.s.speaker.speak(w.clk.Now())
+	w.s.lan.speaker.speak(w.clk.Now())
 	assert.Equal(t, len(net.last.Ages), 0, "neither from its Node's address")
 
 	w.arrive("node-e", "198.18.0.15", nil)
 	w.step(100 * time.Millisecond)
 	w.arrive("node-b", lanPeerIPs["node-b"], map[string]time.Duration{"node-e": 0})
 	w.step(100 * time.Millisecond)
-	w.s.speaker.speak(w.clk.Now())
+	w.s.lan.speaker.speak(w.clk.Now())
 	assert.DeepEqual(t, net.last.Ages, map[string]time.Duration{
 		"node-b": 100 * time.Millisecond, "node-e": 100*time.Millisecond + relayAllowance,
 	})
 	w.s.takeDatagrams()
 	assert.Assert(t, !w.s.live.Known("node-e"))
 
-	w.step(2 * w.s.cfg.LeaseDuration)
+	w.step(2 * w.s.desired.cfg.LeaseDuration)
 	w.arrive("node-b", lanPeerIPs["node-b"], map[string]time.Duration{"node-e": 0})
-	w.s.speaker.speak(w.clk.Now())
+	w.s.lan.speaker.speak(w.clk.Now())
 	assert.DeepEqual(t, net.last.Ages, map[string]time.Duration{"node-b": 0})
 }
 
@@ -158,13 +158,13 @@ func (c chanConn) Close() error { return nil }
 func TestSpeakerRuns(t *testing.T) {
 	w, _ := lanWorld(t)
 	w.pass()
-	w.step(w.s.cfg.RenewInterval)
+	w.step(w.s.desired.cfg.RenewInterval)
 	w.s.tick()
 	conn := make(chanConn, 1)
-	w.s.speaker.configure(conn, w.s.lanTimings())
+	w.s.lan.speaker.configure(conn, w.s.lanTimings())
 	in, stop, done := make(chan lanlive.Received), make(chan struct{}), make(chan struct{})
 	go func() {
-		w.s.speaker.run(in, stop)
+		w.s.lan.speaker.run(in, stop)
 		close(done)
 	}()
 	defer func() {
@@ -172,14 +172,14 @@ func TestSpeakerRuns(t *testing.T) {
 		<-done
 	}()
 	in <- lanlive.Received{Source: netip.MustParseAddr(lanPeerIPs["node-b"]), Msg: lanlive.Message{From: "node-b", Ages: map[string]time.Duration{"node-c": 300 * time.Millisecond}}}
-	wait(t, w.s.speaker.kick)
+	wait(t, w.s.lan.speaker.kick)
 	assert.DeepEqual(t, wait(t, conn), lanlive.Message{From: "node-a", Ages: map[string]time.Duration{
 		"node-b": 0, "node-c": 300*time.Millisecond + relayAllowance,
 	}})
-	w.step(w.s.cfg.RenewInterval)
+	w.step(w.s.desired.cfg.RenewInterval)
 	m := wait(t, conn)
 	assert.DeepEqual(t, m, lanlive.Message{From: "node-a", Ages: map[string]time.Duration{
-		"node-b": w.s.cfg.RenewInterval, "node-c": w.s.cfg.RenewInterval + 300*time.Millisecond + relayAllowance,
+		"node-b": w.s.desired.cfg.RenewInterval, "node-c": w.s.desired.cfg.RenewInterval + 300*time.Millisecond + relayAllowance,
 	}})
 }
 
@@ -208,7 +208,7 @@ func bigLANWorld(t *testing.T) (*world, *lanNet) {
 		w.lanHeartbeat(n)
 	}
 	w.pass()
-	w.step(w.s.cfg.RenewInterval)
+	w.step(w.s.desired.cfg.RenewInterval)
 	w.s.tick()
 	return w, net
 }
@@ -232,7 +232,7 @@ func TestSpeakerFansOut(t *testing.T) {
 	}
 	net.sent = nil
 	w.step(100 * time.Millisecond)
-	w.s.speaker.speak(w.clk.Now())
+	w.s.lan.speaker.speak(w.clk.Now())
 	assert.DeepEqual(t, net.sent, []string{
 		"198.18.0.12:9403 from node-a", "198.18.0.13:9403 from node-a", // node-b and node-c follow node-a
 		"198.18.0.14:9403 from node-a", "198.18.0.15:9403 from node-a", // node-d and node-e, in turn
@@ -241,15 +241,15 @@ func TestSpeakerFansOut(t *testing.T) {
 	// their datagrams, node-a asks all of them at once.
 	net.sent = nil
 	for range 2 {
-		w.step(w.s.cfg.RenewInterval / 2)
-		w.s.speaker.ask(w.clk.Now())
+		w.step(w.s.desired.cfg.RenewInterval / 2)
+		w.s.lan.speaker.ask(w.clk.Now())
 		for _, n := range []string{"node-b", "node-c"} {
 			w.arrive(n, from(n), map[string]time.Duration{"node-a": 0})
 		}
 	}
 	assert.DeepEqual(t, net.sent, []string(nil))
-	w.step(w.s.suspectAfter() - w.s.cfg.RenewInterval)
-	w.s.speaker.ask(w.clk.Now())
+	w.step(w.s.suspectAfter() - w.s.desired.cfg.RenewInterval)
+	w.s.lan.speaker.ask(w.clk.Now())
 	assert.Equal(t, len(net.sent), 7, "node-d to node-j: %v", net.sent)
 	// node-f asks node-a: it has no fresh sign of it. node-a answers it alone.
 	net.sent = nil
@@ -270,7 +270,7 @@ func TestSpeakerAnswersAPeerAtMostTwiceARenewInterval(t *testing.T) {
 	w.lanTick(nil)
 	net.sent = nil
 	for range 100 {
-		w.step(w.s.cfg.RenewInterval / 100)
+		w.step(w.s.desired.cfg.RenewInterval / 100)
 		w.arrive("node-b", lanPeerIPs["node-b"], nil)
 	}
 	assert.Equal(t, len(net.sent), 2, "%v", net.sent)
@@ -283,13 +283,13 @@ func TestSpeakerKeepsOnlyKnownNodes(t *testing.T) {
 	w, _ := lanWorld(t)
 	w.pass()
 	w.lanTick(nil)
-	w.s.speaker.take()
+	w.s.lan.speaker.take()
 	ages := map[string]time.Duration{"node-a": 0, "node-c": 0}
 	for i := range 5000 {
 		ages[fmt.Sprintf("stranger-%d", i)] = 0
 	}
 	w.arrive("node-b", lanPeerIPs["node-b"], ages)
-	q := w.s.speaker.take()
+	q := w.s.lan.speaker.take()
 	assert.Equal(t, len(q), 1)
 	assert.DeepEqual(t, q[0].ages, map[string]time.Duration{"node-a": 0, "node-c": 0})
 }

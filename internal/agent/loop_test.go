@@ -73,7 +73,7 @@ func TestLoopIneligibleNodeRenewsSlowly(t *testing.T) {
 	n := w.nodeObj("node-a")
 	n.Labels = map[string]string{policy.ExcludeLabel: ""}
 	w.must(w.nodes.Update(n))
-	w.s.dirtyNodes = true
+	w.s.sched.dirtyNodes = true
 	w.pass()
 	for range 24 {
 		w.tick()
@@ -87,7 +87,7 @@ func TestLoopIneligibleNodeRenewsSlowly(t *testing.T) {
 	n = w.nodeObj("node-a")
 	n.Labels = nil
 	w.must(w.nodes.Update(n))
-	w.s.dirtyNodes = true
+	w.s.sched.dirtyNodes = true
 	w.pass()
 	for range 3 {
 		w.tick()
@@ -117,15 +117,15 @@ func TestLoopAPIServerEndpointsAreNeverBound(t *testing.T) {
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{api.String()}}},
 	}))
-	w.s.dirtyNodes = true
+	w.s.sched.dirtyNodes = true
 	w.addService("api", api)
 	for range 4 {
 		w.tick()
 	}
 	assert.DeepEqual(t, w.take(), []string(nil))
-	assert.Assert(t, strings.Contains(w.s.cfgErr, "contains 198.18.100.8, an address of the API server"), w.s.cfgErr)
-	assert.Equal(t, len(w.s.cfg.Ranges), 1, "the last good configuration stays in force")
-	assert.Assert(t, w.s.rejected["default/api 198.18.100.8 an address of the API server"], "%v", w.s.rejected)
+	assert.Assert(t, strings.Contains(w.s.desired.cfgErr, "contains 198.18.100.8, an address of the API server"), w.s.desired.cfgErr)
+	assert.Equal(t, len(w.s.desired.cfg.Ranges), 1, "the last good configuration stays in force")
+	assert.Assert(t, w.s.desired.rejected["default/api 198.18.100.8 an address of the API server"], "%v", w.s.desired.rejected)
 }
 
 // A loop a second late at the defaults (a slow pass on a loaded machine)
@@ -137,7 +137,7 @@ func TestLoopASecondLateHasNotStalled(t *testing.T) {
 	w := loneNodeWithIP(t)
 	w.step(500 * time.Millisecond)
 	w.tick() // a second after the last tick
-	assert.Assert(t, !w.s.stalled)
+	assert.Assert(t, !w.s.self.stalled)
 	assert.Assert(t, !w.s.loopLate(w.clk.Now()))
 	w.addService("api", testIP(1))
 	w.pass()
@@ -160,7 +160,7 @@ func TestLoopRenewalChangingHeldAsksNoPass(t *testing.T) {
 func TestLoopRenewalChangingDurationAsksNoPass(t *testing.T) {
 	w := peerRenewedWith(t, 0, 10)
 	assert.Assert(t, !w.s.heartbeatsRenewed())
-	w.step(3 * w.s.cfg.LeaseDuration)
+	w.step(3 * w.s.desired.cfg.LeaseDuration)
 	assert.Assert(t, w.s.live.Alive("node-b", w.clk.Now()), "node-b's duration is ten lease durations")
 }
 
@@ -176,7 +176,7 @@ func peerRenewedWith(t *testing.T, held, factor int) *world {
 	}
 	l := w.get(lease.HeartbeatName("node-b"))
 	st := lease.HeartbeatStatus{Eligible: true, Held: held, MACs: lease.FormatMACs([]net.HardwareAddr{peerMAC("node-b")})}
-	l = lease.RenewedHeartbeat(l, testNS, "node-b", time.Duration(factor)*w.s.cfg.LeaseDuration, st, w.clk.Now())
+	l = lease.RenewedHeartbeat(l, testNS, "node-b", time.Duration(factor)*w.s.desired.cfg.LeaseDuration, st, w.clk.Now())
 	l.ResourceVersion = w.nextRV()
 	w.must(w.leases.Update(l))
 	return w
@@ -278,7 +278,7 @@ func TestLoopTakeoverOwnShareFirst(t *testing.T) {
 	n := w.nodeObj("node-a").DeepCopy()
 	n.Spec.Unschedulable = true
 	w.must(w.nodes.Update(n))
-	w.s.dirtyNodes = true
+	w.s.sched.dirtyNodes = true
 	w.pass()
 	for range 4 {
 		w.tick("node-b", "node-c")
@@ -291,7 +291,7 @@ func TestLoopTakeoverOwnShareFirst(t *testing.T) {
 	n = n.DeepCopy()
 	n.Spec.Unschedulable = false
 	w.must(w.nodes.Update(n))
-	w.s.dirtyNodes = true
+	w.s.sched.dirtyNodes = true
 	w.tick("node-c")
 	w.tick("node-c")
 	var order []string
@@ -327,12 +327,12 @@ func TestLoopHolderWithoutAPIUnbindsOnAPeersProbe(t *testing.T) {
 		w.tick("node-b")
 	}
 	assert.DeepEqual(t, w.take(), []string{"bind 198.18.100.1"})
-	w.s.renewFailing = true
+	w.s.self.renewFailing = true
 	w.s.claim(netif.Claim{Iface: testIface, IP: ip, MAC: net.HardwareAddr{2, 0, 0, 0, 0, 9}, Probe: true})
 	assert.DeepEqual(t, w.take(), []string(nil))
 	w.s.claim(netif.Claim{Iface: testIface, IP: ip, MAC: peerMAC("node-b"), Probe: true})
 	assert.DeepEqual(t, w.take(), []string(nil)) // a renew interval after the last renewal
-	w.step(w.s.lastRenewOK.Add(w.s.lastRenewFor).Sub(w.clk.Now()) - time.Millisecond)
+	w.step(w.s.self.lastRenewOK.Add(w.s.self.lastRenewFor).Sub(w.clk.Now()) - time.Millisecond)
 	w.s.claim(netif.Claim{Iface: testIface, IP: ip, MAC: peerMAC("node-b"), Probe: true})
 	assert.DeepEqual(t, w.take(), []string(nil)) // just before a peer can have judged node-a dead
 	w.step(time.Millisecond)

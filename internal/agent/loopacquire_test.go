@@ -21,14 +21,14 @@ func TestLoopRefusedBindIsRetried(t *testing.T) {
 	ip := testIP(1)
 	w.addService("api", ip)
 	w.s.reconcile()
-	j := <-w.s.jobs
+	j := <-w.s.writes.jobs
 	assert.Equal(t, j.ip, ip)
-	w.s.renewFailing = true // not writable, and no pass compares it
+	w.s.self.renewFailing = true // not writable, and no pass compares it
 	w.s.writeDone(w.answer(j))
 	w.s.reconcileSome(w.clk.Now())
 	assert.DeepEqual(t, w.take(), []string{"create " + leaseName(ip) + " holder=node-a"})
-	w.s.renewFailing = false
-	w.step(w.s.cfg.RenewInterval)
+	w.s.self.renewFailing = false
+	w.step(w.s.desired.cfg.RenewInterval)
 	assert.Assert(t, w.s.passDue(w.clk.Now()))
 	w.s.pass()
 	assert.DeepEqual(t, w.take(), []string{"bind " + ip.String()})
@@ -62,13 +62,13 @@ func TestLoopRankTurnWaitsForOwnShare(t *testing.T) {
 	w.addService("web", ips...)
 	w.s.reconcile()
 	for range 3 {
-		j := <-w.s.jobs
+		j := <-w.s.writes.jobs
 		assert.Assert(t, mine[j.ip], "%s is node-b's to take first", j.ip)
 		w.step(300 * time.Millisecond) // node-b's IPs are node-a's to race for too
 		w.s.writeDone(w.answer(j))
 		w.s.pass()
 	}
-	j := <-w.s.jobs
+	j := <-w.s.writes.jobs
 	assert.Assert(t, theirs[j.ip], "then node-b's")
 }
 

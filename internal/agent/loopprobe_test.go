@@ -71,7 +71,7 @@ func TestLoopLateLoopPutsNoAddressBack(t *testing.T) {
 	// over; the kernel removes both addresses, and the loop gets to the
 	// address events before its tick.
 	for range 6 {
-		w.step(w.s.cfg.RenewInterval)
+		w.step(w.s.desired.cfg.RenewInterval)
 		w.heartbeat("node-b", true)
 	}
 	w.lock(taken, "node-b")
@@ -81,7 +81,7 @@ func TestLoopLateLoopPutsNoAddressBack(t *testing.T) {
 		w.s.addrEvent(netif.AddrEvent{Iface: testIface, Prefix: p})
 	}
 	assert.DeepEqual(t, w.take(), []string(nil))
-	assert.Equal(t, len(w.s.bound), 0)
+	assert.Equal(t, len(w.s.binder.bound), 0)
 
 	// The late tick binds nothing until the renewal sent at it came back
 	// through the watch.
@@ -132,8 +132,8 @@ func takingOverAll(t testing.TB, ips ...netip.Addr) *world {
 func TestLoopTakeoverProbesUntilTheDeadHolderStopsAnswering(t *testing.T) {
 	w, ip := takingOver(t)
 	w.s.claim(netif.Claim{Iface: testIface, IP: ip, MAC: peerMAC("node-b")})
-	assert.Assert(t, w.s.wake.IsZero(), "the recheck wakes a pass over this IP alone")
-	assert.Equal(t, w.s.ipWake.at[ip], w.clk.Now().Add(recheckEvery))
+	assert.Assert(t, w.s.sched.wake.IsZero(), "the recheck wakes a pass over this IP alone")
+	assert.Equal(t, w.s.sched.ipWake.at[ip], w.clk.Now().Add(recheckEvery))
 	w.pass()
 	// An eip node answered: no conflict, no bind, and the write goes.
 	assert.DeepEqual(t, w.take(), []string{"update eip-198-18-100-1 holder=node-a"})
@@ -179,9 +179,9 @@ func TestLoopOthersClaimsAskForNoPass(t *testing.T) {
 		assert.Assert(t, !w.s.claim(netif.Claim{Iface: testIface, IP: theirs, MAC: peerMAC("node-b"), Probe: probe}))
 		assert.Assert(t, !w.s.claim(netif.Claim{Iface: testIface, IP: theirs, MAC: net.HardwareAddr{2, 0, 0, 0, 0, 9}, Probe: probe}))
 	}
-	assert.Equal(t, len(w.s.dirty), 0)
+	assert.Equal(t, len(w.s.sched.dirty), 0)
 	assert.Assert(t, w.s.claim(netif.Claim{Iface: testIface, IP: mine, MAC: net.HardwareAddr{2, 0, 0, 0, 0, 9}}))
-	assert.Assert(t, w.s.dirty[mine])
+	assert.Assert(t, w.s.sched.dirty[mine])
 	w.pass()
 	assert.DeepEqual(t, w.take(), []string(nil)) // a stranger's claim is reported, not answered
 }
@@ -203,21 +203,21 @@ func TestLoopClaimWatchWantsProbedAndBoundAddresses(t *testing.T) {
 		w.tick("node-b")
 	}
 	assert.DeepEqual(t, w.take(), []string{"probe 198.18.100.1", "create eip-198-18-100-1 holder=node-a successor=node-b"})
-	assert.Assert(t, w.s.claimed.has(mine), "probed")
-	assert.Assert(t, !w.s.claimed.has(theirs))
+	assert.Assert(t, w.s.binder.claimed.has(mine), "probed")
+	assert.Assert(t, !w.s.binder.claimed.has(theirs))
 	w.step(30 * time.Millisecond)
 	w.pass()
 	w.step(30 * time.Millisecond)
 	w.pass()
 	assert.DeepEqual(t, w.take(), []string{"probe 198.18.100.1", "bind 198.18.100.1"})
-	assert.Assert(t, w.s.claimed.has(mine), "bound")
+	assert.Assert(t, w.s.binder.claimed.has(mine), "bound")
 	w.deleteService("mine")
-	w.s.dirtySvc = true
+	w.s.sched.dirtySvc = true
 	w.pass()
 	assert.Assert(t, slices.Contains(w.take(), "unbind 198.18.100.1"))
-	w.s.dirtySvc = true
+	w.s.sched.dirtySvc = true
 	w.pass()
-	assert.Assert(t, !w.s.claimed.has(mine), "let go")
+	assert.Assert(t, !w.s.binder.claimed.has(mine), "let go")
 }
 
 // An eip node that keeps answering (its loop ran late, or it is cut off

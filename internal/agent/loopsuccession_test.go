@@ -101,12 +101,12 @@ func TestLoopSuccessorBindsInSlices(t *testing.T) {
 	}
 	w := takingOverAll(t, ips...)
 	w.sendTakes = 10 * time.Millisecond
-	start, last := w.clk.Now(), w.s.lastTick
+	start, last := w.clk.Now(), w.s.self.lastTick
 	for w.clk.Now().Sub(start) < 5*time.Second && len(w.addrs) < len(ips) {
-		if w.clk.Now().Sub(w.s.lastTick) >= w.s.cfg.RenewInterval {
+		if w.clk.Now().Sub(w.s.self.lastTick) >= w.s.desired.cfg.RenewInterval {
 			w.s.tick()
-			assert.Assert(t, w.s.lastTick.Sub(last) < w.s.lateAfter(), "a tick %s after the one before", w.s.lastTick.Sub(last))
-			last = w.s.lastTick
+			assert.Assert(t, w.s.self.lastTick.Sub(last) < w.s.lateAfter(), "a tick %s after the one before", w.s.self.lastTick.Sub(last))
+			last = w.s.self.lastTick
 		}
 		w.s.pass()
 		w.settle()

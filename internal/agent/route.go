@@ -61,7 +61,7 @@ func (s *state) observeSessions() {
 			ls.Since = &since
 		}
 		out = append(out, ls)
-		was, known := s.sessions[sess.Peer]
+		was, known := s.routes.sessions[sess.Peer]
 		next := sessionSeen{up: sess.Up(), downSince: was.downSince, warned: was.warned}
 		switch {
 		case sess.Up():
@@ -77,13 +77,13 @@ func (s *state) observeSessions() {
 		case !was.warned && now.Sub(was.downSince) >= sessionDownGrace:
 			next.warned = true
 			s.sessionEvent(sess, corev1.EventTypeWarning, "BGPSessionDown", fmt.Sprintf("not established after %s (%s): check the peer's address and port, its AS number and this node's (bgp-asn %d), the password, and that the router accepts this node",
-				sessionDownGrace, sess.State, s.cfg.BGP.ASN))
+				sessionDownGrace, sess.State, s.desired.cfg.BGP.ASN))
 		}
 		seen[sess.Peer] = next
 	}
-	s.sessions = seen
-	s.bgpSessions = lease.FormatBGPSessions(out)
-	s.a.opt.Metrics.BGP(sessions, s.routes)
+	s.routes.sessions = seen
+	s.routes.bgpSessions = lease.FormatBGPSessions(out)
+	s.a.opt.Metrics.BGP(sessions, s.routes.announced)
 }
 
 func (s *state) sessionEvent(sess bgp.Session, kind, reason, what string) {
@@ -107,21 +107,21 @@ func (s *state) configureRouter() {
 			}
 		}
 	}
-	if err := s.a.opt.Router.Configure(s.cfg, routerID); err != nil {
-		if s.routerErr != err.Error() {
+	if err := s.a.opt.Router.Configure(s.desired.cfg, routerID); err != nil {
+		if s.routes.routerErr != err.Error() {
 			s.log.Error("route mode", "err", err)
 		}
-		s.routerErr = err.Error()
+		s.routes.routerErr = err.Error()
 		return
 	}
-	s.routerErr = ""
+	s.routes.routerErr = ""
 }
 
 // retryRouter configures the router again if it refused the configuration
 // in force: what it could not do (read a password's Secret, start the
 // speaker) may work now.
 func (s *state) retryRouter() {
-	if s.routerErr != "" {
+	if s.routes.routerErr != "" {
 		s.configureRouter()
 	}
 }
@@ -150,7 +150,7 @@ func (s *state) movesOf(ip netip.Addr) int32 {
 // IP stays bound: the router may still learn it once the speaker recovers.
 func (s *state) announceRoute(ip netip.Addr, e ipset.Entry) bgp.Route {
 	moves := s.movesOf(ip)
-	if _, ok := s.succeeding[ip]; ok {
+	if _, ok := s.succ.succeeding[ip]; ok {
 		// Bound as the successor before the write that counts this move:
 		// the route must already beat the dead holder's, which lingers at
 		// the router until its hold timer.
@@ -177,5 +177,5 @@ func (s *state) reannounceIfChanged(ip netip.Addr, b binding, e ipset.Entry) {
 		s.log.Error("announce route", "ip", ip, "err", err)
 	}
 	b.route = r
-	s.bound[ip] = b
+	s.binder.bound[ip] = b
 }

@@ -21,12 +21,12 @@ import (
 // 10,000 IPs a pass costs tens of milliseconds, and ticks and renewals came
 // four times a second.
 func (s *state) passDue(now time.Time) bool {
-	return !s.wake.IsZero() && !now.Before(s.wake) ||
-		!s.ipWake.min.IsZero() && !now.Before(s.ipWake.min) || len(s.dirty) > 0 ||
-		!s.paceUntil.IsZero() && !now.Before(s.paceUntil) ||
-		s.writable(now) != s.passWritable ||
-		!maps.Equal(s.passVerdicts, s.verdicts(now)) ||
-		now.Sub(s.lastPass) >= s.a.opt.Resync
+	return !s.sched.wake.IsZero() && !now.Before(s.sched.wake) ||
+		!s.sched.ipWake.min.IsZero() && !now.Before(s.sched.ipWake.min) || len(s.sched.dirty) > 0 ||
+		!s.writes.paceUntil.IsZero() && !now.Before(s.writes.paceUntil) ||
+		s.writable(now) != s.sched.passWritable ||
+		!maps.Equal(s.sched.passVerdicts, s.verdicts(now)) ||
+		now.Sub(s.sched.lastPass) >= s.a.opt.Resync
 }
 
 // nextWake is when the timer should wake the loop: a decision's time, the
@@ -34,8 +34,8 @@ func (s *state) passDue(now time.Time) bool {
 // changes if no heartbeat does.
 func (s *state) nextWake(now time.Time) time.Time {
 	expiry, _ := s.live.NextExpiry(now)
-	next := s.wake
-	for _, t := range []time.Time{s.ipWake.min, expiry, s.unheardAt, s.paceUntil} {
+	next := s.sched.wake
+	for _, t := range []time.Time{s.sched.ipWake.min, expiry, s.self.unheardAt, s.writes.paceUntil} {
 		if !t.IsZero() && (next.IsZero() || t.Before(next)) {
 			next = t
 		}
@@ -44,10 +44,10 @@ func (s *state) nextWake(now time.Time) time.Time {
 }
 
 func (s *state) fullDue(now time.Time) bool {
-	return s.needFull || s.dirtySvc || s.dirtyNodes || s.dirtyCM || s.cfg.Policy == config.PolicySpread ||
-		!s.wake.IsZero() && !now.Before(s.wake) ||
-		!maps.Equal(s.passVerdicts, s.verdicts(now)) ||
-		now.Sub(s.lastPass) >= s.a.opt.Resync
+	return s.sched.needFull || s.sched.dirtySvc || s.sched.dirtyNodes || s.sched.dirtyCM || s.desired.cfg.Policy == config.PolicySpread ||
+		!s.sched.wake.IsZero() && !now.Before(s.sched.wake) ||
+		!maps.Equal(s.sched.passVerdicts, s.verdicts(now)) ||
+		now.Sub(s.sched.lastPass) >= s.a.opt.Resync
 }
 
 // writableChanged answers a change of whether this node may write: the
@@ -59,20 +59,20 @@ func (s *state) fullDue(now time.Time) bool {
 // collecting heartbeats happen in full passes alone: one that ran while
 // this node could not write is run again once it can.
 func (s *state) writableChanged(w bool) {
-	s.passWritable = w
-	for ip := range s.writableDeps {
-		s.dirty[ip] = true
+	s.sched.passWritable = w
+	for ip := range s.sched.writableDeps {
+		s.sched.dirty[ip] = true
 	}
-	clear(s.writableDeps)
+	clear(s.sched.writableDeps)
 	if !w {
 		return
 	}
-	for ip := range s.lateBinds {
-		s.dirty[ip] = true
+	for ip := range s.sched.lateBinds {
+		s.sched.dirty[ip] = true
 	}
-	clear(s.lateBinds)
-	if s.fullUnwritable {
-		s.needFull = true
+	clear(s.sched.lateBinds)
+	if s.sched.fullUnwritable {
+		s.sched.needFull = true
 	}
 }
 
@@ -85,14 +85,14 @@ func (s *state) takeLockChanges() bool {
 	now := s.a.clk.Now()
 	for _, n := range vouched {
 		if !s.live.Alive(n, now) {
-			s.needFull = true
+			s.sched.needFull = true
 		}
 		s.live.Vouched(n, now)
 	}
-	s.needFull = s.needFull || all
+	s.sched.needFull = s.sched.needFull || all
 	for name := range names {
-		if ip, ok := s.names[name]; ok {
-			s.dirty[ip] = true
+		if ip, ok := s.desired.names[name]; ok {
+			s.sched.dirty[ip] = true
 			continue
 		}
 		l := s.a.lock(name)
@@ -100,13 +100,13 @@ func (s *state) takeLockChanges() bool {
 			// An orphan's lock is gone: nothing is left to decide for its
 			// IP, but a Service's allocation may have waited for it to be
 			// released, and only the full pass allocates.
-			s.needFull = true
+			s.sched.needFull = true
 			continue
 		}
 		if l.Err == nil {
-			s.dirty[l.IP] = true
+			s.sched.dirty[l.IP] = true
 		} else {
-			s.needFull = true // the full pass warns about it
+			s.sched.needFull = true // the full pass warns about it
 		}
 	}
 	return all || len(names) > 0
@@ -147,8 +147,8 @@ func (s *schedule) wakeIP(ip netip.Addr, t time.Time) {
 // heartbeatsRenewed says so, one over the IPs that depend on it when
 // whether this node may write changed (its own renewal came back).
 func (s *state) heartbeatEvent() bool {
-	s.needFull = s.heartbeatsRenewed() || s.needFull
-	return s.needFull || s.writable(s.a.clk.Now()) != s.passWritable
+	s.sched.needFull = s.heartbeatsRenewed() || s.sched.needFull
+	return s.sched.needFull || s.writable(s.a.clk.Now()) != s.sched.passWritable
 }
 
 // heartbeatsRenewed observes the heartbeats after a renewal of one and
@@ -173,7 +173,7 @@ func (s *state) heartbeatsRenewed() bool {
 		s.live.Observe(hb, now)
 		seen++
 	}
-	return seen != known || !maps.Equal(s.passVerdicts, s.verdicts(now))
+	return seen != known || !maps.Equal(s.sched.passVerdicts, s.verdicts(now))
 }
 
 func (s *state) verdicts(now time.Time) map[string]verdict {
@@ -204,29 +204,29 @@ func (s *state) verdicts(now time.Time) map[string]verdict {
 // failover every few write results asked for one.
 func (s *state) pass() {
 	now := s.a.clk.Now()
-	if !now.Before(s.paceUntil) {
+	if !now.Before(s.writes.paceUntil) {
 		// The acquisitions waiting for it are decided below, and a quiet
 		// spell (windowAt) counts from its end.
-		s.idleSince = later(s.idleSince, s.paceUntil)
-		s.paceUntil = time.Time{}
+		s.writes.idleSince = later(s.writes.idleSince, s.writes.paceUntil)
+		s.writes.paceUntil = time.Time{}
 	}
 	delivered := s.takeLockChanges()
-	if s.hbDirty || delivered {
-		s.hbDirty = false
-		s.needFull = s.heartbeatsRenewed() || s.needFull
+	if s.sched.hbDirty || delivered {
+		s.sched.hbDirty = false
+		s.sched.needFull = s.heartbeatsRenewed() || s.sched.needFull
 	}
 	if delivered {
 		// The watch that carries the heartbeats delivered a Lease, and
 		// every heartbeat the cache held after it was just observed.
 		s.live.Delivered(now)
 	}
-	if w := s.writable(now); w != s.passWritable {
+	if w := s.writable(now); w != s.sched.passWritable {
 		s.writableChanged(w)
 	}
-	if s.dirtyEps && !s.fullDue(now) {
-		s.dirtyEps = false
+	if s.sched.dirtyEps && !s.fullDue(now) {
+		s.sched.dirtyEps = false
 		for _, ip := range s.updateServing(false) {
-			s.dirty[ip] = true
+			s.sched.dirty[ip] = true
 		}
 	}
 	if s.fullDue(now) {

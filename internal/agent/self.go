@@ -15,7 +15,7 @@ import (
 // writable: this node may write locks. Its renewals succeed and its cache
 // has caught up with its own latest heartbeat since the last break.
 func (s *state) writable(now time.Time) bool {
-	return s.cfgLoaded && s.apiOK(now) && !s.needBarrier && s.live.SelfSeenSince(s.barrier) && s.live.Connected(now)
+	return s.desired.cfgLoaded && s.apiOK(now) && !s.self.needBarrier && s.live.SelfSeenSince(s.self.barrier) && s.live.Connected(now)
 }
 
 // apiOK: the last renewal succeeded, recently enough: within half of the
@@ -27,7 +27,7 @@ func (s *state) writable(now time.Time) bool {
 // could not take over from it until its next renewal: the survivor that
 // ticked first after the verdict took every IP, ranks notwithstanding.
 func (s *state) apiOK(now time.Time) bool {
-	return !s.renewFailing && !s.lastRenewOK.IsZero() && now.Sub(s.lastRenewOK) <= s.lastRenewFor/2
+	return !s.self.renewFailing && !s.self.lastRenewOK.IsZero() && now.Sub(s.self.lastRenewOK) <= s.self.lastRenewFor/2
 }
 
 // mayBeJudgedDead reports whether a peer may have judged this node dead by
@@ -37,14 +37,14 @@ func (s *state) apiOK(now time.Time) bool {
 // watch showed the renewal, which is after it was sent, so no peer judges
 // this node dead by its heartbeat any sooner.
 func (s *state) mayBeJudgedDead(now time.Time) bool {
-	return s.unheard || s.lastRenewOK.IsZero() || now.Sub(s.lastRenewOK) >= s.lastRenewFor
+	return s.self.unheard || s.self.lastRenewOK.IsZero() || now.Sub(s.self.lastRenewOK) >= s.self.lastRenewFor
 }
 
 func (s *state) requestRenew() {
 	r := s.renewal()
 	select {
 	case s.renewReq <- r:
-		s.lastRenewAsked, s.lastAsked = s.a.clk.Now(), r
+		s.self.lastRenewAsked, s.self.lastAsked = s.a.clk.Now(), r
 	default: // the previous renewal is still in flight
 	}
 }
@@ -60,20 +60,20 @@ const idleRenewFactor = 10
 
 // idle: this node may hold no IP, holds none and writes none.
 func (s *state) idle() bool {
-	return !(s.selfEligible && !s.shutting) && len(s.bound) == 0 && len(s.inflight) == 0
+	return !(s.self.selfEligible && !s.self.shutting) && len(s.binder.bound) == 0 && len(s.writes.inflight) == 0
 }
 
 // renewal is the heartbeat renewal this node's state asks for now.
 func (s *state) renewal() renewal {
 	conflicts, claims := s.conflicts.report(s.a.clk.Now())
 	r := renewal{
-		status: lease.HeartbeatStatus{Eligible: s.selfEligible && !s.shutting, Error: s.statusError(), Held: len(s.bound), BGP: s.bgpSessions,
-			MACs: s.ownMACs(), Conflicts: conflicts, Claims: claims, LivenessPort: s.lanPort},
+		status: lease.HeartbeatStatus{Eligible: s.self.selfEligible && !s.self.shutting, Error: s.statusError(), Held: len(s.binder.bound), BGP: s.routes.bgpSessions,
+			MACs: s.ownMACs(), Conflicts: conflicts, Claims: claims, LivenessPort: s.lan.lanPort},
 		// Neither the duration nor the timeout may be shorter than what
 		// peers need to see the renewal; a renewal slower than half a
 		// lease is a failure as far as holding addresses goes.
-		duration: s.cfg.LeaseDuration,
-		timeout:  max(s.cfg.LeaseDuration/2, s.cfg.RenewInterval),
+		duration: s.desired.cfg.LeaseDuration,
+		timeout:  max(s.desired.cfg.LeaseDuration/2, s.desired.cfg.RenewInterval),
 	}
 	factor := s.renewFactor(s.a.clk.Now())
 	r.duration *= time.Duration(factor)
@@ -82,7 +82,7 @@ func (s *state) renewal() renewal {
 	// period. Held to half a lease, renewals that a loaded API server
 	// applied in a second and a half failed (150 a minute at fifty
 	// nodes), were written again, and met a newer version.
-	r.timeout = max(r.timeout, time.Duration(factor)*s.cfg.RenewInterval/2)
+	r.timeout = max(r.timeout, time.Duration(factor)*s.desired.cfg.RenewInterval/2)
 	return r
 }
 
@@ -96,12 +96,12 @@ func (s *state) renewal() renewal {
 // Renewed every renew interval (factor 1), a
 // node's liveness rests on its heartbeat: it tries again at every tick.
 func (s *state) renewBackoff(factor int) time.Duration {
-	if factor == 1 || s.renewFails == 0 {
+	if factor == 1 || s.self.renewFails == 0 {
 		return 0
 	}
-	wait := s.cfg.RenewInterval
-	for range s.renewFails - 1 {
-		wait = min(2*wait, maxRenewBackoff*s.cfg.RenewInterval)
+	wait := s.desired.cfg.RenewInterval
+	for range s.self.renewFails - 1 {
+		wait = min(2*wait, maxRenewBackoff*s.desired.cfg.RenewInterval)
 	}
 	return wait
 }
@@ -133,18 +133,18 @@ func (s *state) renewFactor(now time.Time) int {
 // for each node that joins beyond twenty.
 func (s *state) renewDue(now time.Time) bool {
 	factor := s.renewFactor(now)
-	if s.renewFailing {
-		return now.Sub(s.renewFailedAt) >= s.renewBackoff(factor)-s.cfg.RenewInterval/2
+	if s.self.renewFailing {
+		return now.Sub(s.self.renewFailedAt) >= s.renewBackoff(factor)-s.desired.cfg.RenewInterval/2
 	}
-	if factor == 1 || s.lastRenewAsked.IsZero() {
+	if factor == 1 || s.self.lastRenewAsked.IsZero() {
 		return true
 	}
-	period := time.Duration(factor) * s.cfg.RenewInterval
+	period := time.Duration(factor) * s.desired.cfg.RenewInterval
 	want := s.renewal()
-	if !sameStatus(want.status, s.lastAsked.status) || s.lastAsked.duration < period+want.timeout {
+	if !sameStatus(want.status, s.self.lastAsked.status) || s.self.lastAsked.duration < period+want.timeout {
 		return true
 	}
-	return now.Sub(s.lastRenewAsked) >= period-s.cfg.RenewInterval/2
+	return now.Sub(s.self.lastRenewAsked) >= period-s.desired.cfg.RenewInterval/2
 }
 
 // sameStatus: a and b say the same of the node but for the IPs it holds,
@@ -157,16 +157,16 @@ func sameStatus(a, b lease.HeartbeatStatus) bool {
 
 func (s *state) statusError() string {
 	var parts []string
-	if s.cfgErr != "" {
-		parts = append(parts, s.cfgErr)
+	if s.desired.cfgErr != "" {
+		parts = append(parts, s.desired.cfgErr)
 	}
-	if s.routerErr != "" {
-		parts = append(parts, s.routerErr)
+	if s.routes.routerErr != "" {
+		parts = append(parts, s.routes.routerErr)
 	}
-	if !s.selfEligible && s.selfReason != "" {
-		parts = append(parts, s.selfReason)
+	if !s.self.selfEligible && s.self.selfReason != "" {
+		parts = append(parts, s.self.selfReason)
 	}
-	if s.shutting {
+	if s.self.shutting {
 		parts = append(parts, "shutting down")
 	}
 	return strings.Join(parts, "; ")
@@ -174,50 +174,50 @@ func (s *state) statusError() string {
 
 func (s *state) renewed(r renewResult) {
 	if r.err != nil {
-		if !s.renewFailing {
+		if !s.self.renewFailing {
 			s.log.Warn("heartbeat renewal failed; holding what is bound, binding nothing new", "err", r.err, "lease", lease.HeartbeatName(s.a.opt.Node))
 		}
-		s.renewFailing, s.needBarrier = true, true
-		s.renewFails++
-		s.renewFailedAt = s.a.clk.Now()
+		s.self.renewFailing, s.self.needBarrier = true, true
+		s.self.renewFails++
+		s.self.renewFailedAt = s.a.clk.Now()
 		s.a.opt.Metrics.APIError("renew")
 		return
 	}
 	s.a.opt.Metrics.Renewed(r.took)
-	if s.renewFailing {
+	if s.self.renewFailing {
 		s.log.Info("heartbeat renewed again; re-reading locks before binding anything new")
 	}
-	if s.needBarrier && !r.sent.Before(s.stallAt) {
-		s.barrier = r.sent.Round(0).Truncate(time.Microsecond)
-		s.needBarrier = false
-		s.peersKnownAt = r.sent.Add(s.cfg.RenewInterval)
+	if s.self.needBarrier && !r.sent.Before(s.self.stallAt) {
+		s.self.barrier = r.sent.Round(0).Truncate(time.Microsecond)
+		s.self.needBarrier = false
+		s.self.peersKnownAt = r.sent.Add(s.desired.cfg.RenewInterval)
 	}
-	s.renewFailing, s.renewFails = false, 0
-	s.lastRenewOK, s.lastRenewFor = r.sent, r.duration
+	s.self.renewFailing, s.self.renewFails = false, 0
+	s.self.lastRenewOK, s.self.lastRenewFor = r.sent, r.duration
 }
 
 // tick runs every renew interval: have the address lifetimes refreshed
 // (see keeper), renew the heartbeat, and now and then resync.
 func (s *state) tick() {
 	now := s.a.clk.Now()
-	if !s.lastTick.IsZero() && now.Sub(s.lastTick) > s.stallAfter() {
+	if !s.self.lastTick.IsZero() && now.Sub(s.self.lastTick) > s.stallAfter() {
 		// Stalled: peers may judge this node dead before they see the
 		// renewal this tick sends. Bind nothing until that renewal came
 		// back through the watch, with every lock change made before it
 		// (what is bound stays: a taker's probe waits for it to go).
-		if !s.stalled {
-			s.log.Warn("the loop stalled; re-reading the locks before binding or refreshing anything", "since", now.Sub(s.lastTick))
+		if !s.self.stalled {
+			s.log.Warn("the loop stalled; re-reading the locks before binding or refreshing anything", "since", now.Sub(s.self.lastTick))
 		}
-		s.stalled, s.stallAt, s.needBarrier = true, now, true
+		s.self.stalled, s.self.stallAt, s.self.needBarrier = true, now, true
 	}
-	s.lastTick = now
+	s.self.lastTick = now
 	s.watch.progressed(now)
 	if !s.loopLate(now) {
 		s.lifetime.loopTicked()
-		for ip := range s.lateBinds {
-			s.dirty[ip] = true
+		for ip := range s.sched.lateBinds {
+			s.sched.dirty[ip] = true
 		}
-		clear(s.lateBinds)
+		clear(s.sched.lateBinds)
 	}
 	s.postSummary(now)
 	s.watchSlices()
@@ -227,10 +227,10 @@ func (s *state) tick() {
 	s.setLANTimings()
 	// A stalled loop renews at once, slow heartbeat or not: it binds
 	// nothing until a renewal sent since comes back.
-	if s.renewDue(now) || s.stalled && s.needBarrier {
+	if s.renewDue(now) || s.self.stalled && s.self.needBarrier {
 		s.requestRenew()
 	}
-	if now.Sub(s.lastResync) >= s.a.opt.Resync {
+	if now.Sub(s.sched.lastResync) >= s.a.opt.Resync {
 		s.resync(false)
 	}
 }
@@ -241,23 +241,23 @@ func (s *state) tick() {
 // up to a renew interval late, which is the whole default margin between
 // fence-after and the moment a peer may judge this node dead.
 func (s *state) fence(now time.Time) {
-	if s.cfg.APILoss != config.APILossFence || len(s.bound) == 0 {
+	if s.desired.cfg.APILoss != config.APILossFence || len(s.binder.bound) == 0 {
 		return
 	}
-	d := lease.DecideFence(s.lastRenewOK, now, s.cfg.FenceAfter, s.apiOK(now))
+	d := lease.DecideFence(s.self.lastRenewOK, now, s.desired.cfg.FenceAfter, s.apiOK(now))
 	if !d.At.IsZero() {
-		s.wakeFull(d.At)
+		s.sched.wakeFull(d.At)
 	}
 	if d.Action != lease.Unbind {
 		return
 	}
-	s.log.Warn("fencing: no successful renewal within fence-after; unbinding everything", "fenceAfter", s.cfg.FenceAfter)
+	s.log.Warn("fencing: no successful renewal within fence-after; unbinding everything", "fenceAfter", s.desired.cfg.FenceAfter)
 	s.a.opt.Metrics.Fenced()
-	for ip := range s.bound {
+	for ip := range s.binder.bound {
 		s.event(ip, corev1.EventTypeWarning, "Fenced", fmt.Sprintf("unbound %s from %s: API server unreachable (api-loss=fence)", ip, s.a.opt.Node))
 		s.carryOut(ip, d)
 	}
-	s.fenced = true
+	s.self.fenced = true
 }
 
 func (s *state) view(now time.Time) lease.View {
@@ -268,7 +268,7 @@ func (s *state) view(now time.Time) lease.View {
 		// keeps its IPs through View.Alive.
 		if s.live.Renewing(n, now) && s.eligible(n) {
 			live = append(live, n)
-			s.liveUntil[n] = now
+			s.self.liveUntil[n] = now
 		}
 	}
 	slices.Sort(live)
@@ -276,19 +276,19 @@ func (s *state) view(now time.Time) lease.View {
 		Self:       s.a.opt.Node,
 		Now:        now,
 		Writable:   s.writable(now),
-		Eligible:   s.selfEligible && !s.shutting,
+		Eligible:   s.self.selfEligible && !s.self.shutting,
 		Live:       live,
 		Alive:      func(n string) bool { return s.live.Alive(n, now) },
 		DeadSince:  func(n string) (time.Time, bool) { return s.live.DeadSince(n, now) },
 		Renewing:   func(n string) bool { return s.live.Renewing(n, now) },
-		Step:       s.cfg.RankStep(),
+		Step:       s.desired.cfg.RankStep(),
 		LateStep:   s.lockWriteTimeout(),
-		PeersKnown: s.peersKnownAt,
+		PeersKnown: s.self.peersKnownAt,
 		LiveUntil: func(n string) (time.Time, bool) {
-			t, ok := s.liveUntil[n]
+			t, ok := s.self.liveUntil[n]
 			return t, ok
 		},
-		SuccessorGrace: successorGrace * s.cfg.LeaseDuration,
+		SuccessorGrace: successorGrace * s.desired.cfg.LeaseDuration,
 	}
 }
 
@@ -301,14 +301,14 @@ const successorGrace = 10
 // eligible: may node hold IPs, as far as this node can tell?
 func (s *state) eligible(node string) bool {
 	if node == s.a.opt.Node {
-		return s.selfEligible && !s.shutting
+		return s.self.selfEligible && !s.self.shutting
 	}
 	hb, ok := s.live.Heartbeat(node)
 	if !ok || !hb.Eligible {
 		return false
 	}
 	n, _ := s.a.nodes.Get(node)
-	ok, _ = policy.NodeEligible(n, s.cfg.NodeSelector)
+	ok, _ = policy.NodeEligible(n, s.desired.cfg.NodeSelector)
 	return ok
 }
 
@@ -318,10 +318,10 @@ func (s *state) eligible(node string) bool {
 // can fix), in a Warning event on the ConfigMap.
 func (s *state) updateEligibility() {
 	ok, why, missingIface := s.eligibleSelf()
-	if ok == s.selfEligible && why == s.selfReason {
+	if ok == s.self.selfEligible && why == s.self.selfReason {
 		return
 	}
-	s.selfEligible, s.selfReason = ok, why
+	s.self.selfEligible, s.self.selfReason = ok, why
 	if ok {
 		s.log.Info("this node is eligible to hold IPs")
 		return
@@ -337,16 +337,16 @@ func (s *state) updateEligibility() {
 // the reason is an interface of the configuration missing here.
 func (s *state) eligibleSelf() (ok bool, why string, missingIface bool) {
 	n, _ := s.a.nodes.Get(s.a.opt.Node)
-	if ok, why := policy.NodeEligible(n, s.cfg.NodeSelector); !ok {
+	if ok, why := policy.NodeEligible(n, s.desired.cfg.NodeSelector); !ok {
 		return false, why, false
 	}
-	if !s.cfgLoaded {
+	if !s.desired.cfgLoaded {
 		return false, "no valid configuration", false
 	}
-	if s.unheard {
-		return false, fmt.Sprintf("peers do not hear this node's liveness datagrams (UDP port %d)", s.lanPort), false
+	if s.self.unheard {
+		return false, fmt.Sprintf("peers do not hear this node's liveness datagrams (UDP port %d)", s.lan.lanPort), false
 	}
-	if len(s.cfg.Ranges) == 0 {
+	if len(s.desired.cfg.Ranges) == 0 {
 		// Without ranges this node manages no IP: peers must not hand it any.
 		return false, "no ranges are configured", false
 	}
@@ -362,7 +362,7 @@ func (s *state) eligibleSelf() (ok bool, why string, missingIface bool) {
 // explicitly ("auto" resolves per IP).
 func (s *state) configuredIfaces() []string {
 	var out []string
-	for _, r := range s.cfg.Ranges {
+	for _, r := range s.desired.cfg.Ranges {
 		if r.Iface != "auto" && r.Iface != "" && !slices.Contains(out, r.Iface) {
 			out = append(out, r.Iface)
 		}
@@ -371,7 +371,7 @@ func (s *state) configuredIfaces() []string {
 }
 
 func (s *state) heartbeatNow(req renewal) error {
-	deadline := s.a.clk.After(2 * s.cfg.LeaseDuration)
+	deadline := s.a.clk.After(2 * s.desired.cfg.LeaseDuration)
 	for sent := false; ; {
 		var reqs chan renewal
 		if !sent {
@@ -385,7 +385,7 @@ func (s *state) heartbeatNow(req renewal) error {
 				return r.err
 			}
 		case <-deadline:
-			return fmt.Errorf("heartbeat: no answer within %s", 2*s.cfg.LeaseDuration)
+			return fmt.Errorf("heartbeat: no answer within %s", 2*s.desired.cfg.LeaseDuration)
 		}
 	}
 }

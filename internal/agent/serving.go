@@ -73,7 +73,7 @@ func (sv *serving) onlyFor(ip netip.Addr) lease.Only { return sv.only[ip] }
 func (s *state) eligibility(e ipset.Entry) endpoints.Eligibility {
 	per := make([]map[string]endpoints.Readiness, len(e.Local))
 	for i, svc := range e.Local {
-		per[i] = s.checks.Judge(svc, endpoints.Nodes(s.slices.slicesOf(svc)), s.startCheck)
+		per[i] = s.serving.checks.Judge(svc, endpoints.Nodes(s.serving.slices.slicesOf(svc)), s.startCheck)
 	}
 	return endpoints.Eligible(per)
 }
@@ -93,17 +93,17 @@ func (s *state) startCheck(k endpoints.Key, gen uint64) bool {
 	if kp == nil || !ok || port == 0 || k.Node == s.a.opt.Node {
 		return false
 	}
-	ctx := s.checkCtx
+	ctx := s.serving.checkCtx
 	go func() {
 		select {
-		case s.slots <- struct{}{}:
+		case s.serving.slots <- struct{}{}:
 		case <-ctx.Done():
 			return
 		}
 		v := kp.Check(ctx, netip.AddrPortFrom(addr, port))
-		<-s.slots
+		<-s.serving.slots
 		select {
-		case s.proxied <- endpoints.Result{Key: k, Gen: gen, Verdict: v}:
+		case s.serving.proxied <- endpoints.Result{Key: k, Gen: gen, Verdict: v}:
 		case <-ctx.Done():
 		}
 	}()
@@ -123,10 +123,10 @@ func (s *state) healthCheckPort(key string) uint16 {
 // proxiedResult takes a verdict of kube-proxy's and says whether where
 // an IP may live is to be judged again.
 func (s *state) proxiedResult(r endpoints.Result) bool {
-	if !s.checks.Done(r) {
+	if !s.serving.checks.Done(r) {
 		return false
 	}
-	s.dirtyEps = true
+	s.sched.dirtyEps = true
 	return true
 }
 
@@ -139,25 +139,25 @@ func (s *state) proxiedResult(r endpoints.Result) bool {
 // holder (heldOnly).
 func (s *state) updateServing(entries bool) []netip.Addr {
 	if entries {
-		s.local = s.local[:0]
-		for _, m := range s.order {
-			if len(s.entries[m.ip].Local) > 0 {
-				s.local = append(s.local, m.ip)
+		s.serving.local = s.serving.local[:0]
+		for _, m := range s.desired.order {
+			if len(s.desired.entries[m.ip].Local) > 0 {
+				s.serving.local = append(s.serving.local, m.ip)
 			}
 		}
 		s.watchSlices()
 	}
-	judge := s.slices.ready()
+	judge := s.serving.slices.ready()
 	var changed []netip.Addr
-	next := make(map[netip.Addr]lease.Only, len(s.local))
-	for _, ip := range s.local {
-		e := s.entries[ip]
-		old, was := s.only[ip]
-		unjudged := s.unjudged[ip]
+	next := make(map[netip.Addr]lease.Only, len(s.serving.local))
+	for _, ip := range s.serving.local {
+		e := s.desired.entries[ip]
+		old, was := s.serving.only[ip]
+		unjudged := s.serving.unjudged[ip]
 		var o lease.Only
 		switch {
 		case judge:
-			delete(s.unjudged, ip)
+			delete(s.serving.unjudged, ip)
 			el := s.eligibility(e)
 			o = lease.Only{Restricted: true, Nodes: el.Nodes}
 			if !was || unjudged || !slices.Equal(old.Nodes, o.Nodes) {
@@ -167,7 +167,7 @@ func (s *state) updateServing(entries bool) []netip.Addr {
 		case was && !unjudged:
 			o = old
 		default:
-			s.unjudged[ip] = true
+			s.serving.unjudged[ip] = true
 			o = s.heldOnly(ip)
 		}
 		next[ip] = o
@@ -175,16 +175,16 @@ func (s *state) updateServing(entries bool) []netip.Addr {
 			changed = append(changed, ip)
 		}
 	}
-	maps.DeleteFunc(s.unjudged, func(ip netip.Addr, _ bool) bool { _, ok := next[ip]; return !ok })
-	maps.DeleteFunc(s.waits, func(ip netip.Addr, _ kubeProxyWait) bool { _, ok := next[ip]; return !ok })
-	for ip := range s.only {
+	maps.DeleteFunc(s.serving.unjudged, func(ip netip.Addr, _ bool) bool { _, ok := next[ip]; return !ok })
+	maps.DeleteFunc(s.serving.waits, func(ip netip.Addr, _ kubeProxyWait) bool { _, ok := next[ip]; return !ok })
+	for ip := range s.serving.only {
 		if _, ok := next[ip]; !ok {
 			changed = append(changed, ip)
 		}
 	}
-	s.only = next
+	s.serving.only = next
 	if judge {
-		s.checks.Sweep()
+		s.serving.checks.Sweep()
 	}
 	return changed
 }
@@ -217,22 +217,22 @@ func (s *state) reportServing(e ipset.Entry, el endpoints.Eligibility, wasNone, 
 // KubeProxyWaitEnded). Once per wait: the checks themselves write nothing.
 func (s *state) reportWait(e ipset.Entry, el endpoints.Eligibility) {
 	var waitsFor []string
-	if _, held := s.bound[e.IP]; held {
+	if _, held := s.binder.bound[e.IP]; held {
 		waitsFor = el.WaitsFor(s.a.opt.Node)
 	}
 	now := s.a.clk.Now()
-	wait, was := s.waits[e.IP]
+	wait, was := s.serving.waits[e.IP]
 	svcs := strings.Join(e.Local, ", ")
 	switch {
 	case len(waitsFor) > 0 && !was:
-		s.waits[e.IP] = kubeProxyWait{since: now, nodes: slices.Clone(waitsFor)}
+		s.serving.waits[e.IP] = kubeProxyWait{since: now, nodes: slices.Clone(waitsFor)}
 		s.event(e.IP, corev1.EventTypeNormal, "WaitingForKubeProxy", fmt.Sprintf("%s stays on %s, where endpoints of %s still serve, until kube-proxy on %s delivers to the ready ones there",
 			e.IP, s.a.opt.Node, svcs, strings.Join(waitsFor, " or ")))
 	case len(waitsFor) == 0 && was:
-		delete(s.waits, e.IP)
+		delete(s.serving.waits, e.IP)
 		waited := now.Sub(wait.since).Round(10 * time.Millisecond)
 		to := slices.DeleteFunc(slices.Clone(wait.nodes), func(n string) bool { return !slices.Contains(el.Nodes, n) })
-		switch node, v := s.checks.Outcome(e.Local, to); v {
+		switch node, v := s.serving.checks.Outcome(e.Local, to); v {
 		case endpoints.Delivers:
 			s.event(e.IP, corev1.EventTypeNormal, "KubeProxyDelivers", fmt.Sprintf("kube-proxy on %s delivers to %s after %s: %s moves there", node, svcs, waited, e.IP))
 		case endpoints.Unknown:

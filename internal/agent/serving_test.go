@@ -51,7 +51,7 @@ func (w *world) endpointsOf(name string, nodes map[string]endpoints.Readiness) {
 		es.Endpoints = append(es.Endpoints, ep)
 	}
 	w.must(w.eps.Update(es))
-	w.s.dirtyEps = true
+	w.s.sched.dirtyEps = true
 	w.s.pass()
 	w.settle()
 }
@@ -246,7 +246,7 @@ func (w *world) kubeProxySays(kp fakeKubeProxy, addr string, v endpoints.Verdict
 		w.t.Fatalf("kube-proxy at %s was not asked", addr)
 	}
 	kp.answer <- v
-	w.s.proxiedResult(<-w.s.proxied)
+	w.s.proxiedResult(<-w.s.serving.proxied)
 	w.pass()
 }
 
@@ -298,7 +298,7 @@ func TestLoopCordonedHolderWaitsForKubeProxyOnTheNewNode(t *testing.T) {
 	n.Spec.Unschedulable = true
 	n.ResourceVersion = w.nextRV()
 	w.must(w.nodes.Update(n))
-	w.s.dirtyNodes = true
+	w.s.sched.dirtyNodes = true
 	w.endpointsOf("web", map[string]endpoints.Readiness{"node-a": endpoints.Leaving, "node-b": endpoints.Ready})
 	for range 4 {
 		w.tick("node-b")

@@ -7,11 +7,11 @@ import (
 )
 
 func (s *state) shutdown() error {
-	s.shutting = true
+	s.self.shutting = true
 	now := s.a.clk.Now()
 	v := s.view(now)
 	s.log.Info("shutting down: handing off what this node holds")
-	s.seen = s.a.leasesSeen()
+	s.book.seen = s.a.leasesSeen()
 	locks := s.observe(s.a.allLocks(), now)
 	if v.Writable {
 		// Peers must see this node leave before they see its handoffs
@@ -25,9 +25,9 @@ func (s *state) shutdown() error {
 	// they were free (spread: in balance), and rank decides the rest.
 	plan := s.plan(v, locks)
 	var held []managed
-	for _, m := range s.order {
-		lk := s.lockOf(m.ip, s.effective(m.name, locks[m.name]), &s.read)
-		if lk != nil && lk.Holder == v.Self && !s.inflight[m.name] && v.Writable {
+	for _, m := range s.desired.order {
+		lk := s.lockOf(m.ip, s.effective(m.name, locks[m.name]), &s.book.read)
+		if lk != nil && lk.Holder == v.Self && !s.writes.inflight[m.name] && v.Writable {
 			held = append(held, m)
 		}
 	}
@@ -37,30 +37,30 @@ func (s *state) shutdown() error {
 	// beyond the writers' queue would never be sent at all. A stop gives
 	// up once no write came back for two lease durations; peers then take
 	// what is left as from a dead node.
-	idle := 2 * s.cfg.LeaseDuration
+	idle := 2 * s.desired.cfg.LeaseDuration
 	quiet := s.a.clk.NewTimer(idle)
 	defer quiet.Stop()
-	for next := 0; next < len(held) || len(s.inflight) > 0; {
-		for ; next < len(held) && s.dropping < s.a.opt.Writers; next++ {
+	for next := 0; next < len(held) || len(s.writes.inflight) > 0; {
+		for ; next < len(held) && s.writes.dropping < s.a.opt.Writers; next++ {
 			s.handOff(v, plan, held[next], locks)
 		}
 		select {
-		case r := <-s.results:
+		case r := <-s.writes.results:
 			s.writeDone(r)
 			quiet.Reset(idle)
 		case <-quiet.C():
-			s.log.Warn("gave up waiting for handoffs", "pending", len(s.inflight), "unsent", len(held)-next)
-			s.inflight = map[string]bool{}
+			s.log.Warn("gave up waiting for handoffs", "pending", len(s.writes.inflight), "unsent", len(held)-next)
+			s.writes.inflight = map[string]bool{}
 			next = len(held)
 		}
 	}
-	for ip := range s.bound {
+	for ip := range s.binder.bound {
 		s.carryOut(ip, lease.DecideStopped())
 	}
-	for _, cancel := range s.claimWatch {
+	for _, cancel := range s.binder.claimWatch {
 		cancel()
 	}
-	if err := s.heartbeatNow(renewal{remove: true, timeout: s.cfg.LeaseDuration}); err != nil {
+	if err := s.heartbeatNow(renewal{remove: true, timeout: s.desired.cfg.LeaseDuration}); err != nil {
 		s.log.Warn("delete heartbeat", "err", err)
 	}
 	s.closeLAN()
@@ -75,7 +75,7 @@ func (s *state) shutdown() error {
 // best-ranked live peer; with none, it releases it.
 func (s *state) handOff(v lease.View, plan map[netip.Addr]string, m managed, locks map[string]*lease.Kept) {
 	l := s.effective(m.name, locks[m.name])
-	lk := s.lockOf(m.ip, l, &s.read)
+	lk := s.lockOf(m.ip, l, &s.book.read)
 	t := plan[m.ip]
 	if t == "" {
 		t = v.BestPeer(m.ip)

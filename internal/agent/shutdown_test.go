@@ -42,11 +42,11 @@ func TestShutdownHandsOffEveryIP(t *testing.T) {
 			case r := <-w.s.renewReq:
 				sent := w.clk.Now()
 				w.s.renewRes <- renewResult{renewal: r, sent: sent, err: w.s.hb.renew(r)}
-			case j := <-w.s.jobs:
+			case j := <-w.s.writes.jobs:
 				l := j.lease.DeepCopy()
 				l.ResourceVersion = "x" + j.name
 				out = append(out, fmt.Sprintf("%s %s", j.action, j.name))
-				w.s.results <- writeResult{write: j, out: l}
+				w.s.writes.results <- writeResult{write: j, out: l}
 			case <-stop:
 				handedOff <- out
 				return

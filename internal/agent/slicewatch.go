@@ -59,9 +59,9 @@ func (w *sliceWatch) slicesOf(key string) []*discoveryv1.EndpointSlice {
 // watchSlices starts or stops the watch of every EndpointSlice for
 // whether an IP of a Local Service exists now.
 func (s *state) watchSlices() {
-	switch started, stopped := s.slices.update(s.checkCtx, len(s.local) > 0, s.a.clk.Now()); {
+	switch started, stopped := s.serving.slices.update(s.serving.checkCtx, len(s.serving.local) > 0, s.a.clk.Now()); {
 	case started:
-		s.log.Info("watching EndpointSlices: a Service with externalTrafficPolicy: Local has an IP", "ips", len(s.local))
+		s.log.Info("watching EndpointSlices: a Service with externalTrafficPolicy: Local has an IP", "ips", len(s.serving.local))
 	case stopped:
 		s.log.Info("stopped watching EndpointSlices: no Service with externalTrafficPolicy: Local has had an IP", "for", endpoints.WatchGrace)
 	}
@@ -80,7 +80,7 @@ func (s *state) heldOnly(ip netip.Addr) lease.Only {
 	if l == nil || l.Holder == "" {
 		return o
 	}
-	_, bound := s.bound[ip]
+	_, bound := s.binder.bound[ip]
 	if h := l.Holder; h != s.a.opt.Node || bound {
 		o.Nodes = []string{h}
 	}
@@ -96,9 +96,9 @@ func (s *state) heldOnly(ip netip.Addr) lease.Only {
 func (s *state) warmSlices(ctx context.Context) {
 	for _, svc := range s.a.allServices() {
 		if svc.Local {
-			s.slices.update(s.checkCtx, true, s.a.clk.Now())
+			s.serving.slices.update(s.serving.checkCtx, true, s.a.clk.Now())
 			s.log.Info("watching EndpointSlices: a Service has externalTrafficPolicy: Local")
-			cache.WaitForCacheSync(ctx.Done(), s.slices.synced)
+			cache.WaitForCacheSync(ctx.Done(), s.serving.slices.synced)
 			return
 		}
 	}

@@ -18,13 +18,13 @@ func (w *world) setTrafficPolicy(name string, p corev1.ServiceExternalTrafficPol
 	svc.Spec.ExternalTrafficPolicy = p
 	svc.ResourceVersion = w.nextRV()
 	w.putService(svc)
-	w.s.dirtySvc = true
+	w.s.sched.dirtySvc = true
 }
 
 // untilGraceEnds ticks until the next tick is the first a grace after now.
 func (w *world) untilGraceEnds() {
 	end := w.clk.Now().Add(endpoints.WatchGrace)
-	for w.clk.Now().Add(w.s.cfg.RenewInterval).Before(end) {
+	for w.clk.Now().Add(w.s.desired.cfg.RenewInterval).Before(end) {
 		w.tick()
 	}
 }
@@ -105,7 +105,7 @@ func TestLoopLocalIPsWaitForTheWatchToSync(t *testing.T) {
 	}
 
 	w.slicesUnsynced = false
-	w.s.dirtyEps = true // the watch's sync kicks the loop
+	w.s.sched.dirtyEps = true // the watch's sync kicks the loop
 	w.tick("node-b")
 	assert.DeepEqual(t, w.take(), []string{"unbind 198.18.100.1", "update eip-198-18-100-1 holder=node-b", "create eip-198-18-100-2 holder=node-a", "bind 198.18.100.2"})
 }

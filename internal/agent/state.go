@@ -40,15 +40,16 @@ type state struct {
 	a   *Agent
 	log *slog.Logger
 
-	desired
-	self
-	lockBook
-	writeQueue
-	schedule
-	binder
-	routing
-	lanState
-	serving
+	desired desired
+	self    self
+	book    lockBook
+	writes  writeQueue
+	sched   schedule
+	binder  binder
+	succ    successions
+	routes  routing
+	lan     lanState
+	serving serving
 
 	live      *lease.Liveness
 	renewReq  chan renewal
@@ -114,6 +115,10 @@ type self struct {
 	// liveUntil is when this node last counted each node live
 	// (lease.View.LiveUntil).
 	liveUntil map[string]time.Time
+	// unheard: a peer no longer hears this node over the LAN, since
+	// unheardAt (lan.go).
+	unheard   bool
+	unheardAt time.Time
 }
 
 // lockBook is the locks as this node sees them beyond its cache: its own
@@ -191,6 +196,9 @@ type schedule struct {
 	dirty             map[netip.Addr]bool
 	dirtyOrder        []netip.Addr // dirty in address order, kept for its room
 	ipWake            ipWakes
+	// lateBinds are held IPs not bound because the loop was late; its
+	// next tick on time decides them again.
+	lateBinds map[netip.Addr]bool
 	// first says, per IP of order, whether the last full pass decided it
 	// among those that go first (reconcile); kept for the next one.
 	first []bool
@@ -199,9 +207,6 @@ type schedule struct {
 // binder is what this node has bound, and on which interface or device.
 type binder struct {
 	bound map[netip.Addr]binding
-	// lateBinds are held IPs not bound because the loop was late; its
-	// next tick on time decides them again.
-	lateBinds map[netip.Addr]bool
 	// ownRemovals counts, per IP, the removals this node made whose
 	// address events have not come back yet (see addrEvent).
 	ownRemovals map[netip.Addr]int
@@ -212,7 +217,6 @@ type binder struct {
 	arpAnswers  map[string]bool       // per LAN interface, see placeOnDevice
 	macs        string                // ownMACs; "" until listed, and after a link changed
 	devices     addressDevices
-	successions
 }
 
 // routing is route mode's state (route.go).
@@ -220,20 +224,18 @@ type routing struct {
 	routerErr   string // why the route-mode configuration was refused
 	bgpSessions string // lease.FormatBGPSessions of the sessions, for the heartbeat
 	sessions    map[netip.Addr]sessionSeen
-	routes      int // routes announced
+	announced   int // routes announced
 }
 
 // lanState is liveness over the LAN (lan.go): the socket and its port,
-// what arrives on it (read by the speaker, lanspeaker.go, which also
-// sends), and whether a peer no longer hears this node (and when it may
-// stop hearing it).
+// and what arrives on it (read by the speaker, lanspeaker.go, which also
+// sends). Whether a peer no longer hears this node is this node's
+// standing (self.unheard).
 type lanState struct {
-	lanConn   LANConn
-	lanPort   uint16
-	lanIn     chan lanlive.Received
-	speaker   *speaker
-	unheard   bool
-	unheardAt time.Time
+	lanConn LANConn
+	lanPort uint16
+	lanIn   chan lanlive.Received
+	speaker *speaker
 	// slowUntil: until then the watch is judged at the pace of slow
 	// heartbeats (setLANTimings).
 	slowUntil time.Time
@@ -249,13 +251,13 @@ func newState(a *Agent) *state {
 			rejected: map[string]bool{},
 		},
 		self: self{needBarrier: true, liveUntil: map[string]time.Time{}},
-		lockBook: lockBook{
+		book: lockBook{
 			written:   map[string]*lease.Kept{},
 			deleted:   map[string]string{},
 			badLocks:  map[string]string{},
 			freeSince: map[netip.Addr]time.Time{},
 		},
-		writeQueue: writeQueue{
+		writes: writeQueue{
 			jobs:        make(chan write, 4096),
 			results:     make(chan writeResult, 64),
 			inflight:    map[string]bool{},
@@ -264,15 +266,15 @@ func newState(a *Agent) *state {
 			window:      min(slowStart, float64(a.opt.Writers)),
 			dropWaiting: map[netip.Addr]bool{},
 		},
-		schedule: schedule{
+		sched: schedule{
 			dirtySvc: true, dirtyNodes: true, dirtyCM: true,
 			writableDeps: map[netip.Addr]bool{},
 			dirty:        map[netip.Addr]bool{},
 			ipWake:       newIPWakes(),
+			lateBinds:    map[netip.Addr]bool{},
 		},
 		binder: binder{
 			bound:       map[netip.Addr]binding{},
-			lateBinds:   map[netip.Addr]bool{},
 			ownRemovals: map[netip.Addr]int{},
 			linkDown:    map[string]bool{},
 			claimWatch:  map[string]context.CancelFunc{},
@@ -280,9 +282,9 @@ func newState(a *Agent) *state {
 			autoIface:   map[netip.Addr]string{},
 			arpAnswers:  map[string]bool{},
 			devices:     addressDevices{count: map[string]int{}},
-			successions: successions{succeeding: map[netip.Addr]succession{}, held: map[netip.Addr]bool{}},
 		},
-		lanState:  lanState{lanIn: make(chan lanlive.Received, 256)},
+		succ:      successions{succeeding: map[netip.Addr]succession{}, held: map[netip.Addr]bool{}},
+		lan:       lanState{lanIn: make(chan lanlive.Received, 256)},
 		serving:   newServing(a.watchSlices),
 		renewReq:  make(chan renewal, 1),
 		renewRes:  make(chan renewResult, 1),
@@ -294,26 +296,26 @@ func newState(a *Agent) *state {
 		watch:     newWatchdog(a.clk, a.opt.Hung),
 	}
 	s.lifetime = newKeeper(a.log, a.clk, a.opt.Addresser, a.opt.Metrics.RefreshLate, s.watch.quiet)
-	s.speaker = newSpeaker(a.opt.Node, a.clk, a.log, s.watch, s.sentBy)
+	s.lan.speaker = newSpeaker(a.opt.Node, a.clk, a.log, s.watch, s.sentBy)
 	return s
 }
 
 func (s *state) run(ctx context.Context, stop chan struct{}) error {
-	s.checkCtx = ctx
+	s.serving.checkCtx = ctx
 	go s.hb.run(s.renewReq, s.renewRes, stop)
 	for range s.a.opt.Writers {
-		go s.a.runWriter(s.jobs, s.results, stop)
+		go s.a.runWriter(s.writes.jobs, s.writes.results, stop)
 	}
 	s.startAllocator(stop)
 	s.loadConfig()
-	s.lifetime.configure(s.cfg)
+	s.lifetime.configure(s.desired.cfg)
 	go s.lifetime.run(stop)
 	go s.watch.run(stop)
-	s.live = lease.NewLiveness(s.a.opt.Node, s.cfg.RenewInterval, 2*s.cfg.RenewInterval)
+	s.live = lease.NewLiveness(s.a.opt.Node, s.desired.cfg.RenewInterval, 2*s.desired.cfg.RenewInterval)
 	s.configureLAN()
-	go s.speaker.run(s.lanIn, stop)
-	ticker := s.a.clk.NewTicker(s.cfg.RenewInterval)
-	interval := s.cfg.RenewInterval
+	go s.lan.speaker.run(s.lan.lanIn, stop)
+	ticker := s.a.clk.NewTicker(s.desired.cfg.RenewInterval)
+	interval := s.desired.cfg.RenewInterval
 	timer := s.a.clk.NewTimer(time.Hour)
 	in := s.newInputs(ctx, ticker.C(), timer.C())
 	s.warmSlices(ctx)
@@ -335,9 +337,9 @@ func (s *state) run(ctx context.Context, stop chan struct{}) error {
 			s.drain(in)
 			s.pass()
 		}
-		if s.cfg.RenewInterval != interval {
+		if s.desired.cfg.RenewInterval != interval {
 			ticker.Stop()
-			interval = s.cfg.RenewInterval
+			interval = s.desired.cfg.RenewInterval
 			ticker = s.a.clk.NewTicker(interval)
 			in.setTick(ticker.C())
 		}

@@ -49,14 +49,14 @@ type successions struct {
 // holder alive but late, which lets go once the lock names another), or a
 // stranger answering.
 func (s *state) succeed(v lease.View, ip netip.Addr, lk *lease.Lock) (write bool) {
-	sc, ok := s.succeeding[ip]
+	sc, ok := s.succ.succeeding[ip]
 	if !ok {
 		sc.dead, _ = v.DeadSince(lk.Holder)
-		s.succeeding[ip] = sc
+		s.succ.succeeding[ip] = sc
 		s.conflicts.fresh[ip] = true
 	}
 	write = s.bindAsSuccessor(ip, lk, sc)
-	if _, ok := s.succeeding[ip]; ok {
+	if _, ok := s.succ.succeeding[ip]; ok {
 		s.setBinding(ip, !write)
 	}
 	return write
@@ -66,8 +66,8 @@ func (s *state) bindAsSuccessor(ip netip.Addr, lk *lease.Lock, sc succession) (w
 	if sc.contested {
 		return true
 	}
-	s.bindIP(ip, s.entries[ip], "successor of "+lk.Holder+", judged dead")
-	if _, bound := s.bound[ip]; bound {
+	s.bindIP(ip, s.desired.entries[ip], "successor of "+lk.Holder+", judged dead")
+	if _, bound := s.binder.bound[ip]; bound {
 		return true
 	}
 	if _, inUse := s.conflicts.inUse[ip]; inUse {
@@ -82,14 +82,14 @@ func (s *state) bindAsSuccessor(ip netip.Addr, lk *lease.Lock, sc succession) (w
 // setBinding records whether the write of succession ip waits for its
 // bind, and releases the held writes once none does.
 func (s *state) setBinding(ip netip.Addr, binding bool) {
-	sc := s.succeeding[ip]
+	sc := s.succ.succeeding[ip]
 	if sc.binding != binding {
 		sc.binding = binding
-		s.succeeding[ip] = sc
+		s.succ.succeeding[ip] = sc
 		if binding {
-			s.binding++
+			s.succ.binding++
 		} else {
-			s.binding--
+			s.succ.binding--
 		}
 	}
 	s.releaseHeld()
@@ -97,11 +97,11 @@ func (s *state) setBinding(ip netip.Addr, binding bool) {
 
 // endSuccession forgets succession ip: bound, or no longer one.
 func (s *state) endSuccession(ip netip.Addr) {
-	if sc, ok := s.succeeding[ip]; ok {
+	if sc, ok := s.succ.succeeding[ip]; ok {
 		if sc.binding {
-			s.binding--
+			s.succ.binding--
 		}
-		delete(s.succeeding, ip)
+		delete(s.succ.succeeding, ip)
 		s.releaseHeld()
 	}
 }
@@ -110,38 +110,38 @@ func (s *state) endSuccession(ip netip.Addr) {
 // the others' binds (successions), and holds it if so.
 func (s *state) holdWrite(ip netip.Addr) bool {
 	now := s.a.clk.Now()
-	if _, bound := s.bound[ip]; !bound || s.binding == 0 || len(s.held) > 0 && !now.Before(s.heldSince.Add(s.cfg.LeaseDuration)) {
+	if _, bound := s.binder.bound[ip]; !bound || s.succ.binding == 0 || len(s.succ.held) > 0 && !now.Before(s.succ.heldSince.Add(s.desired.cfg.LeaseDuration)) {
 		return false
 	}
-	if len(s.held) == 0 {
-		s.heldSince = now
+	if len(s.succ.held) == 0 {
+		s.succ.heldSince = now
 	}
-	s.held[ip] = true
-	s.wakeIP(ip, s.heldSince.Add(s.cfg.LeaseDuration))
+	s.succ.held[ip] = true
+	s.sched.wakeIP(ip, s.succ.heldSince.Add(s.desired.cfg.LeaseDuration))
 	return true
 }
 
 // releaseHeld decides the held writes again once no succession is binding.
 func (s *state) releaseHeld() {
-	if s.binding > 0 || len(s.held) == 0 {
+	if s.succ.binding > 0 || len(s.succ.held) == 0 {
 		return
 	}
 	now := s.a.clk.Now()
-	for ip := range s.held {
-		s.wakeIP(ip, now)
+	for ip := range s.succ.held {
+		s.sched.wakeIP(ip, now)
 	}
-	clear(s.held)
+	clear(s.succ.held)
 }
 
 // succeeded records a bind as a successor: its failover ends here, not
 // when the write naming this node comes back, which it asks for now.
 func (s *state) succeeded(ip netip.Addr) {
-	sc, ok := s.succeeding[ip]
+	sc, ok := s.succ.succeeding[ip]
 	if !ok {
 		return
 	}
 	s.endSuccession(ip)
-	s.wakeIP(ip, s.a.clk.Now())
+	s.sched.wakeIP(ip, s.a.clk.Now())
 	if !sc.dead.IsZero() {
 		after := s.a.clk.Now().Sub(sc.dead)
 		s.a.opt.Metrics.Failover(after)
@@ -151,9 +151,9 @@ func (s *state) succeeded(ip netip.Addr) {
 
 // contest marks a succession whose probe met another eip node's.
 func (s *state) contest(ip netip.Addr) {
-	if sc, ok := s.succeeding[ip]; ok && !sc.contested {
+	if sc, ok := s.succ.succeeding[ip]; ok && !sc.contested {
 		sc.contested = true
-		s.succeeding[ip] = sc
+		s.succ.succeeding[ip] = sc
 		s.log.Info("another eip node probes for an IP this node succeeds to; binding it only once the lock names this node", "ip", ip)
 	}
 }
@@ -165,11 +165,11 @@ func (s *state) contest(ip netip.Addr) {
 // and never while an eip node answers.
 func (s *state) probeHeldAtStart(locks map[string]*lease.Kept) {
 	for name, l := range locks {
-		ip, named := s.names[name]
+		ip, named := s.desired.names[name]
 		if !named || l.Holder != s.a.opt.Node || l.Successor == "" {
 			continue
 		}
-		if _, bound := s.bound[ip]; !bound {
+		if _, bound := s.binder.bound[ip]; !bound {
 			s.conflicts.fresh[ip] = true
 		}
 	}

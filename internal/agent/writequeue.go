@@ -17,7 +17,7 @@ import (
 // fell to one at a time, with pauses, and each sent the write again on
 // the lock it had read, a certain conflict.
 func (s *state) lockWriteTimeout() time.Duration {
-	return max(2*s.cfg.LeaseDuration, 4*time.Second)
+	return max(2*s.desired.cfg.LeaseDuration, 4*time.Second)
 }
 
 // dispatch hands a write to the writers. At most as many acquisitions as
@@ -31,25 +31,25 @@ func (s *state) dispatch(w write) {
 	if acquisition && s.acquisitionsFull(now) {
 		return
 	}
-	w.round = s.sent
+	w.round = s.writes.sent
 	select {
-	case s.jobs <- w:
-		s.inflight[w.name] = true
+	case s.writes.jobs <- w:
+		s.writes.inflight[w.name] = true
 		if acquisition {
-			s.window = s.windowAt(now)
-			s.acquiring++
-			s.sent++
+			s.writes.window = s.windowAt(now)
+			s.writes.acquiring++
+			s.writes.sent++
 		}
 		if w.drops {
-			s.dropping++
+			s.writes.dropping++
 		}
 		switch w.action {
 		case lease.Create, lease.Acquire, lease.Succeed, lease.Handoff, lease.Release:
-			s.pending[w.name] = w.target
+			s.writes.pending[w.name] = w.target
 		}
 	default:
 		// The queue is full; the next pass tries again.
-		s.wakeIP(w.ip, now.Add(s.cfg.RankStep()))
+		s.sched.wakeIP(w.ip, now.Add(s.desired.cfg.RankStep()))
 	}
 }
 
@@ -57,9 +57,9 @@ func (s *state) dispatch(w write) {
 func (s *state) acquisitionsFull(now time.Time) bool {
 	w := s.windowAt(now)
 	if w < 1 {
-		return s.acquiring > 0 || now.Before(s.paceUntil)
+		return s.writes.acquiring > 0 || now.Before(s.writes.paceUntil)
 	}
-	return s.acquiring >= min(int(w), s.a.opt.Writers)
+	return s.writes.acquiring >= min(int(w), s.a.opt.Writers)
 }
 
 // windowAt is the window of acquisitions in flight at now: slowStart
@@ -67,10 +67,10 @@ func (s *state) acquisitionsFull(now time.Time) bool {
 // pause, since what the API server answered before says little of what it
 // answers now (design-notes.md, "The window of acquisitions").
 func (s *state) windowAt(now time.Time) float64 {
-	if s.acquiring == 0 && !now.Before(s.paceUntil) && now.Sub(later(s.idleSince, s.paceUntil)) >= s.lockWriteTimeout() {
+	if s.writes.acquiring == 0 && !now.Before(s.writes.paceUntil) && now.Sub(later(s.writes.idleSince, s.writes.paceUntil)) >= s.lockWriteTimeout() {
 		return slowStart
 	}
-	return s.window
+	return s.writes.window
 }
 
 // congestion adapts the window of acquisitions in flight to what the API
@@ -90,18 +90,18 @@ func (s *state) windowAt(now time.Time) float64 {
 func (s *state) congestion(r writeResult, now time.Time) {
 	writers := float64(s.a.opt.Writers)
 	if r.err != nil && !rewritten(r.err) {
-		if r.round < s.cut {
+		if r.round < s.writes.cut {
 			return
 		}
-		s.cut = s.sent
-		s.window = max(minWindow, min(s.window, writers)/2)
-		if s.window < 1 {
-			s.paceUntil = now.Add(time.Duration(float64(s.lockWriteTimeout()) * (1/s.window - 1)))
+		s.writes.cut = s.writes.sent
+		s.writes.window = max(minWindow, min(s.writes.window, writers)/2)
+		if s.writes.window < 1 {
+			s.writes.paceUntil = now.Add(time.Duration(float64(s.lockWriteTimeout()) * (1/s.writes.window - 1)))
 		}
 		return
 	}
-	s.window = min(writers, s.window+min(s.window, 1))
-	s.paceUntil = time.Time{}
+	s.writes.window = min(writers, s.writes.window+min(s.writes.window, 1))
+	s.writes.paceUntil = time.Time{}
 }
 
 // drop unbinds w's IP, if bound, before w is dispatched, and reports
@@ -112,14 +112,14 @@ func (s *state) congestion(r writeResult, now time.Time) {
 // before their turn (design-notes.md, "Dropping a writer's worth at a
 // time"). A stop keeps to the same bound (shutdown).
 func (s *state) drop(w *write, why string) bool {
-	if _, bound := s.bound[w.ip]; !bound {
+	if _, bound := s.binder.bound[w.ip]; !bound {
 		return true
 	}
-	if s.dropping >= s.a.opt.Writers {
-		s.dropWaiting[w.ip] = true
+	if s.writes.dropping >= s.a.opt.Writers {
+		s.writes.dropWaiting[w.ip] = true
 		return false
 	}
-	delete(s.dropWaiting, w.ip)
+	delete(s.writes.dropWaiting, w.ip)
 	s.unbind(w.ip, why)
 	w.drops = true
 	return true
@@ -127,24 +127,24 @@ func (s *state) drop(w *write, why string) bool {
 
 func (s *state) writeDone(r writeResult) {
 	if r.ip.IsValid() {
-		s.dirty[r.ip] = true
+		s.sched.dirty[r.ip] = true
 	}
-	delete(s.inflight, r.name)
+	delete(s.writes.inflight, r.name)
 	if r.action.Acquires() {
-		s.acquiring--
-		if s.acquiring == 0 {
-			s.idleSince = s.a.clk.Now()
+		s.writes.acquiring--
+		if s.writes.acquiring == 0 {
+			s.writes.idleSince = s.a.clk.Now()
 		}
 		s.congestion(r, s.a.clk.Now())
 	}
 	if r.drops {
-		s.dropping--
-		for ip := range s.dropWaiting {
-			s.dirty[ip] = true
+		s.writes.dropping--
+		for ip := range s.writes.dropWaiting {
+			s.sched.dirty[ip] = true
 		}
-		clear(s.dropWaiting)
+		clear(s.writes.dropWaiting)
 	}
-	delete(s.pending, r.name)
+	delete(s.writes.pending, r.name)
 	// The write's identity in each line, not a logger of its own
 	// (s.log.With), which cost kilobytes a write in a mass failover.
 	id := []any{"ip", r.ip, "lease", r.name}
@@ -160,12 +160,12 @@ func (s *state) writeDone(r writeResult) {
 	}
 	now := s.a.clk.Now()
 	if r.action == lease.Delete {
-		s.deleted[r.name] = r.rv
-		delete(s.written, r.name)
+		s.book.deleted[r.name] = r.rv
+		delete(s.book.written, r.name)
 		s.log.Info("deleted lock", id...)
 		return
 	}
-	s.written[r.name] = lease.Keep(r.out, nil)
+	s.book.written[r.name] = lease.Keep(r.out, nil)
 	switch r.action {
 	case lease.Create, lease.Acquire, lease.Succeed:
 		takeover := !r.dead.IsZero()
@@ -182,7 +182,7 @@ func (s *state) writeDone(r writeResult) {
 		default:
 			s.log.Info("acquired", id...)
 		}
-		if _, bound := s.bound[r.ip]; !bound {
+		if _, bound := s.binder.bound[r.ip]; !bound {
 			s.conflicts.fresh[r.ip] = true
 		}
 	case lease.Handoff:
