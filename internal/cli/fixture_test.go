@@ -24,6 +24,7 @@ import (
 
 	"github.com/eip-project/eip/internal/ipset"
 	"github.com/eip-project/eip/internal/lease"
+	"github.com/eip-project/eip/internal/wire"
 )
 
 // now is the fixed time of every test; ages in golden files are relative to it.
@@ -33,8 +34,8 @@ const ns = DefaultNamespace
 
 // fixture is a cluster that shows every state:
 //
-//	198.18.100.1     default/web            node-1, bound, also claimed by a LAN host
-//	198.18.100.2     default/api,web        node-2, bound, moved 3 times
+//	198.18.100.1     default/web            node-1, bound, also claimed by a LAN host, both heard by node-2
+//	198.18.100.2     default/api,web        node-2, bound, moved 3 times, answered as node-1 hears
 //	198.18.100.3     shop/front             node-4, whose heartbeat is stale
 //	198.18.100.4     shop/back              no lock yet
 //	198.18.100.5     default/batch          node-1, move to node-2 pending
@@ -43,7 +44,7 @@ const ns = DefaultNamespace
 //	198.18.100.0     default/net            network address of the range
 //	198.18.0.11      default/node-ip        node-1's own address
 //	198.18.200.1     default/outside        outside every range
-//	2001:db8::100:1  default/api            node-1, interface eth1
+//	2001:db8::100:1  default/api            node-1, interface eth1, unanswered as node-2 hears
 //
 // and a damaged lock named for 198.18.100.8. Nodes: node-1 and node-2 live
 // and eligible, node-3 live but cordoned, node-4 dead, node-5 live but its
@@ -76,12 +77,12 @@ func fixture() []runtime.Object {
 		externalIPs("default", "outside", "198.18.200.1"),
 		externalIPs("default", "printer", "198.18.100.6"),
 		lease.WithSuccessor(lock("198.18.100.1", "node-1", 1, now.Add(-5*time.Minute), "default/web"), "node-2"),
-		lock("198.18.100.2", "node-2", 3, now.Add(-2*time.Hour), "default/api", "default/web"),
+		lease.WithSuccessor(lock("198.18.100.2", "node-2", 3, now.Add(-2*time.Hour), "default/api", "default/web"), "node-1"),
 		lock("198.18.100.3", "node-4", 0, now.Add(-26*time.Hour), "shop/front"),
 		withMoveTo(lock("198.18.100.5", "node-1", 2, now.Add(-40*time.Second), "default/batch"), "node-2"),
 		lock("198.18.100.9", "node-2", 1, now.Add(-3*time.Minute)),
 		lock("198.18.100.6", "node-2", 0, now.Add(-time.Minute), "default/printer"),
-		lock("2001:db8::100:1", "node-1", 0, now.Add(-10*time.Minute), "default/api"),
+		lease.WithSuccessor(lock("2001:db8::100:1", "node-1", 0, now.Add(-10*time.Minute), "default/api"), "node-2"),
 	}
 	damaged := lock("198.18.100.8", "node-3", 0, now.Add(-time.Hour))
 	damaged.Annotations[lease.AnnotationIP] = "garbage"
@@ -109,8 +110,14 @@ func heartbeat(node string, renewed time.Time, eligible bool, errText string, he
 	switch node {
 	case "node-1":
 		st.Claims = lease.FormatAnswers(map[netip.Addr]string{netip.MustParseAddr("198.18.100.1"): "02:ee:00:00:00:02"})
+		st.WireChecked = now.Add(-4 * time.Second)
 	case "node-2":
 		st.Conflicts = lease.FormatAnswers(map[netip.Addr]string{netip.MustParseAddr("198.18.100.6"): "02:ee:00:00:00:01"})
+		st.Wire = wire.Report{Heard: true, Entries: map[netip.Addr]wire.Entry{
+			netip.MustParseAddr("198.18.100.1"):    {Verdict: wire.TwoMACs, MACs: []string{"02:00:00:00:00:01", "02:ee:00:00:00:02"}, Since: now.Add(-20 * time.Second)},
+			netip.MustParseAddr("2001:db8::100:1"): {Verdict: wire.NoAnswer, Since: now.Add(-12 * time.Second)},
+		}}.Format()
+		st.WireChecked = now.Add(-3 * time.Second)
 	}
 	l := lease.RenewedHeartbeat(nil, ns, node, 2*time.Second, st, renewed)
 	l.ResourceVersion = "10"

@@ -62,12 +62,16 @@ func printTables(w *bytes.Buffer, st Status, wide bool) {
 	if len(st.IPs) == 0 {
 		w.WriteString("No external IPs.\n")
 	} else {
-		header := []string{"IP", "SERVICES", "HOLDER", "INTERFACE", "STATE", "ALIVE", "AGE", "MOVES"}
+		header := []string{"IP", "SERVICES", "HOLDER", "INTERFACE", "STATE", "ALIVE", "AGE", "MOVES", "WIRE"}
 		routed := routeMode(st)
 		if routed {
 			header = append(header, "ANNOUNCE")
 		}
-		strangers := slices.ContainsFunc(st.IPs, func(r IP) bool { return r.ConflictMAC != "" || r.ClaimedBy != "" })
+		nodes := make(map[string]*Node, len(st.Nodes))
+		for i := range st.Nodes {
+			nodes[st.Nodes[i].Name] = &st.Nodes[i]
+		}
+		strangers := slices.ContainsFunc(st.IPs, func(r IP) bool { return r.strangerMAC(nodes[r.Holder]) != "" })
 		if strangers {
 			header = append(header, "OTHER MAC")
 		}
@@ -81,12 +85,12 @@ func printTables(w *bytes.Buffer, st Status, wide bool) {
 		rows := make([][]string, 0, len(st.IPs))
 		for _, r := range st.IPs {
 			row := []string{r.IP, orNone(strings.Join(r.Services, ",")), orNone(r.Holder), iface(r), string(r.State),
-				yesNo(r.HolderAlive, r.Holder != ""), age(now, r.LastMoveTime), moves(r)}
+				yesNo(r.HolderAlive, r.Holder != ""), age(now, r.LastMoveTime), moves(r), wireCell(now, r.Wire)}
 			if routed {
 				row = append(row, orDash(r.Announce))
 			}
 			if strangers {
-				row = append(row, orDash(r.ConflictMAC+r.ClaimedBy))
+				row = append(row, orDash(r.strangerMAC(nodes[r.Holder])))
 			}
 			if wide {
 				row = append(row, orDash(r.Successor), orDash(r.Lock), age(now, heartbeat[r.Holder]), orDash(st.Config.Policy), orDash(r.Reason))
@@ -115,8 +119,13 @@ func printTables(w *bytes.Buffer, st Status, wide bool) {
 		writeTable(w, []string{"NODE", "BGP PEER", "STATE", "UPTIME"}, sessions)
 	}
 	notes := configNotes(st)
-	if slices.ContainsFunc(st.IPs, func(r IP) bool { return r.ConflictMAC != "" || r.ClaimedBy != "" }) {
-		notes = append(notes, "OTHER MAC: a machine that is not an eip node answers for the IP (conflict: so it is not bound; bound: both answer). See docs/operating.md, Address conflicts.")
+	if slices.ContainsFunc(st.IPs, func(r IP) bool {
+		return r.ConflictMAC != "" || r.ClaimedBy != "" || len(r.Wire.MACs) > 0 && !r.answeredAlone()
+	}) {
+		notes = append(notes, "OTHER MAC: a machine that is not the holder answers for the IP (conflict: so it is not bound; bound: both answer, or only it). See docs/operating.md, Address conflicts.")
+	}
+	if slices.ContainsFunc(st.IPs, IP.wireTrouble) {
+		notes = append(notes, "WIRE: what the IP's successor hears on the LAN (holder, none, stranger, two-macs, unchecked). See docs/operating.md, Checking the wire.")
 	}
 	if len(notes) > 0 {
 		w.WriteString("\n")

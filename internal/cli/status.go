@@ -83,6 +83,8 @@ type IP struct {
 	// it. Both come from the holder's heartbeat; empty when none.
 	ConflictMAC string `json:"conflictMAC"`
 	ClaimedBy   string `json:"claimedBy"`
+	// Wire is the verdict of the node checking the IP on the LAN.
+	Wire Wire `json:"wire"`
 
 	addr netip.Addr // for sorting and filtering; invalid for unparsable text
 }
@@ -115,6 +117,8 @@ type Node struct {
 	// conflicts and claims are the heartbeat's eip.io/conflicts and
 	// eip.io/claims.
 	conflicts, claims map[netip.Addr]string
+	// wire is the heartbeat's report of the IPs it checks on the LAN.
+	wire wireReport
 
 	heartbeat bool
 }
@@ -261,6 +265,7 @@ func buildStatus(s snapshot, now time.Time) Status {
 			r.Reason = strings.Join(notes, "; ")
 		}
 		r.lanAnswers(r.nodeOf(nodes))
+		r.fillWire(nodes)
 	}
 	st.IPs = sortIPs(st.IPs)
 	slices.Sort(st.Warnings)
@@ -448,7 +453,7 @@ func buildNodes(heartbeats map[string]lease.Heartbeat, locks map[netip.Addr]*lea
 	for name, hb := range heartbeats {
 		n := &Node{Name: name, heartbeat: true, Error: hb.Error, Bound: hb.Held, LeaseDurationSeconds: int(hb.Duration / time.Second),
 			BGPSessions: lease.ParseBGPSessions(hb.BGP), MACs: lease.ParseMACs(hb.MACs),
-			conflicts: lease.ParseAnswers(hb.Conflicts), claims: lease.ParseAnswers(hb.Claims)}
+			conflicts: lease.ParseAnswers(hb.Conflicts), claims: lease.ParseAnswers(hb.Claims), wire: readWire(hb)}
 		if n.MACs == nil {
 			n.MACs = []string{}
 		}

@@ -77,7 +77,8 @@ func TestStatusJSONSchema(t *testing.T) {
 	assert.DeepEqual(t, keys(doc["config"]), []string{"error", "found", "name", "policy", "ranges", "warnings"})
 	for _, ip := range doc["ips"].([]any) {
 		assert.DeepEqual(t, keys(ip), []string{"announce", "claimedBy", "conflictMAC", "holder", "holderAlive", "interface", "ip", "lastMoveTime", "lock",
-			"moveTo", "moves", "prefixLength", "range", "reason", "services", "state", "successor"})
+			"moveTo", "moves", "prefixLength", "range", "reason", "services", "state", "successor", "wire"})
+		assert.DeepEqual(t, keys(ip.(map[string]any)["wire"]), []string{"by", "checkedAt", "deaf", "macs", "since", "verdict"})
 	}
 	for _, n := range doc["nodes"].([]any) {
 		assert.DeepEqual(t, keys(n), []string{"alive", "bgpSessions", "bound", "eligible", "error", "holds", "lastRenewTime",
