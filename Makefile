@@ -4,8 +4,11 @@
 # missing (scripts/prereqs.sh).
 
 GO       ?= go
-VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS  := -s -w -X main.version=$(VERSION)
+# The release version lives in the VERSION file alone; builds stamp it and
+# the commit into both binaries (eipd --version, kubectl eip version).
+VERSION  ?= $(shell cat VERSION)
+COMMIT   := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+LDFLAGS  := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 # grpcnotrace: GoBGP links gRPC, whose request tracing pulls in html/template;
 # its reflection keeps every method of every type (Kubernetes' API types
 # above all) in the binary. Without it eipd is 38 MB instead of 68 MB.

@@ -26,6 +26,7 @@ import (
 
 	"github.com/eip-project/eip/internal/agent"
 	"github.com/eip-project/eip/internal/bgp"
+	"github.com/eip-project/eip/internal/buildinfo"
 	"github.com/eip-project/eip/internal/endpoints"
 	"github.com/eip-project/eip/internal/kubeclient"
 	"github.com/eip-project/eip/internal/lanlive"
@@ -34,8 +35,12 @@ import (
 	"github.com/eip-project/eip/internal/netif"
 )
 
-// version is stamped by the Makefile.
-var version = "dev"
+// version and commit are stamped by the Makefile (-X): the VERSION file
+// and the commit built.
+var (
+	version = "dev"
+	commit  = "unknown"
+)
 
 type options struct {
 	kubeconfig  string
@@ -126,7 +131,7 @@ func main() {
 		os.Exit(2)
 	}
 	if o.showVersion {
-		fmt.Println("eipd", version)
+		fmt.Println("eipd", buildinfo.Of(version, commit))
 		return
 	}
 	if err := run(o); err != nil {
@@ -146,7 +151,8 @@ func run(o options) error {
 	} else {
 		klog.SetSlogLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("component", "client-go"))
 	}
-	log.Info("starting eipd", "version", version, "node", o.node, "namespace", o.namespace, "configmap", o.configMap)
+	build := buildinfo.Of(version, commit)
+	log.Info("starting eipd", "version", build.String(), "node", o.node, "namespace", o.namespace, "configmap", o.configMap)
 
 	cfg, err := restConfig(o.kubeconfig)
 	if err != nil {
@@ -213,7 +219,7 @@ func run(o options) error {
 		return err
 	}
 	a, err := agent.New(agent.Options{
-		Node: o.node, Namespace: o.namespace, ConfigMap: o.configMap,
+		Node: o.node, Namespace: o.namespace, ConfigMap: o.configMap, Build: build.String(),
 		Client:    client,
 		Leases:    lease.NewStore(client, o.namespace),
 		Addresser: addrs, Links: addrs, Devices: tuns, Announcer: announcer, Router: router,

@@ -31,6 +31,9 @@ type Options struct {
 	Node      string // this node's name, as in its Node object
 	Namespace string // where Leases and the ConfigMap live
 	ConfigMap string
+	// Build is this eipd's build (buildinfo.Info), written in its heartbeat;
+	// empty writes none.
+	Build string
 
 	Client    kubeclient.Interface
 	Leases    LeaseWriter

@@ -210,7 +210,7 @@ func (s *state) allocate(v lease.View, locks map[string]*lease.Kept) {
 	}
 	clear(al.next)
 	for _, svc := range svcs {
-		if !alloc.Wants(svc) {
+		if !alloc.Wants(svc, s.desired.cfg.LoadBalancerClass) {
 			continue
 		}
 		k := svc.Key()

@@ -68,7 +68,7 @@ func (s *state) renewal() renewal {
 	conflicts, claims := s.conflicts.report(s.a.clk.Now())
 	r := renewal{
 		status: lease.HeartbeatStatus{Eligible: s.self.selfEligible && !s.self.shutting, Error: s.statusError(), Held: len(s.binder.bound), BGP: s.routes.bgpSessions,
-			MACs: s.ownMACs(), Conflicts: conflicts, Claims: claims, LivenessPort: s.lan.lanPort},
+			MACs: s.ownMACs(), Conflicts: conflicts, Claims: claims, LivenessPort: s.lan.lanPort, Build: s.a.opt.Build},
 		// Neither the duration nor the timeout may be shorter than what
 		// peers need to see the renewal; a renewal slower than half a
 		// lease is a failure as far as holding addresses goes.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -566,16 +567,19 @@ func TestWants(t *testing.T) {
 	ours := "eip.io/eip"
 	now := metav1.Now()
 	for _, tc := range []struct {
-		name string
-		svc  *corev1.Service
-		want bool
+		name          string
+		svc           *corev1.Service
+		any, onlyOurs bool // under load-balancer-class any and only
 	}{
-		{"LoadBalancer without class", svc("ns/a"), true},
-		{"LoadBalancer of eip's class", svc("ns/a", func(s *corev1.Service) { s.Spec.LoadBalancerClass = &ours }), true},
-		{"LoadBalancer of another class", svc("ns/a", func(s *corev1.Service) { s.Spec.LoadBalancerClass = &other }), false},
-		{"ClusterIP", svc("ns/a", func(s *corev1.Service) { s.Spec.Type = corev1.ServiceTypeClusterIP }), false},
-		{"being deleted", svc("ns/a", func(s *corev1.Service) { s.DeletionTimestamp = &now }), false},
+		{"LoadBalancer without class", svc("ns/a"), true, false},
+		{"LoadBalancer of eip's class", svc("ns/a", func(s *corev1.Service) { s.Spec.LoadBalancerClass = &ours }), true, true},
+		{"LoadBalancer of another class", svc("ns/a", func(s *corev1.Service) { s.Spec.LoadBalancerClass = &other }), false, false},
+		{"ClusterIP", svc("ns/a", func(s *corev1.Service) { s.Spec.Type = corev1.ServiceTypeClusterIP }), false, false},
+		{"being deleted", svc("ns/a", func(s *corev1.Service) { s.DeletionTimestamp = &now }), false, false},
 	} {
-		t.Run(tc.name, func(t *testing.T) { assert.Equal(t, alloc.Wants(ipset.ServiceOf(tc.svc)), tc.want) })
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Check(t, is.Equal(alloc.Wants(ipset.ServiceOf(tc.svc), config.ClassAny), tc.any), "any")
+			assert.Check(t, is.Equal(alloc.Wants(ipset.ServiceOf(tc.svc), config.ClassOnly), tc.onlyOurs), "only")
+		})
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/eip-project/eip/internal/config"
 	"github.com/eip-project/eip/internal/ipset"
 	"github.com/eip-project/eip/internal/lease"
 )
@@ -52,10 +53,12 @@ type Request struct {
 	Ports      []Port
 }
 
-// Wants reports whether eip allocates for svc: a type LoadBalancer Service
-// whose class is unset or eip's (ipset.IsOurs), and that is not being
-// deleted.
-func Wants(svc *ipset.Service) bool { return ipset.IsOurs(svc) && !svc.Deleting }
+// Wants reports whether eip allocates for svc under the ConfigMap's
+// load-balancer-class mode: a type LoadBalancer Service of eip's
+// (ipset.IsOurs) that is not being deleted.
+func Wants(svc *ipset.Service, mode config.ClassMode) bool {
+	return ipset.IsOurs(svc, mode) && !svc.Deleting
+}
 
 // RequestOf reads what svc asks for. The error says, as a sentence for an
 // event, what is wrong with the request; nothing is allocated then.

@@ -106,7 +106,8 @@ func runE(o options) func(*cobra.Command, []string) error {
 }
 
 // NewCommand returns the kubectl-eip command tree, printing to streams.
-// version is printed by --version.
+// version is the plugin's build (buildinfo.Info's String), printed by
+// --version and `kubectl eip version`.
 func NewCommand(streams genericiooptions.IOStreams, version string) *cobra.Command {
 	return newRootCommand(newEnv(streams), version)
 }
@@ -134,6 +135,6 @@ default ` + DefaultNamespace + ` (not the kubeconfig context's namespace).`,
 	e.flags.AddFlags(root.PersistentFlags())
 	root.PersistentFlags().Lookup("namespace").Usage = "namespace of eip's Leases and ConfigMap (default " + DefaultNamespace + ")"
 	root.PersistentFlags().StringVar(&e.configMap, "config-map", e.configMap, "name of eip's ConfigMap")
-	root.AddCommand(newStatusCommand(e), newMoveCommand(e))
+	root.AddCommand(newStatusCommand(e), newMoveCommand(e), newVersionCommand(e, version))
 	return root
 }

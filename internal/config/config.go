@@ -34,6 +34,19 @@ const (
 	APILossFence APILoss = "fence"
 )
 
+// ClassMode says which LoadBalancer Services eip serves, by their
+// spec.loadBalancerClass.
+type ClassMode string
+
+const (
+	// ClassAny serves LoadBalancer Services without a class and those of
+	// eip's class, eip.io/eip.
+	ClassAny ClassMode = "any"
+	// ClassOnly serves only those of eip's class, and leaves Services
+	// without a class to another load balancer.
+	ClassOnly ClassMode = "only"
+)
+
 // Range is one line of the ranges key.
 type Range struct {
 	// Name is the optional name=... option, unique across ranges.
@@ -158,6 +171,10 @@ type Config struct {
 	// ExternalIPs says whether spec.externalIPs are managed; when false,
 	// only the load-balancer addresses of LoadBalancer Services are.
 	ExternalIPs bool
+	// LoadBalancerClass says whether LoadBalancer Services without a
+	// spec.loadBalancerClass are eip's. It does not touch spec.externalIPs,
+	// which have no class: ExternalIPs decides for them.
+	LoadBalancerClass ClassMode
 	// PreferredNodes are node names in order of preference.
 	PreferredNodes []string
 	// Ranges are the address ranges eip may bind, sorted by First (IPv4
@@ -185,6 +202,8 @@ func Default() Config {
 		FenceAfter:    defaultFenceAfter(lease),
 		LivenessPort:  DefaultLivenessPort,
 		ExternalIPs:   true,
+
+		LoadBalancerClass: ClassAny,
 
 		HeartbeatWrites: DefaultHeartbeatWrites,
 	}
@@ -286,7 +305,7 @@ func (c Config) Equal(o Config) bool {
 		c.Policy == o.Policy && selectorString(c.NodeSelector) == selectorString(o.NodeSelector) &&
 		c.LeaseDuration == o.LeaseDuration && c.RenewInterval == o.RenewInterval &&
 		c.APILoss == o.APILoss && c.FenceAfter == o.FenceAfter && c.LivenessPort == o.LivenessPort && c.HeartbeatWrites == o.HeartbeatWrites &&
-		c.ExternalIPs == o.ExternalIPs && slices.Equal(c.PreferredNodes, o.PreferredNodes) &&
+		c.ExternalIPs == o.ExternalIPs && c.LoadBalancerClass == o.LoadBalancerClass && slices.Equal(c.PreferredNodes, o.PreferredNodes) &&
 		slices.EqualFunc(c.Ranges, o.Ranges, Range.sameEffect) && c.BGP.Equal(o.BGP)
 }
 

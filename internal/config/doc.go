@@ -48,6 +48,12 @@
 //	                spec.externalIPs and those of LoadBalancer Services;
 //	                "off": LoadBalancer Services only, and a Service's
 //	                spec.externalIPs are refused (reported, never bound).
+//	load-balancer-class
+//	                "any" (default): LoadBalancer Services without a
+//	                spec.loadBalancerClass and those of class eip.io/eip;
+//	                "only": class eip.io/eip only, so that another load
+//	                balancer serves those without a class. spec.externalIPs
+//	                have no class: external-ips alone decides for them.
 //	preferred-nodes node names separated by commas or whitespace, in order of
 //	                preference. Default none.
 //	ranges          the address ranges eip may bind, one a line (below).

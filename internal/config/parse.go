@@ -29,6 +29,7 @@ const (
 	keyHBWrites       = "heartbeat-writes"
 	keyPreferredNodes = "preferred-nodes"
 	keyExternalIPs    = "external-ips"
+	keyClass          = "load-balancer-class"
 	keyRanges         = "ranges"
 )
 
@@ -42,7 +43,7 @@ const (
 // Keys returns the ConfigMap keys Parse understands, in the order it reads them.
 func Keys() []string {
 	return []string{keyIface, keyNetmask, keyNetmask6, keyPolicy, keyNodeSelector,
-		keyLeaseDuration, keyRenewInterval, keyAPILoss, keyFenceAfter, keyLivenessPort, keyHBWrites, keyExternalIPs, keyPreferredNodes, keyRanges,
+		keyLeaseDuration, keyRenewInterval, keyAPILoss, keyFenceAfter, keyLivenessPort, keyHBWrites, keyExternalIPs, keyClass, keyPreferredNodes, keyRanges,
 		keyBGPASN, keyBGPRouterID, keyBGPPeers}
 }
 
@@ -129,6 +130,14 @@ func Parse(data map[string]string) (Config, error) {
 			c.ExternalIPs = false
 		default:
 			bad(keyExternalIPs, v, errors.New(`is not a switch: use "on" (spec.externalIPs and LoadBalancer addresses) or "off" (LoadBalancer addresses only)`))
+		}
+	}
+	if v, ok := value(keyClass); ok {
+		switch m := ClassMode(v); m {
+		case ClassAny, ClassOnly:
+			c.LoadBalancerClass = m
+		default:
+			bad(keyClass, v, fmt.Errorf(`is not supported: use %q (LoadBalancer Services without a class and those of class eip.io/eip) or %q (class eip.io/eip only)`, ClassAny, ClassOnly))
 		}
 	}
 	if v, ok := value(keyPreferredNodes); ok {

@@ -199,6 +199,12 @@ func TestParseKeys(t *testing.T) {
 		{name: "external-ips bool", data: map[string]string{"external-ips": "false"},
 			err: []string{`external-ips "false" is not a switch: use "on" (spec.externalIPs and LoadBalancer addresses) or "off" (LoadBalancer addresses only)`}},
 
+		// load-balancer-class
+		{name: "class only", data: map[string]string{"load-balancer-class": "only "}, want: func(c *config.Config) { c.LoadBalancerClass = config.ClassOnly }},
+		{name: "class any", data: map[string]string{"load-balancer-class": "any"}, want: func(*config.Config) {}},
+		{name: "class name", data: map[string]string{"load-balancer-class": "eip.io/eip"},
+			err: []string{`load-balancer-class "eip.io/eip" is not supported: use "any" (LoadBalancer Services without a class and those of class eip.io/eip) or "only" (class eip.io/eip only)`}},
+
 		// preferred-nodes
 		{name: "preferred", data: map[string]string{"preferred-nodes": "node-b, node-a\n\tnode-c.example.com,,"},
 			want: func(c *config.Config) { c.PreferredNodes = []string{"node-b", "node-a", "node-c.example.com"} }},
@@ -299,5 +305,5 @@ func TestKeys(t *testing.T) {
 	c, err := config.Parse(data)
 	assert.NilError(t, err)
 	assert.Equal(t, len(c.Warnings), 0, fmt.Sprint(c.Warnings))
-	assert.Equal(t, len(config.Keys()), 17)
+	assert.Equal(t, len(config.Keys()), 18)
 }

@@ -15,7 +15,8 @@ import (
 )
 
 // LoadBalancerClass is the spec.loadBalancerClass that names eip. Services of
-// type LoadBalancer with no class are served too.
+// type LoadBalancer with no class are served too, unless the ConfigMap's
+// load-balancer-class is "only" (config.ClassOnly).
 const LoadBalancerClass = "eip.io/eip"
 
 // Annotations eip reads on a Service to decide who holds an IP and where.
@@ -83,9 +84,17 @@ type Rejection struct {
 	Preference bool
 }
 
-// IsOurs reports whether eip serves svc as its load balancer: svc is of type
-// LoadBalancer and its spec.loadBalancerClass is unset or LoadBalancerClass.
-func IsOurs(svc *Service) bool {
+// IsOurs reports whether eip serves svc as its load balancer under the
+// ConfigMap's load-balancer-class: svc is of type LoadBalancer and its
+// spec.loadBalancerClass is LoadBalancerClass, or unset with mode
+// config.ClassAny.
+func IsOurs(svc *Service, mode config.ClassMode) bool {
+	return mayBeOurs(svc) && (svc.Class != nil || mode == config.ClassAny)
+}
+
+// mayBeOurs reports whether svc is eip's under some load-balancer-class:
+// of type LoadBalancer, its class unset or LoadBalancerClass.
+func mayBeOurs(svc *Service) bool {
 	return svc.Type == corev1.ServiceTypeLoadBalancer && (svc.Class == nil || *svc.Class == LoadBalancerClass)
 }
 
@@ -106,6 +115,10 @@ type Claim struct {
 	SharingKey, Preferred string
 	// Local: the Service's externalTrafficPolicy is Local.
 	Local bool
+	// Classless: the text is a load-balancer address of a Service without
+	// a spec.loadBalancerClass, which is eip's only under
+	// load-balancer-class "any".
+	Classless bool
 }
 
 func (c Claim) namespace() string {
@@ -125,7 +138,8 @@ func (c Claim) older(o Claim) bool {
 // Compute returns the managed IPs sorted (numerically, IPv4 before IPv6) and
 // the refused (Service, IP) pairs sorted by Service then IP. The IPs come
 // from spec.externalIPs of every Service (unless cfg.ExternalIPs is off)
-// and from status.loadBalancer.ingress[].ip of the Services IsOurs accepts.
+// and from status.loadBalancer.ingress[].ip of the Services IsOurs accepts
+// under cfg.LoadBalancerClass.
 // reserved holds the nodes' own addresses, each mapped to its node's name;
 // they are never managed. Cost: O(IPs · log(IPs + ranges)).
 func Compute(services []*Service, cfg config.Config, reserved map[netip.Addr]string) ([]Entry, []Rejection) {
@@ -139,8 +153,9 @@ func Compute(services []*Service, cfg config.Config, reserved map[netip.Addr]str
 }
 
 // EachIP calls add with each IP text svc names as Compute reads them:
-// spec.externalIPs, then, when IsOurs accepts svc,
-// status.loadBalancer.ingress[].ip.
+// spec.externalIPs, then, when IsOurs accepts svc under some
+// load-balancer-class, status.loadBalancer.ingress[].ip (Classless when
+// svc has no class: ComputeFrom drops those under config.ClassOnly).
 func EachIP(svc *Service, add func(Claim)) {
 	c := Claim{
 		Service: svc.Key(), Created: svc.Created,
@@ -152,8 +167,8 @@ func EachIP(svc *Service, add func(Claim)) {
 		c.IP = text
 		add(c)
 	}
-	if IsOurs(svc) {
-		c.External = false
+	if mayBeOurs(svc) {
+		c.External, c.Classless = false, svc.Class == nil
 		for _, ing := range svc.Ingress {
 			if ing.IP != "" { // a hostname-only ingress names no IP
 				c.IP = ing.IP
@@ -194,6 +209,8 @@ func ComputeFrom(n int, each func(add func(Claim)), cfg config.Config, reserved 
 		case c.External && !cfg.ExternalIPs:
 			reject(c, ReasonExternalIPsOff)
 			return
+		case c.Classless && cfg.LoadBalancerClass != config.ClassAny:
+			return // another load balancer's: not refused, not reported
 		}
 		i, ok := index[ip]
 		if !ok {

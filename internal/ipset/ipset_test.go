@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -305,11 +306,32 @@ func TestComputeOrderIndependent(t *testing.T) {
 	}
 }
 
+// Under load-balancer-class only, the addresses of class-less LoadBalancer
+// Services are another load balancer's: not managed, and not refused
+// either (a refusal would put an Event on a Service that is not eip's),
+// while spec.externalIPs, which have no class, stay managed.
+func TestComputeClassOnly(t *testing.T) {
+	cfg := mustParse(t, map[string]string{"ranges": ranges, "iface": "eth0", "load-balancer-class": "only"})
+	lan := func(ip string, svcs ...string) entry {
+		return entry{IP: ip, Services: svcs, Range: "198.18.0.0/24 name=lan", Iface: "eth0", Bits: 32}
+	}
+	entries, rejections := compute([]*corev1.Service{
+		service("a/no-class", loadBalancer("", "198.18.0.10")),
+		service("a/ours", loadBalancer(ipset.LoadBalancerClass, "198.18.0.11")),
+		service("a/no-class-out-of-range", loadBalancer("", "203.0.113.1")),
+		service("a/no-class-with-external", loadBalancer("", "198.18.0.12"), externalIPs("198.18.0.13")),
+	}, cfg, nil)
+	assert.DeepEqual(t, flatten(entries), []entry{lan("198.18.0.11", "a/ours"), lan("198.18.0.13", "a/no-class-with-external")})
+	assert.Check(t, is.Len(rejections, 0))
+}
+
 func TestIsOurs(t *testing.T) {
-	assert.Assert(t, ipset.IsOurs(ipset.ServiceOf(service("a/b", loadBalancer("")))))
-	assert.Assert(t, ipset.IsOurs(ipset.ServiceOf(service("a/b", loadBalancer(ipset.LoadBalancerClass)))))
-	assert.Assert(t, !ipset.IsOurs(ipset.ServiceOf(service("a/b", loadBalancer("example.com/other")))))
-	assert.Assert(t, !ipset.IsOurs(ipset.ServiceOf(service("a/b"))))
+	for _, mode := range []config.ClassMode{config.ClassAny, config.ClassOnly} {
+		assert.Check(t, is.Equal(ipset.IsOurs(ipset.ServiceOf(service("a/b", loadBalancer(""))), mode), mode == config.ClassAny), mode)
+		assert.Check(t, ipset.IsOurs(ipset.ServiceOf(service("a/b", loadBalancer(ipset.LoadBalancerClass))), mode), mode)
+		assert.Check(t, !ipset.IsOurs(ipset.ServiceOf(service("a/b", loadBalancer("example.com/other"))), mode), mode)
+		assert.Check(t, !ipset.IsOurs(ipset.ServiceOf(service("a/b")), mode), mode)
+	}
 }
 
 // benchServices returns n Services: most with one external IP of their own,

@@ -74,6 +74,10 @@ const (
 	// and name a format its node no longer speaks; bound to a renewal, it
 	// counts only while the renewal that wrote it is the latest.
 	AnnotationLivenessFormat = "eip.io/liveness-format"
+	// AnnotationBuild on a heartbeat is the build of the node's eipd, as
+	// `eipd --version` prints it, for `kubectl eip version`. Every release
+	// writes it, so it never outlives the eipd that wrote it.
+	AnnotationBuild = "eip.io/build"
 	// LivenessFormat is the format of liveness datagrams this eipd speaks
 	// (lanlive): its peers take no datagram of the format before from it.
 	LivenessFormat = "2"

@@ -187,6 +187,8 @@ type Heartbeat struct {
 	// an eipd from before it, whose datagrams carry no boot, counter or
 	// destination.
 	LivenessCurrent bool
+	// Build is the build of the node's eipd (AnnotationBuild).
+	Build string
 	// Version changes with every renewal; observers compare it, never times.
 	Version string
 }
@@ -206,6 +208,7 @@ func ParseHeartbeat(l *coordinationv1.Lease) (Heartbeat, error) {
 		Conflicts: l.Annotations[AnnotationConflicts],
 		Claims:    l.Annotations[AnnotationClaims],
 		Wire:      l.Annotations[AnnotationWire],
+		Build:     l.Annotations[AnnotationBuild],
 		Version:   l.ResourceVersion,
 
 		CheckRequest: l.Annotations[AnnotationCheckRequest],
@@ -255,6 +258,8 @@ type HeartbeatStatus struct {
 	CheckDone   string
 	// LivenessPort is the UDP port of liveness over the LAN; 0 without.
 	LivenessPort uint16
+	// Build is the build of this eipd (AnnotationBuild).
+	Build string
 }
 
 // livenessFormatAt is AnnotationLivenessFormat written by a renewal at t.
@@ -307,7 +312,7 @@ func RenewedHeartbeat(current *coordinationv1.Lease, namespace, node string, dur
 		checked = st.WireChecked.UTC().Format(time.RFC3339)
 	}
 	for key, v := range map[string]string{AnnotationBGP: st.BGP, AnnotationMACs: st.MACs, AnnotationConflicts: st.Conflicts, AnnotationClaims: st.Claims,
-		AnnotationWire: st.Wire, AnnotationWireChecked: checked, AnnotationCheckDone: st.CheckDone} {
+		AnnotationWire: st.Wire, AnnotationWireChecked: checked, AnnotationCheckDone: st.CheckDone, AnnotationBuild: st.Build} {
 		if v == "" {
 			delete(l.Annotations, key)
 		} else {

@@ -181,7 +181,7 @@ func TestHeartbeatLivenessFormatGoesWithItsRenewal(t *testing.T) {
 
 func TestHeartbeatRoundTrip(t *testing.T) {
 	created := lease.RenewedHeartbeat(nil, ns, "node-a", 1500*time.Millisecond,
-		lease.HeartbeatStatus{Eligible: true, Held: 12, LivenessPort: 9403}, at(0))
+		lease.HeartbeatStatus{Eligible: true, Held: 12, LivenessPort: 9403, Build: "v0.1.0 (commit 0bef168f1a2b, go1.26.0)"}, at(0))
 	assert.Equal(t, created.Name, "eip-node-node-a")
 	assert.Equal(t, created.Namespace, ns)
 	assert.Equal(t, created.Labels[lease.RoleLabel], lease.RoleHeartbeat)
@@ -194,7 +194,7 @@ func TestHeartbeatRoundTrip(t *testing.T) {
 	assert.NilError(t, err)
 	assert.DeepEqual(t, h, lease.Heartbeat{
 		Node: "node-a", Duration: 2 * time.Second, RenewTime: at(0),
-		Eligible: true, Held: 12, LivenessPort: 9403, LivenessCurrent: true, Version: "100",
+		Eligible: true, Held: 12, LivenessPort: 9403, LivenessCurrent: true, Build: "v0.1.0 (commit 0bef168f1a2b, go1.26.0)", Version: "100",
 	})
 
 	later := at(500 * time.Millisecond)
