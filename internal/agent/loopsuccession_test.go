@@ -134,3 +134,42 @@ func TestLoopSuccessorKeepsAnIPWhoseHolderComesBack(t *testing.T) {
 	l := w.get(leaseName(ip))
 	assert.Assert(t, l != nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == "node-a", "lock %v", l)
 }
+
+// The successor a lock names is live (renewing) but never binds nor
+// writes: its interface is missing, or it is compromised. Its holder
+// dies, and another node binds the IP within two lease durations and a
+// probe window of the holder being judged dead, behind the successor. A
+// successor waited for without a deadline kept the IP dark for as long as
+// it stayed live.
+func TestLoopSuccessorThatNeverBindsIsRaced(t *testing.T) {
+	w := newWorld(t, "node-a", defaultTestConfig())
+	w.a.opt.ProbeWait = 60 * time.Millisecond
+	for _, n := range []string{"node-b", "node-c"} {
+		w.addNode(n)
+		w.heartbeat(n, true)
+	}
+	ip := testIP(0)
+	w.lockNaming(ip, "node-b", "node-c")
+	w.addService("web", ip)
+	w.pass()
+	for range 4 {
+		w.tick("node-b", "node-c")
+	}
+	w.tickUntilDead("node-b", "node-c")
+	dead, ok := w.s.live.DeadSince("node-b", w.clk.Now())
+	assert.Assert(t, ok)
+	bound := func() bool { _, ok := w.addrs[netip.PrefixFrom(ip, 32)]; return ok }
+	limit := dead.Add(2*w.s.desired.cfg.LeaseDuration + w.a.opt.ProbeWait)
+	for !bound() && w.clk.Now().Before(limit) {
+		w.step(10 * time.Millisecond)
+		if w.clk.Now().Sub(w.s.self.lastTick) >= w.s.desired.cfg.RenewInterval {
+			w.s.tick()
+			w.heartbeat("node-c", true)
+		}
+		w.pass()
+	}
+	assert.Assert(t, bound(), "not bound %s after node-b was judged dead: %v", w.clk.Now().Sub(dead), w.take())
+	l := w.get(leaseName(ip))
+	assert.Equal(t, *l.Spec.HolderIdentity, "node-a")
+	t.Logf("bound %s after node-b was judged dead (lease %s, probe window %s)", w.clk.Now().Sub(dead), w.s.desired.cfg.LeaseDuration, w.a.opt.ProbeWait)
+}

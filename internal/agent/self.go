@@ -289,6 +289,7 @@ func (s *state) view(now time.Time) lease.View {
 			return t, ok
 		},
 		SuccessorGrace: successorGrace * s.desired.cfg.LeaseDuration,
+		SuccessorWait:  s.desired.cfg.LeaseDuration + s.a.opt.ProbeWait,
 	}
 }
 

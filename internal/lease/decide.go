@@ -87,6 +87,18 @@ type View struct {
 	// this node stays after this node announced it again (IP.Unheard):
 	// the successor checks it again meanwhile, several times.
 	WireRepair time.Duration
+	// SuccessorWait is how long after a holder was judged dead the other
+	// nodes leave its IPs to the successor its lock names: a lease
+	// duration plus the probe window, time enough for a live successor to
+	// probe, bind and write. A successor that has neither bound nor
+	// written by then is raced (still ranked first): one that is live but
+	// cannot bind (its interface is missing, it is compromised) would
+	// otherwise keep the IP dark for as long as it stays live.
+	SuccessorWait time.Duration
+
+	// first, when set, is a node of Live ranked first in a race whatever
+	// its score.
+	first string
 }
 
 // IP is what this node knows of one address.
@@ -256,6 +268,27 @@ func (v View) race(ip IP, since time.Time, act Action, why string) Decision {
 	return d
 }
 
+// successorDeadline is when the others stop leaving ip to the successor
+// its lock names: SuccessorWait after its holder was judged dead, or after
+// this node saw the IP without a live holder when it never saw the holder.
+func (v View) successorDeadline(ip IP) time.Time {
+	since, ok := v.DeadSince(ip.Lock.Holder)
+	if !ok {
+		since = ip.FreeSince
+	}
+	return since.Add(v.SuccessorWait)
+}
+
+// raceBehind is race for an Acquire in which first, a live node other than
+// this one, holds the first rank whatever its score.
+func (v View) raceBehind(ip IP, first string, since time.Time, why string) Decision {
+	v.first = first
+	if ip.Planned == first {
+		ip.Planned = ""
+	}
+	return v.race(ip, since, Acquire, why)
+}
+
 func (v View) raceRule(ip IP, since time.Time, act Action, why string) Decision {
 	if !v.Writable || !v.Eligible {
 		return Decision{Reason: why + "; this node cannot take it now"}
@@ -270,6 +303,9 @@ func (v View) raceRule(ip IP, since time.Time, act Action, why string) Decision 
 		return Decision{Action: act, Successor: v.successorFor(ip, v.Self), Reason: why + "; chosen by policy"}
 	}
 	rank := Rank(ip.Addr, v.Self, v.Live)
+	if v.first != "" {
+		rank = 1 + Rank(ip.Addr, v.Self, slices.DeleteFunc(slices.Clone(v.Live), func(n string) bool { return n == v.first }))
+	}
 	if ip.Planned != "" && v.isLive(ip.Planned) {
 		rank++
 	}
@@ -358,7 +394,7 @@ func (v View) successorWrite(ip IP) (n string, at time.Time, ok bool) {
 // another node, is judged dead (docs/design.md, Succession). The
 // successor holds it by the lock's own terms: it binds, then writes the
 // lock naming itself. The others leave the IP to it while it is a live
-// node the IP may go to. A pending move, a successor that is not live,
+// node the IP may go to, for SuccessorWait; then they race behind it. A pending move, a successor that is not live,
 // or one that cannot act as such (not eligible, no endpoint of the IP's
 // Service here) leaves the IP to the race (ok false).
 func (v View) succession(ip IP) (d Decision, ok bool) {
@@ -373,7 +409,13 @@ func (v View) succession(ip IP) (d Decision, ok bool) {
 		if ip.Bound || !v.isLive(s) {
 			return Decision{}, false
 		}
-		return Decision{Reason: why + "; its successor " + s + " takes it over"}, true
+		deadline := v.successorDeadline(ip)
+		if v.Now.Before(deadline) {
+			return Decision{At: deadline, Reason: why + "; its successor " + s + " takes it over"}, true
+		}
+		// The successor had its time: the others race from the deadline,
+		// behind it, so that it still wins if it acts now.
+		return v.raceBehind(ip, s, deadline, why+"; its successor "+s+" has not taken it over"), true
 	case !v.Eligible || !ip.Only.Allows(v.Self):
 		return Decision{}, false
 	case !v.Writable:

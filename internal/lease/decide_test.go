@@ -31,9 +31,13 @@ func decideView() lease.View {
 			t, ok := dead[n]
 			return t, ok
 		},
-		Step: step, LateStep: lateStep,
+		Step: step, LateStep: lateStep, SuccessorWait: successorWait,
 	}
 }
+
+// successorWait is decideView's SuccessorWait: a lease duration of 1 s
+// and a probe window of 60 ms.
+const successorWait = time.Second + 60*ms
 
 // ipRanked returns an IP for which node a has the given rank among a, b, c.
 func ipRanked(t *testing.T, rank int) netip.Addr {

@@ -50,12 +50,21 @@ func TestDecideSuccession(t *testing.T) {
 		{name: "successor of an unheld lock: the race", ip: lease.IP{Addr: r1, Named: true, Lock: succeeding("", "a"), FreeSince: now()}, action: lease.None, at: now().Add(step)},
 
 		// Another node is the successor.
-		{name: "b succeeds: top rank waits", ip: lease.IP{Addr: r0, Named: true, Lock: succeeding("x", "b")}, action: lease.None},
+		{name: "b succeeds: top rank waits", ip: lease.IP{Addr: r0, Named: true, Lock: succeeding("x", "b")}, action: lease.None, at: now().Add(-50 * ms).Add(successorWait)},
+		// A successor that has not taken the IP over SuccessorWait after
+		// its holder died is raced, and still ranked first: a's rank 0
+		// among a, b, c becomes 1 behind b.
+		{name: "b overdue: top rank races a step behind it", view: func(v *lease.View) { v.SuccessorWait = 50 * ms },
+			ip: lease.IP{Addr: r0, Named: true, Lock: succeeding("x", "b")}, action: lease.None, at: now().Add(step)},
+		{name: "b overdue by a step: top rank acquires", view: func(v *lease.View) { v.SuccessorWait = 50*ms - step },
+			ip: lease.IP{Addr: r0, Named: true, Lock: succeeding("x", "b")}, action: lease.Acquire},
+		{name: "b overdue, bound here", view: func(v *lease.View) { v.SuccessorWait = 0 },
+			ip: lease.IP{Addr: r0, Named: true, Lock: succeeding("x", "b"), Bound: true}, action: lease.Unbind},
 		{name: "b succeeds, bound here", ip: lease.IP{Addr: r0, Named: true, Lock: succeeding("x", "b"), Bound: true}, action: lease.Unbind},
 		{name: "dead y succeeds: the race", ip: lease.IP{Addr: r0, Named: true, Lock: succeeding("x", "y")}, action: lease.Acquire},
 		{name: "unknown successor: the race", ip: lease.IP{Addr: r0, Named: true, Lock: succeeding("x", "ghost")}, action: lease.Acquire},
 		{name: "b succeeds but has no endpoint: the race", ip: lease.IP{Addr: r0, Named: true, Lock: succeeding("x", "b"), Only: only("a", "c")}, action: lease.Acquire},
-		{name: "b succeeds, not eligible here", view: notEligible, ip: lease.IP{Addr: r0, Named: true, Lock: succeeding("x", "b")}, action: lease.None},
+		{name: "b succeeds, not eligible here", view: notEligible, ip: lease.IP{Addr: r0, Named: true, Lock: succeeding("x", "b")}, action: lease.None, at: now().Add(-50 * ms).Add(successorWait)},
 		{name: "the holder named itself: the race", ip: lease.IP{Addr: r0, Named: true, Lock: succeeding("x", "x")}, action: lease.Acquire},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.check(t) })
