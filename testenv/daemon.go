@@ -19,6 +19,9 @@ const (
 	confineTimeout = 10 * time.Second
 )
 
+// DaemonBin is the eipd binary the cluster's nodes run.
+func (c *Cluster) DaemonBin() string { return c.opts.EipdBin }
+
 // DaemonArgs are the flags StartDaemon passes to eipd on a node, before
 // the caller's extra arguments (which may override them).
 func (c *Cluster) DaemonArgs(node string) []string {

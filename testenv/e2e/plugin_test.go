@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -261,4 +262,26 @@ func TestPluginBadArguments(t *testing.T) {
 	assert.Equal(t, e.holder(ip), holder, "nothing moved")
 	_, pending := e.lock(ip).Annotations[lease.AnnotationMoveTo]
 	assert.Assert(t, !pending, "no move requested")
+}
+
+// kubectl eip version prints the plugin's build, then every node's eipd
+// build as that eipd wrote it in its heartbeat: what `eipd --version` of
+// the binary the nodes run prints.
+func TestPluginVersion(t *testing.T) {
+	e := newEnv(t, defaultConfig())
+	out, err := exec.Command(cluster.DaemonBin(), "--version").Output()
+	e.must(err)
+	eipd, ok := strings.CutPrefix(strings.TrimSpace(string(out)), "eipd ")
+	assert.Assert(t, ok && strings.Contains(eipd, " (commit "), "eipd --version printed %q", out)
+	plugin, err := exec.Command(filepath.Join(e.pluginDir(), "kubectl-eip"), "--version").Output()
+	e.must(err)
+
+	got, err := e.kubectlEip("version")
+	e.must(err)
+	t.Logf("kubectl eip version:\n%s", got)
+	want := string(plugin) + "NODE     EIPD\n"
+	for _, n := range e.nodes {
+		want += n + "   " + eipd + "\n"
+	}
+	assert.Equal(t, got, want)
 }
