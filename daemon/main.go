@@ -33,6 +33,7 @@ import (
 	"github.com/eip-project/eip/internal/lease"
 	"github.com/eip-project/eip/internal/metrics"
 	"github.com/eip-project/eip/internal/netif"
+	"github.com/eip-project/eip/internal/wire"
 )
 
 // version and commit are stamped by the Makefile (-X): the VERSION file
@@ -230,7 +231,7 @@ func run(o options) error {
 		Claims: func(ctx context.Context, iface string, want func(netip.Addr) bool, out chan<- netif.Claim) error {
 			return netif.WatchClaims(ctx, log, iface, want, out)
 		},
-		AddrEvents: addrEvents, LinkEvents: linkEvents, APIServer: apiServer, ProbeWait: probeWait,
+		AddrEvents: addrEvents, LinkEvents: linkEvents, APIServer: apiServer, ProbeWait: probeWait, WirePace: wire.DefaultPace,
 		KubeProxy: endpoints.NewKubeProxy(clk),
 		ListenLAN: func(port uint16, out chan<- lanlive.Received) (agent.LANConn, error) {
 			if lanKeyErr != nil {

@@ -24,6 +24,7 @@ import (
 	"github.com/eip-project/eip/internal/lease"
 	"github.com/eip-project/eip/internal/listwatch"
 	"github.com/eip-project/eip/internal/netif"
+	"github.com/eip-project/eip/internal/wire"
 )
 
 // Options wires an Agent. Every field but Metrics and Router is required.
@@ -56,6 +57,9 @@ type Options struct {
 	// ProbeWait is how long an IP no eip node was serving is probed for
 	// before it is bound (see addrConflicts); 0 binds without probing.
 	ProbeWait time.Duration
+	// WirePace paces the checks of the wire this node makes as successor
+	// (docs/design.md, Checking the wire); zero Every checks nothing.
+	WirePace wire.Pace
 	// APIServer are the addresses eipd reaches the API server at: never
 	// bound, like the nodes' own addresses.
 	APIServer []netip.Addr

@@ -464,6 +464,9 @@ func (s *state) deviceEvent(ev netif.LinkEvent) {
 // about 80,000 for each node at 10,000 IPs on 3 nodes, and each used to
 // run a pass and decide its IP again.
 func (s *state) claim(c netif.Claim) (changed bool) {
+	if !c.Probe {
+		s.wire.answer(c.IP, c.MAC.String(), s.a.clk.Now())
+	}
 	_, probing := s.conflicts.probing[c.IP]
 	_, bound := s.binder.bound[c.IP]
 	if !probing && !bound {

@@ -108,10 +108,14 @@ func (s *state) reconcile() {
 	s.sched.ipWake.reset()
 	s.book.freeSince = shrink(s.book.freeSince)
 	s.book.written = shrink(s.book.written)
+	s.wire.keep(func(ip netip.Addr) bool {
+		_, named := s.desired.entries[ip]
+		return named
+	})
 	s.binder.claimed.keepOnly(func(ip netip.Addr) bool {
 		_, probing := s.conflicts.probing[ip]
 		_, bound := s.binder.bound[ip]
-		return probing || bound
+		return probing || bound || s.wire.tracks(ip)
 	})
 	s.sched.writableDeps = map[netip.Addr]bool{}
 	s.fence(now)
@@ -295,6 +299,7 @@ func (s *state) decide(v lease.View, ip netip.Addr, name string, l *lease.Kept, 
 	}
 	_, bound := s.binder.bound[ip]
 	in := lease.IP{Addr: ip, Lock: lk, Named: named, Bound: bound, FreeSince: s.book.freeSince[ip], Planned: planned, Next: s.desired.next[ip], Only: s.serving.onlyFor(ip)}
+	s.wireDecide(&in, v.Now)
 	d := lease.Decide(v, in)
 	if d.Action != lease.Succeed {
 		s.endSuccession(ip)

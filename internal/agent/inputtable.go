@@ -85,6 +85,7 @@ func (s *state) handle(i int, v reflect.Value, draining bool) (pass bool) {
 	now := s.a.clk.Now
 	switch i {
 	case inTimer:
+		s.checkWire(now())
 		return s.checkUnheard(now()) || s.passDue(now())
 	case inTick:
 		s.tick()
@@ -95,6 +96,7 @@ func (s *state) handle(i int, v reflect.Value, draining bool) (pass bool) {
 		s.sched.dirtyNodes = true
 	case inLeases:
 	case inHeartbeats:
+		s.wireRequests(now())
 		if draining {
 			s.sched.hbDirty = true
 			return true

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/eip-project/eip/internal/bgp"
+	"github.com/eip-project/eip/internal/wire"
 )
 
 // Metrics receives what the agent counts. The daemon passes a Prometheus
@@ -41,6 +42,11 @@ type Metrics interface {
 	// ForeignClaim counts a claim by another machine for an address this
 	// node holds while its renewals succeed.
 	ForeignClaim()
+	// WireCheck counts a probe sent to check an IP on the wire;
+	// WireVerdicts is how many IPs this node checks, by verdict, whenever
+	// a verdict changed.
+	WireCheck()
+	WireVerdicts(map[wire.Verdict]int)
 	// EventSummarised counts an Event on a Service that the node's budget
 	// left out (events.go), by reason.
 	EventSummarised(reason string)
@@ -51,21 +57,23 @@ type Metrics interface {
 
 type nopMetrics struct{}
 
-func (nopMetrics) Held(int)               {}
-func (nopMetrics) Managed(int)            {}
-func (nopMetrics) Bound()                 {}
-func (nopMetrics) Unbound()               {}
-func (nopMetrics) Acquired(bool)          {}
-func (nopMetrics) Handoff()               {}
-func (nopMetrics) Conflict()              {}
-func (nopMetrics) Fenced()                {}
-func (nopMetrics) Failover(time.Duration) {}
-func (nopMetrics) APIError(string)        {}
-func (nopMetrics) ConfigError()           {}
-func (nopMetrics) Renewed(time.Duration)  {}
-func (nopMetrics) Vanished()              {}
-func (nopMetrics) RefreshLate()           {}
-func (nopMetrics) AddressConflict()       {}
-func (nopMetrics) ForeignClaim()          {}
-func (nopMetrics) EventSummarised(string) {}
-func (nopMetrics) BGP([]bgp.Session, int) {}
+func (nopMetrics) Held(int)                          {}
+func (nopMetrics) Managed(int)                       {}
+func (nopMetrics) Bound()                            {}
+func (nopMetrics) Unbound()                          {}
+func (nopMetrics) Acquired(bool)                     {}
+func (nopMetrics) Handoff()                          {}
+func (nopMetrics) Conflict()                         {}
+func (nopMetrics) Fenced()                           {}
+func (nopMetrics) Failover(time.Duration)            {}
+func (nopMetrics) APIError(string)                   {}
+func (nopMetrics) ConfigError()                      {}
+func (nopMetrics) Renewed(time.Duration)             {}
+func (nopMetrics) Vanished()                         {}
+func (nopMetrics) RefreshLate()                      {}
+func (nopMetrics) AddressConflict()                  {}
+func (nopMetrics) ForeignClaim()                     {}
+func (nopMetrics) EventSummarised(string)            {}
+func (nopMetrics) WireCheck()                        {}
+func (nopMetrics) WireVerdicts(map[wire.Verdict]int) {}
+func (nopMetrics) BGP([]bgp.Session, int)            {}

@@ -35,7 +35,7 @@ func (s *state) passDue(now time.Time) bool {
 func (s *state) nextWake(now time.Time) time.Time {
 	expiry, _ := s.live.NextExpiry(now)
 	next := s.sched.wake
-	for _, t := range []time.Time{s.sched.ipWake.min, expiry, s.self.unheardAt, s.writes.paceUntil} {
+	for _, t := range []time.Time{s.sched.ipWake.min, expiry, s.self.unheardAt, s.writes.paceUntil, s.wire.next()} {
 		if !t.IsZero() && (next.IsZero() || t.Before(next)) {
 			next = t
 		}
@@ -188,6 +188,10 @@ func (s *state) verdicts(now time.Time) map[string]verdict {
 		// slow heartbeats and both its renewal and its peer's asked every
 		// survivor for a pass over every IP as the takeovers began.
 		hb.Version, hb.RenewTime, hb.Held, hb.Duration = "", time.Time{}, 0, 0
+		// The wire's check time and requests are read by the checks
+		// alone (wirecheck.go); a report that changes is read by the
+		// holders' decisions.
+		hb.WireChecked, hb.CheckRequest, hb.CheckDone = time.Time{}, "", ""
 		out[n] = verdict{alive: s.live.Alive(n, now), renewing: s.live.Renewing(n, now), status: hb}
 	}
 	return out

@@ -66,9 +66,11 @@ func (s *state) idle() bool {
 // renewal is the heartbeat renewal this node's state asks for now.
 func (s *state) renewal() renewal {
 	conflicts, claims := s.conflicts.report(s.a.clk.Now())
+	wireReport, wireChecked, checkDone := s.wire.status(s.a.clk.Now())
 	r := renewal{
 		status: lease.HeartbeatStatus{Eligible: s.self.selfEligible && !s.self.shutting, Error: s.statusError(), Held: len(s.binder.bound), BGP: s.routes.bgpSessions,
-			MACs: s.ownMACs(), Conflicts: conflicts, Claims: claims, LivenessPort: s.lan.lanPort, Build: s.a.opt.Build},
+			MACs: s.ownMACs(), Conflicts: conflicts, Claims: claims, LivenessPort: s.lan.lanPort, Build: s.a.opt.Build,
+			Wire: wireReport, WireChecked: wireChecked, CheckDone: checkDone},
 		// Neither the duration nor the timeout may be shorter than what
 		// peers need to see the renewal; a renewal slower than half a
 		// lease is a failure as far as holding addresses goes.
@@ -152,6 +154,7 @@ func (s *state) renewDue(now time.Time) bool {
 // waits for the next renewal.
 func sameStatus(a, b lease.HeartbeatStatus) bool {
 	a.Held, b.Held = 0, 0
+	a.WireChecked, b.WireChecked = time.Time{}, time.Time{}
 	return a == b
 }
 
@@ -212,6 +215,7 @@ func (s *state) tick() {
 	}
 	s.self.lastTick = now
 	s.watch.progressed(now)
+	s.checkWire(now)
 	if !s.loopLate(now) {
 		s.lifetime.loopTicked()
 		for ip := range s.sched.lateBinds {
@@ -290,6 +294,7 @@ func (s *state) view(now time.Time) lease.View {
 		},
 		SuccessorGrace: successorGrace * s.desired.cfg.LeaseDuration,
 		SuccessorWait:  s.desired.cfg.LeaseDuration + s.a.opt.ProbeWait,
+		WireRepair:     wireRepair,
 	}
 }
 

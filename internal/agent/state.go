@@ -60,6 +60,7 @@ type state struct {
 	lifetime  *keeper
 	watch     *watchdog
 	conflicts addrConflicts
+	wire      wireChecks
 	events    *eventBudget
 }
 
@@ -292,6 +293,7 @@ func newState(a *Agent) *state {
 		hb:        &heartbeater{a: a},
 		alloc:     newAllocator(),
 		conflicts: newAddrConflicts(),
+		wire:      newWireChecks(a.opt.Node, a.opt.WirePace),
 		events:    newEventBudget(a.clk.Now()),
 		watch:     newWatchdog(a.clk, a.opt.Hung),
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/eip-project/eip/internal/bgp"
 	"github.com/eip-project/eip/internal/lanlive"
+	"github.com/eip-project/eip/internal/wire"
 )
 
 // Options configures New.
@@ -49,6 +50,8 @@ type Metrics struct {
 	refreshLate  prometheus.Counter
 	conflicted   prometheus.Counter
 	foreign      prometheus.Counter
+	wireChecks   prometheus.Counter
+	wireVerdicts *prometheus.GaugeVec
 	summarised   *prometheus.CounterVec
 	bgpUp        *prometheus.GaugeVec
 	bgpRoutes    prometheus.Gauge
@@ -146,6 +149,14 @@ func New(opt Options) (*Metrics, error) {
 			Name: "eip_foreign_claims_total",
 			Help: "Announcements or replies from a machine that is not an eip node for an address this node holds.",
 		}),
+		wireChecks: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "eip_wire_checks_total",
+			Help: "Probes this node sent to check, as an IP's successor, that its holder answers for it on the LAN.",
+		}),
+		wireVerdicts: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "eip_wire_verdicts",
+			Help: "IPs this node checks on the LAN, by the last verdict: holder (answered by its holder alone), none, stranger, two-macs, unchecked.",
+		}, []string{"verdict"}),
 		summarised: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "eip_events_summarised_total",
 			Help: "Events on Services that this node's Event budget left out, by reason; each is counted in an EventsSummarised Event on the Node.",
@@ -178,10 +189,11 @@ func New(opt Options) (*Metrics, error) {
 	// rather than no series.
 	m.acquisitions.WithLabelValues(kindNew)
 	m.acquisitions.WithLabelValues(kindTakeover)
+	m.WireVerdicts(nil)
 
 	for _, c := range []prometheus.Collector{
 		m.held, m.managed, m.binds, m.unbinds, m.acquisitions, m.handoffs, m.conflicts, m.fencings,
-		m.failover, m.apiErrors, m.configErrors, m.renew, m.vanished, m.refreshLate, m.conflicted, m.foreign, m.summarised, build,
+		m.failover, m.apiErrors, m.configErrors, m.renew, m.vanished, m.refreshLate, m.conflicted, m.foreign, m.wireChecks, m.wireVerdicts, m.summarised, build,
 		m.bgpUp, m.bgpRoutes, m.bgpUpdates, m.bgpReceived,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "eip_announcements_sent_total",
@@ -320,6 +332,17 @@ func (m *Metrics) AddressConflict() { m.conflicted.Inc() }
 
 // ForeignClaim counts a stranger claiming an address this node holds.
 func (m *Metrics) ForeignClaim() { m.foreign.Inc() }
+
+// WireCheck counts a probe checking an IP on the wire.
+func (m *Metrics) WireCheck() { m.wireChecks.Inc() }
+
+// WireVerdicts sets how many IPs this node checks, by verdict; every
+// verdict has a series, zero when no IP has it.
+func (m *Metrics) WireVerdicts(counts map[wire.Verdict]int) {
+	for v := wire.Unchecked; v <= wire.TwoMACs; v++ {
+		m.wireVerdicts.WithLabelValues(v.String()).Set(float64(counts[v]))
+	}
+}
 
 // Ready returns nil when the heartbeat is renewing, or why it is not.
 func (m *Metrics) Ready() error {

@@ -43,6 +43,18 @@ func run(s *Schedule, w wire, now *time.Time, d, tick time.Duration) (sent map[n
 	return sent, changes
 }
 
+// set makes ips the IPs s verifies.
+func set(s *Schedule, ips map[netip.Addr]string, now time.Time) {
+	for ip := range s.ips {
+		if h, ok := ips[ip]; !ok || h != s.ips[ip].holder {
+			s.Untrack(ip)
+		}
+	}
+	for ip, h := range ips {
+		s.Track(ip, h, now)
+	}
+}
+
 func ips(n int) map[netip.Addr]string {
 	out := map[netip.Addr]string{}
 	for i := range n {
@@ -54,15 +66,15 @@ func ips(n int) map[netip.Addr]string {
 func TestScheduleHealthyQuiet(t *testing.T) {
 	s := NewSchedule(DefaultPace, 1)
 	now := t0
-	set := ips(3)
-	s.Set(set, now)
+	all := ips(3)
+	set(s, all, now)
 	w := wire{}
-	for ip := range set {
+	for ip := range all {
 		w[ip] = []string{holderMAC}
 	}
 	_, changes := run(s, w, &now, 2*time.Second, 10*time.Millisecond)
 	assert.Equal(t, len(changes), 3, "each IP's first verdict is a change")
-	for ip := range set {
+	for ip := range all {
 		e, ok := s.Verdict(ip)
 		assert.Assert(t, ok)
 		assert.Equal(t, e.Verdict, Holder)
@@ -85,15 +97,15 @@ func TestScheduleRateBound(t *testing.T) {
 	p.Rate = 50
 	s := NewSchedule(p, 2)
 	now := t0
-	set := ips(1000)
-	s.Set(set, now)
+	all := ips(1000)
+	set(s, all, now)
 	w := wire{}
-	for ip := range set {
+	for ip := range all {
 		w[ip] = []string{holderMAC}
 	}
 	sent, _ := run(s, w, &now, time.Minute, 50*time.Millisecond)
 	total := 0
-	for ip := range set {
+	for ip := range all {
 		times := sent[ip]
 		total += len(times)
 		assert.Assert(t, len(times) >= 2, "%s checked %d times in a minute", ip, len(times))
@@ -109,7 +121,7 @@ func TestScheduleNoAnswerNeedsTries(t *testing.T) {
 	s := NewSchedule(DefaultPace, 3)
 	now := t0
 	ip := netip.MustParseAddr("198.18.0.10")
-	s.Set(map[netip.Addr]string{ip: "h"}, now)
+	set(s, map[netip.Addr]string{ip: "h"}, now)
 	w := wire{ip: {holderMAC}}
 	run(s, w, &now, time.Second, 10*time.Millisecond)
 	e, _ := s.Verdict(ip)
@@ -149,7 +161,7 @@ func TestScheduleStrangerAtOnce(t *testing.T) {
 	s := NewSchedule(DefaultPace, 4)
 	now := t0
 	ip := netip.MustParseAddr("198.18.0.11")
-	s.Set(map[netip.Addr]string{ip: "h"}, now)
+	set(s, map[netip.Addr]string{ip: "h"}, now)
 	w := wire{ip: {holderMAC}}
 	run(s, w, &now, time.Second, 10*time.Millisecond)
 	w[ip] = []string{holderMAC, strangerMAC}
@@ -179,7 +191,7 @@ func TestScheduleLateAnswerIgnored(t *testing.T) {
 	s := NewSchedule(DefaultPace, 5)
 	now := t0
 	ip := netip.MustParseAddr("198.18.0.12")
-	s.Set(map[netip.Addr]string{ip: "h"}, now)
+	set(s, map[netip.Addr]string{ip: "h"}, now)
 	for s.Due(now) == nil {
 		now = now.Add(10 * time.Millisecond)
 	}
@@ -196,14 +208,14 @@ func TestScheduleNewHolderStartsOver(t *testing.T) {
 	s := NewSchedule(DefaultPace, 6)
 	now := t0
 	ip := netip.MustParseAddr("198.18.0.13")
-	s.Set(map[netip.Addr]string{ip: "h"}, now)
+	set(s, map[netip.Addr]string{ip: "h"}, now)
 	run(s, wire{ip: {strangerMAC}}, &now, time.Second, 10*time.Millisecond)
 	e, _ := s.Verdict(ip)
 	assert.Equal(t, e.Verdict, Stranger)
-	s.Set(map[netip.Addr]string{ip: "other"}, now)
+	set(s, map[netip.Addr]string{ip: "other"}, now)
 	e, _ = s.Verdict(ip)
 	assert.Equal(t, e.Verdict, Unchecked)
-	s.Set(nil, now)
+	set(s, nil, now)
 	_, ok := s.Verdict(ip)
 	assert.Assert(t, !ok)
 	_, ok = s.Next()
@@ -213,8 +225,8 @@ func TestScheduleNewHolderStartsOver(t *testing.T) {
 func TestScheduleDeaf(t *testing.T) {
 	s := NewSchedule(DefaultPace, 7)
 	now := t0
-	set := ips(5)
-	s.Set(set, now)
+	all := ips(5)
+	set(s, all, now)
 	assert.Assert(t, s.Heard(now))
 	run(s, wire{}, &now, DefaultPace.Deaf-time.Second, 10*time.Millisecond)
 	assert.Assert(t, s.Heard(now), "not deaf before Deaf has passed")
@@ -224,7 +236,7 @@ func TestScheduleDeaf(t *testing.T) {
 	assert.Equal(t, len(r.Entries), 5)
 	assert.Assert(t, !r.Heard)
 	w := wire{}
-	for ip := range set {
+	for ip := range all {
 		w[ip] = []string{holderMAC}
 	}
 	run(s, w, &now, 6*time.Second, 10*time.Millisecond)
