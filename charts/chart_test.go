@@ -170,7 +170,7 @@ func TestChartValues(t *testing.T) {
 		"--set", "image.repository=registry.example/eipd,image.tag=v9.8.7,image.pullPolicy=Always",
 		"--set", "config.policy=spread,config.lease-duration=4s,config.renew-interval=1s,config.api-loss=fence",
 		"--set-string", "config.ranges=198.18.100.0/28 name=pool auto-assign",
-		"--set", "daemonset.nodeSelector.eip-edge=true",
+		"--set-string", "daemonset.nodeSelector.eip-edge=true",
 		"--set", "daemonset.tolerations[0].key=edge,daemonset.tolerations[0].operator=Exists",
 		"--set", "daemonset.resources.requests.cpu=200m,daemonset.resources.limits.memory=256Mi",
 		"--set", "daemonset.priorityClassName=eip-critical,daemonset.goMemLimit=90MiB,daemonset.goMaxProcs=2",

@@ -1,12 +1,36 @@
+{{/* eip's name: the app.kubernetes.io/name label, nameOverride or "eip". */}}
+{{- define "eip.name" -}}
+{{- .Values.nameOverride | default "eip" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The prefix of the names of eip's objects: fullnameOverride, else the name.
+eip runs once per cluster, so the release name is no part of it. The
+ConfigMap eip-config and the Secret eip-liveness-key keep their names:
+eipd's Role grants access to those names alone.
+*/}}
+{{- define "eip.fullname" -}}
+{{- .Values.fullnameOverride | default (include "eip.name" .) | trunc 62 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The ServiceAccount eipd runs as. */}}
+{{- define "eip.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- .Values.serviceAccount.name | default (include "eip.fullname" .) }}
+{{- else }}
+{{- .Values.serviceAccount.name | default "default" }}
+{{- end }}
+{{- end }}
+
 {{/* The labels every eip object carries, as in manifests/. */}}
 {{- define "eip.labels" -}}
-app.kubernetes.io/name: eip
+app.kubernetes.io/name: {{ include "eip.name" . }}
 app.kubernetes.io/part-of: eip
 {{- end }}
 
 {{/* The labels that select eipd's pods. */}}
 {{- define "eip.selector" -}}
-app.kubernetes.io/name: eip
+app.kubernetes.io/name: {{ include "eip.name" . }}
 app.kubernetes.io/component: eipd
 {{- end }}
 
