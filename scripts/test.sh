@@ -27,4 +27,6 @@ export EIP_K8S_BIN EIPD_BIN="$root/bin/eipd" KUBECTL_EIP_BIN="$root/bin/kubectl-
 # The real kubelet nodes of testenv/e2e/realnodes (testenv finds them itself).
 for tool in kubelet containerd cni; do scripts/build-tool.sh "$tool" >/dev/null; done
 echo "== end-to-end suite"
-go test -count=1 -timeout 40m ./testenv/...
+# Tests of testenv/e2e run in parallel, each on a cluster of its own (see
+# testenv/README.md): three at once on CI's 2 cores.
+go test -count=1 -timeout 40m -parallel "${EIP_E2E_PARALLEL:-3}" ./testenv/...

@@ -18,14 +18,21 @@ type MassStop struct {
 	// the stopped node to its being bound on a survivor, in seconds, as
 	// netlink saw them; below 0 when the survivor bound it first.
 	Gap []float64 `json:"gap"`
-	// Dark counts the IPs bound on no survivor within the deadline after
-	// the stop; DoubleBound those on two nodes' interfaces at once.
-	Dark        int `json:"dark"`
-	DoubleBound int `json:"doubleBound"`
+	// NotHandedOff counts the IPs bound on no survivor within the
+	// deadline after the stop, or only after a gap longer than handOff
+	// (taken over by ordinary failover, not handed off); DoubleBound
+	// those on two nodes' interfaces at once.
+	NotHandedOff int `json:"notHandedOff"`
+	DoubleBound  int `json:"doubleBound"`
 	// Exited is the SIGTERM → the stopped eipd's exit.
 	Exited time.Duration `json:"exited"`
 	Error  string        `json:"error,omitempty"`
 }
+
+// handOff is the longest gap of an IP that still counts as handed off: a
+// hand-off takes milliseconds, whereas a survivor that was handed nothing
+// waits out the lease duration (2 s) before it takes the IP over.
+const handOff = time.Second
 
 // massStop starts eipd on the first node alone until it holds all ips
 // IPs, then on the others (sticky: nothing moves), and stops the first
@@ -98,9 +105,13 @@ func (e *env) massStop(ctx context.Context, ips int) (MassStop, error) {
 		}
 		switch {
 		case bound.IsZero():
-			res.Dark++
+			res.NotHandedOff++
 		case !left.IsZero():
-			res.Gap = append(res.Gap, bound.Sub(left).Seconds())
+			gap := bound.Sub(left)
+			res.Gap = append(res.Gap, gap.Seconds())
+			if gap > handOff {
+				res.NotHandedOff++
+			}
 		}
 		// The stopped node's spans count: its address must be gone
 		// before a survivor binds.
@@ -108,6 +119,6 @@ func (e *env) massStop(ctx context.Context, ips int) (MassStop, error) {
 			res.DoubleBound++
 		}
 	}
-	e.log.Info("mass stop done", "node", holder, "ips", ips, "dark", res.Dark, "p99", Summarize(res.Gap).P99)
+	e.log.Info("mass stop done", "node", holder, "ips", ips, "notHandedOff", res.NotHandedOff, "p99", Summarize(res.Gap).P99)
 	return res, waitErr
 }

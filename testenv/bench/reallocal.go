@@ -2,7 +2,7 @@ package bench
 
 import (
 	"context"
-	"fmt"
+	"net/netip"
 	"time"
 
 	"github.com/eip-project/eip/testenv"
@@ -20,25 +20,31 @@ const (
 // it to zero and back, with the client's HTTP on its IP.
 func measureRealLocal(ctx context.Context, c *testenv.Cluster, reps int) ([]RealNodeSample, error) {
 	const name = "bench-local"
-	ip, err := workload.DeployLocal(ctx, c, name, 1)
+	ip, err := step(ctx, "deploy "+name, func(ctx context.Context) (netip.Addr, error) {
+		return workload.DeployLocal(ctx, c, name, 1)
+	})
 	if err != nil {
 		return nil, err
 	}
 	var out []RealNodeSample
 	for range reps {
-		m, err := workload.MoveLocalPod(ctx, c, name, ip)
+		m, err := step(ctx, RealLocalDelete, func(ctx context.Context) (workload.LocalMove, error) {
+			return workload.MoveLocalPod(ctx, c, name, ip)
+		})
 		if err != nil {
-			return out, fmt.Errorf("%s: %w", RealLocalDelete, err)
+			return out, err
 		}
 		out = append(out, localSample(RealLocalDelete, m))
 	}
 	for range reps {
-		if _, err := workload.ScaleToZero(ctx, c, name, ip); err != nil {
-			return out, fmt.Errorf("%s: %w", RealLocalScale, err)
-		}
-		m, err := workload.ScaleBack(ctx, c, name, ip)
+		m, err := step(ctx, RealLocalScale, func(ctx context.Context) (workload.LocalMove, error) {
+			if _, err := workload.ScaleToZero(ctx, c, name, ip); err != nil {
+				return workload.LocalMove{}, err
+			}
+			return workload.ScaleBack(ctx, c, name, ip)
+		})
 		if err != nil {
-			return out, fmt.Errorf("%s: %w", RealLocalScale, err)
+			return out, err
 		}
 		out = append(out, localSample(RealLocalScale, m))
 	}

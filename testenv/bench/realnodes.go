@@ -78,23 +78,44 @@ func realNodeGaps(ctx context.Context, log *slog.Logger, reps int) ([]RealNodeSa
 	return samples, errors.Join(err, c.Close())
 }
 
+// realStep bounds each step on the real nodes (an installation, a
+// rollout, a pod's move): a kubelet, containerd or eipd that stops making
+// progress fails the benchmark with the step it hung in, instead of
+// hanging it. Each step takes seconds to a minute or two when it works.
+const realStep = 5 * time.Minute
+
+// step runs fn with a context that ends realStep from now.
+func step[T any](ctx context.Context, what string, fn func(context.Context) (T, error)) (T, error) {
+	ctx, cancel := context.WithTimeout(ctx, realStep)
+	defer cancel()
+	v, err := fn(ctx)
+	if err != nil {
+		err = fmt.Errorf("%s: %w", what, err)
+	}
+	return v, err
+}
+
 func measureRealNodes(ctx context.Context, c *testenv.Cluster, reps int) ([]RealNodeSample, error) {
-	if err := workload.InstallEIP(ctx, c); err != nil {
+	if _, err := step(ctx, "install eip", func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, workload.InstallEIP(ctx, c)
+	}); err != nil {
 		return nil, err
 	}
-	lbIP, err := workload.DeployWeb(ctx, c)
+	lbIP, err := step(ctx, "deploy the web application", func(ctx context.Context) (netip.Addr, error) {
+		return workload.DeployWeb(ctx, c)
+	})
 	if err != nil {
 		return nil, err
 	}
 	ips := []netip.Addr{workload.ExternalIP, lbIP}
-	actions := map[string]func() error{
-		RealRollout: func() error {
+	actions := map[string]func(ctx context.Context) error{
+		RealRollout: func(ctx context.Context) error {
 			if _, err := c.Kubectl(ctx, "-n", testenv.Namespace, "rollout", "restart", "daemonset/eipd"); err != nil {
 				return err
 			}
 			return workload.WaitDaemonSet(ctx, c)
 		},
-		RealPodDelete: func() error {
+		RealPodDelete: func(ctx context.Context) error {
 			h, err := workload.Holder(ctx, c, workload.ExternalIP)
 			if err != nil {
 				return err
@@ -112,9 +133,11 @@ func measureRealNodes(ctx context.Context, c *testenv.Cluster, reps int) ([]Real
 	var samples []RealNodeSample
 	for _, kind := range []string{RealRollout, RealPodDelete} {
 		for range reps {
-			s, err := disrupt(ctx, c, ips, kind, actions[kind])
+			s, err := step(ctx, kind, func(ctx context.Context) ([]RealNodeSample, error) {
+				return disrupt(ctx, c, ips, kind, actions[kind])
+			})
 			if err != nil {
-				return samples, fmt.Errorf("%s: %w", kind, err)
+				return samples, err
 			}
 			samples = append(samples, s...)
 		}
@@ -125,7 +148,7 @@ func measureRealNodes(ctx context.Context, c *testenv.Cluster, reps int) ([]Real
 
 // disrupt runs one disruption with traffic to every IP and returns a sample
 // per IP.
-func disrupt(ctx context.Context, c *testenv.Cluster, ips []netip.Addr, kind string, action func() error) ([]RealNodeSample, error) {
+func disrupt(ctx context.Context, c *testenv.Cluster, ips []netip.Addr, kind string, action func(context.Context) error) ([]RealNodeSample, error) {
 	var trs []*workload.Traffic
 	defer func() {
 		for _, tr := range trs {
@@ -145,7 +168,7 @@ func disrupt(ctx context.Context, c *testenv.Cluster, ips []netip.Addr, kind str
 			return nil, err
 		}
 	}
-	if err := action(); err != nil {
+	if err := action(ctx); err != nil {
 		return nil, err
 	}
 	time.Sleep(time.Second) // the client sees the final state too

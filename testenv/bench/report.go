@@ -12,12 +12,13 @@ import (
 const (
 	nameTwoMACs     = "two MACs answering, any failover or move"
 	nameDoubleBound = "IP bound on two nodes, any failover or move"
+	nameUnanswered  = "IP answered by no node once the old holder returned, any failover"
 )
 
 // figures turns the samples into the rows of the table.
 func (r *Report) figures() []Figure {
 	var figs []Figure
-	var twoMACs, doubleBound []float64
+	var twoMACs, doubleBound, unanswered []float64
 	for _, t := range r.Timings {
 		for _, fault := range []string{FaultKill, FaultCut} {
 			var secs []float64
@@ -32,6 +33,13 @@ func (r *Report) figures() []Figure {
 				}
 				secs = append(secs, s.Failover.Seconds())
 				twoMACs = append(twoMACs, float64(s.TwoMACs+max(len(s.AnswerARP)-1, 0)))
+				// The final ARP check wants exactly one answer: none is
+				// an IP lost, as much a failure as two.
+				if len(s.AnswerARP) == 0 {
+					unanswered = append(unanswered, 1)
+				} else {
+					unanswered = append(unanswered, 0)
+				}
 				doubleBound = append(doubleBound, millis(s.DoubleBound))
 			}
 			if len(secs) == 0 && len(failed) == 0 {
@@ -73,6 +81,9 @@ func (r *Report) figures() []Figure {
 		figs = append(figs, f)
 	}
 	figs = append(figs, r.bgpFigures()...)
+	if len(unanswered) > 0 {
+		figs = append(figs, NewFigure(nameUnanswered, UnitCount, unanswered, Target{Stat: "max", Limit: 0}))
+	}
 	if len(twoMACs) > 0 {
 		figs = append(figs,
 			NewFigure(nameTwoMACs, UnitCount, twoMACs, Target{Stat: "max", Limit: 0}),
@@ -288,8 +299,8 @@ func massFailoverFigures(res ScaleResult, what string) []Figure {
 }
 
 // massStopFigures are the rows of the stop scenario, if it ran: each IP's
-// gap from the stopped node to a survivor, and the IPs left dark or bound
-// twice.
+// gap from the stopped node to a survivor, and the IPs not handed off or
+// bound twice.
 func massStopFigures(m *MassStop) []Figure {
 	if m == nil {
 		return nil
@@ -303,7 +314,7 @@ func massStopFigures(m *MassStop) []Figure {
 	gap.Note = joinNotes(fmt.Sprintf("eipd exited %.1f s after the SIGTERM", m.Exited.Seconds()), m.Error)
 	return []Figure{
 		gap,
-		NewFigure(what+": IPs left dark", UnitCount, []float64{float64(m.Dark)}, Target{Stat: "max", Limit: 0}),
+		NewFigure(fmt.Sprintf("%s: IPs not handed off (dark, or a gap over %s)", what, handOff), UnitCount, []float64{float64(m.NotHandedOff)}, Target{Stat: "max", Limit: 0}),
 		NewFigure(what+": IPs bound on two nodes at once", UnitCount, []float64{float64(m.DoubleBound)}, Target{Stat: "max", Limit: 0}),
 	}
 }

@@ -30,6 +30,7 @@ func sampleReport() *Report {
 			{Fault: FaultCut, Timing: "lease 2s", Failover: 2600 * ms, AnswerARP: []string{"node-1", "node-2"}},
 			{Fault: FaultCut, Timing: "lease 2s", Error: "wait for a reply from another node: not within 1m0s"},
 			{Fault: FaultKill, Timing: "lease 1s", Failover: 1100 * ms, DoubleBound: 20 * ms, AnswerARP: []string{"node-1"}},
+			{Fault: FaultKill, Timing: "lease 1s", Failover: 1200 * ms},
 		},
 		Moves: []MoveSample{
 			{Kind: MoveRequest, Method: viaAnnotation, Gap: 30 * ms},
@@ -79,6 +80,7 @@ func TestVerdicts(t *testing.T) {
 	assert.Equal(t, got["Service created → IP answering pings"], "yes", "the median, not the outlier")
 	assert.Equal(t, got[nameTwoMACs], "NO", "an overlap in a SIGTERM and two ARP answers")
 	assert.Equal(t, got[nameDoubleBound], "NO")
+	assert.Equal(t, got[nameUnanswered], "NO", "a failover after which no node answered ARP")
 	assert.Equal(t, got["Lease writes/s by eipd, 10 IPs"], "yes", "6.1 - 0.1 background")
 	assert.Equal(t, got["Lease writes/s by eipd, 1000 IPs"], "yes", "6.15 - 0.1 ≤ 3 / 0.5 s + 3 / 30 s")
 	assert.Equal(t, got["Lease writes/s by eipd, 2000 IPs"], "NO", "6.4 - 0.1 > 6.1")
@@ -108,8 +110,8 @@ func TestPlotIsWellFormedSVG(t *testing.T) {
 			}
 		}
 	}
-	// 4 failovers + 2 moves + 3 binds as dots; 3 load points × 2 series.
-	assert.Equal(t, circles, 4+2+3+6)
+	// 5 failovers + 2 moves + 3 binds as dots; 3 load points × 2 series.
+	assert.Equal(t, circles, 5+2+3+6)
 	assert.Equal(t, polylines, 3, "writes, reads and one cold start")
 	assert.Assert(t, strings.Contains(string(svg), "link cut, lease 2s"))
 }

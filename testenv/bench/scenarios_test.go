@@ -93,11 +93,11 @@ func TestBGPScenarioShort(t *testing.T) {
 // the test ends (kept when it failed), or skips the test where none can run.
 func shortCluster(t *testing.T, opts testenv.Options) (*testenv.Cluster, *slog.Logger) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for network namespaces")
-	}
-	if os.Getenv("EIP_K8S_BIN") == "" {
-		t.Skip("EIP_K8S_BIN is not set (run scripts/build-k8s.sh, or make test)")
+	if err := testenv.Prerequisites(opts); err != nil {
+		if os.Getenv(testenv.SkipEnv) == "1" {
+			t.Skip(err)
+		}
+		t.Fatalf("%v (set %s=1 to skip)", err, testenv.SkipEnv)
 	}
 	opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	c, err := testenv.Start(context.Background(), opts)

@@ -36,10 +36,10 @@ func (e *env) admission(params map[string]string) {
 	root, err := testenv.RepoRoot()
 	e.must(err)
 	dir := filepath.Join(root, "manifests", "admission")
-	out, err := cluster.Kubectl(e.ctx, "apply", "--server-side", "--field-manager=eip-e2e", "--validate=strict", "-k", dir)
+	out, err := e.c.Kubectl(e.ctx, "apply", "--server-side", "--field-manager=eip-e2e", "--validate=strict", "-k", dir)
 	e.must(err)
 	e.t.Cleanup(func() {
-		if out, err := cluster.Kubectl(context.Background(), "delete", "--ignore-not-found", "-k", dir); err != nil {
+		if out, err := e.c.Kubectl(context.Background(), "delete", "--ignore-not-found", "-k", dir); err != nil {
 			e.t.Errorf("delete the admission policies: %v\n%s", err, out)
 		}
 	})
@@ -61,7 +61,7 @@ func (e *env) setAdmissionParams(params map[string]string) {
 // impersonate.
 func (e *env) impersonating(user string) kubernetes.Interface {
 	e.t.Helper()
-	cfg := cluster.AdminConfig()
+	cfg := e.c.AdminConfig()
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
 	k, err := kubernetes.NewForConfig(cfg)
 	e.must(err)
@@ -120,6 +120,7 @@ func refused(t *testing.T, err error, want string) {
 // in-range load-balancer addresses of its own Services, while eipd's own
 // allocation still goes through.
 func TestAdmissionPolicy(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, allocConfig())
 	e.tenant(tenantA)
 	e.tenant(tenantB)

@@ -160,7 +160,7 @@ func (e *env) locks() map[netip.Addr]string {
 func (e *env) logLines(s string) int {
 	n := 0
 	for _, node := range e.nodes {
-		b, _ := os.ReadFile(cluster.DaemonLog(node))
+		b, _ := os.ReadFile(e.c.DaemonLog(node))
 		n += strings.Count(string(b), s)
 	}
 	return n
@@ -252,6 +252,7 @@ func (e *env) raceStats(lostMark, conflictMark int) string {
 // addresses, each locked once and served by its holder, and no reservation
 // is left over.
 func TestAllocationRace(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, allocConfig())
 	lost, conflicts := e.logLines("address already locked"), e.logLines("service changed while allocating")
 	start := time.Now()
@@ -264,15 +265,16 @@ func TestAllocationRace(t *testing.T) {
 // The same race at its worst: 50 Services wait while no daemon runs, and
 // all three start at once, each seeing all 50 before it sees its peers.
 func TestAllocationRaceAtStart(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, allocConfig())
 	for _, n := range e.nodes {
-		e.must(cluster.StopDaemon(n, syscall.SIGKILL))
+		e.must(e.c.StopDaemon(n, syscall.SIGKILL))
 	}
 	e.createAtOnce(raceSize)
 	lost, conflicts := e.logLines("address already locked"), e.logLines("service changed while allocating")
 	start := time.Now()
 	for _, n := range e.nodes {
-		e.must(cluster.StartDaemon(n))
+		e.must(e.c.StartDaemon(n))
 	}
 	ips, allocated := e.distinctAllocations(raceSize)
 	t.Logf("%d waiting Services got %d distinct addresses (%s … %s) within %s of 3 daemons starting at once, all served; %s",
@@ -283,6 +285,7 @@ func TestAllocationRaceAtStart(t *testing.T) {
 // Service is refused with an event until the first lets it go; addresses
 // outside every range are refused.
 func TestRequestedAddress(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, allocConfig())
 	want := netip.MustParseAddr("198.18.102.12")
 	e.lbService("a", func(s *corev1.Service) { s.Spec.LoadBalancerIP = want.String() })
@@ -308,6 +311,7 @@ func TestRequestedAddress(t *testing.T) {
 
 // A range chosen by name, though it is not auto-assign.
 func TestRangeByName(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, allocConfig())
 	e.lbService("a", annotated(alloc.AnnotationRange, "fixed"))
 	e.lbService("b", annotated(alloc.AnnotationRange, "fixed"))
@@ -323,6 +327,7 @@ func TestRangeByName(t *testing.T) {
 // A dual-stack Service gets one address of each family, and both answer
 // the client.
 func TestDualStackAllocation(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, allocConfig())
 	e.lbService("dual", dualStack)
 	ips := e.lbIPs("dual", 2)
@@ -342,6 +347,7 @@ func TestDualStackAllocation(t *testing.T) {
 // clash; a clash takes another address, or is refused when the address
 // was requested.
 func TestSharing(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, allocConfig())
 	key := annotated(alloc.AnnotationSharingKey, "web")
 	e.lbService("http", key, withPorts(80))
@@ -367,6 +373,7 @@ func TestSharing(t *testing.T) {
 // Deleting a Service or changing its type frees its address: lock
 // deleted, address unbound, and the next Service gets it.
 func TestReleaseOnDeleteAndTypeChange(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, allocConfig())
 	e.lbService("a")
 	a := e.lbIPs("a", 1)[0]
@@ -399,6 +406,7 @@ func TestReleaseOnDeleteAndTypeChange(t *testing.T) {
 // Allocation lives in Leases and Service status only: every daemon killed
 // and started again, every Service keeps its addresses, served again.
 func TestAllocationSurvivesRestart(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, allocConfig())
 	names := []string{"a", "b", "c", "d"}
 	for _, n := range names {
@@ -410,7 +418,7 @@ func TestAllocationSurvivesRestart(t *testing.T) {
 		before[n] = e.lbIPs(n, 1)
 	}
 	for _, n := range e.nodes {
-		e.must(cluster.StopDaemon(n, syscall.SIGKILL))
+		e.must(e.c.StopDaemon(n, syscall.SIGKILL))
 	}
 	for _, n := range e.nodes {
 		e.start(n)
@@ -428,6 +436,7 @@ func TestAllocationSurvivesRestart(t *testing.T) {
 // (no surprise reallocation), the address is no longer bound and is
 // reported; the range back, it is served again.
 func TestRangeRemovedKeepsStatus(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, allocConfig())
 	e.lbService("a")
 	ip := e.lbIPs("a", 1)[0]
@@ -452,6 +461,7 @@ func TestRangeRemovedKeepsStatus(t *testing.T) {
 // a live node takes the lock over from the dead one. A reservation for a
 // Service that never appears is deleted after the grace period.
 func TestReservationOfDeadNode(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, allocConfig())
 	reserve := func(ip netip.Addr, service string) {
 		l := lease.NewLockLease(testenv.Namespace, ip, "node-gone", "", []string{service}, time.Now())

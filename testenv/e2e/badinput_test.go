@@ -38,6 +38,7 @@ type badConfig struct {
 // Two tests, so that no daemon records more than the 25 Warning events on
 // one object that client-go's spam filter lets through.
 func TestBadConfigValues(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	e.refusesEach([]badConfig{
 		{"duration that is not one", map[string]string{"lease-duration": "soon"}, `lease-duration "soon" is not a duration`},
@@ -61,8 +62,9 @@ func TestBadConfigValues(t *testing.T) {
 }
 
 func TestBadConfigRanges(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
-	n1, err := cluster.Node(e.nodes[0])
+	n1, err := e.c.Node(e.nodes[0])
 	assert.NilError(t, err)
 	e.refusesEach([]badConfig{
 		{"a line that is no range", map[string]string{"ranges": "198.18.100.0/24\nnot-a-range"}, `ranges line 2 "not-a-range"`},
@@ -140,7 +142,7 @@ func (e *env) statusShows(s string, args ...string) {
 	e.eventually("kubectl eip status shows "+s, func() (bool, string) {
 		// A non-zero exit (the plugin reports problems that way) still
 		// prints the table.
-		out, err := cluster.Exec(e.ctx, testenv.Client, append([]string{bin, "--kubeconfig=" + cluster.AdminKubeconfig(), "-n", testenv.Namespace, "status"}, args...)...)
+		out, err := e.c.Exec(e.ctx, testenv.Client, append([]string{bin, "--kubeconfig=" + e.c.AdminKubeconfig(), "-n", testenv.Namespace, "status"}, args...)...)
 		var ee *exec.ExitError
 		if err != nil && !errors.As(err, &ee) {
 			return false, err.Error()
@@ -152,6 +154,7 @@ func (e *env) statusShows(s string, args ...string) {
 // Unknown keys are warned about, once each, and otherwise ignored: the rest
 // of the edit applies.
 func TestBadConfigUnknownKeyIsWarned(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	ip := testenv.ServiceIP(153)
 	e.service("web", ip)
@@ -181,6 +184,7 @@ func TestBadConfigUnknownKeyIsWarned(t *testing.T) {
 // and stays out; the others serve. Creating the interface there brings
 // the node back.
 func TestBadConfigInterfaceMissingOnOneNode(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	lacking := e.nodes[len(e.nodes)-1]
 	for _, n := range e.nodes[:len(e.nodes)-1] {
@@ -240,7 +244,7 @@ func TestBadConfigInterfaceMissingOnOneNode(t *testing.T) {
 // addDummy creates an interface with carrier on node (newEnv deletes eip0).
 func (e *env) addDummy(node, name string) {
 	e.t.Helper()
-	_, err := cluster.Exec(e.ctx, node, "sh", "-c", "ip link add "+name+" type veth peer name "+name+"p && ip link set "+name+"p up && ip link set "+name+" up")
+	_, err := e.c.Exec(e.ctx, node, "sh", "-c", "ip link add "+name+" type veth peer name "+name+"p && ip link set "+name+"p up && ip link set "+name+" up")
 	e.must(err)
 }
 
@@ -248,8 +252,9 @@ func (e *env) addDummy(node, name string) {
 // AddressRejected event on the Service naming the reason, never bound and
 // never locked, while the Service's good address is served.
 func TestBadServiceAddressesAreRejected(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
-	n1, err := cluster.Node(e.nodes[0])
+	n1, err := e.c.Node(e.nodes[0])
 	assert.NilError(t, err)
 	good := testenv.ServiceIP(160)
 	bad := []struct {
@@ -281,6 +286,7 @@ func TestBadServiceAddressesAreRejected(t *testing.T) {
 // API server let them through, internal/ipset refuses mapped forms (unit
 // tested) and a repeated IP is one IP.
 func TestBadServiceFormsTheAPIServerRefuses(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	for name, ips := range map[string][]string{
 		"dup":    {testenv.ServiceIP(162).String(), testenv.ServiceIP(162).String()},
@@ -314,11 +320,11 @@ func (e *env) neverBound(svc string, ips []netip.Addr) {
 	e.t.Helper()
 	e.throughout(svc+": rejected addresses never bound", 2*leaseDuration, func() string {
 		for _, n := range e.nodes {
-			all, err := cluster.NodeAddrs(n)
+			all, err := e.c.NodeAddrs(n)
 			if err != nil {
 				return err.Error()
 			}
-			own, _ := cluster.Node(n)
+			own, _ := e.c.Node(n)
 			for _, p := range all {
 				for _, ip := range ips {
 					if p.Addr() == ip && ip != own.IPv4 && ip != own.IPv6 {

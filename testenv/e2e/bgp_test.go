@@ -43,7 +43,7 @@ func newRouteEnv(t *testing.T, extra ...string) *env {
 	}
 	e := newEnv(t, cfg)
 	e.eventually("every node peered with the router", func() (bool, string) {
-		states, err := cluster.BGPSessions(e.ctx)
+		states, err := e.c.BGPSessions(e.ctx)
 		if err != nil {
 			return false, err.Error()
 		}
@@ -92,11 +92,11 @@ func (e *env) routedAway(ip netip.Addr, old string) string {
 // bestPathAt says what is wrong with the router's paths for ip, if its one
 // best path is not node's.
 func (e *env) bestPathAt(ip netip.Addr, node string) string {
-	paths, err := cluster.BGPPaths(e.ctx, ip)
+	paths, err := e.c.BGPPaths(e.ctx, ip)
 	if err != nil {
 		return err.Error()
 	}
-	n, err := cluster.Node(node)
+	n, err := e.c.Node(node)
 	e.must(err)
 	via := n.IPv4
 	if ip.Is6() {
@@ -129,7 +129,7 @@ func (e *env) routedReplies(p *testenv.Probe, since time.Time) {
 
 func (e *env) routedProbe(ip netip.Addr) *testenv.Probe {
 	e.t.Helper()
-	p, err := cluster.RoutedProbe(ip, 0)
+	p, err := e.c.RoutedProbe(ip, 0)
 	e.must(err)
 	e.t.Cleanup(func() { p.Stop() })
 	return p
@@ -150,6 +150,7 @@ func firstReplyAfter(r testenv.ProbeResult, t time.Time) time.Duration {
 // node answers ARP for it on the LAN, while the ARP range beside it works
 // as before.
 func TestRouteModeServesThroughRouterOnly(t *testing.T) {
+	t.Parallel()
 	e := newRouteEnv(t)
 	ips := []netip.Addr{testenv.RoutedServiceIP(10), testenv.RoutedServiceIP(11), testenv.RoutedServiceIP(12)}
 	e.service("routed", ips...)
@@ -167,7 +168,7 @@ func TestRouteModeServesThroughRouterOnly(t *testing.T) {
 // neighbour solicitations for it on the LAN.
 func (e *env) reachedThroughRouterOnly(ip netip.Addr, holder string) {
 	e.t.Helper()
-	out, err := cluster.Exec(e.ctx, holder, "ip", "-o", "addr", "show", "dev", testenv.EipdDevice)
+	out, err := e.c.Exec(e.ctx, holder, "ip", "-o", "addr", "show", "dev", testenv.EipdDevice)
 	e.must(err)
 	host := netip.PrefixFrom(ip, ip.BitLen()).String()
 	assert.Assert(e.t, strings.Contains(string(out), host), "%s not on %s of %s: %s", host, testenv.EipdDevice, holder, out)
@@ -176,7 +177,7 @@ func (e *env) reachedThroughRouterOnly(ip netip.Addr, holder string) {
 	e.routedReplies(p, time.Now())
 	p.Stop()
 
-	macs, err := cluster.WhoAnswers(ip)
+	macs, err := e.c.WhoAnswers(ip)
 	e.must(err)
 	assert.Equal(e.t, len(macs), 0, "a node answered the LAN for %s, a route-mode IP: %v", ip, macs)
 }
@@ -186,6 +187,7 @@ func (e *env) reachedThroughRouterOnly(ip netip.Addr, holder string) {
 // reaches the IP from 2001:db8:1::/64; a move hands the route over, the
 // old holder's withdrawal first.
 func TestRouteModeIPv6(t *testing.T) {
+	t.Parallel()
 	rt4, rt6 := testenv.RouterAddr()
 	e := newRouteEnv(t,
 		"ranges", "198.19.100.0/24 announce=bgp\n2001:db8:100::/112 announce=bgp",
@@ -200,9 +202,9 @@ func TestRouteModeIPv6(t *testing.T) {
 }
 
 // birdLogLines returns the router's log lines about ip's host route.
-func birdLogLines(t *testing.T, ip netip.Addr) []string {
-	b, err := os.ReadFile(filepath.Join(cluster.Dir(), "bird.log"))
-	assert.NilError(t, err)
+func (e *env) birdLogLines(ip netip.Addr) []string {
+	b, err := os.ReadFile(filepath.Join(e.c.Dir(), "bird.log"))
+	e.must(err)
 	var out []string
 	route := " " + netip.PrefixFrom(ip, ip.BitLen()).String()
 	for _, l := range strings.Split(string(b), "\n") {
@@ -219,7 +221,7 @@ func (e *env) withdrawnBeforeAnnounced(ip netip.Addr, from int, old, next string
 	e.t.Helper()
 	var lines []string
 	e.eventually("the router logged both", func() (bool, string) {
-		lines = birdLogLines(e.t, ip)[from:]
+		lines = e.birdLogLines(ip)[from:]
 		return len(lines) >= 2, strings.Join(lines, "\n")
 	})
 	// BIRD names a node's sessions node_1 (IPv4) and node_1_v6, and logs
@@ -246,6 +248,7 @@ func (e *env) withdrawnBeforeAnnounced(ip netip.Addr, from int, old, next string
 // kubectl eip move in route mode: the old holder withdraws, then the new
 // one announces; the routed client's gap is logged.
 func TestRouteModeMove(t *testing.T) {
+	t.Parallel()
 	e := newRouteEnv(t)
 	var target string
 	old, next, r := e.routedHandover(testenv.RoutedServiceIP(20), func(ip netip.Addr, old string) {
@@ -258,9 +261,10 @@ func TestRouteModeMove(t *testing.T) {
 
 // SIGTERM hands off; the route is withdrawn before the handoff.
 func TestRouteModeGracefulStopWithdrawsFirst(t *testing.T) {
+	t.Parallel()
 	e := newRouteEnv(t)
 	old, next, r := e.routedHandover(testenv.RoutedServiceIP(30), func(_ netip.Addr, old string) {
-		e.must(cluster.StopDaemon(old, syscall.SIGTERM))
+		e.must(e.c.StopDaemon(old, syscall.SIGTERM))
 	})
 	t.Logf("SIGTERM of %s, %s took over: longest gap %s", old, next, r.LongestGap().Duration())
 }
@@ -274,7 +278,7 @@ func (e *env) routedHandover(ip netip.Addr, handOver func(ip netip.Addr, old str
 	old = e.routed(ip)
 	p := e.routedProbe(ip)
 	e.routedReplies(p, time.Now())
-	logged := len(birdLogLines(e.t, ip))
+	logged := len(e.birdLogLines(ip))
 	handOver(ip, old)
 	next = e.routedAway(ip, old)
 	e.routedReplies(p, time.Now())
@@ -287,6 +291,7 @@ func (e *env) routedHandover(ip netip.Addr, handOver func(ip netip.Addr, old str
 // route, linger at the router until the 90 s hold timer. The survivor's
 // route wins at once anyway (lower MED), long before that.
 func TestRouteModeFailoverBeatsHoldTimer(t *testing.T) {
+	t.Parallel()
 	e := newRouteEnv(t)
 	ip := testenv.RoutedServiceIP(40)
 	e.service("routed", ip)
@@ -294,21 +299,21 @@ func TestRouteModeFailoverBeatsHoldTimer(t *testing.T) {
 	p := e.routedProbe(ip)
 	e.routedReplies(p, time.Now())
 
-	e.must(cluster.CutLink(e.ctx, old))
+	e.must(e.c.CutLink(e.ctx, old))
 	t.Cleanup(func() {
-		_ = cluster.RestoreLink(e.ctx, old)
+		_ = e.c.RestoreLink(e.ctx, old)
 		// The router would keep the dead session until its hold timer;
 		// later tests need the node's next eipd to peer at once.
-		_ = cluster.RestartBGPSession(e.ctx, old)
+		_ = e.c.RestartBGPSession(e.ctx, old)
 	})
-	e.must(cluster.StopDaemon(old, syscall.SIGKILL))
+	e.must(e.c.StopDaemon(old, syscall.SIGKILL))
 	killed := time.Now()
 	next := e.routedAway(ip, old)
 	e.routedReplies(p, killed)
 	r := p.Stop()
 	took := firstReplyAfter(r, killed)
 
-	paths, err := cluster.BGPPaths(e.ctx, ip)
+	paths, err := e.c.BGPPaths(e.ctx, ip)
 	e.must(err)
 	stale := false
 	for _, p := range paths {
@@ -323,6 +328,7 @@ func TestRouteModeFailoverBeatsHoldTimer(t *testing.T) {
 // status shows both sessions down, a Warning event says so, and the ARP
 // range keeps working.
 func TestRouteModeBadPeersAreReported(t *testing.T) {
+	t.Parallel()
 	rt, _ := testenv.RouterAddr()
 	cfg := routeConfig()
 	cfg["bgp-peers"] = fmt.Sprintf("%s asn=%d\n198.18.0.9 asn=%d", rt, testenv.RouterASN+1, testenv.RouterASN)
@@ -368,7 +374,7 @@ func (e *env) statusJSON() cli.Status {
 	if bin == "" {
 		e.t.Skip("KUBECTL_EIP_BIN is not set (make build)")
 	}
-	out, err := cluster.Exec(e.ctx, testenv.Client, bin, "--kubeconfig="+cluster.AdminKubeconfig(), "-n", testenv.Namespace, "status", "-o", "json")
+	out, err := e.c.Exec(e.ctx, testenv.Client, bin, "--kubeconfig="+e.c.AdminKubeconfig(), "-n", testenv.Namespace, "status", "-o", "json")
 	var ee *exec.ExitError
 	if err != nil && !errors.As(err, &ee) {
 		e.t.Fatal(err)
@@ -381,6 +387,7 @@ func (e *env) statusJSON() cli.Status {
 // Policies apply to route-mode ranges unchanged: with spread, three IPs
 // land on three nodes, and the router routes each to its holder.
 func TestRouteModeSpread(t *testing.T) {
+	t.Parallel()
 	e := newRouteEnv(t, "policy", "spread")
 	ips := []netip.Addr{testenv.RoutedServiceIP(60), testenv.RoutedServiceIP(61), testenv.RoutedServiceIP(62)}
 	e.service("routed", ips...)
@@ -429,6 +436,7 @@ func (e *env) throughRouter(ips ...netip.Addr) reach {
 // is routed to it again when it returns; an IP without a preference stays
 // where it is when the node returns.
 func TestRouteModePreferredAndSticky(t *testing.T) {
+	t.Parallel()
 	e := newRouteEnv(t)
 	preferred := e.nodes[2]
 	pref, free := testenv.RoutedServiceIP(80), testenv.RoutedServiceIP(81)
@@ -437,7 +445,7 @@ func TestRouteModePreferredAndSticky(t *testing.T) {
 	assert.Equal(t, e.routed(pref), preferred)
 	e.routed(free)
 
-	e.must(cluster.StopDaemon(preferred, syscall.SIGTERM))
+	e.must(e.c.StopDaemon(preferred, syscall.SIGTERM))
 	e.routedAway(pref, preferred)
 	if e.holder(free) == preferred {
 		e.routedAway(free, preferred)

@@ -31,6 +31,7 @@ const feedRoutes = 100_000
 // first speaker kept all 100,000 and passed them on: its RSS grew by
 // 83-92 MiB in 40 s, and on.
 func TestRouteModeClosedSpeaker(t *testing.T) {
+	t.Parallel()
 	rt4, rt6 := testenv.RouterAddr()
 	e := newRouteEnv(t,
 		"ranges", "2001:db8:100::/112 announce=bgp",
@@ -45,7 +46,7 @@ func TestRouteModeClosedSpeaker(t *testing.T) {
 		before[n] = e.rss(n)
 	}
 	mark := e.markLogs()
-	f, err := cluster.StartFeeder(e.ctx, testenv.FeederOptions{Routes: feedRoutes})
+	f, err := e.c.StartFeeder(e.ctx, testenv.FeederOptions{Routes: feedRoutes})
 	e.must(err)
 	t.Cleanup(func() { e.must(f.Close()) })
 	// Each node meets the table: it closes the session once the feeder
@@ -81,7 +82,7 @@ func TestRouteModeClosedSpeaker(t *testing.T) {
 			if n == holder {
 				want = 1
 			}
-			if got, err := cluster.RoutesFrom(e.ctx, n); err != nil || got != want {
+			if got, err := e.c.RoutesFrom(e.ctx, n); err != nil || got != want {
 				wrong = append(wrong, fmt.Sprintf("the router holds %d routes from %s, want its own %d (%v)", got, n, want, err))
 			}
 			rss := e.rss(n)
@@ -110,7 +111,7 @@ func TestRouteModeClosedSpeaker(t *testing.T) {
 // rss is the resident set size of eipd on node, in bytes.
 func (e *env) rss(node string) int {
 	e.t.Helper()
-	pid := cluster.DaemonPID(node)
+	pid := e.c.DaemonPID(node)
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	e.must(err)
 	for _, line := range strings.Split(string(b), "\n") {
@@ -129,12 +130,13 @@ func (e *env) rss(node string) int {
 // refusesEach checks), but with its password hidden, there and in
 // everything eipd logged.
 func TestBadBGPPeersHidePasswords(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	const password = "Sesame-1"
 	bad := map[string]string{"bgp-asn": "64512", "bgp-peers": "198.18.0.3 asn=64500 password=" + password + " port=70000"}
 	e.refusesEach([]badConfig{{"a bad bgp-peers line with a password", bad, `bgp-peers line 1 "198.18.0.3 asn=64500 password=*** port=70000"`}})
 	for _, n := range e.nodes {
-		b, err := os.ReadFile(cluster.DaemonLog(n))
+		b, err := os.ReadFile(e.c.DaemonLog(n))
 		e.must(err)
 		assert.Assert(t, !strings.Contains(string(b), password), "%s logged the password", n)
 	}
@@ -149,11 +151,12 @@ func TestBadBGPPeersHidePasswords(t *testing.T) {
 // is created, every node's session with the feeder, which requires the
 // password, comes up. Nothing shows the password.
 func TestRouteModePasswordSecret(t *testing.T) {
+	t.Parallel()
 	const password = "Sesame-1#x"
 	rt4, _ := testenv.RouterAddr()
 	e := newRouteEnv(t, "bgp-peers", fmt.Sprintf("%s asn=%d\n%s asn=%d password-secret=%s",
 		rt4, testenv.RouterASN, testenv.FeederAddr(), testenv.FeederASN, bgp.ShippedPasswordSecret))
-	f, err := cluster.StartFeeder(e.ctx, testenv.FeederOptions{Password: password})
+	f, err := e.c.StartFeeder(e.ctx, testenv.FeederOptions{Password: password})
 	e.must(err)
 	t.Cleanup(func() { e.must(f.Close()) })
 
@@ -184,7 +187,7 @@ func TestRouteModePasswordSecret(t *testing.T) {
 			hb := e.heartbeat(n)
 			return hb[lease.AnnotationError] == "", fmt.Sprint(hb[lease.AnnotationError])
 		})
-		b, err := os.ReadFile(cluster.DaemonLog(n))
+		b, err := os.ReadFile(e.c.DaemonLog(n))
 		e.must(err)
 		assert.Assert(t, !strings.Contains(string(b), "Sesame"), "%s logged the password", n)
 	}

@@ -22,9 +22,9 @@ import (
 // kubectl-eip's __complete. It returns the choices without descriptions.
 func (e *env) complete(dir string, words ...string) []string {
 	e.t.Helper()
-	args := append([]string{"env", "PATH=" + dir + ":/usr/local/bin:/usr/bin:/bin", "KUBECONFIG=" + cluster.AdminKubeconfig(),
-		cluster.KubectlPath(), "__complete", "eip"}, words...)
-	out, err := cluster.Exec(e.ctx, testenv.Client, args...)
+	args := append([]string{"env", "PATH=" + dir + ":/usr/local/bin:/usr/bin:/bin", "KUBECONFIG=" + e.c.AdminKubeconfig(),
+		e.c.KubectlPath(), "__complete", "eip"}, words...)
+	out, err := e.c.Exec(e.ctx, testenv.Client, args...)
 	e.must(err)
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	assert.Assert(e.t, len(lines) > 0 && strings.HasPrefix(lines[len(lines)-1], ":"), "no directive in %q", out)
@@ -41,6 +41,7 @@ func (e *env) complete(dir string, words ...string) []string {
 // the cluster's data: status offers every IP the Services and locks name,
 // move only the IPs it can move, then the live nodes other than the holder.
 func TestCompletionThroughKubectl(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	ip := testenv.ServiceIP(122)
 	outside := netip.MustParseAddr("198.18.200.9")
@@ -65,7 +66,7 @@ func TestCompletionThroughKubectl(t *testing.T) {
 	assert.DeepEqual(t, e.complete(dir, "move", ip.String(), ""), others)
 
 	// A node whose eipd stopped is no longer offered.
-	e.must(cluster.StopDaemon(others[0], syscall.SIGKILL))
+	e.must(e.c.StopDaemon(others[0], syscall.SIGKILL))
 	e.eventually(others[0]+" is no longer offered", func() (bool, string) {
 		got := e.complete(dir, "move", ip.String(), "")
 		return slices.Equal(got, others[1:]), strings.Join(got, " ")

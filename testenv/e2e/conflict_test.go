@@ -21,18 +21,19 @@ import (
 // throughout; once the host drops the address, eip binds it within a few
 // seconds. The control-plane namespace plays the LAN host.
 func TestAddressInUseOnTheLANIsNotBound(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	ip := testenv.ServiceIP(172)
 	hostAddr := ip.String() + "/16"
-	_, err := cluster.Exec(e.ctx, testenv.ControlPlane, "ip", "addr", "add", hostAddr, "dev", "eth0")
+	_, err := e.c.Exec(e.ctx, testenv.ControlPlane, "ip", "addr", "add", hostAddr, "dev", "eth0")
 	e.must(err)
 	dropped := false
 	t.Cleanup(func() {
 		if !dropped {
-			_, _ = cluster.Exec(e.ctx, testenv.ControlPlane, "ip", "addr", "del", hostAddr, "dev", "eth0")
+			_, _ = e.c.Exec(e.ctx, testenv.ControlPlane, "ip", "addr", "del", hostAddr, "dev", "eth0")
 		}
 	})
-	macs, err := cluster.WhoAnswers(ip)
+	macs, err := e.c.WhoAnswers(ip)
 	e.must(err)
 	assert.Equal(t, len(macs), 1, "the LAN host answers for %s: %v", ip, macs)
 	hostMAC := macs[0]
@@ -57,7 +58,7 @@ func TestAddressInUseOnTheLANIsNotBound(t *testing.T) {
 		if on := e.boundOn(ip); len(on) > 0 {
 			return fmt.Sprintf("bound on %v", on)
 		}
-		macs, err := cluster.WhoAnswers(ip)
+		macs, err := e.c.WhoAnswers(ip)
 		if err != nil {
 			return err.Error()
 		}
@@ -71,7 +72,7 @@ func TestAddressInUseOnTheLANIsNotBound(t *testing.T) {
 	assert.DeepEqual(t, r.MACs(), []net.HardwareAddr{hostMAC})
 	assert.Assert(t, r.Lost()*50 <= r.Sent, "the host's traffic was disturbed: %d of %d pings lost", r.Lost(), r.Sent)
 
-	_, err = cluster.Exec(e.ctx, testenv.ControlPlane, "ip", "addr", "del", hostAddr, "dev", "eth0")
+	_, err = e.c.Exec(e.ctx, testenv.ControlPlane, "ip", "addr", "del", hostAddr, "dev", "eth0")
 	e.must(err)
 	dropped = true
 	freed := time.Now()
@@ -87,15 +88,16 @@ func TestAddressInUseOnTheLANIsNotBound(t *testing.T) {
 // and the lock and sends no announcement back: on the wire the stranger's
 // GARPs are the only ones, so there is no ping-pong.
 func TestForeignGARPForAHeldIP(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	ip := testenv.ServiceIP(173)
 	e.service("claimed", ip)
 	holder := e.served(ip)
-	strangerMAC, err := cluster.NodeMAC(testenv.ControlPlane)
+	strangerMAC, err := e.c.NodeMAC(testenv.ControlPlane)
 	e.must(err)
 	// The holder announces a bound IP for 2 s; wait that out.
 	e.eventually("the holder's announcements are over", func() (bool, string) {
-		l, err := cluster.ListenAnnouncements(testenv.Client, ip)
+		l, err := e.c.ListenAnnouncements(testenv.Client, ip)
 		e.must(err)
 		n, err := l.Count(time.Second)
 		e.must(err)
@@ -104,7 +106,7 @@ func TestForeignGARPForAHeldIP(t *testing.T) {
 
 	const garps = 3
 	since := time.Now()
-	l, err := cluster.ListenAnnouncements(testenv.Client, ip)
+	l, err := e.c.ListenAnnouncements(testenv.Client, ip)
 	e.must(err)
 	counted := make(chan map[string]int, 1)
 	go func() {
@@ -114,7 +116,7 @@ func TestForeignGARPForAHeldIP(t *testing.T) {
 		}
 		counted <- n
 	}()
-	e.must(cluster.SendGARP(e.ctx, testenv.ControlPlane, ip, garps, 300*time.Millisecond))
+	e.must(e.c.SendGARP(e.ctx, testenv.ControlPlane, ip, garps, 300*time.Millisecond))
 	msg := e.warningSince("Service", "claimed", "AddressClaimed", since, ip.String(), strangerMAC.String())
 	t.Logf("event: %s", msg)
 	e.eventually("kubectl eip status shows the claim", func() (bool, string) {
@@ -137,6 +139,7 @@ func TestForeignGARPForAHeldIP(t *testing.T) {
 // namespace) uses some addresses get only free ones, and the host keeps
 // answering for its own.
 func TestAllocationSkipsAddressesInUse(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, allocConfig())
 	var used []netip.Addr
 	for _, n := range []int{1, 2, 5, 9} {
@@ -146,11 +149,11 @@ func TestAllocationSkipsAddressesInUse(t *testing.T) {
 		}
 		used = append(used, ip)
 		addr := ip.String() + "/16"
-		_, err := cluster.Exec(e.ctx, testenv.ControlPlane, "ip", "addr", "add", addr, "dev", "eth0")
+		_, err := e.c.Exec(e.ctx, testenv.ControlPlane, "ip", "addr", "add", addr, "dev", "eth0")
 		e.must(err)
-		t.Cleanup(func() { _, _ = cluster.Exec(e.ctx, testenv.ControlPlane, "ip", "addr", "del", addr, "dev", "eth0") })
+		t.Cleanup(func() { _, _ = e.c.Exec(e.ctx, testenv.ControlPlane, "ip", "addr", "del", addr, "dev", "eth0") })
 	}
-	hostMAC, err := cluster.NodeMAC(testenv.ControlPlane)
+	hostMAC, err := e.c.NodeMAC(testenv.ControlPlane)
 	e.must(err)
 	const services = 20
 	for i := range services {
@@ -168,7 +171,7 @@ func TestAllocationSkipsAddressesInUse(t *testing.T) {
 		e.served(ip)
 	}
 	for _, ip := range used {
-		macs, err := cluster.WhoAnswers(ip)
+		macs, err := e.c.WhoAnswers(ip)
 		e.must(err)
 		assert.DeepEqual(t, macs, []net.HardwareAddr{hostMAC})
 	}

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -19,6 +20,7 @@ import (
 // 1. Every IP of a Service answers from exactly one node, and each IP has
 // its own lock.
 func TestServiceIPsAnswerFromOneNodeEach(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	ips := []netip.Addr{testenv.ServiceIP(1), testenv.ServiceIP(2), testenv.ServiceIP(3)}
 	e.service("web", ips...)
@@ -38,6 +40,7 @@ func TestServiceIPsAnswerFromOneNodeEach(t *testing.T) {
 // 2a. The holder's eipd is SIGKILLed: its address expires on that node
 // before a survivor binds it, and the IP answers again from the survivor.
 func TestKilledHolderFailsOver(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	ip := testenv.ServiceIP(10)
 	e.service("web", ip)
@@ -45,7 +48,7 @@ func TestKilledHolderFailsOver(t *testing.T) {
 	p := e.probe(ip)
 	e.answersFrom(p, old)
 
-	e.must(cluster.StopDaemon(old, syscall.SIGKILL))
+	e.must(e.c.StopDaemon(old, syscall.SIGKILL))
 	killed := time.Now()
 	next := e.takenOver(ip, old, p)
 	r := p.Stop()
@@ -57,6 +60,7 @@ func TestKilledHolderFailsOver(t *testing.T) {
 // 2b and 4. The holder's link is cut: it unbinds itself, a survivor takes
 // over, and when the link returns there is still exactly one holder.
 func TestPartitionedHolderFailsOverAndStaysSingle(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	ip := testenv.ServiceIP(20)
 	e.service("web", ip)
@@ -64,7 +68,7 @@ func TestPartitionedHolderFailsOverAndStaysSingle(t *testing.T) {
 	p := e.probe(ip)
 	e.answersFrom(p, old)
 
-	e.must(cluster.CutLink(e.ctx, old))
+	e.must(e.c.CutLink(e.ctx, old))
 	cut := time.Now()
 	e.eventually(old+" unbinds on losing carrier", func() (bool, string) {
 		return !slices.Contains(e.boundOn(ip), old), fmt.Sprint(e.boundOn(ip))
@@ -72,7 +76,7 @@ func TestPartitionedHolderFailsOverAndStaysSingle(t *testing.T) {
 	next := e.takenOver(ip, old, p)
 	t.Logf("failover after link cut: %s", firstReplyFrom(p.Result(), e.mac(next), cut))
 
-	e.must(cluster.RestoreLink(e.ctx, old))
+	e.must(e.c.RestoreLink(e.ctx, old))
 	// The returning node must see the new holder and take nothing back.
 	e.eventually(old+" renews again", func() (bool, string) {
 		l, err := e.k.CoordinationV1().Leases(testenv.Namespace).Get(e.ctx, lease.HeartbeatName(old), metav1.GetOptions{})
@@ -88,6 +92,7 @@ func TestPartitionedHolderFailsOverAndStaysSingle(t *testing.T) {
 
 // 3. SIGTERM hands the IPs to a peer with no interval of two MACs.
 func TestGracefulStopHandsOff(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	ip := testenv.ServiceIP(30)
 	e.service("web", ip)
@@ -95,8 +100,8 @@ func TestGracefulStopHandsOff(t *testing.T) {
 	p := e.probe(ip)
 	e.answersFrom(p, old)
 
-	e.must(cluster.StopDaemon(old, syscall.SIGTERM))
-	assert.Assert(t, !cluster.DaemonRunning(old))
+	e.must(e.c.StopDaemon(old, syscall.SIGTERM))
+	assert.Assert(t, !e.c.DaemonRunning(old))
 	next := e.served(ip)
 	assert.Assert(t, next != old)
 	e.answersFrom(p, next)
@@ -109,6 +114,7 @@ func TestGracefulStopHandsOff(t *testing.T) {
 
 // 5. All daemons stopped: nothing is purged; one returning serves again.
 func TestAllDaemonsStoppedThenOneReturns(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	ips := []netip.Addr{testenv.ServiceIP(40), testenv.ServiceIP(41)}
 	e.service("web", ips...)
@@ -116,7 +122,7 @@ func TestAllDaemonsStoppedThenOneReturns(t *testing.T) {
 		e.served(ip)
 	}
 	for _, n := range e.nodes {
-		e.must(cluster.StopDaemon(n, syscall.SIGTERM))
+		e.must(e.c.StopDaemon(n, syscall.SIGTERM))
 	}
 	for _, ip := range ips {
 		assert.Assert(t, e.lock(ip) != nil, "lock of %s kept", ip)
@@ -132,6 +138,7 @@ func TestAllDaemonsStoppedThenOneReturns(t *testing.T) {
 // deleted; a Service created while every daemon is down is served once
 // they start.
 func TestServiceDeletedAndCreatedWhileDown(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	ip := testenv.ServiceIP(50)
 	e.service("web", ip)
@@ -142,7 +149,7 @@ func TestServiceDeletedAndCreatedWhileDown(t *testing.T) {
 	})
 
 	for _, n := range e.nodes {
-		e.must(cluster.StopDaemon(n, syscall.SIGKILL))
+		e.must(e.c.StopDaemon(n, syscall.SIGKILL))
 	}
 	ip2 := testenv.ServiceIP(51)
 	e.service("late", ip2)
@@ -156,11 +163,12 @@ func TestServiceDeletedAndCreatedWhileDown(t *testing.T) {
 // device deleted by hand, with its addresses; both count as held addresses
 // that vanished.
 func TestAddressRemovedByHandIsRestored(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	ip := testenv.ServiceIP(60)
 	e.service("web", ip)
 	holder := e.served(ip)
-	_, err := cluster.Exec(e.ctx, holder, "ip", "addr", "del", ip.String()+"/32", "dev", testenv.EipdDevice)
+	_, err := e.c.Exec(e.ctx, holder, "ip", "addr", "del", ip.String()+"/32", "dev", testenv.EipdDevice)
 	assert.NilError(t, err)
 	removed := time.Now()
 	e.eventually("address restored", func() (bool, string) {
@@ -169,7 +177,7 @@ func TestAddressRemovedByHandIsRestored(t *testing.T) {
 	t.Logf("restored within %s", time.Since(removed))
 	assert.Equal(t, e.served(ip), holder)
 
-	_, err = cluster.Exec(e.ctx, holder, "ip", "link", "del", testenv.EipdDevice)
+	_, err = e.c.Exec(e.ctx, holder, "ip", "link", "del", testenv.EipdDevice)
 	assert.NilError(t, err)
 	removed = time.Now()
 	e.eventually("device and address restored", func() (bool, string) {
@@ -183,9 +191,10 @@ func TestAddressRemovedByHandIsRestored(t *testing.T) {
 // 8. ConfigMap edits of netmask and interface move the addresses; an
 // invalid edit changes nothing and records a Warning event.
 func TestConfigEditsApplyLive(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	for _, n := range e.nodes {
-		_, err := cluster.Exec(e.ctx, n, "sh", "-c", "ip link add eip0 type veth peer name eip0p && ip link set eip0p up && ip link set eip0 up")
+		_, err := e.c.Exec(e.ctx, n, "sh", "-c", "ip link add eip0 type veth peer name eip0p && ip link set eip0p up && ip link set eip0 up")
 		assert.NilError(t, err)
 	}
 	ip := testenv.ServiceIP(70)
@@ -204,11 +213,11 @@ func TestConfigEditsApplyLive(t *testing.T) {
 	cfg["iface"] = "eip0"
 	e.setConfig(cfg)
 	e.eventually("address moves to eip0", func() (bool, string) {
-		out, err := cluster.Exec(e.ctx, holder, "ip", "-o", "addr", "show", "dev", "eip0")
+		out, err := e.c.Exec(e.ctx, holder, "ip", "-o", "addr", "show", "dev", "eip0")
 		if err != nil {
 			return false, err.Error()
 		}
-		eth0, _ := cluster.NodeHasAddr(holder, ip)
+		eth0, _ := e.c.NodeHasAddr(holder, ip)
 		return strings.Contains(string(out), ip.String()+"/24") && !eth0, string(out)
 	})
 	assert.Equal(t, e.holder(ip), holder, "the lock did not move")
@@ -227,7 +236,7 @@ func TestConfigEditsApplyLive(t *testing.T) {
 		}
 		return false, fmt.Sprintf("%d InvalidConfig events", len(evs))
 	})
-	out, err := cluster.Exec(e.ctx, holder, "ip", "-o", "addr", "show", "dev", "eip0")
+	out, err := e.c.Exec(e.ctx, holder, "ip", "-o", "addr", "show", "dev", "eip0")
 	assert.NilError(t, err)
 	assert.Assert(t, strings.Contains(string(out), ip.String()+"/24"), "the last good configuration stays: %s", out)
 	e.eventually("the heartbeat reports the error", func() (bool, string) {
@@ -241,14 +250,15 @@ func TestConfigEditsApplyLive(t *testing.T) {
 
 // 9. A node restarted with stale addresses removes what it does not hold.
 func TestRestartRemovesStaleAddresses(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	ip := testenv.ServiceIP(80)
 	e.service("web", ip)
 	holder := e.served(ip)
 	other := e.other(holder)
 	stale := testenv.ServiceIP(81)
-	e.must(cluster.StopDaemon(other, syscall.SIGKILL))
-	_, err := cluster.Exec(e.ctx, other, "ip", "addr", "add", stale.String()+"/32", "dev", "eth0")
+	e.must(e.c.StopDaemon(other, syscall.SIGKILL))
+	_, err := e.c.Exec(e.ctx, other, "ip", "addr", "add", stale.String()+"/32", "dev", "eth0")
 	assert.NilError(t, err)
 	assert.DeepEqual(t, e.boundOn(stale), []string{other})
 	e.start(other)
@@ -261,6 +271,7 @@ func TestRestartRemovesStaleAddresses(t *testing.T) {
 // 10. One IP named by two Services is one lock and one binding; deleting
 // one Service keeps the IP.
 func TestSharedIPIsOneLock(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	ip := testenv.ServiceIP(90)
 	e.service("a", ip)
@@ -274,6 +285,30 @@ func TestSharedIPIsOneLock(t *testing.T) {
 		return e.lock(ip) != nil, "lock gone"
 	})
 	assert.Equal(t, e.served(ip), holder)
+}
+
+// failoverBound is how long after its holder is lost an IP may take to be
+// answered by a survivor in the tests that bound it: three lease
+// durations, a generous multiple of the ≈ 2 s a failover takes, so that a
+// loaded machine stays inside it, while a failover the mechanism under
+// test delays (dead nodes' replayed datagrams kept one alive 14 s) fails.
+const failoverBound = 3 * leaseDuration
+
+// answeredWithin fails the test unless the probe heard node's MAC within
+// bound after t, and logs when it did.
+func (e *env) answeredWithin(r testenv.ProbeResult, node string, t time.Time, bound time.Duration, what string) {
+	e.t.Helper()
+	for _, rep := range r.Replies {
+		if rep.At.After(t) && bytes.Equal(rep.MAC, e.mac(node)) {
+			took := rep.At.Sub(t)
+			e.t.Logf("%s: %s answered %s after it", what, node, took.Round(time.Millisecond))
+			if took > bound {
+				e.t.Errorf("%s: %s answered %s after it, more than %s", what, node, took.Round(time.Millisecond), bound)
+			}
+			return
+		}
+	}
+	e.t.Errorf("%s: %s never answered", what, node)
 }
 
 // firstReplyFrom describes when the probe first heard mac after t.

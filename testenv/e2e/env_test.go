@@ -47,7 +47,7 @@ func heartbeatsConfig() map[string]string {
 	return cfg
 }
 
-// env is one test's handle on the shared cluster.
+// env is one test's handle on its cluster.
 type env struct {
 	t     *testing.T
 	ctx   context.Context
@@ -56,18 +56,20 @@ type env struct {
 	nodes []string
 }
 
-// newEnv resets the cluster to a known state: no eipd running, no test
-// Services, no eip Leases, no test addresses on any node, the given
-// configuration, then eipd started on every node and its heartbeat seen.
+// newEnv borrows a cluster for t (see clusters) and resets it to a known
+// state: no eipd running, no test Services, no eip Leases, no test
+// addresses on any node, the given configuration, then eipd started on
+// every node and its heartbeat seen.
 func newEnv(t *testing.T, cfg map[string]string) *env {
 	t.Helper()
-	e := &env{t: t, ctx: context.Background(), c: cluster, k: cluster.Client()}
-	for _, n := range cluster.Nodes() {
+	c := lender.get(t)
+	e := &env{t: t, ctx: context.Background(), c: c, k: c.Client()}
+	for _, n := range c.Nodes() {
 		e.nodes = append(e.nodes, n.Name)
 	}
 	for _, n := range e.nodes {
-		if cluster.DaemonRunning(n) {
-			e.must(cluster.StopDaemon(n, syscall.SIGKILL))
+		if e.c.DaemonRunning(n) {
+			e.must(e.c.StopDaemon(n, syscall.SIGKILL))
 		}
 	}
 	svcs, err := e.k.CoreV1().Services(svcNamespace).List(e.ctx, metav1.ListOptions{LabelSelector: e2eLabel})
@@ -84,7 +86,7 @@ func newEnv(t *testing.T, cfg map[string]string) *env {
 	_, err = e.k.CoreV1().Secrets(testenv.Namespace).Update(e.ctx, key, metav1.UpdateOptions{})
 	e.must(err)
 	for _, n := range e.nodes {
-		_, _ = cluster.Exec(e.ctx, n, "ip", "link", "del", "eip0")
+		_, _ = e.c.Exec(e.ctx, n, "ip", "link", "del", "eip0")
 	}
 	e.eventually("no test address left on any node", func() (bool, string) {
 		for _, n := range e.nodes {
@@ -101,7 +103,7 @@ func newEnv(t *testing.T, cfg map[string]string) *env {
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, n := range e.nodes {
-				t.Logf("eipd log of %s: %s", n, cluster.DaemonLog(n))
+				t.Logf("eipd log of %s: %s", n, e.c.DaemonLog(n))
 			}
 		}
 	})
@@ -126,7 +128,7 @@ func (e *env) eventually(what string, cond func() (bool, string)) {
 // start starts eipd on node and waits for its heartbeat.
 func (e *env) start(node string, args ...string) {
 	e.t.Helper()
-	e.must(cluster.StartDaemon(node, args...))
+	e.must(e.c.StartDaemon(node, args...))
 	e.eventually("heartbeat of "+node, func() (bool, string) {
 		_, err := e.k.CoordinationV1().Leases(testenv.Namespace).Get(e.ctx, lease.HeartbeatName(node), metav1.GetOptions{})
 		return err == nil, fmt.Sprint(err)
@@ -190,7 +192,7 @@ func (e *env) holder(ip netip.Addr) string {
 
 func (e *env) mac(node string) net.HardwareAddr {
 	e.t.Helper()
-	m, err := cluster.NodeMAC(node)
+	m, err := e.c.NodeMAC(node)
 	e.must(err)
 	return m
 }
@@ -201,7 +203,7 @@ func (e *env) nodeOfMAC(mac net.HardwareAddr) string {
 			return n
 		}
 	}
-	if rt, err := cluster.RouterMAC(); err == nil && bytes.Equal(rt, mac) {
+	if rt, err := e.c.RouterMAC(); err == nil && bytes.Equal(rt, mac) {
 		return "router"
 	}
 	return "unknown MAC " + mac.String()
@@ -212,11 +214,11 @@ func (e *env) nodeOfMAC(mac net.HardwareAddr) string {
 func (e *env) testAddrs(node string) []netip.Prefix {
 	e.t.Helper()
 	var out []netip.Prefix
-	all, err := cluster.NodeAddrs(node)
+	all, err := e.c.NodeAddrs(node)
 	e.must(err)
 	out = append(out, inTestRanges(all)...)
 	for _, dev := range []string{"eip0"} {
-		if b, err := cluster.Exec(e.ctx, node, "ip", "-o", "addr", "show", "dev", dev); err == nil {
+		if b, err := e.c.Exec(e.ctx, node, "ip", "-o", "addr", "show", "dev", dev); err == nil {
 			out = append(out, inTestRanges(parseIPAddr(string(b)))...)
 		}
 	}
@@ -281,7 +283,7 @@ func (e *env) served(ip netip.Addr) string {
 		if len(on) != 1 || on[0] != holder {
 			return false, fmt.Sprintf("holder %s, bound on %v", holder, on)
 		}
-		macs, err := cluster.WhoAnswers(ip)
+		macs, err := e.c.WhoAnswers(ip)
 		if err != nil {
 			return false, err.Error()
 		}
@@ -296,7 +298,7 @@ func (e *env) served(ip netip.Addr) string {
 // probe pings ip from the client every 10 ms until the returned stop.
 func (e *env) probe(ip netip.Addr) *testenv.Probe {
 	e.t.Helper()
-	p, err := cluster.Probe(ip, 0)
+	p, err := e.c.Probe(ip, 0)
 	e.must(err)
 	e.t.Cleanup(func() { p.Stop() })
 	return p

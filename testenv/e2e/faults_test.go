@@ -53,23 +53,25 @@ func serviceIPs(first, n int) []netip.Addr {
 // route-mode range: their routes stay at the router and the routed client
 // keeps being answered through their holders (one outage for both modes).
 func TestFaultAPIServerStoppedHold(t *testing.T) {
+	t.Parallel()
 	longFault(t)
 	e := newRouteEnv(t, "api-loss", "hold")
 	e.guardAPIServer()
 	st := e.startPointVia(e.onLAN(serviceIPs(101, 3)...), e.throughRouter(testenv.RoutedServiceIP(70), testenv.RoutedServiceIP(71)))
 	e.holdThrough("kube-apiserver", st, 60*time.Second,
-		func() error { return cluster.StopAPIServer(syscall.SIGTERM) },
-		func() error { return cluster.StartAPIServer(e.ctx) })
+		func() error { return e.c.StopAPIServer(syscall.SIGTERM) },
+		func() error { return e.c.StartAPIServer(e.ctx) })
 }
 
 // 1b. etcd killed for 20 s with api-loss=hold: the API server stays up but
 // fails every write and its watches go silent; the same must hold.
 func TestFaultEtcdStoppedHold(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	e.guardEtcd()
 	e.holdThrough("etcd", e.startPoint(serviceIPs(109, 3)...), 20*time.Second,
-		func() error { return cluster.StopEtcd(syscall.SIGKILL) },
-		func() error { return cluster.StartEtcd(e.ctx) })
+		func() error { return e.c.StopEtcd(syscall.SIGKILL) },
+		func() error { return e.c.StartEtcd(e.ctx) })
 }
 
 // holdThrough runs one outage of the control plane under api-loss=hold,
@@ -123,6 +125,7 @@ func (e *env) holdThrough(what string, st startPoint, outage time.Duration, stop
 // unbinds within fence-after of its last successful renewal, and after the
 // API server returns each IP is bound again by the same node.
 func TestFaultAPIServerStoppedFence(t *testing.T) {
+	t.Parallel()
 	cfg := defaultConfig()
 	cfg["api-loss"] = "fence"
 	e := newEnv(t, cfg)
@@ -131,7 +134,7 @@ func TestFaultAPIServerStoppedFence(t *testing.T) {
 	st := e.startPoint(ips...)
 
 	stopping := time.Now()
-	e.must(cluster.StopAPIServer(syscall.SIGKILL))
+	e.must(e.c.StopAPIServer(syscall.SIGKILL))
 	e.t.Logf("kube-apiserver stopped in %s", time.Since(stopping).Round(time.Millisecond))
 	const outage = 10 * time.Second
 	e.eventually("every IP unbound", func() (bool, string) {
@@ -151,7 +154,7 @@ func TestFaultAPIServerStoppedFence(t *testing.T) {
 		return ""
 	})
 	starting := time.Now()
-	e.must(cluster.StartAPIServer(e.ctx))
+	e.must(e.c.StartAPIServer(e.ctx))
 	ready := time.Now()
 	e.t.Logf("kube-apiserver ready %s after its start", ready.Sub(starting).Round(time.Millisecond))
 	for _, ip := range ips {
@@ -195,6 +198,7 @@ func TestFaultAPIServerStoppedFence(t *testing.T) {
 // it keeps serving, nobody takes over, and nothing moves when its API path
 // returns.
 func TestFaultHolderLosesAPIServerOnlyLAN(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	ip := testenv.ServiceIP(116)
 	st := e.startPoint(ip)
@@ -221,6 +225,7 @@ func TestFaultHolderLosesAPIServerOnlyLAN(t *testing.T) {
 // holder, which cannot renew, unbinds as soon as it hears the survivor's
 // gratuitous ARP. When its API path returns it takes nothing back.
 func TestFaultHolderLosesAPIServerOnly(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, heartbeatsConfig())
 	ip := testenv.ServiceIP(113)
 	st := e.startPoint(ip)
@@ -231,7 +236,7 @@ func TestFaultHolderLosesAPIServerOnly(t *testing.T) {
 	next := e.takenOver(ip, old, p)
 	e.logged(mark, old, "another node claimed an address we hold", "ip="+ip.String())
 	e.eventually(old+" unbound "+ip.String(), func() (bool, string) {
-		has, err := cluster.NodeHasAddr(old, ip)
+		has, err := e.c.NodeHasAddr(old, ip)
 		return err == nil && !has, fmt.Sprint(has, err)
 	})
 	e.t.Logf("failover without the API: %s answered %s after the block", next, firstReplyFrom(p.Result(), e.mac(next), blocked))
@@ -261,6 +266,7 @@ func TestFaultHolderLosesAPIServerOnly(t *testing.T) {
 // judge it dead, so the address is never bound on two nodes; the client
 // sees a gap of about lease-duration − fence-after instead of none.
 func TestFaultHolderLosesAPIServerOnlyFence(t *testing.T) {
+	t.Parallel()
 	cfg := defaultConfig()
 	cfg["api-loss"] = "fence"
 	e := newEnv(t, cfg)
@@ -298,6 +304,7 @@ func TestFaultHolderLosesAPIServerOnlyFence(t *testing.T) {
 // over, and when the link returns the old holder answers for nothing: the
 // client's neighbour cache keeps the survivor's MAC.
 func TestFaultHolderLinkLosesCarrier(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	ip := testenv.ServiceIP(115)
 	st := e.startPoint(ip)
@@ -306,19 +313,19 @@ func TestFaultHolderLinkLosesCarrier(t *testing.T) {
 	e.cutLink(old)
 	cut := time.Now()
 	e.eventually(old+" unbinds on losing carrier", func() (bool, string) {
-		has, err := cluster.NodeHasAddr(old, ip)
+		has, err := e.c.NodeHasAddr(old, ip)
 		return err == nil && !has, fmt.Sprint(has, err)
 	})
 	next := e.takenOver(ip, old, p)
 	t.Logf("failover after carrier loss: %s answered %s after the cut", next, firstReplyFrom(p.Result(), e.mac(next), cut))
 
-	e.must(cluster.RestoreLink(e.ctx, old))
+	e.must(e.c.RestoreLink(e.ctx, old))
 	nextMAC := e.mac(next)
 	e.throughout(old+"'s link back: the client still sends to "+next, 3*leaseDuration, func() string {
-		if has, _ := cluster.NodeHasAddr(old, ip); has {
+		if has, _ := e.c.NodeHasAddr(old, ip); has {
 			return old + " bound " + ip.String() + " again"
 		}
-		neigh, err := cluster.ClientNeigh()
+		neigh, err := e.c.ClientNeigh()
 		if err != nil {
 			return err.Error()
 		}
@@ -330,7 +337,7 @@ func TestFaultHolderLinkLosesCarrier(t *testing.T) {
 		return e.stillAnswering(map[netip.Addr]*testenv.Probe{ip: p}, map[netip.Addr]string{ip: next}, time.Second)()
 	})
 	e.heartbeatsFresh(e.nodes...)
-	macs, err := cluster.WhoAnswers(ip)
+	macs, err := e.c.WhoAnswers(ip)
 	assert.NilError(t, err)
 	assert.DeepEqual(t, macs, []net.HardwareAddr{nextMAC})
 	assert.Equal(t, e.holder(ip), next)
@@ -351,15 +358,16 @@ func TestFaultHolderLinkLosesCarrier(t *testing.T) {
 // 6. A slow API server (200 ms added to every frame the control plane
 // sends) causes no failover at the default timings.
 func TestFaultSlowAPIServer(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	ips := serviceIPs(134, 3)
 	st := e.startPoint(ips...)
 
 	const delay = 200 * time.Millisecond
-	e.must(cluster.AddLatency(e.ctx, testenv.ControlPlane, delay))
-	e.t.Cleanup(func() { _ = cluster.AddLatency(e.ctx, testenv.ControlPlane, 0) })
+	e.must(e.c.AddLatency(e.ctx, testenv.ControlPlane, delay))
+	e.t.Cleanup(func() { _ = e.c.AddLatency(e.ctx, testenv.ControlPlane, 0) })
 	e.throughout("API server 200 ms away: every IP answers from its holder", 20*time.Second, e.stillAnswering(st.probes, st.holders, time.Second))
-	e.must(cluster.AddLatency(e.ctx, testenv.ControlPlane, 0))
+	e.must(e.c.AddLatency(e.ctx, testenv.ControlPlane, 0))
 	e.heartbeatsFresh(e.nodes...)
 	e.assertNothingMoved(st.before, e.lockStates(ips...))
 
@@ -405,6 +413,7 @@ func (e *env) editLock(ip netip.Addr, edit func(*coordinationv1.Lease)) {
 // crash); once an outage outlasts it, the IPs move to the healthy nodes,
 // and under sticky no later restart takes them back.
 func TestFaultCrashLoop(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	ips := serviceIPs(117, 6)
 	e.service("web", ips...)
@@ -429,7 +438,7 @@ func TestFaultCrashLoop(t *testing.T) {
 	mark := e.markLogs()
 
 	for i, backoff := range []time.Duration{0, time.Second, 2 * time.Second, 4 * time.Second, 0} {
-		e.must(cluster.StopDaemon(victim, syscall.SIGKILL))
+		e.must(e.c.StopDaemon(victim, syscall.SIGKILL))
 		killed := time.Now()
 		if backoff > 0 {
 			e.throughout(fmt.Sprintf("crash %d of %s: back-off", i+1, victim), backoff, others)
@@ -476,6 +485,7 @@ func TestFaultCrashLoop(t *testing.T) {
 // the others. Restarted under its right name it serves again and takes
 // nothing back; the stray heartbeat is collected.
 func TestFaultDaemonRestartedUnderUnknownNodeName(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	e.killDaemonsOnCleanup()
 	ip := testenv.ServiceIP(124)
@@ -486,8 +496,8 @@ func TestFaultDaemonRestartedUnderUnknownNodeName(t *testing.T) {
 	mark := e.markLogs()
 
 	const stray = "node-typo"
-	e.must(cluster.StopDaemon(old, syscall.SIGTERM))
-	e.must(cluster.StartDaemon(old, "--node-name="+stray))
+	e.must(e.c.StopDaemon(old, syscall.SIGTERM))
+	e.must(e.c.StartDaemon(old, "--node-name="+stray))
 	e.eventually("heartbeat of "+stray+" says why", func() (bool, string) {
 		hb := e.heartbeat(stray)
 		return hb != nil && hb[lease.AnnotationEligible] == "false" && strings.Contains(hb[lease.AnnotationError], "no Node object"), fmt.Sprint(hb)
@@ -502,7 +512,7 @@ func TestFaultDaemonRestartedUnderUnknownNodeName(t *testing.T) {
 		return ""
 	})
 
-	e.must(cluster.StopDaemon(old, syscall.SIGTERM))
+	e.must(e.c.StopDaemon(old, syscall.SIGTERM))
 	e.start(old)
 	e.eventually("the stray heartbeat is collected", func() (bool, string) {
 		return e.heartbeat(stray) == nil, "still there"
@@ -521,6 +531,7 @@ func TestFaultDaemonRestartedUnderUnknownNodeName(t *testing.T) {
 // that node's IPs from two MACs. eipd refuses to start when none of the
 // Node's addresses is on its host, and says why.
 func TestFaultDaemonRestartedUnderAnotherNodesName(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	e.killDaemonsOnCleanup()
 	ips := serviceIPs(140, 4)
@@ -534,12 +545,12 @@ func TestFaultDaemonRestartedUnderAnotherNodesName(t *testing.T) {
 	w := e.watchBindings(ips...)
 	mark := e.markLogs()
 
-	e.must(cluster.StopDaemon(impostor, syscall.SIGTERM))
-	e.must(cluster.StartDaemon(impostor, "--node-name="+twin))
+	e.must(e.c.StopDaemon(impostor, syscall.SIGTERM))
+	e.must(e.c.StartDaemon(impostor, "--node-name="+twin))
 	line := e.logged(mark, impostor, "none of its addresses", "is on this host", "names another node")
 	t.Logf("%s as %s: %s", impostor, twin, line)
 	e.eventually(impostor+"'s daemon exits", func() (bool, string) {
-		return !cluster.DaemonRunning(impostor), "still running"
+		return !e.c.DaemonRunning(impostor), "still running"
 	})
 	e.start(impostor)
 	e.throughout(impostor+" back under its own name", 2*leaseDuration, func() string {
@@ -571,6 +582,7 @@ func TestFaultDaemonRestartedUnderAnotherNodesName(t *testing.T) {
 // its next renewal, and its peers, which never saw it stop changing for a
 // lease duration, take nothing over.
 func TestFaultHeartbeatDeletedByHand(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	ip := testenv.ServiceIP(126)
 	st := e.startPoint(ip)
@@ -596,6 +608,7 @@ func TestFaultHeartbeatDeletedByHand(t *testing.T) {
 // unbinds, since the lock no longer names it; the IP, whose holder has no
 // heartbeat, is taken by the best-ranked live node, which repairs the lock.
 func TestFaultLockNamesUnknownNode(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	ip := testenv.ServiceIP(128)
 	st := e.startPoint(ip)
@@ -634,6 +647,7 @@ func TestFaultLockNamesUnknownNode(t *testing.T) {
 // damaged lock is reported (once per version) and its holder is still
 // honoured, so nothing moves; fixing the annotation ends the warnings.
 func TestFaultLockWithGarbageAnnotation(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	ip := testenv.ServiceIP(130)
 	st := e.startPoint(ip)
@@ -672,6 +686,7 @@ func TestFaultLockWithGarbageAnnotation(t *testing.T) {
 // not eligible, so the others hand it nothing. Recreating the ConfigMap
 // ends the errors.
 func TestFaultConfigMapDeleted(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	e.killDaemonsOnCleanup()
 	ips := serviceIPs(132, 2)
@@ -694,7 +709,7 @@ func TestFaultConfigMapDeleted(t *testing.T) {
 
 	// A daemon starting now: no ConfigMap, so no ranges.
 	fresh := e.other(slices.Collect(maps.Values(holders))...)
-	e.must(cluster.StopDaemon(fresh, syscall.SIGTERM))
+	e.must(e.c.StopDaemon(fresh, syscall.SIGTERM))
 	mark = e.markLogs()
 	e.start(fresh)
 	e.logged(mark, fresh, "ConfigMap not found")

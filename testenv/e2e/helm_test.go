@@ -24,8 +24,8 @@ import (
 )
 
 // tool returns a command that scripts/build-tool.sh built from
-// testenv/tools/<name>, skipping the test when it is not built
-// (scripts/test.sh builds it before the suite).
+// testenv/tools/<name>; when it is not built (scripts/test.sh builds it
+// before the suite) the test fails, or skips with testenv.SkipEnv=1.
 func tool(t *testing.T, name, command string) string {
 	t.Helper()
 	root, err := testenv.RepoRoot()
@@ -34,7 +34,10 @@ func tool(t *testing.T, name, command string) string {
 	assert.NilError(t, err)
 	bin := filepath.Join(dir, command)
 	if _, err := os.Stat(bin); err != nil {
-		t.Skipf("%s is not built (scripts/build-tool.sh %s): %v", command, name, err)
+		if os.Getenv(testenv.SkipEnv) == "1" {
+			t.Skipf("%s is not built (scripts/build-tool.sh %s): %v", command, name, err)
+		}
+		t.Fatalf("%s is not built: run scripts/build-tool.sh %s (or set %s=1 to skip): %v", command, name, testenv.SkipEnv, err)
 	}
 	return bin
 }
@@ -178,6 +181,7 @@ func (c *emptyCluster) objects() []string {
 // written against an empty cluster, upgrades the release with other values,
 // and uninstalls it: every object it made is gone again.
 func TestHelmInstallUpgradeUninstall(t *testing.T) {
+	t.Parallel()
 	install := readmeLine(t, "helm install ")
 	c := newEmptyCluster(t)
 	k := c.Client()

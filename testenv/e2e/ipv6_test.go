@@ -24,7 +24,7 @@ func (e *env) clientFollows(ip netip.Addr, node string) {
 	e.t.Helper()
 	want := e.mac(node)
 	e.eventually("client neighbour entry of "+ip.String()+" points at "+node, func() (bool, string) {
-		neighs, err := cluster.ClientNeigh()
+		neighs, err := e.c.ClientNeigh()
 		if err != nil {
 			return false, err.Error()
 		}
@@ -40,6 +40,7 @@ func (e *env) clientFollows(ip netip.Addr, node string) {
 // An IPv6 external IP answers neighbour solicitations and pings from the
 // holder alone, and the client's neighbour cache points at the holder.
 func TestIPv6ExternalIPAnswers(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	ip := testenv.ServiceIPv6(1)
 	e.service("web6", ip)
@@ -55,6 +56,7 @@ func TestIPv6ExternalIPAnswers(t *testing.T) {
 // client's neighbour cache follows the unsolicited override NA, and pings
 // are answered again.
 func TestIPv6KilledHolderFailsOver(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	ip := testenv.ServiceIPv6(10)
 	e.service("web6", ip)
@@ -63,7 +65,7 @@ func TestIPv6KilledHolderFailsOver(t *testing.T) {
 	e.answersFrom(p, old)
 	e.clientFollows(ip, old)
 
-	e.must(cluster.StopDaemon(old, syscall.SIGKILL))
+	e.must(e.c.StopDaemon(old, syscall.SIGKILL))
 	killed := time.Now()
 	var next string
 	e.eventually("a survivor holds "+ip.String(), func() (bool, string) {
@@ -81,6 +83,7 @@ func TestIPv6KilledHolderFailsOver(t *testing.T) {
 // A move requested on the lock hands an IPv6 address over with a gap of
 // milliseconds and never two MACs; the client's neighbour cache follows.
 func TestIPv6MoveFollowsNeighbourCache(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	ip := testenv.ServiceIPv6(20)
 	e.service("web6", ip)
@@ -111,6 +114,7 @@ func TestIPv6MoveFollowsNeighbourCache(t *testing.T) {
 // and announces it, then drops it at once. With heartbeats alone: over the
 // LAN its peers would still hear it, and nobody would take over.
 func TestIPv6HolderWithoutAPIDropsOnNA(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, heartbeatsConfig())
 	ip := testenv.ServiceIPv6(30)
 	e.service("web6", ip)
@@ -118,8 +122,8 @@ func TestIPv6HolderWithoutAPIDropsOnNA(t *testing.T) {
 	p := e.probe(ip)
 	e.answersFrom(p, old)
 
-	e.must(cluster.BlockAPI(e.ctx, old))
-	t.Cleanup(func() { _ = cluster.UnblockAPI(e.ctx, old) })
+	e.must(e.c.BlockAPI(e.ctx, old))
+	t.Cleanup(func() { _ = e.c.UnblockAPI(e.ctx, old) })
 	var next string
 	e.eventually("a peer takes "+ip.String()+" over", func() (bool, string) {
 		next = e.holder(ip)
@@ -145,7 +149,7 @@ func TestIPv6HolderWithoutAPIDropsOnNA(t *testing.T) {
 
 func (e *env) daemonLog(node string) string {
 	e.t.Helper()
-	b, err := os.ReadFile(cluster.DaemonLog(node))
+	b, err := os.ReadFile(e.c.DaemonLog(node))
 	e.must(err)
 	return string(b)
 }

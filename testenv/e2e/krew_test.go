@@ -25,6 +25,7 @@ import (
 // manifest), and `kubectl eip status` then works through kubectl's plugin
 // lookup, from the client namespace against the test cluster.
 func TestKrewInstallsThePlugin(t *testing.T) {
+	t.Parallel()
 	release, install, status := readmeLine(t, "make release"), readmeLine(t, "kubectl krew install "), readmeLine(t, "kubectl eip status")
 	krew := tool(t, "krew", "krew")
 	validate := tool(t, "krew", "validate-krew-manifest")
@@ -38,7 +39,7 @@ func TestKrewInstallsThePlugin(t *testing.T) {
 	// kubectl finds krew as the plugin kubectl-krew.
 	plugins := t.TempDir()
 	assert.NilError(t, os.Symlink(krew, filepath.Join(plugins, "kubectl-krew")))
-	path := plugins + ":" + filepath.Dir(cluster.KubectlPath()) + ":" + os.Getenv("PATH")
+	path := plugins + ":" + filepath.Dir(e.c.KubectlPath()) + ":" + os.Getenv("PATH")
 	run := func(line string, env ...string) string {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)

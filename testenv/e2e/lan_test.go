@@ -25,6 +25,7 @@ const livenessPort = config.DefaultLivenessPort
 // port and its format and lasts ten lease durations: the API server sees one renewal per
 // node every five seconds.
 func TestLANHeartbeatsRenewSlowly(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	e.eventually("slow heartbeats", func() (bool, string) {
 		for _, n := range e.nodes {
@@ -55,14 +56,15 @@ func TestLANHeartbeatsRenewSlowly(t *testing.T) {
 // unbinding it just before. The client never sees two MACs. When its
 // datagrams flow again it takes nothing back.
 func TestLANHolderUnheard(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	ip := testenv.ServiceIP(141)
 	st := e.startPoint(ip)
 	old, p, w, mark := st.holders[ip], st.probes[ip], st.w, st.mark
 
-	e.must(cluster.BlockUDP(e.ctx, old, livenessPort, true, false))
+	e.must(e.c.BlockUDP(e.ctx, old, livenessPort, true, false))
 	blocked := time.Now()
-	unblock := func() error { return cluster.UnblockUDP(e.ctx, old) }
+	unblock := func() error { return e.c.UnblockUDP(e.ctx, old) }
 	t.Cleanup(func() { _ = unblock() })
 
 	next := e.takenOver(ip, old, p)
@@ -94,6 +96,7 @@ func TestLANHolderUnheard(t *testing.T) {
 // datagrams only; the third node hears both and reports each to the
 // other. Nobody is judged dead and nothing moves.
 func TestLANPairCutNothingMoves(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	ip := testenv.ServiceIP(142)
 	st := e.startPoint(ip)
@@ -105,8 +108,8 @@ func TestLANPairCutNothingMoves(t *testing.T) {
 			break
 		}
 	}
-	e.must(cluster.BlockUDP(e.ctx, old, livenessPort, true, true, peer))
-	t.Cleanup(func() { _ = cluster.UnblockUDP(e.ctx, old) })
+	e.must(e.c.BlockUDP(e.ctx, old, livenessPort, true, true, peer))
+	t.Cleanup(func() { _ = e.c.UnblockUDP(e.ctx, old) })
 
 	e.throughout(old+" and "+peer+" cannot hear each other: nothing moves", 4*leaseDuration,
 		e.stillAnswering(st.probes, st.holders, time.Second))

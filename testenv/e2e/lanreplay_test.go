@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
@@ -30,7 +31,7 @@ import (
 // it has enough, or settle passes.
 func (e *env) captured(node string, keep func(c testenv.Captured, d lanlive.Datagram) (done bool)) {
 	e.t.Helper()
-	capt, err := cluster.CaptureUDP(node, livenessPort)
+	capt, err := e.c.CaptureUDP(node, livenessPort)
 	e.must(err)
 	defer capt.Close()
 	deadline := time.Now().Add(settle)
@@ -75,14 +76,16 @@ func replay(conn *net.UDPConn, dgs []testenv.Captured, gap time.Duration, stop <
 // replays 300 ms apart made a holder judge itself unheard and hand every
 // IP it held away.)
 func TestLANReplayedUnheardMovesNothing(t *testing.T) {
-	nodes := cluster.Nodes()
-	victim, peer, third := nodes[0].Name, nodes[1].Name, nodes[2].Name
+	t.Parallel()
+	// Every cluster's nodes are node-1, node-2 and node-3.
+	victim, peer, third := "node-1", "node-2", "node-3"
 	cfg := defaultConfig()
 	cfg["preferred-nodes"] = victim
 	e := newEnv(t, cfg)
 	// The victim's eipd stops; the peer's datagrams to the third node
 	// soon list the victim no more (after two lease durations).
-	e.must(cluster.StopDaemon(victim, syscall.SIGKILL))
+	e.must(e.c.StopDaemon(victim, syscall.SIGKILL))
+	nodes := e.c.Nodes()
 	var recorded []testenv.Captured
 	thirdAddr := netip.AddrPortFrom(nodes[2].IPv4, livenessPort)
 	e.captured(peer, func(c testenv.Captured, d lanlive.Datagram) bool {
@@ -100,7 +103,7 @@ func TestLANReplayedUnheardMovesNothing(t *testing.T) {
 	st := e.startPoint(ip)
 	assert.Equal(t, st.holders[ip], victim, "preferred-nodes")
 
-	conn, err := cluster.UDPFrom(peer, 0)
+	conn, err := e.c.UDPFrom(peer, 0)
 	e.must(err)
 	defer conn.Close()
 	stop, done := make(chan struct{}), make(chan int, 1)
@@ -114,7 +117,7 @@ func TestLANReplayedUnheardMovesNothing(t *testing.T) {
 	e.noTwoMACs(r)
 	rep := st.w.report()[ip]
 	assert.Check(t, len(rep.double) == 0 && len(rep.unbound) == 0, "%s", rep)
-	dropped, err := scrapeCounter(cluster.ClientHTTP(), "http://"+cluster.DaemonMetricsAddr(victim)+"/metrics", `eip_liveness_datagrams_dropped_total{reason="misaddressed"}`)
+	dropped, err := scrapeCounter(e.c.ClientHTTP(), "http://"+e.c.DaemonMetricsAddr(victim)+"/metrics", `eip_liveness_datagrams_dropped_total{reason="misaddressed"}`)
 	e.must(err)
 	t.Logf("%d replays sent, %v dropped as misaddressed", sent, dropped)
 	assert.Assert(t, dropped >= 2, "the replays reached %s", victim)
@@ -126,6 +129,7 @@ func TestLANReplayedUnheardMovesNothing(t *testing.T) {
 // node alive: its IP answered again only 14 s after the kill, when they
 // stopped.)
 func TestLANReplayOfKilledNodeDelaysNoFailover(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	ip := testenv.ServiceIP(144)
 	st := e.startPoint(ip)
@@ -135,9 +139,9 @@ func TestLANReplayOfKilledNodeDelaysNoFailover(t *testing.T) {
 		recorded = append(recorded, c)
 		return len(recorded) == 12
 	})
-	e.must(cluster.StopDaemon(old, syscall.SIGKILL))
+	e.must(e.c.StopDaemon(old, syscall.SIGKILL))
 	killed := time.Now()
-	conn, err := cluster.UDPFrom(old, livenessPort)
+	conn, err := e.c.UDPFrom(old, livenessPort)
 	e.must(err)
 	defer conn.Close()
 	stop, done := make(chan struct{}), make(chan int, 1)
@@ -154,7 +158,7 @@ func TestLANReplayOfKilledNodeDelaysNoFailover(t *testing.T) {
 	stop = nil
 	r := st.probes[ip].Stop()
 	e.noTwoMACs(r)
-	t.Logf("%s answered %s after %s was killed, while %d recorded datagrams were replayed", next, firstReplyFrom(r, e.mac(next), killed), old, sent)
+	e.answeredWithin(r, next, killed, failoverBound, fmt.Sprintf("%s killed, %d of its datagrams replayed", old, sent))
 }
 
 // The documented rotation of the liveness key (docs/operating.md): the new
@@ -162,6 +166,7 @@ func TestLANReplayOfKilledNodeDelaysNoFailover(t *testing.T) {
 // Every eipd signs with the new key, and no IP moves: the holder keeps
 // it, answering throughout, and no datagram is dropped for its signature.
 func TestLANKeyRotationMovesNothing(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	ip := testenv.ServiceIP(145)
 	st := e.startPoint(ip)
@@ -193,7 +198,7 @@ func TestLANKeyRotationMovesNothing(t *testing.T) {
 	rep := st.w.report()[ip]
 	assert.Check(t, len(rep.double) == 0 && len(rep.unbound) == 0, "%s", rep)
 	for _, n := range e.nodes {
-		bad, err := scrapeCounter(cluster.ClientHTTP(), "http://"+cluster.DaemonMetricsAddr(n)+"/metrics", `eip_liveness_datagrams_dropped_total{reason="bad-signature"}`)
+		bad, err := scrapeCounter(e.c.ClientHTTP(), "http://"+e.c.DaemonMetricsAddr(n)+"/metrics", `eip_liveness_datagrams_dropped_total{reason="bad-signature"}`)
 		e.must(err)
 		assert.Check(t, bad == 0, "%s dropped %v datagrams for their signature", n, bad)
 	}
@@ -214,22 +219,23 @@ func (e *env) signedWith(node string, key []byte) {
 // connection and the datagram), while on the node's address both do.
 // (Bound on every address, both answered on every IP eip served.)
 func TestListenersNotOnExternalIPs(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	ip := testenv.ServiceIP(146)
 	st := e.startPoint(ip)
 	holder := st.holders[ip]
-	n, err := cluster.Node(holder)
+	n, err := e.c.Node(holder)
 	e.must(err)
-	metricsPort := cluster.DaemonMetricsAddr(holder)
+	metricsPort := e.c.DaemonMetricsAddr(holder)
 	_, port, err := net.SplitHostPort(metricsPort)
 	e.must(err)
 
-	resp, err := cluster.ClientHTTP().Get("http://" + net.JoinHostPort(ip.String(), port) + "/metrics")
+	resp, err := e.c.ClientHTTP().Get("http://" + net.JoinHostPort(ip.String(), port) + "/metrics")
 	if err == nil {
 		resp.Body.Close()
 	}
 	assert.Check(t, errors.Is(err, syscall.ECONNREFUSED), "metrics on %s: %v", ip, err)
-	resp, err = cluster.ClientHTTP().Get("http://" + metricsPort + "/metrics")
+	resp, err = e.c.ClientHTTP().Get("http://" + metricsPort + "/metrics")
 	e.must(err)
 	resp.Body.Close()
 	assert.Equal(t, resp.StatusCode, http.StatusOK)
@@ -244,7 +250,7 @@ func TestListenersNotOnExternalIPs(t *testing.T) {
 // listens and drops it, as eipd does.
 func (e *env) udpAnswer(ip netip.Addr) error {
 	e.t.Helper()
-	conn, err := cluster.UDPFrom(testenv.Client, 0)
+	conn, err := e.c.UDPFrom(testenv.Client, 0)
 	e.must(err)
 	defer conn.Close()
 	to := netip.AddrPortFrom(ip, livenessPort)

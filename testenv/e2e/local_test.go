@@ -103,6 +103,7 @@ func (e *env) statusRow(ip netip.Addr) cli.IP {
 // bound nowhere, status says no-endpoints and a Warning says why; an
 // endpoint back brings it back, with a Normal Event.
 func TestLocalIPLivesWhereItsEndpointIs(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	ip := testenv.ServiceIP(60)
 	e.localService("local-web", ip)
@@ -144,6 +145,7 @@ func TestLocalIPLivesWhereItsEndpointIs(t *testing.T) {
 // both still serve, it is bound nowhere and status says no-endpoints; a
 // node that becomes ready for both takes it.
 func TestLocalSharedIPNeedsEveryLocalService(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	ip := testenv.ServiceIP(61)
 	n := e.nodes
@@ -174,6 +176,7 @@ func TestLocalSharedIPNeedsEveryLocalService(t *testing.T) {
 // server's count of open watches, apiserver_longrunning_requests, counts
 // one of its own besides eipd's.)
 func TestLocalEndpointSlicesWatchedOnlyWhileNeeded(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	w := &auditedWatches{open: map[string]bool{}}
 	e.service("cluster-web", testenv.ServiceIP(61))
@@ -211,7 +214,7 @@ type auditedWatches struct {
 func (e *env) sliceWatches(w *auditedWatches, n int, within time.Duration) {
 	e.t.Helper()
 	testenv.Eventually(e.t, within, func() (bool, string) {
-		f, err := os.Open(cluster.AuditLog())
+		f, err := os.Open(e.c.AuditLog())
 		e.must(err)
 		defer f.Close()
 		_, err = f.Seek(w.offset, io.SeekStart)
@@ -255,6 +258,9 @@ func (e *env) setTrafficPolicy(name string, p corev1.ServiceExternalTrafficPolic
 // memory and CPU once all are bound, and over a quiet window after: the
 // cost of watching every EndpointSlice (figures, not assertions).
 func TestLocalThousandServices(t *testing.T) {
+	// Runs alone (no t.Parallel): it creates 2,000 objects at once and logs
+	// eipd's CPU over a quiet window, figures that other tests' load would
+	// distort, while its own load would slow their failovers.
 	const n = 1000
 	for _, policy := range []corev1.ServiceExternalTrafficPolicy{corev1.ServiceExternalTrafficPolicyCluster, corev1.ServiceExternalTrafficPolicyLocal} {
 		t.Run(string(policy), func(t *testing.T) {
@@ -297,12 +303,26 @@ func TestLocalThousandServices(t *testing.T) {
 				}
 				return wrong == 0, fmt.Sprintf("%d not held where they should be", wrong)
 			})
-			e.eventually(fmt.Sprintf("%d IPs bound once", n), func() (bool, string) {
-				bound := 0
+			e.eventually(fmt.Sprintf("each of the %d IPs bound on one node", n), func() (bool, string) {
+				on := map[netip.Addr][]string{}
 				for _, node := range e.nodes {
-					bound += len(e.testAddrs(node))
+					for _, p := range e.testAddrs(node) {
+						on[p.Addr()] = append(on[p.Addr()], node)
+					}
 				}
-				return bound == n, fmt.Sprintf("%d bound", bound)
+				var wrong []string
+				for ip, nodes := range on {
+					if _, ok := want[ip]; !ok || len(nodes) != 1 {
+						wrong = append(wrong, fmt.Sprintf("%s on %v", ip, nodes))
+					}
+				}
+				for ip := range want {
+					if len(on[ip]) == 0 {
+						wrong = append(wrong, ip.String()+" on no node")
+					}
+				}
+				slices.Sort(wrong)
+				return len(wrong) == 0, fmt.Sprintf("%d wrong, first %v", len(wrong), wrong[:min(len(wrong), 5)])
 			})
 			t.Logf("%d Services (%s) and their EndpointSlices created and bound in %s", n, policy, time.Since(began).Round(100*time.Millisecond))
 			cpu1 := e.daemonsCPU()
@@ -310,7 +330,7 @@ func TestLocalThousandServices(t *testing.T) {
 			<-time.After(window)
 			cpu2 := e.daemonsCPU()
 			for _, node := range e.nodes {
-				s, err := bench.ReadProc(cluster.DaemonPID(node))
+				s, err := bench.ReadProc(e.c.DaemonPID(node))
 				e.must(err)
 				t.Logf("%s eipd: RSS %.1f MiB (peak %.1f MiB), CPU %s for the cold start, %.2f %% of a core over %s after",
 					node, float64(s.RSS)/(1<<20), float64(s.PeakRSS)/(1<<20), (cpu1[node] - cpu0[node]).Round(time.Millisecond),
@@ -367,7 +387,7 @@ func (e *env) daemonsCPU() map[string]time.Duration {
 	e.t.Helper()
 	out := map[string]time.Duration{}
 	for _, node := range e.nodes {
-		s, err := bench.ReadProc(cluster.DaemonPID(node))
+		s, err := bench.ReadProc(e.c.DaemonPID(node))
 		e.must(err)
 		out[node] = s.CPU
 	}
@@ -379,13 +399,14 @@ func (e *env) daemonsCPU() map[string]time.Duration {
 // endpoint, whichever node ranks first; it moves with the endpoint, and
 // with no endpoint anywhere no node announces the IP.
 func TestLocalRouteModeAnnouncesOnlyWhereEndpointIs(t *testing.T) {
+	t.Parallel()
 	e := newRouteEnv(t)
 	ip := testenv.RoutedServiceIP(70)
 	e.localService("local-routed", ip)
 	for _, n := range []string{e.nodes[len(e.nodes)-1], e.nodes[0]} {
 		e.endpointsOn("local-routed", []string{n}, nil)
 		e.eventually(ip.String()+" announced by "+n+" alone", func() (bool, string) {
-			paths, err := cluster.BGPPaths(e.ctx, ip)
+			paths, err := e.c.BGPPaths(e.ctx, ip)
 			if err != nil {
 				return false, err.Error()
 			}
@@ -397,7 +418,7 @@ func TestLocalRouteModeAnnouncesOnlyWhereEndpointIs(t *testing.T) {
 	e.eventually(ip.String()+" announced by no node", func() (bool, string) {
 		// birdc fails on a prefix it has no route for: the whole table
 		// says it.
-		table, err := cluster.Birdc(e.ctx, "show", "route")
+		table, err := e.c.Birdc(e.ctx, "show", "route")
 		prefix := netip.PrefixFrom(ip, ip.BitLen()).String()
 		return err == nil && !strings.Contains(table, prefix) && len(e.boundOn(ip)) == 0,
 			fmt.Sprintf("bound on %v; the router's table (%v):\n%s", e.boundOn(ip), err, table)

@@ -2,44 +2,58 @@
 // network namespaces, a real kube-apiserver and etcd, and a client
 // namespace on the same LAN that pings and ARPs the external IPs. Every
 // test asserts on what that client sees and on the Lease holders.
+//
+// Tests run in parallel, each on a cluster of its own (see clusters and
+// testenv/README.md); a test that must run alone says why.
 package e2e
 
 import (
-	"context"
+	"flag"
 	"fmt"
-	"log/slog"
 	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/eip-project/eip/testenv"
 )
 
-// cluster is shared by the suite; each test resets it (see newEnv).
-var cluster *testenv.Cluster
+// lender lends the tests their clusters (see newEnv).
+var lender *clusters
 
 func TestMain(m *testing.M) {
-	if os.Geteuid() != 0 {
-		fmt.Println("e2e: skipped: needs root for network namespaces")
-		os.Exit(0)
+	flag.Parse()
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	p := newClusters()
+	if err := prerequisites(p.opts); err != nil {
+		return testenv.Unavailable("e2e", err)
 	}
-	if os.Getenv("EIP_K8S_BIN") == "" {
-		fmt.Println("e2e: skipped: EIP_K8S_BIN is not set (run scripts/build-k8s.sh, or make test)")
-		os.Exit(0)
-	}
-	ctx := context.Background()
-	c, err := testenv.Start(ctx, testenv.Options{Nodes: 3, Router: true, Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "e2e: start cluster:", err)
-		os.Exit(1)
-	}
-	cluster = c
+	lender = p
 	code := m.Run()
-	if code != 0 {
-		fmt.Fprintln(os.Stderr, "e2e: logs kept in", c.Dir())
-		c.Keep()
+	if err := p.close(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		code = 1
 	}
-	if err := c.Close(); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e: close cluster:", err)
+	return code
+}
+
+// prerequisites are testenv's and the eipd binary the tests start.
+func prerequisites(opts testenv.Options) error {
+	if err := testenv.Prerequisites(opts); err != nil {
+		return err
 	}
-	os.Exit(code)
+	bin := os.Getenv("EIPD_BIN")
+	if bin == "" {
+		root, err := testenv.RepoRoot()
+		if err != nil {
+			return err
+		}
+		bin = filepath.Join(root, "bin", "eipd")
+	}
+	if _, err := os.Stat(bin); err != nil {
+		return fmt.Errorf("no eipd to test (run make build, or set EIPD_BIN): %w", err)
+	}
+	return nil
 }

@@ -35,13 +35,14 @@ var appearsOnFirstError = []string{"eip_api_errors_total", "eip_events_summarise
 // documents, scraped from the LAN as a Prometheus server would, and its
 // health and readiness checks answer.
 func TestMetricsAreExported(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	documented := documentedMetrics(t)
 	t.Logf("documented: %v", documented)
 	for _, n := range e.nodes {
 		for _, path := range []string{"/healthz", "/readyz"} {
 			e.eventually(path+" of "+n, func() (bool, string) {
-				code, _, err := getDaemon(n, path)
+				code, _, err := e.getDaemon(n, path)
 				return err == nil && code == http.StatusOK, fmt.Sprintf("status %d, %v", code, err)
 			})
 		}
@@ -79,6 +80,7 @@ func TestMetricsAreExported(t *testing.T) {
 // Binding, a move and a takeover each show in the counters of the node that
 // did it, and as Events on the Service: Bound, Moved, TakenOver.
 func TestMetricsAndEventsOfMoveAndTakeover(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	ip := testenv.ServiceIP(180)
 	svc := e.service("metered", ip)
@@ -117,7 +119,7 @@ func TestMetricsAndEventsOfMoveAndTakeover(t *testing.T) {
 		s := e.scrape(n).samples
 		takeovers[n], failovers[n] = s[`eip_acquisitions_total{kind="takeover"}`], s["eip_failover_duration_seconds_count"]
 	}
-	e.must(cluster.StopDaemon(second, syscall.SIGKILL))
+	e.must(e.c.StopDaemon(second, syscall.SIGKILL))
 	var third string
 	e.eventually("a survivor holds "+ip.String(), func() (bool, string) {
 		third = e.holder(ip)
@@ -204,8 +206,8 @@ func parseExposition(r io.Reader) (exposition, error) {
 }
 
 // getDaemon requests path of node's metrics endpoint from the client namespace.
-func getDaemon(node, path string) (int, []byte, error) {
-	resp, err := cluster.ClientHTTP().Get("http://" + cluster.DaemonMetricsAddr(node) + path)
+func (e *env) getDaemon(node, path string) (int, []byte, error) {
+	resp, err := e.c.ClientHTTP().Get("http://" + e.c.DaemonMetricsAddr(node) + path)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -219,7 +221,7 @@ func (e *env) scrape(node string) exposition {
 	e.t.Helper()
 	var m exposition
 	e.eventually("/metrics of "+node, func() (bool, string) {
-		code, b, err := getDaemon(node, "/metrics")
+		code, b, err := e.getDaemon(node, "/metrics")
 		if err != nil || code != http.StatusOK {
 			return false, fmt.Sprintf("status %d, %v", code, err)
 		}

@@ -70,7 +70,7 @@ func (w *bindWatch) run() {
 	for {
 		s := bindingSample{at: time.Now(), on: map[netip.Addr][]string{}}
 		for _, n := range w.e.nodes {
-			addrs, err := cluster.NodeAddrs(n)
+			addrs, err := w.e.c.NodeAddrs(n)
 			if err != nil {
 				continue
 			}
@@ -357,7 +357,7 @@ type logMark map[string]int64
 func (e *env) markLogs() logMark {
 	m := logMark{}
 	for _, n := range e.nodes {
-		if fi, err := os.Stat(cluster.DaemonLog(n)); err == nil {
+		if fi, err := os.Stat(e.c.DaemonLog(n)); err == nil {
 			m[n] = fi.Size()
 		}
 	}
@@ -366,7 +366,7 @@ func (e *env) markLogs() logMark {
 
 // logSince is the daemon log of node written after the mark.
 func (e *env) logSince(m logMark, node string) string {
-	b, err := os.ReadFile(cluster.DaemonLog(node))
+	b, err := os.ReadFile(e.c.DaemonLog(node))
 	if err != nil {
 		return ""
 	}
@@ -441,7 +441,7 @@ func (e *env) warningSince(kind, name, reason string, since time.Time, parts ...
 
 func (e *env) guardAPIServer() {
 	e.t.Cleanup(func() {
-		if err := cluster.StartAPIServer(e.ctx); err != nil && !strings.Contains(err.Error(), "already running") {
+		if err := e.c.StartAPIServer(e.ctx); err != nil && !strings.Contains(err.Error(), "already running") {
 			e.t.Errorf("restart kube-apiserver: %v", err)
 		}
 	})
@@ -449,7 +449,7 @@ func (e *env) guardAPIServer() {
 
 func (e *env) guardEtcd() {
 	e.t.Cleanup(func() {
-		if err := cluster.StartEtcd(e.ctx); err != nil && !strings.Contains(err.Error(), "already running") {
+		if err := e.c.StartEtcd(e.ctx); err != nil && !strings.Contains(err.Error(), "already running") {
 			e.t.Errorf("restart etcd: %v", err)
 		}
 	})
@@ -459,11 +459,11 @@ func (e *env) guardEtcd() {
 // restores it; a cleanup restores it if the test does not.
 func (e *env) blockAPI(node string) (unblock func()) {
 	e.t.Helper()
-	e.must(cluster.BlockAPI(e.ctx, node))
+	e.must(e.c.BlockAPI(e.ctx, node))
 	var once sync.Once
 	undo := func() error {
 		var err error
-		once.Do(func() { err = cluster.UnblockAPI(e.ctx, node) })
+		once.Do(func() { err = e.c.UnblockAPI(e.ctx, node) })
 		return err
 	}
 	e.t.Cleanup(func() { _ = undo() })
@@ -475,8 +475,8 @@ func (e *env) blockAPI(node string) (unblock func()) {
 
 func (e *env) cutLink(node string) {
 	e.t.Helper()
-	e.must(cluster.CutLink(e.ctx, node))
-	e.t.Cleanup(func() { _ = cluster.RestoreLink(e.ctx, node) })
+	e.must(e.c.CutLink(e.ctx, node))
+	e.t.Cleanup(func() { _ = e.c.RestoreLink(e.ctx, node) })
 }
 
 // killDaemonsOnCleanup makes sure no daemon started with odd flags outlives
@@ -484,7 +484,7 @@ func (e *env) cutLink(node string) {
 func (e *env) killDaemonsOnCleanup() {
 	e.t.Cleanup(func() {
 		for _, n := range e.nodes {
-			_ = cluster.StopDaemon(n, syscall.SIGKILL)
+			_ = e.c.StopDaemon(n, syscall.SIGKILL)
 		}
 	})
 }

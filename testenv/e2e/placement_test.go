@@ -91,7 +91,7 @@ func (e *env) clientSees(ips []netip.Addr) map[netip.Addr][]string {
 	out := map[netip.Addr][]string{}
 	for _, ip := range ips {
 		wg.Go(func() {
-			macs, err := cluster.WhoAnswers(ip)
+			macs, err := e.c.WhoAnswers(ip)
 			var nodes []string
 			for _, m := range macs {
 				nodes = append(nodes, e.nodeOfMAC(m))
@@ -304,7 +304,7 @@ func (e *env) meterConflicts() *conflictMeter {
 	e.t.Helper()
 	m := &conflictMeter{e: e, base: map[string]float64{}}
 	for _, n := range e.nodes {
-		if cluster.DaemonRunning(n) {
+		if e.c.DaemonRunning(n) {
 			m.base[n] = e.conflicts(n)
 		}
 	}
@@ -316,7 +316,7 @@ func (m *conflictMeter) stop(node string, sig syscall.Signal) {
 	m.e.t.Helper()
 	m.sum += m.e.conflicts(node) - m.base[node]
 	delete(m.base, node)
-	m.e.must(cluster.StopDaemon(node, sig))
+	m.e.must(m.e.c.StopDaemon(node, sig))
 }
 
 // kill stops node's daemon with SIGKILL.
@@ -345,7 +345,7 @@ func (e *env) conflicts(node string) float64 {
 	e.t.Helper()
 	var v float64
 	e.eventually("eip_lease_conflicts_total of "+node, func() (bool, string) {
-		got, err := scrapeCounter(cluster.ClientHTTP(), "http://"+cluster.DaemonMetricsAddr(node)+"/metrics", "eip_lease_conflicts_total")
+		got, err := scrapeCounter(e.c.ClientHTTP(), "http://"+e.c.DaemonMetricsAddr(node)+"/metrics", "eip_lease_conflicts_total")
 		v = got
 		return err == nil, fmt.Sprint(err)
 	})

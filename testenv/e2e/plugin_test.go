@@ -50,9 +50,9 @@ func (e *env) pluginDir() string {
 // carries standard error and the exit status.
 func (e *env) kubectlEip(args ...string) (string, error) {
 	e.t.Helper()
-	cmd := append([]string{"env", "PATH=" + e.pluginDir() + ":/usr/local/bin:/usr/bin:/bin", "KUBECONFIG=" + cluster.AdminKubeconfig(),
-		cluster.KubectlPath(), "eip"}, args...)
-	out, err := cluster.Exec(e.ctx, testenv.Client, cmd...)
+	cmd := append([]string{"env", "PATH=" + e.pluginDir() + ":/usr/local/bin:/usr/bin:/bin", "KUBECONFIG=" + e.c.AdminKubeconfig(),
+		e.c.KubectlPath(), "eip"}, args...)
+	out, err := e.c.Exec(e.ctx, testenv.Client, cmd...)
 	return string(out), err
 }
 
@@ -78,6 +78,7 @@ func statusRow(st cli.Status, ip netip.Addr) (cli.IP, bool) {
 // status, through kubectl's plugin mechanism, shows what the locks say and
 // what the client sees.
 func TestPluginStatusMatchesLocks(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	ips := []netip.Addr{testenv.ServiceIP(110), testenv.ServiceIP(111), testenv.ServiceIPv6(110)}
 	e.service("web", ips...)
@@ -100,7 +101,7 @@ func TestPluginStatusMatchesLocks(t *testing.T) {
 		assert.Assert(t, r.Successor != "" && r.Successor != r.Holder && slices.Contains(e.nodes, r.Successor),
 			"%s: successor %q of holder %s", ip, r.Successor, r.Holder)
 		assert.DeepEqual(t, r.Services, []string{"default/web"})
-		macs, err := cluster.WhoAnswers(ip)
+		macs, err := e.c.WhoAnswers(ip)
 		e.must(err)
 		assert.Equal(t, len(macs), 1)
 		assert.Equal(t, e.nodeOfMAC(macs[0]), r.Holder, "the client sees the holder the plugin names")
@@ -121,7 +122,7 @@ func TestPluginStatusMatchesLocks(t *testing.T) {
 			"row of %s", ip)
 	}
 
-	list, err := cluster.Exec(e.ctx, testenv.Client, "env", "PATH="+e.pluginDir()+":/usr/bin:/bin", cluster.KubectlPath(), "plugin", "list")
+	list, err := e.c.Exec(e.ctx, testenv.Client, "env", "PATH="+e.pluginDir()+":/usr/bin:/bin", e.c.KubectlPath(), "plugin", "list")
 	e.must(err)
 	assert.Assert(t, strings.Contains(string(list), "kubectl-eip"), "kubectl plugin list: %s", list)
 }
@@ -129,6 +130,7 @@ func TestPluginStatusMatchesLocks(t *testing.T) {
 // move hands the IP over: the client's pings follow to the new node's MAC,
 // never answered by two, and with sticky it stays there.
 func TestPluginMoveClientFollows(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	ip := testenv.ServiceIP(112)
 	e.service("web", ip)
@@ -174,6 +176,7 @@ func TestPluginMoveClientFollows(t *testing.T) {
 // judges the holder dead, ahead of the other survivors. A longer lease
 // duration leaves the plugin time to ask before anyone takes over unasked.
 func TestPluginMoveFromDeadHolder(t *testing.T) {
+	t.Parallel()
 	cfg := defaultConfig()
 	cfg["lease-duration"] = "5s"
 	e := newEnv(t, cfg)
@@ -184,7 +187,7 @@ func TestPluginMoveFromDeadHolder(t *testing.T) {
 	p := e.probe(ip)
 	e.answersFrom(p, old)
 
-	e.must(cluster.StopDaemon(old, syscall.SIGKILL))
+	e.must(e.c.StopDaemon(old, syscall.SIGKILL))
 	out, err := e.kubectlEip("move", ip.String(), target, "--timeout", "30s")
 	e.must(err)
 	assert.Assert(t, strings.HasPrefix(out, fmt.Sprintf("moved %s from %s to %s in ", ip, old, target)), "output %q", out)
@@ -214,14 +217,15 @@ func handoverGap(r testenv.ProbeResult, from, to net.HardwareAddr) time.Duration
 // Bad arguments and impossible moves fail with a clear message and a
 // non-zero exit, and change nothing.
 func TestPluginBadArguments(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	ip := testenv.ServiceIP(113)
 	e.service("web", ip)
 	holder := e.served(ip)
 	dead := e.other(holder)
-	e.must(cluster.StopDaemon(dead, syscall.SIGKILL))
+	e.must(e.c.StopDaemon(dead, syscall.SIGKILL))
 	gone := e.other(holder, dead)
-	e.must(cluster.StopDaemon(gone, syscall.SIGTERM))
+	e.must(e.c.StopDaemon(gone, syscall.SIGTERM))
 	unmanaged := testenv.ServiceIP(114)
 	// A move asked before the plugin sees the killed node's heartbeat go
 	// stale (a lease duration, or ten on slow heartbeats) is a move to a

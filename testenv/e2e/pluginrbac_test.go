@@ -24,12 +24,13 @@ import (
 // else. A user who may request a move but not watch the lock gets the
 // request withdrawn, not left to act later.
 func TestPluginRoles(t *testing.T) {
+	t.Parallel()
 	cfg := defaultConfig()
 	cfg["lease-duration"] = "10s"
 	e := newEnv(t, cfg)
 	root, err := testenv.RepoRoot()
 	e.must(err)
-	e.must(cluster.ApplyFiles(e.ctx, filepath.Join(root, "manifests", "plugin-rbac.yaml")))
+	e.must(e.c.ApplyFiles(e.ctx, filepath.Join(root, "manifests", "plugin-rbac.yaml")))
 	ip := testenv.ServiceIP(116)
 	e.service("web", ip)
 	holder := e.served(ip)
@@ -68,14 +69,14 @@ func TestPluginRoles(t *testing.T) {
 	assert.Assert(t, strings.HasPrefix(out, "moved "+ip.String()+" from "+holder+" to "+target+" in "), "%s", out)
 	assert.Equal(t, e.served(ip), target)
 	// eip-operator bound in eip's namespace: no other Lease of the cluster.
-	can, _ := cluster.Exec(e.ctx, testenv.Client, cluster.KubectlPath(), "--kubeconfig", cluster.AdminKubeconfig(),
+	can, _ := e.c.Exec(e.ctx, testenv.Client, e.c.KubectlPath(), "--kubeconfig", e.c.AdminKubeconfig(),
 		"auth", "can-i", "update", "leases.coordination.k8s.io", "-n", "kube-system", "--as", "e2e-operator")
 	assert.Equal(t, strings.TrimSpace(string(can)), "no")
 
 	// The holder, frozen, cannot act on the request before the plugin
 	// takes it back. A lease duration of 10 s keeps its peers from taking
 	// its IPs meanwhile.
-	pid := cluster.DaemonPID(target)
+	pid := e.c.DaemonPID(target)
 	assert.Assert(t, pid != 0)
 	e.must(syscall.Kill(pid, syscall.SIGSTOP))
 	frozen := true

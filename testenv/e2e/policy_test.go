@@ -70,6 +70,7 @@ func assertMovedFrom(t *testing.T, s step, before map[netip.Addr]hold, node stri
 // client never hears two MACs for one IP. A node stopped gracefully then
 // hands its 4 off, 2 to each of the others.
 func TestPolicySpreadNodeDiesAndReturns(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, spreadConfig())
 	ips := policyIPs(160, 12)
 	e.service("web", ips...)
@@ -104,6 +105,7 @@ func TestPolicySpreadNodeDiesAndReturns(t *testing.T) {
 // ranked best for it (so over both, not all onto one); when the node
 // returns it takes nothing back.
 func TestPolicyStickyNodeDiesAndReturns(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	ips := policyIPs(180, 12)
 	e.service("web", ips...)
@@ -167,6 +169,7 @@ func mostLoaded(e *env, hs map[netip.Addr]hold) string {
 // hands off all its IPs (a handoff each: no failover gap), and when the
 // label goes it joins again (spread: it gets its share back).
 func TestPolicyExcludeLabelHandsOff(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, spreadConfig())
 	e.restoreNodesOnCleanup()
 	ips := policyIPs(200, 12)
@@ -193,6 +196,7 @@ func TestPolicyExcludeLabelHandsOff(t *testing.T) {
 // A cordoned node hands off its IPs to the best-ranked peers; uncordoned,
 // it takes nothing back under sticky.
 func TestPolicyCordonHandsOff(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	e.restoreNodesOnCleanup()
 	ips := policyIPs(220, 12)
@@ -226,6 +230,7 @@ func TestPolicyCordonHandsOff(t *testing.T) {
 // The ConfigMap node-selector: a node it stops selecting hands off; a node
 // it starts selecting joins.
 func TestPolicyNodeSelector(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, spreadConfig())
 	e.restoreNodesOnCleanup()
 	ips := policyIPs(240, 12)
@@ -260,6 +265,7 @@ func TestPolicyNodeSelector(t *testing.T) {
 // IPs stay put (sticky). The ConfigMap default list then pulls every other
 // IP onto its node (the first-alive mode), while the annotation still wins.
 func TestPolicyPreferredNodes(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	preferred, second := e.nodes[2], e.nodes[1]
 	ordered := policyIPs(130, 2) // prefer preferred, then second
@@ -326,10 +332,11 @@ func TestPolicyPreferredNodes(t *testing.T) {
 // node stay there under sticky while the others join, and spread then
 // rebalances them to 4/4/4 with the minimum of 8 handoffs.
 func TestPolicySwitchStickyToSpread(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	first, late := e.nodes[0], e.nodes[1:]
 	for _, n := range late {
-		e.must(cluster.StopDaemon(n, syscall.SIGTERM)) // they hold nothing yet
+		e.must(e.c.StopDaemon(n, syscall.SIGTERM)) // they hold nothing yet
 	}
 	ips := policyIPs(140, 12)
 	e.service("web", ips...)

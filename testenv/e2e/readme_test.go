@@ -111,6 +111,7 @@ func readmeCommands() map[string]readmeCoverage {
 // TestREADMECommands runs, or finds what runs, every command README.md
 // shows in its sh blocks.
 func TestREADMECommands(t *testing.T) {
+	t.Parallel()
 	root, err := testenv.RepoRoot()
 	assert.NilError(t, err)
 	b, err := os.ReadFile(filepath.Join(root, "README.md"))
@@ -158,6 +159,7 @@ func readmeGaps(cmds []string, table map[string]readmeCoverage) (missing, stale 
 }
 
 func TestREADMEGaps(t *testing.T) {
+	t.Parallel()
 	table := map[string]readmeCoverage{"make a": {}, "make gone": {}}
 	missing, stale := readmeGaps([]string{"make a", "make new"}, table)
 	assert.DeepEqual(t, missing, []string{"make new"})
@@ -216,6 +218,7 @@ func stripComment(line string) string {
 }
 
 func TestShCommands(t *testing.T) {
+	t.Parallel()
 	md := "text\n```sh\nmake a   # a comment\n# only a comment\n\nsed 's#x#y#' f | wc -l\nlong \\\n  line\nmake a\n```\n" +
 		"```\nnot sh\n```\n```sh\necho \"# kept\" # cut\n```\n"
 	assert.DeepEqual(t, shCommands(md), []string{"make a", "sed 's#x#y#' f | wc -l", "long   line", `echo "# kept"`})
@@ -252,11 +255,11 @@ func (r *readme) host(t *testing.T, timeout time.Duration, line string, env ...s
 // on PATH, KUBECONFIG naming the test cluster's admin kubeconfig.
 func (r *readme) client(t *testing.T, line, pathPrefix string) string {
 	t.Helper()
-	path := filepath.Dir(cluster.KubectlPath()) + ":/usr/local/bin:/usr/bin:/bin"
+	path := filepath.Dir(r.e.c.KubectlPath()) + ":/usr/local/bin:/usr/bin:/bin"
 	if pathPrefix != "" {
 		path = pathPrefix + ":" + path
 	}
-	out, err := cluster.Exec(r.e.ctx, testenv.Client, "env", "PATH="+path, "KUBECONFIG="+cluster.AdminKubeconfig(),
+	out, err := r.e.c.Exec(r.e.ctx, testenv.Client, "env", "PATH="+path, "KUBECONFIG="+r.e.c.AdminKubeconfig(),
 		"bash", "-o", "pipefail", "-c", "cd "+r.root+" && "+line+" 2>&1")
 	assert.NilError(t, err, "%s:\n%s", line, out)
 	return string(out)
@@ -399,10 +402,10 @@ func (r *readme) build(t *testing.T, line string) {
 // the IP above) run that command.
 func (r *readme) daemonArgs(t *testing.T, _ string) {
 	node := r.e.nodes[0]
-	args := cluster.DaemonArgs(node)
-	assert.Check(t, is.Contains(args, "--kubeconfig="+cluster.NodeKubeconfig(node)))
+	args := r.e.c.DaemonArgs(node)
+	assert.Check(t, is.Contains(args, "--kubeconfig="+r.e.c.NodeKubeconfig(node)))
 	assert.Check(t, is.Contains(args, "--node-name="+node))
-	assert.Check(t, cluster.DaemonRunning(node), "newEnv started eipd on %s", node)
+	assert.Check(t, r.e.c.DaemonRunning(node), "newEnv started eipd on %s", node)
 }
 
 func (r *readme) bench(t *testing.T, line string) {

@@ -37,8 +37,9 @@ import (
 // only addresses inside the configured ranges, whatever a Service names,
 // in spec.externalIPs or in the status of a LoadBalancer Service.
 func TestServiceCannotStealLANAddresses(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
-	node, err := cluster.Node(e.nodes[1])
+	node, err := e.c.Node(e.nodes[1])
 	assert.NilError(t, err)
 	cp, _ := testenv.LANPrefixes()
 	gateway := cp.Addr().Next() // 198.18.0.1: the control plane, the LAN's "router"
@@ -69,7 +70,7 @@ func TestServiceCannotStealLANAddresses(t *testing.T) {
 	e.neverBound("steal", victims)
 	// On the wire, no node answers for them but their owners.
 	for _, ip := range victims {
-		macs, err := cluster.WhoAnswers(ip)
+		macs, err := e.c.WhoAnswers(ip)
 		assert.NilError(t, err)
 		for _, m := range macs {
 			if owner := e.nodeOfMAC(m); !strings.HasPrefix(owner, "unknown MAC") {
@@ -106,10 +107,11 @@ func (e *env) lbLeftAlone(name string, ips ...netip.Addr) *corev1.Service {
 // binds it, so the allocator writes a free address of its ranges in its
 // place, and that one is served.
 func TestStatusWithANodeAddressGetsAFreeOne(t *testing.T) {
+	t.Parallel()
 	cfg := defaultConfig()
 	cfg["ranges"] += "\n198.18.101.16/28 name=pool auto-assign"
 	e := newEnv(t, cfg)
-	node, err := cluster.Node(e.nodes[1])
+	node, err := e.c.Node(e.nodes[1])
 	assert.NilError(t, err)
 	// Left alone until its status lists the node's address.
 	lb := e.lbLeftAlone("squatter-lb", node.IPv4)
@@ -139,12 +141,13 @@ func TestStatusWithANodeAddressGetsAFreeOne(t *testing.T) {
 // one could be a bootstrap token or a Secret another workload expects, nor
 // change another one. The key ships empty and the first eipd fills it.
 func TestEipdWritesNoSecretButItsKey(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	s, err := e.k.CoreV1().Secrets(testenv.Namespace).Get(e.ctx, lanlive.KeySecret, metav1.GetOptions{})
 	e.must(err)
 	assert.Check(t, len(s.Data[lanlive.KeyField]) == 32, "the first eipd filled the key: %d bytes", len(s.Data[lanlive.KeyField]))
 
-	cfg, err := cluster.ServiceAccountConfig(e.ctx)
+	cfg, err := e.c.ServiceAccountConfig(e.ctx)
 	e.must(err)
 	sa, err := kubernetes.NewForConfig(cfg)
 	e.must(err)
@@ -223,6 +226,7 @@ var unusedOnPurpose = func() map[permission]string {
 // events and their repeats, a move, a graceful stop, a Service deleted)
 // is compared with the live ClusterRole and Roles from manifests/rbac.yaml.
 func TestRBACMatchesWhatEipdUses(t *testing.T) {
+	t.Parallel()
 	began := time.Now()
 	cfg := defaultConfig()
 	cfg["ranges"] += "\n198.18.101.0/28 name=pool auto-assign"
@@ -262,7 +266,7 @@ func TestRBACMatchesWhatEipdUses(t *testing.T) {
 	e.eventually(ip.String()+" moves to "+target, func() (bool, string) {
 		return e.holder(ip) == target, "holder " + e.holder(ip)
 	})
-	e.must(cluster.StopDaemon(target, syscall.SIGTERM))
+	e.must(e.c.StopDaemon(target, syscall.SIGTERM))
 	e.served(ip)
 	e.deleteService("audited")
 	e.eventually("lock deleted", func() (bool, string) { return e.lock(ip) == nil, "still there" })
@@ -298,7 +302,7 @@ func TestRBACMatchesWhatEipdUses(t *testing.T) {
 // used since t, and those it was refused, with counts.
 func (e *env) auditedSince(t time.Time) (used, denied map[permission]int) {
 	e.t.Helper()
-	f, err := os.Open(cluster.AuditLog())
+	f, err := os.Open(e.c.AuditLog())
 	e.must(err)
 	defer f.Close()
 	user := "system:serviceaccount:" + testenv.Namespace + ":" + testenv.ServiceAccount
@@ -371,6 +375,7 @@ func covers(granted []permission, p permission) bool {
 // names it is rejected; every eipd keeps renewing through the API server
 // and only the control plane answers for its address.
 func TestAPIServerAddressIsNeverBound(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	cp, _ := testenv.LANPrefixes()
 	apiServer := cp.Addr().Next() // 198.18.0.1, where every eipd reaches the API server
@@ -408,7 +413,7 @@ func TestAPIServerAddressIsNeverBound(t *testing.T) {
 		}
 		return true, ""
 	})
-	macs, err := cluster.WhoAnswers(apiServer)
+	macs, err := e.c.WhoAnswers(apiServer)
 	assert.NilError(t, err)
 	assert.Equal(t, len(macs), 1, "%s answered by %v", apiServer, macs)
 	for _, m := range macs {

@@ -53,15 +53,16 @@ func (e *env) third(a, b string) string {
 // The holder dies and its successor, named in the lock, answers for the
 // IP: it binds before its write, so the write is no longer on the path.
 func TestSuccessorTakesOverAKilledHolder(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	ip, old, next, p := e.watchedSuccession(60)
 
-	e.must(cluster.StopDaemon(old, syscall.SIGKILL))
+	e.must(e.c.StopDaemon(old, syscall.SIGKILL))
 	killed := time.Now()
 	assert.Equal(t, e.takenOver(ip, old, p), next, "the successor the lock named takes it")
 	r := p.Stop()
 	e.noTwoMACs(r)
-	t.Logf("answered by the successor %s %s after the kill", next, firstReplyFrom(r, e.mac(next), killed))
+	e.answeredWithin(r, next, killed, failoverBound, old+" killed")
 	assert.DeepEqual(t, e.boundOn(ip), []string{next})
 }
 
@@ -71,11 +72,12 @@ func TestSuccessorTakesOverAKilledHolder(t *testing.T) {
 // killed, the successor, still deaf to it, takes the IP over once the
 // third node's reports stop, and never while the holder answered.
 func TestSuccessorCutOffFromTheHolderOnly(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	ip, old, next, p := e.watchedSuccession(61)
 
-	e.must(cluster.BlockUDP(e.ctx, next, livenessPort, true, true, old))
-	t.Cleanup(func() { _ = cluster.UnblockUDP(e.ctx, next) })
+	e.must(e.c.BlockUDP(e.ctx, next, livenessPort, true, true, old))
+	t.Cleanup(func() { _ = e.c.UnblockUDP(e.ctx, next) })
 	before := e.lockStates(ip)
 	probes := map[netip.Addr]*testenv.Probe{ip: p}
 	e.throughout(next+" cannot hear "+old+": nothing moves", 4*leaseDuration, func() string {
@@ -89,7 +91,7 @@ func TestSuccessorCutOffFromTheHolderOnly(t *testing.T) {
 	})
 	e.assertNothingMoved(before, e.lockStates(ip))
 
-	e.must(cluster.StopDaemon(old, syscall.SIGKILL))
+	e.must(e.c.StopDaemon(old, syscall.SIGKILL))
 	assert.Equal(t, e.takenOver(ip, old, p), next)
 	r := p.Stop()
 	e.noTwoMACs(r)
@@ -102,14 +104,15 @@ func TestSuccessorCutOffFromTheHolderOnly(t *testing.T) {
 // the successor and unbinds, and the successor binds at its next probe:
 // one MAC at a time throughout.
 func TestSuccessorWaitsForAHolderThatIsSlowButAlive(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	ip, old, next, p := e.watchedSuccession(62)
 
-	e.must(cluster.SignalDaemon(old, syscall.SIGSTOP))
+	e.must(e.c.SignalDaemon(old, syscall.SIGSTOP))
 	stopped := true
 	t.Cleanup(func() {
 		if stopped {
-			_ = cluster.SignalDaemon(old, syscall.SIGCONT)
+			_ = e.c.SignalDaemon(old, syscall.SIGCONT)
 		}
 	})
 	onlyOld := func() string {
@@ -131,7 +134,7 @@ func TestSuccessorWaitsForAHolderThatIsSlowButAlive(t *testing.T) {
 	// The successor holds the lock now, and still must not bind.
 	e.throughout(old+" stopped, its kernel answering", leaseDuration, onlyOld)
 
-	e.must(cluster.SignalDaemon(old, syscall.SIGCONT))
+	e.must(e.c.SignalDaemon(old, syscall.SIGCONT))
 	stopped = false
 	e.answersFrom(p, next)
 	e.eventually("only the successor has the address", func() (bool, string) {
@@ -140,7 +143,7 @@ func TestSuccessorWaitsForAHolderThatIsSlowButAlive(t *testing.T) {
 	})
 	r := p.Stop()
 	e.noTwoMACs(r)
-	assert.Assert(t, cluster.DaemonRunning(old), "the holder runs on")
+	assert.Assert(t, e.c.DaemonRunning(old), "the holder runs on")
 }
 
 // The holder and its successor die together: the lock names a successor
@@ -148,12 +151,13 @@ func TestSuccessorWaitsForAHolderThatIsSlowButAlive(t *testing.T) {
 // (Alone, it hears no peer on the LAN and judges by the slow heartbeats:
 // 20 s, as for any two of three nodes dying at once.)
 func TestSuccessorDeadTooLeavesTheIPToTheRace(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	ip, old, next, p := e.watchedSuccession(63)
 	third := e.third(old, next)
 
-	e.must(cluster.StopDaemon(next, syscall.SIGKILL))
-	e.must(cluster.StopDaemon(old, syscall.SIGKILL))
+	e.must(e.c.StopDaemon(next, syscall.SIGKILL))
+	e.must(e.c.StopDaemon(old, syscall.SIGKILL))
 	assert.Equal(t, e.takenOver(ip, old, p), third)
 	r := p.Stop()
 	e.noTwoMACs(r)
@@ -165,11 +169,12 @@ func TestSuccessorDeadTooLeavesTheIPToTheRace(t *testing.T) {
 // round killed. Every IP ends up bound on exactly the live node its lock
 // names, and the client never hears two MACs for the IPs it watches.
 func TestColdStartInterrupted(t *testing.T) {
+	t.Parallel()
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
 		t.Run(sig.String(), func(t *testing.T) {
 			e := newEnv(t, defaultConfig())
 			for _, n := range e.nodes {
-				e.must(cluster.StopDaemon(n, syscall.SIGTERM))
+				e.must(e.c.StopDaemon(n, syscall.SIGTERM))
 			}
 			ips := make([]netip.Addr, 150)
 			for i := range ips {
@@ -181,14 +186,14 @@ func TestColdStartInterrupted(t *testing.T) {
 				probes = append(probes, e.probe(ip))
 			}
 			for _, n := range e.nodes {
-				e.must(cluster.StartDaemon(n))
+				e.must(e.c.StartDaemon(n))
 			}
 			victim := e.nodes[0]
 			e.eventually("the cold start under way", func() (bool, string) {
 				bound := len(e.testAddrs(victim))
 				return bound > 0, fmt.Sprintf("%d bound on %s", bound, victim)
 			})
-			e.must(cluster.StopDaemon(victim, sig))
+			e.must(e.c.StopDaemon(victim, sig))
 			live := e.nodes[1:]
 			e.eventually("every IP bound once, on the live node its lock names", func() (bool, string) {
 				on := map[netip.Addr][]string{}

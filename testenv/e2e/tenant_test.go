@@ -73,6 +73,7 @@ func (e *env) serviceIn(ns, name string, ips []netip.Addr, opts ...svcOption) {
 // both carry the same sharing key, and only the owner's team chooses where
 // it lives.
 func TestTenantCannotTakeAnotherNamespacesAddress(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	e.tenant(tenantA)
 	e.tenant(tenantB)
@@ -113,6 +114,7 @@ func TestTenantCannotTakeAnotherNamespacesAddress(t *testing.T) {
 // namespace's Service naming one of its addresses is refused with an Event
 // that says why, and the address is never bound.
 func TestRangeKeptForNamespaces(t *testing.T) {
+	t.Parallel()
 	cfg := defaultConfig()
 	cfg["ranges"] += "\n198.18.103.0/24 name=team-a namespaces=" + tenantA
 	e := newEnv(t, cfg)
@@ -133,6 +135,7 @@ func TestRangeKeptForNamespaces(t *testing.T) {
 // With external-ips off, eip manages the addresses of LoadBalancer
 // Services only: a Service's spec.externalIPs are refused and reported.
 func TestExternalIPsOff(t *testing.T) {
+	t.Parallel()
 	cfg := allocConfig()
 	cfg["external-ips"] = "off"
 	e := newEnv(t, cfg)

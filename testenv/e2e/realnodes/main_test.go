@@ -54,8 +54,7 @@ func run(m *testing.M) int {
 	opts := testenv.Options{Nodes: 3, RealNodes: true, Manifests: []string{},
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
 	if err := testenv.Prerequisites(opts); err != nil {
-		fmt.Println("realnodes: skipped:", err)
-		return 0
+		return testenv.Unavailable("realnodes", err)
 	}
 	dir, err := os.MkdirTemp("", "eip-realnodes-")
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -161,14 +162,14 @@ func TestDrainHolder(t *testing.T) {
 	kubectl(t, "uncordon", drained)
 }
 
-// A node fails (every process of it killed, its link cut): a survivor
-// answers for its IP within the lease duration plus 0.5 s. When the node
+// A node fails (every process of it killed, its link cut): the survivor
+// its lock then names answers for its IP within the lease duration plus
+// 0.5 s. When the node
 // returns, its kubelet restarts eipd, and two MACs never answer.
 func TestNodeFailure(t *testing.T) {
 	installed(t)
 	const lease = 2 * time.Second // manifests/configmap.yaml lease-duration
 	h := served(t, externalIP)
-	mac := nodeMAC(t, h)
 	p, err := cluster.Probe(externalIP, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -180,25 +181,31 @@ func TestNodeFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	failed := time.Now()
+	// The new holder, as its lock says, answers: not merely some MAC
+	// other than the dead node's, and not a late reply of the dead node.
 	next := ""
-	eventually(t, "a survivor answers", 10*time.Second, func() (bool, string) {
+	var nextMAC []byte
+	eventually(t, "the new holder answers", 10*time.Second, func() (bool, string) {
+		if next = holder(t, externalIP); next == "" || next == h {
+			return false, fmt.Sprintf("holder %q", next)
+		}
+		nextMAC = nodeMAC(t, next)
 		r := p.Result()
 		last := r.LastMAC()
-		if len(r.Replies) == 0 || bytes.Equal(last, mac) || r.Replies[len(r.Replies)-1].At.Before(failed) {
-			return false, fmt.Sprintf("last reply from %v", last)
+		if len(r.Replies) == 0 || !bytes.Equal(last, nextMAC) || r.Replies[len(r.Replies)-1].At.Before(failed) {
+			return false, fmt.Sprintf("holder %s (%v), last reply from %v", next, net.HardwareAddr(nextMAC), last)
 		}
-		next = last.String()
 		return true, ""
 	})
 	var first time.Time
 	for _, rep := range p.Result().Replies {
-		if rep.At.After(failed) {
+		if rep.At.After(failed) && bytes.Equal(rep.MAC, nextMAC) {
 			first = rep.At
 			break
 		}
 	}
 	took := first.Sub(failed)
-	t.Logf("node %s failed; %s answered by %s after %s", h, externalIP, next, took.Round(time.Millisecond))
+	t.Logf("node %s failed; %s answered by its new holder %s after %s", h, externalIP, next, took.Round(time.Millisecond))
 	if took > lease+500*time.Millisecond {
 		t.Errorf("failover took %s, more than lease %s + 0.5 s", took, lease)
 	}
