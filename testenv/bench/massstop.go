@@ -19,9 +19,10 @@ type MassStop struct {
 	// netlink saw them; below 0 when the survivor bound it first.
 	Gap []float64 `json:"gap"`
 	// NotHandedOff counts the IPs bound on no survivor within the
-	// deadline after the stop, or only after a gap longer than handOff
-	// (taken over by ordinary failover, not handed off); DoubleBound
-	// those on two nodes' interfaces at once.
+	// deadline after the stop, or with a gap beyond ±handOff: taken over
+	// by ordinary failover, after a lease duration, or while the stopped
+	// node still had them (the same IPs count in DoubleBound too).
+	// DoubleBound counts those on two nodes' interfaces at once.
 	NotHandedOff int `json:"notHandedOff"`
 	DoubleBound  int `json:"doubleBound"`
 	// Exited is the SIGTERM → the stopped eipd's exit.
@@ -29,9 +30,11 @@ type MassStop struct {
 	Error  string        `json:"error,omitempty"`
 }
 
-// handOff is the longest gap of an IP that still counts as handed off: a
-// hand-off takes milliseconds, whereas a survivor that was handed nothing
-// waits out the lease duration (2 s) before it takes the IP over.
+// handOff is the longest gap of an IP, either way, that still counts as
+// handed off: a hand-off takes milliseconds (a few below 0 when netlink
+// events of two namespaces arrive out of order), whereas a survivor that
+// was handed nothing takes the IP over when the lease duration (2 s) has
+// passed, whether the stopped node still has it or not.
 const handOff = time.Second
 
 // massStop starts eipd on the first node alone until it holds all ips
@@ -109,7 +112,7 @@ func (e *env) massStop(ctx context.Context, ips int) (MassStop, error) {
 		case !left.IsZero():
 			gap := bound.Sub(left)
 			res.Gap = append(res.Gap, gap.Seconds())
-			if gap > handOff {
+			if gap > handOff || gap < -handOff {
 				res.NotHandedOff++
 			}
 		}

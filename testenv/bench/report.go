@@ -314,7 +314,7 @@ func massStopFigures(m *MassStop) []Figure {
 	gap.Note = joinNotes(fmt.Sprintf("eipd exited %.1f s after the SIGTERM", m.Exited.Seconds()), m.Error)
 	return []Figure{
 		gap,
-		NewFigure(fmt.Sprintf("%s: IPs not handed off (dark, or a gap over %s)", what, handOff), UnitCount, []float64{float64(m.NotHandedOff)}, Target{Stat: "max", Limit: 0}),
+		NewFigure(fmt.Sprintf("%s: IPs not handed off (dark, or a gap beyond ±%s)", what, handOff), UnitCount, []float64{float64(m.NotHandedOff)}, Target{Stat: "max", Limit: 0}),
 		NewFigure(what+": IPs bound on two nodes at once", UnitCount, []float64{float64(m.DoubleBound)}, Target{Stat: "max", Limit: 0}),
 	}
 }
