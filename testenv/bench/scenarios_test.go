@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -26,7 +27,7 @@ func TestScaleScenariosShort(t *testing.T) {
 		ScaleIPs: []int{120}, NodeCounts: []int{5}, NodeIPs: 60,
 		// A window longer than a slow heartbeat's period (5 s with liveness
 		// over the LAN), so that every node renews within it.
-		Window: 6 * time.Second, Settle: time.Second, EipdArgs: []string{"-v=0"}, KubectlEip: os.Getenv("KUBECTL_EIP_BIN"),
+		Window: 6 * time.Second, Settle: time.Second, EipdArgs: []string{"-v=0"}, KubectlEip: kubectlEip(t),
 	})
 	assert.NilError(t, err)
 	assert.Check(t, len(r.Errors) == 0, "%v", r.Errors)
@@ -70,7 +71,7 @@ func TestBGPScenarioShort(t *testing.T) {
 	c, log := shortCluster(t, testenv.Options{Nodes: 3, Router: true})
 	r, err := Run(ctx, Options{
 		Cluster: c, Log: log, Only: []string{ScenarioBGP}, BGPReps: 2,
-		EipdArgs: []string{"-v=0"}, KubectlEip: os.Getenv("KUBECTL_EIP_BIN"),
+		EipdArgs: []string{"-v=0"}, KubectlEip: kubectlEip(t),
 	})
 	assert.NilError(t, err)
 	assert.Check(t, len(r.Errors) == 0, "%v", r.Errors)
@@ -87,6 +88,17 @@ func TestBGPScenarioShort(t *testing.T) {
 	for _, f := range r.figures() {
 		assert.Check(t, f.Summary.N > 0, "figure %q not measured: %s", f.Name, f.Note)
 	}
+}
+
+// kubectlEip is the plugin the scenarios run: $KUBECTL_EIP_BIN, else the
+// repository's bin/kubectl-eip (make build).
+func kubectlEip(t *testing.T) string {
+	if bin := os.Getenv("KUBECTL_EIP_BIN"); bin != "" {
+		return bin
+	}
+	root, err := testenv.RepoRoot()
+	assert.NilError(t, err)
+	return filepath.Join(root, "bin", "kubectl-eip")
 }
 
 // shortCluster starts a cluster for a miniature scenario, torn down when
