@@ -98,6 +98,7 @@ func (o *otherLB) addr(name string) netip.Addr {
 // while it serves the Services of its class. External IPs have no class:
 // external-ips keeps deciding for them, also on a class-less Service.
 func TestClassOnlyLeavesClasslessServicesToAnother(t *testing.T) {
+	t.Parallel()
 	cfg := allocConfig()
 	cfg["load-balancer-class"] = "only"
 	e := newEnv(t, cfg)
@@ -134,7 +135,7 @@ func TestClassOnlyLeavesClasslessServicesToAnother(t *testing.T) {
 		_, locked := locks[ip]
 		assert.Check(t, !locked, "eip locked %s of %s", ip, name)
 		assert.Check(t, is.Len(e.boundOn(ip), 0), "%s of %s is bound", ip, name)
-		macs, err := cluster.WhoAnswers(ip)
+		macs, err := e.c.WhoAnswers(ip)
 		e.must(err)
 		assert.Check(t, is.Len(macs, 0), "%s of %s answered by %v", ip, name, macs)
 		svc := e.getService(name)

@@ -272,8 +272,9 @@ func TestPluginBadArguments(t *testing.T) {
 // build as that eipd wrote it in its heartbeat: what `eipd --version` of
 // the binary the nodes run prints.
 func TestPluginVersion(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
-	out, err := exec.Command(cluster.DaemonBin(), "--version").Output()
+	out, err := exec.Command(e.c.DaemonBin(), "--version").Output()
 	e.must(err)
 	eipd, ok := strings.CutPrefix(strings.TrimSpace(string(out)), "eipd ")
 	assert.Assert(t, ok && strings.Contains(eipd, " (commit "), "eipd --version printed %q", out)
