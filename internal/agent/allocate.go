@@ -286,13 +286,13 @@ func (s *state) space(svcs []*ipset.Service, locks map[string]*lease.Kept, now t
 		}
 	}
 	for name, l := range locks {
-		if l = s.effective(name, l); l != nil {
+		if l = s.book.effective(name, l); l != nil {
 			addLock(l)
 		}
 	}
 	for name := range s.book.written {
 		if _, cached := locks[name]; !cached {
-			if l := s.effective(name, nil); l != nil {
+			if l := s.book.effective(name, nil); l != nil {
 				addLock(l)
 			}
 		}
@@ -462,8 +462,8 @@ func (s *state) allocDone(r allocResult) {
 	delete(al.inflight, r.key)
 	now := s.a.clk.Now()
 	log := s.log.With("service", r.key)
+	s.book.created(r.created)
 	for _, l := range r.created {
-		s.book.written[l.Name] = lease.Keep(l, nil)
 		log.Debug("reserved", "ip", l.Annotations[lease.AnnotationIP], "lease", l.Name)
 	}
 	switch {

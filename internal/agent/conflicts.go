@@ -111,6 +111,9 @@ func newAddrConflicts() addrConflicts {
 	return addrConflicts{fresh: map[netip.Addr]bool{}, probing: map[netip.Addr]probeRun{}, inUse: map[netip.Addr]inUse{}, claimed: map[netip.Addr]claim{}}
 }
 
+// probeFirst: ip was acquired, and is probed before it is bound.
+func (c *addrConflicts) probeFirst(ip netip.Addr) { c.fresh[ip] = true }
+
 // forget drops everything known about ip: it is no longer this node's.
 func (c *addrConflicts) forget(ip netip.Addr) {
 	delete(c.fresh, ip)
@@ -260,7 +263,9 @@ func (s *state) conflictClaim(cl netif.Claim) bool {
 		if cl.Probe && peer {
 			// Another eip node probes too: the lock decides which of
 			// us binds, not the wire.
-			s.contest(cl.IP)
+			if s.succ.contest(cl.IP) {
+				s.log.Info("another eip node probes for an IP this node succeeds to; binding it only once the lock names this node", "ip", cl.IP)
+			}
 			return true
 		}
 		if peer {

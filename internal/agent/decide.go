@@ -18,7 +18,7 @@ import (
 // after it would act not at all.
 func (s *state) reconcileSome(now time.Time) {
 	s.sched.passStart = now
-	s.book.seen = s.a.leasesSeen()
+	s.book.newPass(s.a.leasesSeen(), false)
 	s.fence(now)
 	v := s.view(now)
 	if v.Writable {
@@ -48,17 +48,7 @@ func (s *state) reconcileSome(now time.Time) {
 		s.decideOne(v, ip, now)
 	}
 	clear(s.sched.dirty)
-	for _, first := range []bool{true, false} {
-		end := s.writes.waiting.start()
-		for i := 0; !s.acquisitionsFull(now); {
-			ip, after, ok := s.writes.waiting.next(i, end, first)
-			if !ok {
-				break
-			}
-			s.decideOne(v, ip, now)
-			i = after
-		}
-	}
+	s.writes.admitWaiting(now, s.desired.lockWriteTimeout(), func(ip netip.Addr) { s.decideOne(v, ip, now) })
 	s.a.opt.Metrics.Held(len(s.binder.bound))
 }
 
@@ -67,11 +57,11 @@ func (s *state) decideOne(v lease.View, ip netip.Addr, now time.Time) {
 	name := lease.NameFor(ip)
 	cached := s.a.lock(name)
 	if _, named := s.desired.entries[ip]; named {
-		l := s.effective(name, cached)
+		l := s.book.effective(name, cached)
 		s.decide(v, ip, name, l, true, s.planOne(v, ip, name, l))
 		return
 	}
-	s.writes.waiting.remove(ip)
+	s.writes.unwait(ip)
 	s.sched.ipWake.forget(ip)
 	if cached != nil {
 		s.decideOrphan(v, cached, now)
@@ -82,11 +72,11 @@ func (s *state) decideOne(v lease.View, ip netip.Addr, now time.Time) {
 
 // decideOrphan decides the lock l of an IP no Service names.
 func (s *state) decideOrphan(v lease.View, l *lease.Kept, now time.Time) {
-	if l = s.effective(l.Name, l); l == nil {
+	if l = s.book.effective(l.Name, l); l == nil {
 		return
 	}
 	if l.Err != nil {
-		s.warnBadLock(l, "no Service names its IP, so it is ignored")
+		s.book.warnBadLock(l, "no Service names its IP, so it is ignored")
 		return
 	}
 	if s.reservationSpared(l, l.IP, now) {
@@ -99,15 +89,13 @@ func (s *state) decideOrphan(v lease.View, l *lease.Kept, now time.Time) {
 func (s *state) reconcile() {
 	now := s.a.clk.Now()
 	s.sched.passStart = now
-	s.book.seen = s.a.leasesSeen()
+	s.book.newPass(s.a.leasesSeen(), true)
 	s.sched.wake = time.Time{}
 	s.sched.needFull = false
 	// Emptied by new maps, not cleared, and the others shrunk: see shrink.
-	s.sched.dirty, s.writes.dropWaiting, s.sched.lateBinds = map[netip.Addr]bool{}, map[netip.Addr]bool{}, map[netip.Addr]bool{}
-	s.writes.waiting.reset()
+	s.sched.dirty, s.sched.lateBinds = map[netip.Addr]bool{}, map[netip.Addr]bool{}
+	s.writes.newPass()
 	s.sched.ipWake.reset()
-	s.book.freeSince = shrink(s.book.freeSince)
-	s.book.written = shrink(s.book.written)
 	s.wire.keep(func(ip netip.Addr) bool {
 		_, named := s.desired.entries[ip]
 		return named
@@ -180,7 +168,7 @@ func (s *state) reconcile() {
 	for _, first := range []bool{true, false} {
 		for i, m := range s.desired.order {
 			if s.sched.first[i] == first {
-				s.decide(v, m.ip, m.name, s.effective(m.name, locks[m.name]), true, plan[m.ip])
+				s.decide(v, m.ip, m.name, s.book.effective(m.name, locks[m.name]), true, plan[m.ip])
 			}
 		}
 	}
@@ -229,80 +217,17 @@ func (s *state) observe(all []*lease.Kept, now time.Time) map[string]*lease.Kept
 	return locks
 }
 
-// effective is the lock as this node should see it: the cache, or our own
-// write when the cache has not caught up with it yet.
-func (s *state) effective(name string, cached *lease.Kept) *lease.Kept {
-	if rv, ok := s.book.deleted[name]; ok {
-		if cached != nil && cached.ResourceVersion == rv {
-			return nil
-		}
-		delete(s.book.deleted, name)
-	}
-	w, ok := s.book.written[name]
-	if !ok {
-		return cached
-	}
-	if cached == nil {
-		// Our write created it, and the cache shows it once the watch
-		// delivered it; if the cache held Lease writes as new before it
-		// was read and not this one, someone deleted it since. Given up a
-		// lease duration after the write, a lock that fifty nodes' loaded
-		// API server delivered 3.7 s late was taken for none: its holder
-		// unbound the IP ("bound without a lock") or created it again.
-		// Judged by the progress read after the cache, a lock delivered
-		// in between was taken for one deleted.
-		if s.book.seen == "" || lease.Newer(w.ResourceVersion, s.book.seen) {
-			return w
-		}
-	} else if lease.Newer(w.ResourceVersion, cached.ResourceVersion) {
-		return w
-	}
-	delete(s.book.written, name)
-	return cached
-}
-
-// warnBadLock logs, once per version, a lock damaged by hand and what this
-// node does about it.
-func (s *state) warnBadLock(l *lease.Kept, effect string) {
-	if s.book.badLocks[l.Name] == l.ResourceVersion {
-		return
-	}
-	s.book.badLocks[l.Name] = l.ResourceVersion
-	s.log.Warn("damaged lock: "+effect, "lease", l.Name, "err", l.Err)
-}
-
-// lockOf reads l for ip into lk and returns lk, or nil without a lock. A
-// lock damaged by hand (garbage annotations) is still a lock: its holder
-// is honoured and its next write repairs it.
-func (s *state) lockOf(ip netip.Addr, l *lease.Kept, lk *lease.Lock) *lease.Lock {
-	if l == nil {
-		return nil
-	}
-	*lk = l.Lock
-	if l.Err != nil {
-		s.warnBadLock(l, "its holder is honoured until its next owner writes it whole")
-		lk.IP = ip
-	}
-	return lk
-}
-
 func (s *state) decide(v lease.View, ip netip.Addr, name string, l *lease.Kept, named bool, planned string) {
-	s.writes.waiting.remove(ip)
+	s.writes.unwait(ip)
 	s.sched.ipWake.forget(ip)
-	lk := s.lockOf(ip, l, &s.book.read)
-	if lk == nil || lk.Holder == "" || !s.live.Known(lk.Holder) {
-		if _, ok := s.book.freeSince[ip]; !ok {
-			s.book.freeSince[ip] = v.Now
-		}
-	} else {
-		delete(s.book.freeSince, ip)
-	}
+	lk := s.book.lockOf(ip, l)
+	freeSince := s.book.free(ip, lk == nil || lk.Holder == "" || !s.live.Known(lk.Holder), v.Now)
 	_, bound := s.binder.bound[ip]
-	in := lease.IP{Addr: ip, Lock: lk, Named: named, Bound: bound, FreeSince: s.book.freeSince[ip], Planned: planned, Next: s.desired.next[ip], Only: s.serving.onlyFor(ip)}
+	in := lease.IP{Addr: ip, Lock: lk, Named: named, Bound: bound, FreeSince: freeSince, Planned: planned, Next: s.desired.next[ip], Only: s.serving.onlyFor(ip)}
 	s.wireDecide(&in, v.Now)
 	d := lease.Decide(v, in)
 	if d.Action != lease.Succeed {
-		s.endSuccession(ip)
+		s.wakeHeld(s.succ.end(ip))
 	}
 	if s.writes.inflight[name] {
 		// A successor binds while its write is on its way.
@@ -335,14 +260,14 @@ func (s *state) decide(v lease.View, ip netip.Addr, name string, l *lease.Kept, 
 		// one whose rank's turn came waits too while any of those does,
 		// or it would take the writer they wait for, racing another
 		// node for its share (a Lease conflict).
-		if first := d.Action == lease.Succeed || goesFirst(v, ip, holder, planned); s.acquisitionsFull(v.Now) || !first && s.writes.waiting.firstWaiting() > 0 {
-			s.writes.waiting.add(ip, first)
+		if first := d.Action == lease.Succeed || goesFirst(v, ip, holder, planned); s.writes.full(v.Now, s.desired.lockWriteTimeout()) || !first && s.writes.waiting.firstWaiting() > 0 {
+			s.writes.wait(ip, first)
 			return
 		}
 	}
 	s.apply(v, ip, name, l, lk, d)
 	if !named {
-		delete(s.book.freeSince, ip)
+		s.book.forgetFree(ip)
 	}
 }
 
@@ -363,7 +288,7 @@ func (s *state) apply(v lease.View, ip netip.Addr, name string, l *lease.Kept, l
 		s.sched.wakeIP(ip, d.At)
 	}
 	e := s.desired.entries[ip]
-	w := write{ip: ip, name: name, action: d.Action, timeout: s.lockWriteTimeout()}
+	w := write{ip: ip, name: name, action: d.Action, timeout: s.desired.lockWriteTimeout()}
 	now := s.a.clk.Now()
 	switch d.Action {
 	case lease.None:
@@ -436,7 +361,7 @@ func (s *state) plan(v lease.View, locks map[string]*lease.Kept) map[netip.Addr]
 			// The sticky plan moves only IPs with a preferred node.
 			continue
 		}
-		holders[m.ip] = s.plannedHolder(v, m.name, s.effective(m.name, locks[m.name]))
+		holders[m.ip] = s.plannedHolder(v, m.name, s.book.effective(m.name, locks[m.name]))
 	}
 	in := policy.Input{Policy: s.desired.cfg.Policy, Live: v.Live, Holders: holders, Preferred: s.desired.preferred, Only: s.serving.only}
 	plan := policy.Plan(in)

@@ -427,6 +427,10 @@ func (w *world) answer(j write) writeResult {
 // step advances the clock by d; a peer's renewals are the caller's.
 func (w *world) step(d time.Duration) { w.clk.Step(d) }
 
+// setWriters gives the loop n lock writers, as Options.Writers does when
+// it starts.
+func (w *world) setWriters(n int) { w.a.opt.Writers, w.s.writes.writers = n, n }
+
 // The fake interface (Addresser, Links, Devices, Announcer).
 
 // Ensure: a test deletes a device by removing its addresses from addrs

@@ -219,7 +219,7 @@ func TestIncrementalPassDecidesAsTheFullPass(t *testing.T) {
 func incrementalDecidesAsFull(t *testing.T, seed uint64) {
 	rnd := rand.New(rand.NewPCG(seed, 16))
 	w, rw := newRandomWorld(t, seed, []string{"node-b", "node-c"}, 30)
-	w.a.opt.Writers = 2
+	w.setWriters(2)
 	peers, silent := rw.peers, map[string]bool{}
 	var jobs []write // taken from the loop, not yet answered
 	takeJobs := func() {
@@ -373,7 +373,7 @@ func TestIncrementalMassFailoverTakesEveryIP(t *testing.T) {
 // its successor.
 func heldByNodeC(t *testing.T, writers, n int, peers ...string) *world {
 	w := newWorld(t, "node-a", defaultTestConfig())
-	w.a.opt.Writers = writers
+	w.setWriters(writers)
 	for _, p := range peers {
 		w.addNode(p)
 		w.heartbeat(p, true)

@@ -111,11 +111,10 @@ func (s *state) computeEntries() {
 			s.desired.preferred[e.IP] = s.desired.cfg.PreferredNodes
 		}
 	}
-	for ip := range s.book.freeSince {
-		if _, ok := s.desired.entries[ip]; !ok {
-			delete(s.book.freeSince, ip)
-		}
-	}
+	s.book.keepFree(func(ip netip.Addr) bool {
+		_, ok := s.desired.entries[ip]
+		return ok
+	})
 	s.reportRejections(rejected)
 }
 

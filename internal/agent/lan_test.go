@@ -345,7 +345,7 @@ func TestLoopLANUnheardHandsOff(t *testing.T) {
 // back, however soon the node was heard again.)
 func TestLoopLANUnheardDropsAWriterAtATime(t *testing.T) {
 	w, _ := lanWorld(t)
-	w.a.opt.Writers = 2
+	w.setWriters(2)
 	for i := range 5 {
 		w.lock(testIP(i), "node-a")
 		w.addService(fmt.Sprintf("web-%d", i), testIP(i))

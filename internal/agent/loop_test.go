@@ -251,7 +251,8 @@ func TestLoopLockChangesKeepTheDeadDead(t *testing.T) {
 // Lease conflicts.
 func TestLoopTakeoverOwnShareFirst(t *testing.T) {
 	w := newWorld(t, "node-a", defaultTestConfig())
-	w.a.opt.ProbeWait, w.a.opt.Writers = 0, 1
+	w.a.opt.ProbeWait = 0
+	w.setWriters(1)
 	for _, n := range []string{"node-b", "node-c"} {
 		w.addNode(n)
 		w.heartbeat(n, true)

@@ -140,7 +140,7 @@ func (s *state) routeFor(ip netip.Addr, e ipset.Entry, med uint32) bgp.Route {
 // own latest write, or the cache.
 func (s *state) movesOf(ip netip.Addr) int32 {
 	name := lease.NameFor(ip)
-	if l := s.effective(name, s.a.lock(name)); l != nil {
+	if l := s.book.effective(name, s.a.lock(name)); l != nil {
 		return l.Moves
 	}
 	return 0

@@ -136,6 +136,21 @@ func (s *schedule) wakeFull(t time.Time) {
 	}
 }
 
+// markDirty asks for a pass over ips: their lock, write or address
+// changed.
+func (s *schedule) markDirty(ips ...netip.Addr) {
+	for _, ip := range ips {
+		s.dirty[ip] = true
+	}
+}
+
+// wakeIPs asks for a pass over ips at t.
+func (s *schedule) wakeIPs(ips []netip.Addr, t time.Time) {
+	for _, ip := range ips {
+		s.ipWake.set(ip, t)
+	}
+}
+
 // wakeIP asks for a pass over ip alone at t: a time of ip's decision, a
 // probe or a bind. Deciding ip is all a full pass would do for it then.
 func (s *schedule) wakeIP(ip netip.Addr, t time.Time) {
@@ -208,12 +223,8 @@ func (s *state) verdicts(now time.Time) map[string]verdict {
 // failover every few write results asked for one.
 func (s *state) pass() {
 	now := s.a.clk.Now()
-	if !now.Before(s.writes.paceUntil) {
-		// The acquisitions waiting for it are decided below, and a quiet
-		// spell (windowAt) counts from its end.
-		s.writes.idleSince = later(s.writes.idleSince, s.writes.paceUntil)
-		s.writes.paceUntil = time.Time{}
-	}
+	// The acquisitions waiting for a pause's end are decided below.
+	s.writes.endPause(now)
 	delivered := s.takeLockChanges()
 	if s.sched.hbDirty || delivered {
 		s.sched.hbDirty = false

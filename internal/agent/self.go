@@ -286,7 +286,7 @@ func (s *state) view(now time.Time) lease.View {
 		DeadSince:  func(n string) (time.Time, bool) { return s.live.DeadSince(n, now) },
 		Renewing:   func(n string) bool { return s.live.Renewing(n, now) },
 		Step:       s.desired.cfg.RankStep(),
-		LateStep:   s.lockWriteTimeout(),
+		LateStep:   s.desired.lockWriteTimeout(),
 		PeersKnown: s.self.peersKnownAt,
 		LiveUntil: func(n string) (time.Time, bool) {
 			t, ok := s.self.liveUntil[n]

@@ -11,7 +11,7 @@ func (s *state) shutdown() error {
 	now := s.a.clk.Now()
 	v := s.view(now)
 	s.log.Info("shutting down: handing off what this node holds")
-	s.book.seen = s.a.leasesSeen()
+	s.book.newPass(s.a.leasesSeen(), false)
 	locks := s.observe(s.a.allLocks(), now)
 	if v.Writable {
 		// Peers must see this node leave before they see its handoffs
@@ -26,7 +26,7 @@ func (s *state) shutdown() error {
 	plan := s.plan(v, locks)
 	var held []managed
 	for _, m := range s.desired.order {
-		lk := s.lockOf(m.ip, s.effective(m.name, locks[m.name]), &s.book.read)
+		lk := s.book.lockOf(m.ip, s.book.effective(m.name, locks[m.name]))
 		if lk != nil && lk.Holder == v.Self && !s.writes.inflight[m.name] && v.Writable {
 			held = append(held, m)
 		}
@@ -50,7 +50,7 @@ func (s *state) shutdown() error {
 			quiet.Reset(idle)
 		case <-quiet.C():
 			s.log.Warn("gave up waiting for handoffs", "pending", len(s.writes.inflight), "unsent", len(held)-next)
-			s.writes.inflight = map[string]bool{}
+			s.writes.abandon()
 			next = len(held)
 		}
 	}
@@ -74,8 +74,8 @@ func (s *state) shutdown() error {
 // handOff gives m, held by this node, to the node plan names, or to the
 // best-ranked live peer; with none, it releases it.
 func (s *state) handOff(v lease.View, plan map[netip.Addr]string, m managed, locks map[string]*lease.Kept) {
-	l := s.effective(m.name, locks[m.name])
-	lk := s.lockOf(m.ip, l, &s.book.read)
+	l := s.book.effective(m.name, locks[m.name])
+	lk := s.book.lockOf(m.ip, l)
 	t := plan[m.ip]
 	if t == "" {
 		t = v.BestPeer(m.ip)

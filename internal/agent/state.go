@@ -122,27 +122,6 @@ type self struct {
 	unheardAt time.Time
 }
 
-// lockBook is the locks as this node sees them beyond its cache: its own
-// writes the cache does not show yet, its deletions, and what it already
-// warned about.
-type lockBook struct {
-	// written are this node's successful lock writes until the cache
-	// shows them (effective); seen is the Leases' cache's progress, read
-	// before the cache's copies that a pass compares with them.
-	written  map[string]*lease.Kept
-	seen     string
-	deleted  map[string]string // lock name -> resourceVersion we deleted
-	badLocks map[string]string // lock name -> resourceVersion already warned about
-	// freeSince is when each IP was first seen free, or held by a node
-	// never seen alive.
-	freeSince map[netip.Addr]time.Time
-	// read is the lock being decided (lockOf): one for the loop, which
-	// decides one IP at a time, where a lock read by each decision was
-	// 10,000 allocations a full pass (lease.Decide's results hold what
-	// it is given, so the compiler cannot keep one on the stack).
-	read lease.Lock
-}
-
 // writeQueue is the lock writes in flight and the room for more: the
 // window of acquisitions and the bound on IPs dark for a hand-off.
 type writeQueue struct {
@@ -165,6 +144,8 @@ type writeQueue struct {
 	// dropWaiting are the bound IPs whose hand-off or delete waits for
 	// one of those (drop).
 	dropWaiting map[netip.Addr]bool
+	undropped   []netip.Addr // returned by done, its room kept
+	writers     int          // Options.Writers
 }
 
 // schedule is when the loop passes, and over what: the inputs that ask
@@ -252,12 +233,7 @@ func newState(a *Agent) *state {
 			rejected: map[string]bool{},
 		},
 		self: self{needBarrier: true, liveUntil: map[string]time.Time{}},
-		book: lockBook{
-			written:   map[string]*lease.Kept{},
-			deleted:   map[string]string{},
-			badLocks:  map[string]string{},
-			freeSince: map[netip.Addr]time.Time{},
-		},
+		book: newLockBook(a.log),
 		writes: writeQueue{
 			jobs:        make(chan write, 4096),
 			results:     make(chan writeResult, 64),
@@ -265,6 +241,7 @@ func newState(a *Agent) *state {
 			pending:     map[string]string{},
 			waiting:     newWaitQueue(),
 			window:      min(slowStart, float64(a.opt.Writers)),
+			writers:     a.opt.Writers,
 			dropWaiting: map[netip.Addr]bool{},
 		},
 		sched: schedule{

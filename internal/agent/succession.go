@@ -32,6 +32,7 @@ type successions struct {
 	// held are bound successions whose writes wait, since heldSince.
 	held      map[netip.Addr]bool
 	heldSince time.Time
+	released  []netip.Addr // returned by release, its room kept
 }
 
 // succeed binds ip as the successor its lock names, before any write says
@@ -49,16 +50,12 @@ type successions struct {
 // holder alive but late, which lets go once the lock names another), or a
 // stranger answering.
 func (s *state) succeed(v lease.View, ip netip.Addr, lk *lease.Lock) (write bool) {
-	sc, ok := s.succ.succeeding[ip]
-	if !ok {
-		sc.dead, _ = v.DeadSince(lk.Holder)
-		s.succ.succeeding[ip] = sc
-		s.conflicts.fresh[ip] = true
+	sc, begun := s.succ.begin(ip, v, lk.Holder)
+	if begun {
+		s.conflicts.probeFirst(ip)
 	}
 	write = s.bindAsSuccessor(ip, lk, sc)
-	if _, ok := s.succ.succeeding[ip]; ok {
-		s.setBinding(ip, !write)
-	}
+	s.wakeHeld(s.succ.setBinding(ip, !write))
 	return write
 }
 
@@ -79,58 +76,97 @@ func (s *state) bindAsSuccessor(ip netip.Addr, lk *lease.Lock, sc succession) (w
 	return probing && !p.peerSince.IsZero()
 }
 
-// setBinding records whether the write of succession ip waits for its
-// bind, and releases the held writes once none does.
-func (s *state) setBinding(ip netip.Addr, binding bool) {
-	sc := s.succ.succeeding[ip]
-	if sc.binding != binding {
-		sc.binding = binding
-		s.succ.succeeding[ip] = sc
-		if binding {
-			s.succ.binding++
-		} else {
-			s.succ.binding--
-		}
+// wakeHeld decides again now the held writes a succession released.
+func (s *state) wakeHeld(released []netip.Addr) {
+	if len(released) > 0 {
+		s.sched.wakeIPs(released, s.a.clk.Now())
 	}
-	s.releaseHeld()
 }
 
-// endSuccession forgets succession ip: bound, or no longer one.
-func (s *state) endSuccession(ip netip.Addr) {
-	if sc, ok := s.succ.succeeding[ip]; ok {
-		if sc.binding {
-			s.succ.binding--
-		}
-		delete(s.succ.succeeding, ip)
-		s.releaseHeld()
+// begin records ip as a succession, if it is not one yet, of a holder
+// judged dead as v says; begun says it was not.
+func (q *successions) begin(ip netip.Addr, v lease.View, holder string) (sc succession, begun bool) {
+	sc, ok := q.succeeding[ip]
+	if !ok {
+		sc.dead, _ = v.DeadSince(holder)
+		q.succeeding[ip] = sc
 	}
+	return sc, !ok
+}
+
+// setBinding records whether the write of succession ip waits for its
+// bind. It returns the held writes to decide again: all of them once no
+// succession is binding (the slice is reused by the next call).
+func (q *successions) setBinding(ip netip.Addr, binding bool) (released []netip.Addr) {
+	sc, ok := q.succeeding[ip]
+	if !ok {
+		return nil
+	}
+	if sc.binding != binding {
+		sc.binding = binding
+		q.succeeding[ip] = sc
+		if binding {
+			q.binding++
+		} else {
+			q.binding--
+		}
+	}
+	return q.release()
+}
+
+// end forgets succession ip: bound, or no longer one. It returns the held
+// writes to decide again, as setBinding does.
+func (q *successions) end(ip netip.Addr) (released []netip.Addr) {
+	sc, ok := q.succeeding[ip]
+	if !ok {
+		return nil
+	}
+	if sc.binding {
+		q.binding--
+	}
+	delete(q.succeeding, ip)
+	return q.release()
+}
+
+// hold holds the write of bound succession ip, if it waits for the
+// others' binds: while one binds, for at most duration d since the first
+// write held. It says until when.
+func (q *successions) hold(ip netip.Addr, now time.Time, d time.Duration) (until time.Time, held bool) {
+	if q.binding == 0 || len(q.held) > 0 && !now.Before(q.heldSince.Add(d)) {
+		return time.Time{}, false
+	}
+	if len(q.held) == 0 {
+		q.heldSince = now
+	}
+	q.held[ip] = true
+	return q.heldSince.Add(d), true
+}
+
+// release empties the held writes once no succession is binding, and
+// returns them.
+func (q *successions) release() []netip.Addr {
+	if q.binding > 0 || len(q.held) == 0 {
+		return nil
+	}
+	q.released = q.released[:0]
+	for ip := range q.held {
+		q.released = append(q.released, ip)
+	}
+	clear(q.held)
+	return q.released
 }
 
 // holdWrite says whether the write of succession ip, if bound, waits for
 // the others' binds (successions), and holds it if so.
 func (s *state) holdWrite(ip netip.Addr) bool {
-	now := s.a.clk.Now()
-	if _, bound := s.binder.bound[ip]; !bound || s.succ.binding == 0 || len(s.succ.held) > 0 && !now.Before(s.succ.heldSince.Add(s.desired.cfg.LeaseDuration)) {
+	if _, bound := s.binder.bound[ip]; !bound {
 		return false
 	}
-	if len(s.succ.held) == 0 {
-		s.succ.heldSince = now
+	until, held := s.succ.hold(ip, s.a.clk.Now(), s.desired.cfg.LeaseDuration)
+	if held {
+		s.sched.wakeIP(ip, until)
 	}
-	s.succ.held[ip] = true
-	s.sched.wakeIP(ip, s.succ.heldSince.Add(s.desired.cfg.LeaseDuration))
-	return true
-}
-
-// releaseHeld decides the held writes again once no succession is binding.
-func (s *state) releaseHeld() {
-	if s.succ.binding > 0 || len(s.succ.held) == 0 {
-		return
-	}
-	now := s.a.clk.Now()
-	for ip := range s.succ.held {
-		s.sched.wakeIP(ip, now)
-	}
-	clear(s.succ.held)
+	return held
 }
 
 // succeeded records a bind as a successor: its failover ends here, not
@@ -140,7 +176,7 @@ func (s *state) succeeded(ip netip.Addr) {
 	if !ok {
 		return
 	}
-	s.endSuccession(ip)
+	s.wakeHeld(s.succ.end(ip))
 	s.sched.wakeIP(ip, s.a.clk.Now())
 	if !sc.dead.IsZero() {
 		after := s.a.clk.Now().Sub(sc.dead)
@@ -149,13 +185,16 @@ func (s *state) succeeded(ip netip.Addr) {
 	}
 }
 
-// contest marks a succession whose probe met another eip node's.
-func (s *state) contest(ip netip.Addr) {
-	if sc, ok := s.succ.succeeding[ip]; ok && !sc.contested {
-		sc.contested = true
-		s.succ.succeeding[ip] = sc
-		s.log.Info("another eip node probes for an IP this node succeeds to; binding it only once the lock names this node", "ip", ip)
+// contest marks a succession whose probe met another eip node's, and says
+// whether it was not marked yet.
+func (q *successions) contest(ip netip.Addr) bool {
+	sc, ok := q.succeeding[ip]
+	if !ok || sc.contested {
+		return false
 	}
+	sc.contested = true
+	q.succeeding[ip] = sc
+	return true
 }
 
 // probeHeldAtStart makes the first bind of each IP whose lock names this
@@ -170,7 +209,7 @@ func (s *state) probeHeldAtStart(locks map[string]*lease.Kept) {
 			continue
 		}
 		if _, bound := s.binder.bound[ip]; !bound {
-			s.conflicts.fresh[ip] = true
+			s.conflicts.probeFirst(ip)
 		}
 	}
 }

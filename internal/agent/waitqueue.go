@@ -59,7 +59,7 @@ func (q *waitQueue) remove(ip netip.Addr) {
 }
 
 // firstWaiting counts the waiting acquisitions that go first.
-func (q *waitQueue) firstWaiting() int { return q.nFirst }
+func (q waitQueue) firstWaiting() int { return q.nFirst }
 
 // start begins a walk of the queue: the slots before the end it returns
 // hold the IPs queued so far. IPs queued during the walk are past it.
@@ -71,7 +71,7 @@ func (q *waitQueue) start() (end int) {
 // next is the first IP at or after slot i, before end, that still waits
 // there with the given first, and the slot after it; ok is false when
 // there is none. The IPs may be added and removed between calls.
-func (q *waitQueue) next(i, end int, first bool) (ip netip.Addr, after int, ok bool) {
+func (q waitQueue) next(i, end int, first bool) (ip netip.Addr, after int, ok bool) {
 	for ; i < end; i++ {
 		s := q.order[i]
 		if e, ok := q.at[s.ip]; ok && e.seq == s.seq && e.first == first {

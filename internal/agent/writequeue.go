@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"net/netip"
 	"time"
 
 	"github.com/eip-project/eip/internal/lease"
@@ -16,8 +17,8 @@ import (
 // timed out, 23 after the API server had taken them: their nodes' windows
 // fell to one at a time, with pauses, and each sent the write again on
 // the lock it had read, a certain conflict.
-func (s *state) lockWriteTimeout() time.Duration {
-	return max(2*s.desired.cfg.LeaseDuration, 4*time.Second)
+func (d *desired) lockWriteTimeout() time.Duration {
+	return max(2*d.cfg.LeaseDuration, 4*time.Second)
 }
 
 // dispatch hands a write to the writers. At most as many acquisitions as
@@ -26,51 +27,78 @@ func (s *state) lockWriteTimeout() time.Duration {
 // be seconds old by the time a writer gets to them (a thousand free IPs
 // at a cold start, each also raced by the next-ranked node).
 func (s *state) dispatch(w write) {
-	acquisition := w.action.Acquires()
 	now := s.a.clk.Now()
-	if acquisition && s.acquisitionsFull(now) {
-		return
-	}
-	w.round = s.writes.sent
-	select {
-	case s.writes.jobs <- w:
-		s.writes.inflight[w.name] = true
-		if acquisition {
-			s.writes.window = s.windowAt(now)
-			s.writes.acquiring++
-			s.writes.sent++
-		}
-		if w.drops {
-			s.writes.dropping++
-		}
-		switch w.action {
-		case lease.Create, lease.Acquire, lease.Succeed, lease.Handoff, lease.Release:
-			s.writes.pending[w.name] = w.target
-		}
-	default:
-		// The queue is full; the next pass tries again.
+	if s.writes.send(w, now, s.desired.lockWriteTimeout()) == queueFull {
+		// The next pass tries again.
 		s.sched.wakeIP(w.ip, now.Add(s.desired.cfg.RankStep()))
 	}
 }
 
-// acquisitionsFull: no acquisition may be sent now (congestion).
-func (s *state) acquisitionsFull(now time.Time) bool {
-	w := s.windowAt(now)
-	if w < 1 {
-		return s.writes.acquiring > 0 || now.Before(s.writes.paceUntil)
+// sendOutcome is what became of a write handed to send.
+type sendOutcome int
+
+const (
+	sent       sendOutcome = iota
+	windowShut             // an acquisition, and the window is full: decided again when one completes
+	queueFull              // the writers' queue has no room
+)
+
+// send queues w for the writers, if the window lets it go (full), and
+// counts it in flight. timeout is a lock write's (lockWriteTimeout).
+func (q *writeQueue) send(w write, now time.Time, timeout time.Duration) sendOutcome {
+	acquisition := w.action.Acquires()
+	if acquisition && q.full(now, timeout) {
+		return windowShut
 	}
-	return s.writes.acquiring >= min(int(w), s.a.opt.Writers)
+	w.round = q.sent
+	select {
+	case q.jobs <- w:
+	default:
+		return queueFull
+	}
+	q.inflight[w.name] = true
+	if acquisition {
+		q.window = q.windowAt(now, timeout)
+		q.acquiring++
+		q.sent++
+	}
+	if w.drops {
+		q.dropping++
+	}
+	switch w.action {
+	case lease.Create, lease.Acquire, lease.Succeed, lease.Handoff, lease.Release:
+		q.pending[w.name] = w.target
+	}
+	return sent
+}
+
+// full: no acquisition may be sent now (congestion).
+func (q *writeQueue) full(now time.Time, timeout time.Duration) bool {
+	w := q.windowAt(now, timeout)
+	if w < 1 {
+		return q.acquiring > 0 || now.Before(q.paceUntil)
+	}
+	return q.acquiring >= min(int(w), q.writers)
 }
 
 // windowAt is the window of acquisitions in flight at now: slowStart
 // after a quiet spell, a lock write's timeout with none in flight and no
 // pause, since what the API server answered before says little of what it
 // answers now (design-notes.md, "The window of acquisitions").
-func (s *state) windowAt(now time.Time) float64 {
-	if s.writes.acquiring == 0 && !now.Before(s.writes.paceUntil) && now.Sub(later(s.writes.idleSince, s.writes.paceUntil)) >= s.lockWriteTimeout() {
+func (q *writeQueue) windowAt(now time.Time, timeout time.Duration) float64 {
+	if q.acquiring == 0 && !now.Before(q.paceUntil) && now.Sub(later(q.idleSince, q.paceUntil)) >= timeout {
 		return slowStart
 	}
-	return s.writes.window
+	return q.window
+}
+
+// endPause ends a pause between acquisitions that is over at now: a quiet
+// spell (windowAt) counts from its end.
+func (q *writeQueue) endPause(now time.Time) {
+	if !now.Before(q.paceUntil) {
+		q.idleSince = later(q.idleSince, q.paceUntil)
+		q.paceUntil = time.Time{}
+	}
 }
 
 // congestion adapts the window of acquisitions in flight to what the API
@@ -87,21 +115,21 @@ func (s *state) windowAt(now time.Time) float64 {
 // the time: a write's timeout (1/window - 1) times, since many nodes with
 // one each in flight can still be more than their API server answers
 // (design-notes.md, "The window of acquisitions").
-func (s *state) congestion(r writeResult, now time.Time) {
-	writers := float64(s.a.opt.Writers)
+func (q *writeQueue) congestion(r writeResult, now time.Time, timeout time.Duration) {
+	writers := float64(q.writers)
 	if r.err != nil && !rewritten(r.err) {
-		if r.round < s.writes.cut {
+		if r.round < q.cut {
 			return
 		}
-		s.writes.cut = s.writes.sent
-		s.writes.window = max(minWindow, min(s.writes.window, writers)/2)
-		if s.writes.window < 1 {
-			s.writes.paceUntil = now.Add(time.Duration(float64(s.lockWriteTimeout()) * (1/s.writes.window - 1)))
+		q.cut = q.sent
+		q.window = max(minWindow, min(q.window, writers)/2)
+		if q.window < 1 {
+			q.paceUntil = now.Add(time.Duration(float64(timeout) * (1/q.window - 1)))
 		}
 		return
 	}
-	s.writes.window = min(writers, s.writes.window+min(s.writes.window, 1))
-	s.writes.paceUntil = time.Time{}
+	q.window = min(writers, q.window+min(q.window, 1))
+	q.paceUntil = time.Time{}
 }
 
 // drop unbinds w's IP, if bound, before w is dispatched, and reports
@@ -115,36 +143,91 @@ func (s *state) drop(w *write, why string) bool {
 	if _, bound := s.binder.bound[w.ip]; !bound {
 		return true
 	}
-	if s.writes.dropping >= s.a.opt.Writers {
-		s.writes.dropWaiting[w.ip] = true
+	if !s.writes.mayDrop(w.ip) {
 		return false
 	}
-	delete(s.writes.dropWaiting, w.ip)
 	s.unbind(w.ip, why)
 	w.drops = true
 	return true
 }
 
-func (s *state) writeDone(r writeResult) {
-	if r.ip.IsValid() {
-		s.sched.dirty[r.ip] = true
+// mayDrop says whether the write of bound ip may unbind it now: fewer
+// such writes are in flight than there are writers. If not, ip waits for
+// one of them to come back (done).
+func (q *writeQueue) mayDrop(ip netip.Addr) bool {
+	if q.dropping >= q.writers {
+		q.dropWaiting[ip] = true
+		return false
 	}
-	delete(s.writes.inflight, r.name)
+	delete(q.dropWaiting, ip)
+	return true
+}
+
+// done takes a write's result out of flight. It returns the IPs whose
+// drop waited for it (mayDrop), to be decided again; the slice is reused
+// by the next call.
+func (q *writeQueue) done(r writeResult, now time.Time, timeout time.Duration) (undropped []netip.Addr) {
+	delete(q.inflight, r.name)
 	if r.action.Acquires() {
-		s.writes.acquiring--
-		if s.writes.acquiring == 0 {
-			s.writes.idleSince = s.a.clk.Now()
+		q.acquiring--
+		if q.acquiring == 0 {
+			q.idleSince = now
 		}
-		s.congestion(r, s.a.clk.Now())
+		q.congestion(r, now, timeout)
 	}
+	q.undropped = q.undropped[:0]
 	if r.drops {
-		s.writes.dropping--
-		for ip := range s.writes.dropWaiting {
-			s.sched.dirty[ip] = true
+		q.dropping--
+		for ip := range q.dropWaiting {
+			q.undropped = append(q.undropped, ip)
 		}
-		clear(s.writes.dropWaiting)
+		clear(q.dropWaiting)
 	}
-	delete(s.writes.pending, r.name)
+	delete(q.pending, r.name)
+	return q.undropped
+}
+
+// wait queues the acquisition of ip until the window has room, and
+// others that go first went (first says whether it is one of those).
+func (q *writeQueue) wait(ip netip.Addr, first bool) { q.waiting.add(ip, first) }
+
+// unwait takes ip out of the waiting acquisitions: it is being decided.
+func (q *writeQueue) unwait(ip netip.Addr) { q.waiting.remove(ip) }
+
+// admitWaiting decides again the waiting acquisitions, those that go first
+// first, in the order they were decided, while the window has room.
+func (q *writeQueue) admitWaiting(now time.Time, timeout time.Duration, decide func(netip.Addr)) {
+	for _, first := range []bool{true, false} {
+		end := q.waiting.start()
+		for i := 0; !q.full(now, timeout); {
+			ip, after, ok := q.waiting.next(i, end, first)
+			if !ok {
+				break
+			}
+			decide(ip)
+			i = after
+		}
+	}
+}
+
+// abandon stops waiting for the writes in flight (a stop that waited
+// long enough for them).
+func (q *writeQueue) abandon() { q.inflight = map[string]bool{} }
+
+// newPass empties what a full pass decides again: the acquisitions
+// waiting for room and the drops waiting for a writer.
+func (q *writeQueue) newPass() {
+	// Emptied by a new map, not cleared: see shrink.
+	q.dropWaiting = map[netip.Addr]bool{}
+	q.waiting.reset()
+}
+
+func (s *state) writeDone(r writeResult) {
+	now := s.a.clk.Now()
+	if r.ip.IsValid() {
+		s.sched.markDirty(r.ip)
+	}
+	s.sched.markDirty(s.writes.done(r, now, s.desired.lockWriteTimeout())...)
 	// The write's identity in each line, not a logger of its own
 	// (s.log.With), which cost kilobytes a write in a mass failover.
 	id := []any{"ip", r.ip, "lease", r.name}
@@ -158,14 +241,11 @@ func (s *state) writeDone(r writeResult) {
 		s.log.Warn("lock write failed", append(id, "action", r.action, "err", r.err)...)
 		return
 	}
-	now := s.a.clk.Now()
+	s.book.wrote(r)
 	if r.action == lease.Delete {
-		s.book.deleted[r.name] = r.rv
-		delete(s.book.written, r.name)
 		s.log.Info("deleted lock", id...)
 		return
 	}
-	s.book.written[r.name] = lease.Keep(r.out, nil)
 	switch r.action {
 	case lease.Create, lease.Acquire, lease.Succeed:
 		takeover := !r.dead.IsZero()
@@ -183,7 +263,7 @@ func (s *state) writeDone(r writeResult) {
 			s.log.Info("acquired", id...)
 		}
 		if _, bound := s.binder.bound[r.ip]; !bound {
-			s.conflicts.fresh[r.ip] = true
+			s.conflicts.probeFirst(r.ip)
 		}
 	case lease.Handoff:
 		s.a.opt.Metrics.Handoff()
