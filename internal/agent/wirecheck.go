@@ -247,10 +247,15 @@ func (s *state) wireChanged(ip netip.Addr, e wire.Entry) {
 			ip, strings.Join(e.MACs, " and "), e.Verdict, s.a.opt.Node))
 }
 
-// wireRequests takes a check request from this node's own heartbeat.
+// wireRequests takes a check request from this node's own heartbeat, as
+// the cache has it: kubectl writes it between two renewals.
 func (s *state) wireRequests(now time.Time) {
-	if hb, ok := s.live.Heartbeat(s.a.opt.Node); ok {
-		s.wire.ask(hb.CheckRequest, now)
+	name := lease.HeartbeatName(s.a.opt.Node)
+	for _, l := range s.a.heartbeats() {
+		if l.Name == name {
+			s.wire.ask(l.Annotations[lease.AnnotationCheckRequest], now)
+			return
+		}
 	}
 }
 
