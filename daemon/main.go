@@ -233,11 +233,11 @@ func run(o options) error {
 		},
 		AddrEvents: addrEvents, LinkEvents: linkEvents, APIServer: apiServer, ProbeWait: probeWait, WirePace: wire.DefaultPace,
 		KubeProxy: endpoints.NewKubeProxy(clk),
-		ListenLAN: func(port uint16, out chan<- lanlive.Received) (agent.LANConn, error) {
+		ListenLAN: func(port uint16, sentBy lanlive.SentBy, out chan<- lanlive.Received) (agent.LANConn, error) {
 			if lanKeyErr != nil {
 				return nil, lanKeyErr
 			}
-			return lanlive.Listen(lanlive.Options{Addr: o.nodeIP, Port: port, Node: o.node, Keys: lanKeys, Drops: lanDrops}, out)
+			return lanlive.Listen(lanlive.Options{Addr: o.nodeIP, Port: port, Node: o.node, Keys: lanKeys, Drops: lanDrops, SentBy: sentBy, Clock: clk}, out)
 		},
 		Clock: clk, Log: log, Metrics: m,
 	})

@@ -31,6 +31,7 @@ import (
 
 	"github.com/eip-project/eip/internal/ipset"
 	"github.com/eip-project/eip/internal/kubeclient/clientset"
+	"github.com/eip-project/eip/internal/lanlive"
 	"github.com/eip-project/eip/internal/lease"
 	"github.com/eip-project/eip/internal/netif"
 )
@@ -46,6 +47,9 @@ type world struct {
 	clk *clocktesting.FakeClock
 	a   *Agent
 	s   *state
+	// lanSession and lanSeq stand for the liveness socket (arrive).
+	lanSession *lanlive.Session
+	lanSeq     uint64
 
 	svcs, nodes, leases, cms, eps cache.Indexer
 	rv                            int

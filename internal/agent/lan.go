@@ -18,9 +18,9 @@ type LANConn interface {
 	Close() error
 }
 
-// ListenLAN opens the liveness port, delivering what arrives to out
-// (lanlive.Listen).
-type ListenLAN func(port uint16, out chan<- lanlive.Received) (LANConn, error)
+// ListenLAN opens the liveness port, delivering to out what arrives from
+// an address of the Node it names, as sentBy tells (lanlive.Listen).
+type ListenLAN func(port uint16, sentBy lanlive.SentBy, out chan<- lanlive.Received) (LANConn, error)
 
 // configureLAN opens, moves or closes the liveness socket after the
 // configuration changed (docs/design.md, Liveness over the LAN). A port
@@ -38,7 +38,7 @@ func (s *state) configureLAN() {
 	}
 	s.closeLAN()
 	if want != 0 {
-		conn, err := s.a.opt.ListenLAN(want, s.lan.lanIn)
+		conn, err := s.a.opt.ListenLAN(want, s.sentBy, s.lan.lanIn)
 		if err != nil {
 			s.log.Error("liveness over the LAN is off on this node; peers judge it from its heartbeat alone", "port", want, "err", err)
 		} else {
@@ -201,7 +201,8 @@ func (s *state) nodeAddresses(node string) []nodeAddr {
 }
 
 // sentBy reports whether source is an address of node's Node object. The
-// speaker asks, from its own goroutine: the Node lister is safe to share.
+// liveness socket asks, from its own goroutine, before it keeps anything
+// of a datagram (lanlive.Session.Admit): the Node lister is safe to share.
 func (s *state) sentBy(node string, source netip.Addr) bool {
 	for _, a := range s.nodeAddresses(node) {
 		if a.IP == source {

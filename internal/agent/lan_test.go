@@ -55,7 +55,7 @@ func lanWorld(t *testing.T) (*world, *lanNet) {
 func lanWorldWith(t *testing.T, cfg map[string]string) (*world, *lanNet) {
 	w := newWorld(t, "node-a", cfg)
 	net := &lanNet{}
-	w.a.opt.ListenLAN = func(port uint16, _ chan<- lanlive.Received) (LANConn, error) {
+	w.a.opt.ListenLAN = func(port uint16, _ lanlive.SentBy, _ chan<- lanlive.Received) (LANConn, error) {
 		net.port = port
 		return net, nil
 	}
@@ -98,9 +98,20 @@ func (w *world) hear(node, source string, ages map[string]time.Duration) {
 }
 
 // arrive delivers a datagram to the speaker alone, as while the loop is
-// busy.
+// busy, through a lanlive.Session that vouches for its sender with
+// state.sentBy, as the liveness socket does: one from an address that is
+// not its Node's is dropped there.
 func (w *world) arrive(node, source string, ages map[string]time.Duration) {
-	w.s.lan.speaker.receive(lanlive.Received{Source: netip.MustParseAddr(source), Msg: lanlive.Message{From: node, Ages: ages}})
+	const boot = 1
+	if w.lanSession == nil {
+		w.lanSession = lanlive.NewSession(w.a.opt.Node, boot, w.s.sentBy)
+	}
+	w.lanSeq++
+	d := lanlive.Datagram{Message: lanlive.Message{From: node, Ages: ages}, Boot: boot, Seq: w.lanSeq, To: w.a.opt.Node, ToBoot: boot}
+	from := netip.MustParseAddr(source)
+	if kind, drop := w.lanSession.Admit(lanlive.Arrival{Datagram: d, Source: from, At: w.clk.Now(), Key: 1}); drop == lanlive.Kept {
+		w.s.lan.speaker.receive(lanlive.Received{Source: from, Msg: d.Message, Kind: kind})
+	}
 }
 
 // hearing is what the peers that speak send: each reports a fresh sign of

@@ -87,8 +87,8 @@ func newFleet(t *testing.T, n int) *fleet {
 	}
 	phases := rand.New(rand.NewPCG(1, 2)).Perm(n)
 	for i, name := range names {
-		nd := &fleetNode{name: name, ap: peers[name].Addr, sess: lanlive.NewSession(name, uint64(1+i)), watch: newWatchdog(f.clk, func(time.Duration) {})}
-		nd.sp = newSpeaker(name, f.clk, log, nd.watch, func(string, netip.Addr) bool { return true })
+		nd := &fleetNode{name: name, ap: peers[name].Addr, sess: lanlive.NewSession(name, uint64(1+i), func(string, netip.Addr) bool { return true }), watch: newWatchdog(f.clk, func(time.Duration) {})}
+		nd.sp = newSpeaker(name, f.clk, log, nd.watch)
 		nd.sp.configure(fleetConn{f: f, from: nd}, f.tm)
 		others := map[string]lanlive.Peer{}
 		for _, p := range names {
@@ -125,7 +125,7 @@ func (f *fleet) run(d time.Duration, check func(now time.Time)) {
 			}
 			d, err := lanlive.Decode(dg.msg)
 			assert.NilError(f.t, err)
-			if kind, drop := dg.to.sess.Admit(d); drop == lanlive.Kept {
+			if kind, drop := dg.to.sess.Admit(lanlive.Arrival{Datagram: d, Source: dg.src, At: now, Key: 1}); drop == lanlive.Kept {
 				dg.to.sp.receive(lanlive.Received{Source: dg.src, Msg: d.Message, Kind: kind})
 			}
 		}

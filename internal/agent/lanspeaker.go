@@ -75,9 +75,6 @@ type speaker struct {
 	clk   clock.WithTicker
 	log   *slog.Logger
 	watch *watchdog
-	// sentBy reports whether source is an address of node's Node object
-	// (read from the informer's cache, safe from any goroutine).
-	sentBy func(node string, source netip.Addr) bool
 
 	mu      sync.Mutex
 	conn    LANConn // nil: liveness over the LAN is off
@@ -106,8 +103,8 @@ type speaker struct {
 	kick chan struct{}
 }
 
-func newSpeaker(self string, clk clock.WithTicker, log *slog.Logger, watch *watchdog, sentBy func(string, netip.Addr) bool) *speaker {
-	return &speaker{self: self, clk: clk, log: log, watch: watch, sentBy: sentBy, fan: newFanout(),
+func newSpeaker(self string, clk clock.WithTicker, log *slog.Logger, watch *watchdog) *speaker {
+	return &speaker{self: self, clk: clk, log: log, watch: watch, fan: newFanout(),
 		signs: map[string]time.Time{}, known: map[string]bool{}, joined: map[string]time.Time{}, joinedFrom: map[string]netip.AddrPort{},
 		answered: map[string]time.Time{}, kick: make(chan struct{}, 1)}
 }
@@ -168,10 +165,11 @@ func (p *speaker) counts(node string, now time.Time) bool {
 	return ok
 }
 
-// receive takes in a datagram as it arrives. It counts only when it comes
-// from an address of the Node it names: another machine on the LAN cannot
-// speak for a node (it could still keep a dead node alive by forging its
-// source; liveness-port can be closed to the LAN's other hosts, see
+// receive takes in a datagram as it arrives. The socket delivers only
+// those from an address of the Node they name (lanlive.Session.Admit,
+// with state.sentBy): another machine on the LAN cannot speak for a node
+// (it could still keep a dead node alive by forging its source;
+// liveness-port can be closed to the LAN's other hosts, see
 // docs/operating.md). A datagram that shows either side's sign of the
 // other suspect old is answered at once (answerNow).
 func (p *speaker) receive(rx lanlive.Received) {
@@ -200,10 +198,6 @@ func (p *speaker) record(rx lanlive.Received, now time.Time) (answer string, ok 
 	defer p.mu.Unlock()
 	from := rx.Msg.From
 	if p.conn == nil || from == p.self {
-		return "", false
-	}
-	if !p.sentBy(from, rx.Source) {
-		p.log.Debug("liveness datagram from an address that is not its node's; dropped", "node", from, "source", rx.Source)
 		return "", false
 	}
 	if rx.Kind == lanlive.Legacy && !p.peers[from].Legacy {

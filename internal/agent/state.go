@@ -275,7 +275,7 @@ func newState(a *Agent) *state {
 		watch:     newWatchdog(a.clk, a.opt.Hung),
 	}
 	s.lifetime = newKeeper(a.log, a.clk, a.opt.Addresser, a.opt.Metrics.RefreshLate, s.watch.quiet)
-	s.lan.speaker = newSpeaker(a.opt.Node, a.clk, a.log, s.watch, s.sentBy)
+	s.lan.speaker = newSpeaker(a.opt.Node, a.clk, a.log, s.watch)
 	return s
 }
 

@@ -25,7 +25,7 @@ func signs(r *Keyring, k []byte) bool { return bytes.Equal(r.signer(), k) }
 
 func accepted(r *Keyring, k []byte) bool {
 	signed := sign(k, []byte("x"))
-	return r.verify(signed[:32], signed[32:])
+	return r.verify(signed[:32], signed[32:]) != 0
 }
 
 // eventually polls cond until it holds, failing after a minute.

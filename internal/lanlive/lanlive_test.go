@@ -116,7 +116,7 @@ func TestForgedDatagramsAreDropped(t *testing.T) {
 	keys, err := lanlive.NewKeyring(testKey("a"))
 	assert.NilError(t, err)
 	drops := &lanlive.Drops{}
-	c, err := lanlive.Listen(lanlive.Options{Addr: netip.MustParseAddr("127.0.0.1"), Node: "node-a", Keys: keys, Drops: drops}, out)
+	c, err := lanlive.Listen(lanlive.Options{Addr: netip.MustParseAddr("127.0.0.1"), Node: "node-a", Keys: keys, Drops: drops, SentBy: fromLoopback}, out)
 	assert.NilError(t, err)
 	defer c.Close()
 	to := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), c.Port())

@@ -69,7 +69,7 @@ func listen(t *testing.T, node string, key []byte, out chan<- lanlive.Received) 
 	t.Helper()
 	keys, err := lanlive.NewKeyring(key)
 	assert.NilError(t, err)
-	c, err := lanlive.Listen(lanlive.Options{Addr: netip.MustParseAddr("127.0.0.1"), Node: node, Keys: keys}, out)
+	c, err := lanlive.Listen(lanlive.Options{Addr: netip.MustParseAddr("127.0.0.1"), Node: node, Keys: keys, SentBy: fromLoopback}, out)
 	assert.NilError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	return c

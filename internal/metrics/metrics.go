@@ -202,6 +202,8 @@ func New(opt Options) (*Metrics, error) {
 		lanDropped(opt.LANDrops, "bad-signature", func(d *lanlive.Drops) uint64 { return d.BadSignature.Load() }),
 		lanDropped(opt.LANDrops, "replayed", func(d *lanlive.Drops) uint64 { return d.Stale.Load() }),
 		lanDropped(opt.LANDrops, "misaddressed", func(d *lanlive.Drops) uint64 { return d.Misaddressed.Load() }),
+		lanDropped(opt.LANDrops, "unproven", func(d *lanlive.Drops) uint64 { return d.Unproven.Load() }),
+		lanDropped(opt.LANDrops, "implausible", func(d *lanlive.Drops) uint64 { return d.Implausible.Load() }),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	} {
