@@ -75,14 +75,18 @@ func (c *Checks) Judge(svc string, nodes map[string]Readiness, start func(Key, u
 }
 
 // Sweep forgets the checks of the nodes that Judge did not find ready
-// since the last Sweep, and begins a new round of Judge.
-func (c *Checks) Sweep() {
+// since the last Sweep, and begins a new round of Judge. It returns the
+// keys forgotten, whose checks are to be cancelled (Runner.Cancel).
+func (c *Checks) Sweep() []Key {
+	var gone []Key
 	for k, ch := range c.checks {
 		if ch.lastPass != c.pass {
 			delete(c.checks, k)
+			gone = append(gone, k)
 		}
 	}
 	c.pass++
+	return gone
 }
 
 // Done records r and reports whether it changed a verdict: not when its

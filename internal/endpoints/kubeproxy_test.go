@@ -76,3 +76,32 @@ func TestKubeProxyNotListeningIsUnknownAtOnce(t *testing.T) {
 	assert.NilError(t, l.Close())
 	assert.Equal(t, verdictOf(t, addr), Unknown)
 }
+
+// Whatever answers on a node's health check port and redirects (to the
+// host's own services, to a cloud's metadata address) is not kube-proxy:
+// the verdict is Unknown at once, and the redirect is not followed.
+func TestKubeProxyRedirectIsNotFollowed(t *testing.T) {
+	target, followed := kubeProxyAnswering(t, 0)
+	var asked atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked.Add(1)
+		http.Redirect(w, r, "http://"+target.String()+"/", http.StatusFound)
+	}))
+	t.Cleanup(srv.Close)
+	assert.Equal(t, verdictOf(t, netip.MustParseAddrPort(srv.Listener.Addr().String())), Unknown)
+	assert.Equal(t, asked.Load(), int64(1))
+	assert.Equal(t, followed.Load(), int64(0))
+}
+
+// A question connects to the address asked and nowhere else, even when
+// the request's host says otherwise.
+func TestKubeProxyDialsOnlyTheAddressAsked(t *testing.T) {
+	addr, asked := kubeProxyAnswering(t, 0)
+	other, otherAsked := kubeProxyAnswering(t, 0)
+	c := NewKubeProxy(nil).client(addr)
+	resp, err := c.Get("http://" + other.String() + "/")
+	assert.NilError(t, err)
+	assert.NilError(t, resp.Body.Close())
+	assert.Equal(t, asked.Load(), int64(1))
+	assert.Equal(t, otherAsked.Load(), int64(0))
+}
