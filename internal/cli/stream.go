@@ -116,11 +116,8 @@ func eachItem(r io.Reader, fn func(item []byte) error) error {
 				if field != listItems {
 					return false, nil
 				}
-				if int64(cap(buf)) < m {
-					buf = make([]byte, m)
-				}
-				buf = buf[:m]
-				if _, err := io.ReadFull(list, buf); err != nil {
+				var err error
+				if buf, err = readItem(list, m, buf[:0]); err != nil {
 					return true, truncated(err)
 				}
 				return true, fn(buf)
@@ -132,6 +129,20 @@ func eachItem(r io.Reader, fn func(item []byte) error) error {
 		err = errors.New("the answer holds no list")
 	}
 	return err
+}
+
+// readItem reads the next n bytes of r into buf. A length is only a claim
+// until the bytes come, so buf grows as they arrive: an answer that claims
+// a gigabyte and ends after a few bytes costs no gigabyte.
+func readItem(r io.Reader, n int64, buf []byte) ([]byte, error) {
+	if int64(cap(buf)) >= n {
+		buf = buf[:n]
+		_, err := io.ReadFull(r, buf)
+		return buf, err
+	}
+	b := bytes.NewBuffer(buf)
+	_, err := io.CopyN(b, r, n)
+	return b.Bytes(), err
 }
 
 // eachField reads the fields of one message from r to its end. It hands each

@@ -4,17 +4,21 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The seed corpus lives in testdata/fuzz; `go test` runs it as ordinary
 // tests, `go test -fuzz FuzzParse` explores from it.
 
 func FuzzParse(f *testing.F) {
-	f.Fuzz(func(t *testing.T, ranges, netmask, netmask6, iface, lease, renew, fence, policy, apiLoss, selector, preferred string) {
+	f.Fuzz(func(t *testing.T, ranges, netmask, netmask6, iface, lease, renew, fence, policy, apiLoss, selector, preferred,
+		livenessPort, hbWrites, externalIPs, bgpASN, bgpRouterID, bgpPeers string) {
 		c, err := Parse(map[string]string{
 			keyRanges: ranges, keyNetmask: netmask, keyNetmask6: netmask6, keyIface: iface,
 			keyLeaseDuration: lease, keyRenewInterval: renew, keyFenceAfter: fence,
 			keyPolicy: policy, keyAPILoss: apiLoss, keyNodeSelector: selector, keyPreferredNodes: preferred,
+			keyLivenessPort: livenessPort, keyHBWrites: hbWrites, keyExternalIPs: externalIPs,
+			keyBGPASN: bgpASN, keyBGPRouterID: bgpRouterID, keyBGPPeers: bgpPeers,
 		})
 		if err != nil {
 			if err.Error() == "" {
@@ -27,6 +31,59 @@ func FuzzParse(f *testing.F) {
 		}
 		checkConfig(t, c)
 	})
+}
+
+// FuzzParsePeer: a line of bgp-peers, as Parse hands it over (trimmed,
+// not blank). Whatever parses is a usable peer; no error quotes a
+// password.
+func FuzzParsePeer(f *testing.F) {
+	for _, line := range []string{
+		"198.18.0.1 asn=64500",
+		"2001:db8::1 asn=4200000000 port=1179 hold-time=9s max-prefixes=10 source=2001:db8::2",
+		"198.18.0.1 asn=64500 password=s3cr3t-pass",
+		"198.18.0.1 asn=64500 password-secret=bgp-auth",
+		"198.18.0.1 asn=64500 pasword=s3cr3t-pass",
+		"198.18.0.1 s3cr3t pass",
+	} {
+		f.Add(line)
+	}
+	f.Fuzz(func(t *testing.T, line string) {
+		line = strings.TrimSpace(line)
+		if line == "" {
+			return
+		}
+		p, err := parsePeer(line)
+		if err != nil {
+			if err.Error() == "" {
+				t.Fatal("empty error message")
+			}
+			for _, f := range strings.Fields(line) {
+				pw, ok := strings.CutPrefix(f, peerPassword+"=")
+				if ok && len(pw) >= 8 && strings.Count(line, pw) == 1 && strings.Contains(err.Error(), pw) {
+					t.Fatalf("error %q quotes the password of %q", err, line)
+				}
+			}
+			return
+		}
+		checkPeer(t, p)
+	})
+}
+
+// checkPeer asserts what every parsed Peer guarantees.
+func checkPeer(t *testing.T, p Peer) {
+	t.Helper()
+	switch {
+	case !p.Addr.IsValid() || p.Addr.Zone() != "" || p.Addr.Is4In6() || p.Addr.IsUnspecified() || p.Addr.IsMulticast():
+		t.Fatalf("peer address %v", p.Addr)
+	case p.ASN == 0 || p.Port == 0 || p.MaxPrefixes == 0 || p.MaxPrefixes > maxMaxPrefixes:
+		t.Fatalf("peer %+v: asn, port or max-prefixes out of bounds", p)
+	case p.HoldTime < minHoldTime || p.HoldTime > maxHoldTime || p.HoldTime%time.Second != 0:
+		t.Fatalf("hold time %v", p.HoldTime)
+	case p.Password != "" && p.PasswordSecret != "", len(p.Password) > 80:
+		t.Fatalf("password %q and secret %q", p.Password, p.PasswordSecret)
+	case p.Source.IsValid() && p.Source.Is4() != p.Addr.Is4():
+		t.Fatalf("source %v of peer %v", p.Source, p.Addr)
+	}
 }
 
 func FuzzParseRange(f *testing.F) {
@@ -71,6 +128,18 @@ func checkConfig(t *testing.T, c Config) {
 	}
 	if s := c.RankStep(); s < 50e6 || s > 250e6 {
 		t.Fatalf("rank step %v", s)
+	}
+	if c.LivenessPort != 0 && c.LivenessPort < 1024 {
+		t.Fatalf("liveness port %d", c.LivenessPort)
+	}
+	if c.HeartbeatWrites < minHBWrites || c.HeartbeatWrites > maxHBWrites {
+		t.Fatalf("heartbeat writes %g", c.HeartbeatWrites)
+	}
+	for _, p := range c.BGP.Peers {
+		checkPeer(t, p)
+	}
+	if c.BGP.RouterID.IsValid() && !c.BGP.RouterID.Is4() {
+		t.Fatalf("router ID %v", c.BGP.RouterID)
 	}
 	if checkIface(c.Iface) != nil || c.Netmask4 < 8 || c.Netmask4 > 32 || c.Netmask6 < 1 || c.Netmask6 > 128 {
 		t.Fatalf("iface %q netmask %d netmask6 %d", c.Iface, c.Netmask4, c.Netmask6)
