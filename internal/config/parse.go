@@ -40,11 +40,51 @@ const (
 	minRenew = 100 * time.Millisecond
 )
 
-// Keys returns the ConfigMap keys Parse understands, in the order it reads them.
+// A Key is a ConfigMap key Parse understands, with the value it takes
+// when the key is missing or empty, written as the ConfigMap would hold it
+// with every other key at its default; "" when the default is to have
+// none (no ranges, no BGP peers, every node).
+type Key struct {
+	Name    string
+	Default string
+}
+
+// Reference returns the keys Parse understands, in the order it reads
+// them, with their defaults. Parsing any of these defaults gives Default(),
+// and docs/configuration.md is tested against this table, so that neither
+// can drift from the parser.
+func Reference() []Key {
+	return []Key{
+		{keyIface, "auto"},
+		{keyNetmask, "32"},
+		{keyNetmask6, "128"},
+		{keyPolicy, string(PolicySticky)},
+		{keyNodeSelector, ""},
+		{keyLeaseDuration, "2s"},
+		{keyRenewInterval, "500ms"},
+		{keyAPILoss, string(APILossHold)},
+		{keyFenceAfter, "1500ms"},
+		{keyLivenessPort, strconv.Itoa(DefaultLivenessPort)},
+		{keyHBWrites, strconv.Itoa(DefaultHeartbeatWrites)},
+		{keyExternalIPs, "on"},
+		{keyClass, string(ClassAny)},
+		{keyPreferredNodes, ""},
+		{keyRanges, ""},
+		{keyBGPASN, ""},
+		{keyBGPRouterID, ""},
+		{keyBGPPeers, ""},
+	}
+}
+
+// Keys returns the names of the keys Parse understands, in the order it
+// reads them.
 func Keys() []string {
-	return []string{keyIface, keyNetmask, keyNetmask6, keyPolicy, keyNodeSelector,
-		keyLeaseDuration, keyRenewInterval, keyAPILoss, keyFenceAfter, keyLivenessPort, keyHBWrites, keyExternalIPs, keyClass, keyPreferredNodes, keyRanges,
-		keyBGPASN, keyBGPRouterID, keyBGPPeers}
+	ref := Reference()
+	names := make([]string, len(ref))
+	for i, k := range ref {
+		names[i] = k.Name
+	}
+	return names
 }
 
 // Parse validates data, the ConfigMap's .data, and returns the Config it

@@ -307,3 +307,21 @@ func TestKeys(t *testing.T) {
 	assert.Equal(t, len(c.Warnings), 0, fmt.Sprint(c.Warnings))
 	assert.Equal(t, len(config.Keys()), 18)
 }
+
+func TestReferenceDefaultsAreTheParsers(t *testing.T) {
+	// Each default of the reference, written into the ConfigMap, gives
+	// the configuration of an empty one: the table says what Parse does.
+	for _, k := range config.Reference() {
+		if k.Default == "" {
+			continue
+		}
+		c, err := config.Parse(map[string]string{k.Name: k.Default})
+		assert.NilError(t, err, k.Name)
+		assert.Check(t, c.Equal(config.Default()), "%s: %q is not the default", k.Name, k.Default)
+	}
+	// And a value other than the default is seen as one, so the check
+	// above can fail.
+	c, err := config.Parse(map[string]string{"lease-duration": "3s"})
+	assert.NilError(t, err)
+	assert.Check(t, !c.Equal(config.Default()))
+}

@@ -177,12 +177,13 @@ func (c *emptyCluster) objects() []string {
 	return names
 }
 
-// TestHelmInstallUpgradeUninstall runs the README's `helm install` line as
+// TestHelmInstallUpgradeUninstall runs the README's `helm install` line of a
+// build from source (the chart in charts/eip) as
 // written against an empty cluster, upgrades the release with other values,
 // and uninstalls it: every object it made is gone again.
 func TestHelmInstallUpgradeUninstall(t *testing.T) {
 	t.Parallel()
-	install := readmeLine(t, "helm install ")
+	install := readmeLine(t, "helm install eip charts/eip ")
 	c := newEmptyCluster(t)
 	k := c.Client()
 	// The Prometheus Operator's kinds, so that the upgrade can turn the
@@ -194,7 +195,7 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 	c.sh(install)
 	cm, err := k.CoreV1().ConfigMaps(testenv.Namespace).Get(c.ctx, testenv.ConfigMap, metav1.GetOptions{})
 	assert.NilError(t, err)
-	assert.Check(t, is.Equal(cm.Data["ranges"], "192.0.2.0/28"))
+	assert.Check(t, is.Equal(cm.Data["ranges"], "192.0.2.240/28 auto-assign"))
 	assert.Check(t, is.Equal(cm.Data["lease-duration"], "2s"))
 	ds, err := k.AppsV1().DaemonSets(testenv.Namespace).Get(c.ctx, "eipd", metav1.GetOptions{})
 	assert.NilError(t, err)
@@ -214,7 +215,7 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 	assert.NilError(t, err)
 	assert.Check(t, is.Equal(cm.Data["lease-duration"], "3s"))
 	assert.Check(t, is.Equal(cm.Data["renew-interval"], "1s"))
-	assert.Check(t, is.Equal(cm.Data["ranges"], "192.0.2.0/28"), "--reuse-values kept the ranges")
+	assert.Check(t, is.Equal(cm.Data["ranges"], "192.0.2.240/28 auto-assign"), "--reuse-values kept the ranges")
 	ds, err = k.AppsV1().DaemonSets(testenv.Namespace).Get(c.ctx, "eipd", metav1.GetOptions{})
 	assert.NilError(t, err)
 	assert.Check(t, is.Equal(ds.Spec.Template.Spec.Containers[0].Image, "REGISTRY/eipd:v0.2.0"))

@@ -14,8 +14,6 @@ import (
 
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/eip-project/eip/testenv"
 )
@@ -30,9 +28,7 @@ type readmeCoverage struct {
 	check func(r *readme, t *testing.T, line string)
 }
 
-// readme is the state the checks share: they run in the README's order, so
-// the manifests are applied before the ConfigMap is patched and kubectl-eip
-// is installed before `kubectl eip status` runs.
+// readme is the state the checks share, in the README's order.
 type readme struct {
 	e    *env
 	root string
@@ -65,9 +61,9 @@ func readmeCommands() map[string]readmeCoverage {
 			how:   "run here with OUT=<temp dir>/eipd-image.tar, so bin/eipd-image.tar is left alone",
 			check: (*readme).image,
 		},
-		"helm install eip charts/eip --set image.repository=REGISTRY/eipd,image.tag=TAG --set-string config.ranges=192.0.2.0/28": {
+		"helm install eip charts/eip --set image.repository=REGISTRY/eipd,image.tag=TAG --set-string config.ranges='192.0.2.240/28 auto-assign'": {
 			how:   "TestHelmInstallUpgradeUninstall runs it as written on an empty control plane of its own, then upgrades and uninstalls: nothing is left",
-			check: ranBy("testenv/e2e/helm_test.go", `readmeLine(t, "helm install ")`),
+			check: ranBy("testenv/e2e/helm_test.go", `readmeLine(t, "helm install eip charts/eip ")`),
 		},
 		"make release": {
 			how:   "TestKrewInstallsThePlugin runs it as written, validates bin/release/eip.yaml with validate-krew-manifest and installs every archive with krew",
@@ -76,18 +72,6 @@ func readmeCommands() map[string]readmeCoverage {
 		"kubectl krew install --manifest=bin/release/eip.yaml --archive=bin/release/kubectl-eip_linux_amd64.tar.gz": {
 			how:   "TestKrewInstallsThePlugin runs it as written with a real krew and KREW_ROOT in a temporary directory",
 			check: ranBy("testenv/e2e/krew_test.go", `readmeLine(t, "kubectl krew install ")`),
-		},
-		"kubectl eip status": {
-			how:   "TestKrewInstallsThePlugin runs it from the client namespace with the krew-installed plugin ($KREW_ROOT/bin) on PATH",
-			check: ranBy("testenv/e2e/krew_test.go", `readmeLine(t, "kubectl eip status")`),
-		},
-		"kubectl kustomize manifests/ | sed 's#ghcr.io/eip-project/eipd:dev#REGISTRY/eipd:TAG#' | kubectl apply -f -": {
-			how:   "run here as written, from the client namespace against the test cluster (KUBECONFIG: its admin kubeconfig; kubectl: $EIP_K8S_BIN/kubectl)",
-			check: (*readme).install,
-		},
-		`kubectl -n eip-system patch configmap eip-config --type merge -p '{"data":{"ranges":"192.0.2.0/28"}}'`: {
-			how:   "run here with the test LAN's 198.18.100.0/24 for 192.0.2.0/28; then a Service's IP in it must be served",
-			check: (*readme).configure,
 		},
 		"make install": {
 			how:   "run here with PREFIX=<temp dir>; then `kubectl eip status` runs from that PATH against the test cluster",
@@ -109,14 +93,15 @@ func readmeCommands() map[string]readmeCoverage {
 }
 
 // TestREADMECommands runs, or finds what runs, every command README.md
-// shows in its sh blocks.
+// shows in its sh blocks, but those of the blocks marked for the install
+// test, which runs them verbatim as a release's user would.
 func TestREADMECommands(t *testing.T) {
 	t.Parallel()
 	root, err := testenv.RepoRoot()
 	assert.NilError(t, err)
 	b, err := os.ReadFile(filepath.Join(root, "README.md"))
 	assert.NilError(t, err)
-	cmds := shCommands(string(b))
+	cmds := shCommands(withoutInstallTestBlocks(string(b)))
 	assert.Assert(t, len(cmds) > 0, "no commands in README.md's sh blocks")
 	table := readmeCommands()
 	missing, stale := readmeGaps(cmds, table)
@@ -164,6 +149,33 @@ func TestREADMEGaps(t *testing.T) {
 	missing, stale := readmeGaps([]string{"make a", "make new"}, table)
 	assert.DeepEqual(t, missing, []string{"make new"})
 	assert.DeepEqual(t, stale, []string{"make gone"})
+}
+
+// installTestMarker starts the HTML comment that marks, on the line before
+// its fence, a README block the install test runs verbatim:
+// <!-- readme-test: NAME -->.
+const installTestMarker = "<!-- readme-test: "
+
+// withoutInstallTestBlocks returns md without the fenced blocks marked
+// with installTestMarker.
+func withoutInstallTestBlocks(md string) string {
+	var out []string
+	lines := strings.Split(md, "\n")
+	for i := 0; i < len(lines); i++ {
+		if !strings.HasPrefix(lines[i], installTestMarker) || i+1 == len(lines) || !strings.HasPrefix(lines[i+1], "```") {
+			out = append(out, lines[i])
+			continue
+		}
+		for i += 2; i < len(lines) && !strings.HasPrefix(lines[i], "```"); i++ {
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+func TestWithoutInstallTestBlocks(t *testing.T) {
+	md := "```sh\nmake a\n```\n" + installTestMarker + "x -->\n```sh\nhelm install x\n```\n" +
+		installTestMarker + "y -->\ntext, not a block\n```sh\nmake b\n```\n"
+	assert.DeepEqual(t, shCommands(withoutInstallTestBlocks(md)), []string{"make a", "make b"})
 }
 
 // shCommands returns each command line of the ```sh blocks of a Markdown
@@ -298,81 +310,6 @@ func (r *readme) image(t *testing.T, line string) {
 	}
 }
 
-// install applies the manifests as the README does. The ConfigMap it
-// overwrites and the DaemonSet it creates (no pods: the test cluster has no
-// controller manager) are put back as they were when the test ends; the
-// namespace, ServiceAccount and RBAC are the ones testenv applied at start,
-// from the same files.
-func (r *readme) install(t *testing.T, line string) {
-	k := r.e.k
-	cms := k.CoreV1().ConfigMaps(testenv.Namespace)
-	before, err := cms.Get(r.e.ctx, testenv.ConfigMap, metav1.GetOptions{})
-	assert.NilError(t, err)
-	r.e.t.Cleanup(func() {
-		ctx := context.Background()
-		err := k.AppsV1().DaemonSets(testenv.Namespace).Delete(ctx, "eipd", metav1.DeleteOptions{})
-		if err != nil && !apierrors.IsNotFound(err) {
-			r.e.t.Errorf("delete the README's DaemonSet: %v", err)
-		}
-		cm, err := cms.Get(ctx, testenv.ConfigMap, metav1.GetOptions{})
-		if err != nil {
-			r.e.t.Errorf("restore the ConfigMap: %v", err)
-			return
-		}
-		cm.Data, cm.Labels, cm.Annotations = before.Data, before.Labels, before.Annotations
-		if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
-			r.e.t.Errorf("restore the ConfigMap: %v", err)
-		}
-	})
-
-	out := r.client(t, line, "")
-	// kubectl warns once per object that testenv created without its
-	// last-applied annotation; the rest is what an operator sees.
-	var shown []string
-	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
-		if !strings.HasPrefix(l, "Warning: ") {
-			shown = append(shown, l)
-		}
-	}
-	t.Logf("kubectl apply:\n%s", strings.Join(shown, "\n"))
-	for _, want := range []string{"configmap/eip-config configured", "daemonset.apps/eipd created"} {
-		assert.Check(t, is.Contains(out, want))
-	}
-	ds, err := k.AppsV1().DaemonSets(testenv.Namespace).Get(r.e.ctx, "eipd", metav1.GetOptions{})
-	assert.NilError(t, err)
-	assert.Equal(t, ds.Spec.Template.Spec.Containers[0].Image, "REGISTRY/eipd:TAG", "the sed must name the pushed image")
-	cm, err := cms.Get(r.e.ctx, testenv.ConfigMap, metav1.GetOptions{})
-	assert.NilError(t, err)
-	assert.Check(t, is.Equal(cm.Data["lease-duration"], "2s"), "the manifests' ConfigMap was applied: %v", cm.Data)
-}
-
-// configure patches the ranges as the README does, with the test LAN's
-// range for the documentation one, and checks that eipd then serves an IP
-// in it.
-func (r *readme) configure(t *testing.T, line string) {
-	const doc, lan = "192.0.2.0/28", "198.18.100.0/24"
-	assert.Assert(t, is.Contains(line, doc))
-	// Events outlive the tests that caused them: count, not list.
-	invalid := func() (n int32) {
-		for _, ev := range r.e.events("ConfigMap", testenv.ConfigMap, "InvalidConfig") {
-			n += max(ev.Count, 1)
-		}
-		return n
-	}
-	before := invalid()
-	out := r.client(t, strings.ReplaceAll(line, doc, lan), "")
-	assert.Check(t, is.Contains(out, "configmap/eip-config patched"))
-	cm, err := r.e.k.CoreV1().ConfigMaps(testenv.Namespace).Get(r.e.ctx, testenv.ConfigMap, metav1.GetOptions{})
-	assert.NilError(t, err)
-	assert.Equal(t, cm.Data["ranges"], lan)
-
-	ip := testenv.ServiceIP(120)
-	r.e.service("readme", ip)
-	holder := r.e.served(ip)
-	t.Logf("%s served by %s", ip, holder)
-	assert.Check(t, is.Equal(invalid(), before), "the README's patch was refused")
-}
-
 func (r *readme) makeInstall(t *testing.T, line string) {
 	prefix := filepath.Join(r.tmp, "prefix")
 	assert.NilError(t, os.MkdirAll(filepath.Join(prefix, "bin"), 0o755))
@@ -382,9 +319,12 @@ func (r *readme) makeInstall(t *testing.T, line string) {
 		assert.NilError(t, err)
 		assert.Check(t, st.Mode()&0o111 != 0, "%s is not executable", bin)
 	}
+	ip := testenv.ServiceIP(120)
+	r.e.service("readme", ip)
+	r.e.served(ip)
 	out := r.client(t, "kubectl eip status", filepath.Join(prefix, "bin"))
 	t.Logf("kubectl eip status:\n%s", out)
-	for _, want := range append([]string{"NODE", testenv.ServiceIP(120).String()}, r.e.nodes...) {
+	for _, want := range append([]string{"NODE", ip.String()}, r.e.nodes...) {
 		assert.Check(t, is.Contains(out, want))
 	}
 }
