@@ -39,6 +39,10 @@ var historyWords = []string{
 	"before/after", "used to",
 }
 
+// aDate matches a calendar date, "7 December" or "2026-12-07": when a
+// figure was taken belongs in the history, not on a user page.
+var aDate = regexp.MustCompile(`\b([0-9]{1,2} (January|February|March|April|May|June|July|August|September|October|November|December)|20[0-9]{2}-[01][0-9]-[0-3][0-9])\b`)
+
 // commitHash matches what looks like an abbreviated or full commit hash: a
 // word of 7 to 40 lower-case hex digits holding both a digit and a letter.
 var commitHash = regexp.MustCompile(`\b[0-9a-f]{7,40}\b`)
@@ -67,17 +71,21 @@ func TestUserPagesHoldNoHistory(t *testing.T) {
 func TestHistoryInFindsEachKind(t *testing.T) {
 	// Built from pieces, so that this file's own scan of the docs does not
 	// matter; this file is Go, which the scan does not read.
-	page := "# Page\n\nFixed in `a1b2c3d`.\nThat morning it took 2 s.\n" +
+	page := "# Page\n\nFixed in `a1b2c3d`.\nThat morning (7 December, or 2026-12-07) it took 2 s.\n" +
 		"A deadbeef value, a 1234567 count, a 02:ee:00:00:00:01 MAC, refused to it.\n" +
 		"## History\n\n| fix (`9f8e7d6`) | earlier run |\n"
 	assert.DeepEqual(t, historyIn(page, ""), []string{
 		"3: commit hash a1b2c3d",
+		"4: date 7 December",
+		"4: date 2026-12-07",
 		`4: history word "that morning"`,
 		"8: commit hash 9f8e7d6",
 		`8: history word "earlier run"`,
 	})
 	assert.DeepEqual(t, historyIn(page, "## History"), []string{
 		"3: commit hash a1b2c3d",
+		"4: date 7 December",
+		"4: date 2026-12-07",
 		`4: history word "that morning"`,
 	})
 }
@@ -118,6 +126,9 @@ func historyIn(page, historySection string) []string {
 			if strings.ContainsAny(h, "0123456789") && strings.ContainsAny(h, "abcdef") {
 				problems = append(problems, fmt.Sprintf("%d: commit hash %s", n, h))
 			}
+		}
+		for _, d := range aDate.FindAllString(line, -1) {
+			problems = append(problems, fmt.Sprintf("%d: date %s", n, d))
 		}
 		for _, w := range historyWords {
 			if historyWord(w).MatchString(line) {
