@@ -237,7 +237,7 @@ func (s *state) allocate(v lease.View, locks map[string]*lease.Kept) {
 		slices.SortFunc(todo, func(a, b unsettled) int {
 			return cmp.Or(a.svc.Created.Compare(b.svc.Created), cmp.Compare(a.req.Service, b.req.Service))
 		})
-		space := s.space(svcs, locks, v.Now)
+		space := s.space(svcs, v.Now)
 		for _, w := range todo {
 			current := alloc.Current(w.svc)
 			res := space.Assign(w.req, current)
@@ -274,7 +274,7 @@ func (s *state) allocate(v lease.View, locks map[string]*lease.Kept) {
 
 // space is the address space as this node sees it, its own writes in
 // flight included.
-func (s *state) space(svcs []*ipset.Service, locks map[string]*lease.Kept, now time.Time) *alloc.Space {
+func (s *state) space(svcs []*ipset.Service, now time.Time) *alloc.Space {
 	al := s.alloc
 	sp := alloc.NewSpace(s.desired.cfg, s.desired.reserved)
 	for _, svc := range svcs {
@@ -285,18 +285,7 @@ func (s *state) space(svcs []*ipset.Service, locks map[string]*lease.Kept, now t
 			sp.Lock(l.IP, l.ReservedFor)
 		}
 	}
-	for name, l := range locks {
-		if l = s.book.effective(name, l); l != nil {
-			addLock(l)
-		}
-	}
-	for name := range s.book.written {
-		if _, cached := locks[name]; !cached {
-			if l := s.book.effective(name, nil); l != nil {
-				addLock(l)
-			}
-		}
-	}
+	s.book.eachSeen(addLock)
 	for k, ips := range al.inflight {
 		for _, ip := range ips {
 			sp.Lock(ip, k)
@@ -457,7 +446,7 @@ func ingress(old []corev1.LoadBalancerIngress, ips []netip.Addr) []corev1.LoadBa
 }
 
 func (s *state) allocDone(r allocResult) {
-	s.sched.needFull = true // allocation weighs every Service
+	s.sched.askFull() // allocation weighs every Service
 	al := s.alloc
 	delete(al.inflight, r.key)
 	now := s.a.clk.Now()

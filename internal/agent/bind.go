@@ -33,12 +33,73 @@ func (s *state) ifaceFor(ip netip.Addr, b config.Binding) (string, error) {
 	return iface, err
 }
 
-// canBind: binding anything new needs a working API connection (so the
-// lock we act on is current), the interface's carrier, and a loop on time
-// (loopLate).
-func (s *state) canBind(iface string) bool {
-	now := s.a.clk.Now()
-	return !s.binder.linkDown[iface] && !s.self.fenced && !s.self.unheard && s.writable(now) && !s.loopLate(now)
+// refusal is why this node does not bind an IP, now, that its lock lets
+// it bind: every local reason comes from one gate (mayBind) as a value of
+// this type, and the schedule settles the IP by it (schedule.settle):
+// when, and on what, the IP is decided again.
+type refusal struct {
+	why   refusalReason
+	until time.Time // when to decide the IP again, if not zero
+}
+
+// refusalReason is what a refusal says.
+type refusalReason int
+
+const (
+	notRefused refusalReason = iota // bound, nothing to bind, or a bind that failed and was reported
+	// refusedLate: the loop ran late (loopLate); its next tick on time
+	// decides the IP again.
+	refusedLate
+	// refusedLinkDown, refusedFenced, refusedUnheard, refusedUnwritable:
+	// the interface has no carrier, the node fenced, a peer does not hear
+	// it over the LAN, or it may not write. Decided again when whether it
+	// may write changes, and at until.
+	refusedLinkDown
+	refusedFenced
+	refusedUnheard
+	refusedUnwritable
+	// refusedProbing: a probe of the LAN runs, or found the address in
+	// use; until is its next step.
+	refusedProbing
+	// refusedSlice: the pass ran for its slice (sliceOver); until is now.
+	refusedSlice
+)
+
+func (r refusalReason) String() string {
+	return [...]string{"bound", "late", "link down", "fenced", "unheard", "not writable", "probing", "slice spent"}[r]
+}
+
+// mayBind is the gate every bind passes: it says why this node may not
+// bind ip on iface at now, or notRefused. Binding anything new needs the
+// interface's carrier, a working API connection (so the lock acted on is
+// current) and a loop on time (loopLate); a bind (binding) also needs the
+// pass's slice left (sliceOver) and the LAN's probe to have gone
+// unanswered (probed), while a probe started early or a move needs
+// neither.
+func (s *state) mayBind(ip netip.Addr, iface string, now time.Time, binding bool) refusal {
+	if binding && s.sliceOver(now) {
+		return refusal{refusedSlice, now}
+	}
+	if s.loopLate(now) {
+		return refusal{why: refusedLate}
+	}
+	notNow := now.Add(s.desired.cfg.RenewInterval)
+	switch {
+	case s.binder.linkDown[iface]:
+		return refusal{refusedLinkDown, notNow}
+	case s.self.fenced:
+		return refusal{refusedFenced, notNow}
+	case s.self.unheard:
+		return refusal{refusedUnheard, notNow}
+	case !s.writable(now):
+		return refusal{refusedUnwritable, notNow}
+	}
+	if binding {
+		if ok, next := s.probed(ip, iface); !ok {
+			return refusal{refusedProbing, next}
+		}
+	}
+	return refusal{}
 }
 
 // lateAfter is how long after the loop's last tick it counts as late
@@ -71,43 +132,6 @@ func (s *state) loopLate(now time.Time) bool {
 	return s.self.stalled || !s.self.lastTick.IsZero() && now.Sub(s.self.lastTick) > s.lateAfter()
 }
 
-// bindOutcome is what became of a bind: the loop decides what follows.
-type bindOutcome int
-
-const (
-	bindDone bindOutcome = iota // bound, or failed and reported
-	// bindLate: the loop ran late; its next tick on time decides again.
-	bindLate
-	// bindNotNow: this node may not bind now (it may not write, say).
-	bindNotNow
-	// bindProbing: a probe of the LAN runs, or found the address in use.
-	bindProbing
-	// bindYield: the pass ran for its slice (sliceOver); at is now.
-	bindYield
-)
-
-// bindIP binds ip and schedules what its outcome asks for.
-func (s *state) bindIP(ip netip.Addr, e ipset.Entry, why string) {
-	out, at := s.bind(ip, e, why)
-	switch out {
-	case bindLate:
-		s.sched.lateBinds[ip] = true
-	case bindNotNow:
-		// Decided again when whether this node may write changes
-		// (writableChanged), and at, since a change that flips back
-		// before any pass sees it asks for none (the IP stayed held and
-		// unbound until the resync's full pass, 10 s later).
-		s.sched.writableDeps[ip] = true
-		s.sched.wakeIP(ip, at)
-	case bindProbing:
-		if !at.IsZero() {
-			s.sched.wakeIP(ip, at)
-		}
-	case bindYield:
-		s.sched.wakeIP(ip, at)
-	}
-}
-
 // sliceOver: the pass under way has run for a quarter of a renew interval,
 // so it binds and probes nothing more; the loop handles what came in
 // meanwhile (its tick, the renewal's result, the watch's news) and goes on
@@ -119,29 +143,18 @@ func (s *state) sliceOver(now time.Time) bool {
 	return !s.sched.passStart.IsZero() && now.Sub(s.sched.passStart) > s.desired.cfg.RenewInterval/4
 }
 
-// bind binds ip on its interface or eipd's device and announces it, and
-// says what became of it; at is when to try again, for bindNotNow and
-// bindProbing.
-func (s *state) bind(ip netip.Addr, e ipset.Entry, why string) (out bindOutcome, at time.Time) {
+// bind binds ip on its interface or eipd's device and announces it, or
+// says why not.
+func (s *state) bind(ip netip.Addr, e ipset.Entry, why string) refusal {
 	// No s.log.With("ip", ip): a logger per bind cost 3.5 KB, half of
 	// what a mass failover's binds allocated.
 	iface, err := s.ifaceFor(ip, e.Binding)
 	if err != nil {
 		s.log.Error("cannot bind: no interface", "ip", ip, "err", err)
-		return bindDone, time.Time{}
+		return refusal{}
 	}
-	now := s.a.clk.Now()
-	if s.sliceOver(now) {
-		return bindYield, now
-	}
-	if !s.canBind(iface) {
-		if s.loopLate(now) {
-			return bindLate, time.Time{}
-		}
-		return bindNotNow, now.Add(s.desired.cfg.RenewInterval)
-	}
-	if ok, next := s.probed(ip, iface); !ok {
-		return bindProbing, next
+	if r := s.mayBind(ip, iface, s.a.clk.Now(), true); r.why != notRefused {
+		return r
 	}
 	p := e.Binding.Prefix(ip)
 	dev, onDevice := iface, s.onDevice(iface, p, e.Binding.Announce)
@@ -155,7 +168,7 @@ func (s *state) bind(ip netip.Addr, e ipset.Entry, why string) (out bindOutcome,
 	if err := s.a.opt.Addresser.Add(dev, p, s.lifetimeOn(onDevice)); err != nil {
 		s.log.Error("bind", "ip", ip, "iface", dev, "err", err)
 		s.event(ip, corev1.EventTypeWarning, "BindFailed", fmt.Sprintf("bind %s on %s/%s: %v", p, s.a.opt.Node, dev, err))
-		return bindDone, time.Time{}
+		return refusal{}
 	}
 	b := binding{iface: iface, dev: dev, prefix: p, announce: e.Binding.Announce}
 	if onDevice {
@@ -179,7 +192,7 @@ func (s *state) bind(ip netip.Addr, e ipset.Entry, why string) (out bindOutcome,
 	s.a.opt.Metrics.Bound()
 	s.log.Info("bound", "ip", ip, "iface", iface, "device", dev, "prefix", p, "reason", why)
 	s.event(ip, corev1.EventTypeNormal, "Bound", fmt.Sprintf("%s bound on %s (%s)", p, s.a.opt.Node, iface))
-	return bindDone, time.Time{}
+	return refusal{}
 }
 
 // placeOnDevice says whether an address lives on eipd's own device, which
@@ -239,7 +252,7 @@ func (s *state) checkARP() {
 	for iface, was := range s.binder.arpAnswers {
 		delete(s.binder.arpAnswers, iface)
 		if s.answersARP(iface) != was {
-			s.sched.needFull = true
+			s.sched.askFull()
 		}
 	}
 }
@@ -247,7 +260,7 @@ func (s *state) checkARP() {
 // probeEarly starts probing ip as the write that acquires it is sent (see
 // addrConflicts).
 func (s *state) probeEarly(ip netip.Addr, e ipset.Entry) {
-	if iface, err := s.ifaceFor(ip, e.Binding); err == nil && s.canBind(iface) {
+	if iface, err := s.ifaceFor(ip, e.Binding); err == nil && s.mayBind(ip, iface, s.a.clk.Now(), false).why == notRefused {
 		s.startProbe(ip, iface)
 	}
 }
@@ -303,25 +316,24 @@ func (s *state) forgetBinding(ip netip.Addr) (binding, bool) {
 
 // rebindIfMoved moves a held, bound address whose interface or prefix
 // length changed with the configuration, or whose device changed with
-// arp_ignore; the lock is untouched.
-func (s *state) rebindIfMoved(ip netip.Addr) {
+// arp_ignore; the lock is untouched. A move this node may not make now
+// waits for it (waits): the IP is decided again when whether this node
+// may write changes. r is why the bind after the move did not happen.
+func (s *state) rebindIfMoved(ip netip.Addr) (waits bool, r refusal) {
 	b := s.binder.bound[ip]
 	e := s.desired.entries[ip]
 	iface, err := s.ifaceFor(ip, e.Binding)
 	p := e.Binding.Prefix(ip)
 	same := err == nil && iface == b.iface && p == b.prefix && e.Binding.Announce == b.announce && s.onDevice(iface, p, e.Binding.Announce) == b.onDevice()
-	if err != nil || same || !s.canBind(iface) {
+	if err != nil || same || s.mayBind(ip, iface, s.a.clk.Now(), false).why != notRefused {
 		if err == nil {
 			s.reannounceIfChanged(ip, b, e)
 		}
-		if err == nil && !same {
-			s.sched.writableDeps[ip] = true // moved once this node may bind
-		}
-		return
+		return err == nil && !same, refusal{}
 	}
 	// Not given up: moved, still held, to where the configuration puts it.
 	s.unbind(ip, "configuration changed")
-	s.bindIP(ip, e, "configuration changed")
+	return false, s.bind(ip, e, "configuration changed")
 }
 
 // addrEvent restores an address we hold that someone (or an expired
@@ -367,7 +379,7 @@ func (s *state) addrMissing(b binding, count bool) {
 		// live nodes. It is decided again once the loop is on time, and
 		// bound again if the lock still names this node.
 		s.forgetBinding(b.prefix.Addr())
-		s.sched.lateBinds[b.prefix.Addr()] = true
+		s.sched.settle(b.prefix.Addr(), settling{keepDeps: true, refusal: refusal{why: refusedLate}})
 		s.log.Debug("an address this node held expired while its loop ran late; binding it again only if its lock still names this node", "ip", b.prefix.Addr(), "iface", b.dev)
 		return
 	}
@@ -394,7 +406,7 @@ func (s *state) linkEvent(ev netif.LinkEvent) {
 	}
 	clear(s.binder.autoIface)
 	s.binder.macs = ""
-	s.sched.needFull = true
+	s.sched.askFull()
 	if !ev.Up {
 		if s.binder.linkDown[ev.Iface] {
 			return
@@ -472,7 +484,7 @@ func (s *state) claim(c netif.Claim) (changed bool) {
 	if !probing && !bound {
 		return false
 	}
-	s.sched.dirty[c.IP] = true
+	s.sched.markDirty(c.IP)
 	now := s.a.clk.Now()
 	if s.conflictClaim(c) || !bound {
 		return true
@@ -507,7 +519,7 @@ func (s *state) watchClaims(iface string) {
 // start-up an address whose lock still names us is left alone; the first
 // pass that may bind will refresh it.
 func (s *state) resync(startup bool) {
-	s.sched.lastResync = s.a.clk.Now()
+	s.sched.resynced(s.a.clk.Now())
 	s.retryRouter()
 	s.checkARP()
 	ifaces := map[string]int{} // to list, with the bindings on each

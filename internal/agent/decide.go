@@ -17,37 +17,27 @@ import (
 // that go first first. TestIncrementalPassDecidesAsTheFullPass checks that a full pass
 // after it would act not at all.
 func (s *state) reconcileSome(now time.Time) {
-	s.sched.passStart = now
+	s.sched.startPass(now)
 	s.book.newPass(s.a.leasesSeen(), false)
 	s.fence(now)
 	v := s.view(now)
 	if v.Writable {
-		s.self.fenced = false
-		s.self.stalled = false
+		s.self.writesAgain()
 	}
-	s.sched.ipWake.due(now, func(ip netip.Addr) { s.sched.dirty[ip] = true })
-	// In the order of the IPs, so that the writes a pass makes depend on
-	// its inputs alone, not on the order of a map.
-	s.sched.dirtyOrder = s.sched.dirtyOrder[:0]
-	for ip := range s.sched.dirty {
-		s.sched.dirtyOrder = append(s.sched.dirtyOrder, ip)
-	}
-	slices.SortFunc(s.sched.dirtyOrder, netip.Addr.Compare)
-	for i, ip := range s.sched.dirtyOrder {
+	dirty := s.sched.dirtyInOrder(now)
+	for i, ip := range dirty {
 		if s.sliceOver(s.a.clk.Now()) {
 			// The slice is spent: the rest are decided in the next pass,
 			// once the loop has answered its inputs, as a bind that
 			// yields is. Deciding each of them only for its bind to yield
 			// cost a successor of 1,700 IPs a decision per IP left and
 			// slice.
-			for _, rest := range s.sched.dirtyOrder[i:] {
-				s.sched.wakeIP(rest, now)
-			}
+			s.sched.wakeIPs(dirty[i:], now)
 			break
 		}
 		s.decideOne(v, ip, now)
 	}
-	clear(s.sched.dirty)
+	s.sched.dirtyDecided()
 	s.writes.admitWaiting(now, s.desired.lockWriteTimeout(), func(ip netip.Addr) { s.decideOne(v, ip, now) })
 	s.a.opt.Metrics.Held(len(s.binder.bound))
 }
@@ -62,17 +52,18 @@ func (s *state) decideOne(v lease.View, ip netip.Addr, now time.Time) {
 		return
 	}
 	s.writes.unwait(ip)
-	s.sched.ipWake.forget(ip)
+	s.sched.deciding(ip)
 	if cached != nil {
-		s.decideOrphan(v, cached, now)
+		s.decideOrphan(v, s.book.effective(cached.Name, cached), now)
 	} else if _, bound := s.binder.bound[ip]; bound {
 		s.carryOut(ip, lease.Decide(v, lease.IP{Addr: ip, Bound: true}))
 	}
 }
 
-// decideOrphan decides the lock l of an IP no Service names.
+// decideOrphan decides l, the lock of an IP no Service names as this node
+// sees it (nil: gone).
 func (s *state) decideOrphan(v lease.View, l *lease.Kept, now time.Time) {
-	if l = s.book.effective(l.Name, l); l == nil {
+	if l == nil {
 		return
 	}
 	if l.Err != nil {
@@ -88,14 +79,10 @@ func (s *state) decideOrphan(v lease.View, l *lease.Kept, now time.Time) {
 // reconcile is one pass over everything; it is idempotent.
 func (s *state) reconcile() {
 	now := s.a.clk.Now()
-	s.sched.passStart = now
+	s.sched.startPass(now)
 	s.book.newPass(s.a.leasesSeen(), true)
-	s.sched.wake = time.Time{}
-	s.sched.needFull = false
-	// Emptied by new maps, not cleared, and the others shrunk: see shrink.
-	s.sched.dirty, s.sched.lateBinds = map[netip.Addr]bool{}, map[netip.Addr]bool{}
+	s.sched.newFullPass()
 	s.writes.newPass()
-	s.sched.ipWake.reset()
 	s.wire.keep(func(ip netip.Addr) bool {
 		_, named := s.desired.entries[ip]
 		return named
@@ -105,19 +92,37 @@ func (s *state) reconcile() {
 		_, bound := s.binder.bound[ip]
 		return probing || bound || s.wire.tracks(ip)
 	})
-	s.sched.writableDeps = map[netip.Addr]bool{}
 	s.fence(now)
+	all, locks := s.readInputs(now)
+	v := s.view(now)
+	s.sched.fullPassRead(now, v.Writable)
+	if v.Writable {
+		s.self.writesAgain()
+	}
+	s.decideAll(v, all, locks, now)
+	if v.Writable {
+		s.collectHeartbeats(v)
+	}
+	s.sched.judged(s.verdicts(now))
+	s.a.opt.Metrics.Held(len(s.binder.bound))
+	s.a.opt.Metrics.Managed(len(s.desired.entries))
+}
+
+// readInputs reads again, for a full pass at now, what changed of the
+// inputs every IP reads (the configuration, the Nodes, the Services,
+// the EndpointSlices), and the locks and heartbeats: all the locks in the
+// order the cache lists them, and by name.
+func (s *state) readInputs(now time.Time) (all []*lease.Kept, locks map[string]*lease.Kept) {
+	cm, svc, nodes, eps := s.sched.takeInputs()
 	changed := false
-	if s.sched.dirtyCM {
-		s.sched.dirtyCM = false
+	if cm {
 		changed = s.loadConfig()
 		s.lifetime.configure(s.desired.cfg)
 		s.configureLAN()
 	}
-	all := s.a.allLocks()
-	locks := s.observe(all, now)
-	starting := s.sched.lastPass.IsZero()
-	if s.sched.dirtyNodes {
+	all = s.a.allLocks()
+	locks = s.observe(all, now)
+	if nodes {
 		reserved := s.reservedAddresses()
 		if s.desired.reserved != nil && !maps.Equal(reserved, s.desired.reserved) {
 			// A range may now contain an address never to be bound: the
@@ -127,55 +132,54 @@ func (s *state) reconcile() {
 		}
 		s.desired.reserved = reserved
 	}
-	recomputed := s.sched.dirtySvc || s.sched.dirtyNodes || changed
+	recomputed := svc || nodes || changed
 	if recomputed {
 		s.computeEntries()
-		s.sched.dirtySvc = false
 	}
-	if starting {
+	if s.sched.lastPass.IsZero() {
 		s.probeHeldAtStart(locks)
 	}
-	if s.sched.dirtyNodes || changed {
+	if nodes || changed {
 		s.configureRouter()
 	}
-	s.sched.dirtyNodes = false
 	s.updateEligibility()
-	if recomputed || s.sched.dirtyEps {
+	if recomputed || eps {
 		// Every IP is decided below.
-		s.sched.dirtyEps = false
 		s.updateServing(recomputed)
 	}
-	v := s.view(now)
-	s.sched.lastPass, s.sched.passWritable, s.sched.fullUnwritable = now, v.Writable, !v.Writable
-	if v.Writable {
-		s.self.fenced = false
-		s.self.stalled = false
-	}
-	plan := s.plan(v, locks)
-	s.allocate(v, locks)
+	return all, locks
+}
 
+// decideAll decides every IP of a full pass, each lock worked out once
+// (resolvePass): the managed IPs, those that go first first, then the
+// orphans' locks, then the bound IPs nothing names or locks.
+func (s *state) decideAll(v lease.View, all []*lease.Kept, locks map[string]*lease.Kept, now time.Time) {
+	seen := s.book.resolvePass(s.desired.order, s.desired.names, locks)
+	defer s.book.passDone()
+	plan := s.plan(v, seen)
+	s.allocate(v, locks)
 	// Acquisitions in flight are bounded (see dispatch), so the IPs the
 	// policy gives this node, or free ones it ranks first for, go first:
 	// it races for the others' only once its own are under way.
-	s.sched.first = slices.Grow(s.sched.first[:0], len(s.desired.order))[:len(s.desired.order)]
-	for i, m := range s.desired.order {
+	order := s.desired.order
+	goesFirst := s.sched.goFirst(len(order), func(i int) bool {
 		var holder string
-		if l := locks[m.name]; l != nil {
+		if l := locks[order[i].name]; l != nil {
 			holder = l.Holder
 		}
-		s.sched.first[i] = goesFirst(v, m.ip, holder, plan[m.ip])
-	}
+		return goesFirst(v, order[i].ip, holder, plan[order[i].ip])
+	})
 	for _, first := range []bool{true, false} {
-		for i, m := range s.desired.order {
-			if s.sched.first[i] == first {
-				s.decide(v, m.ip, m.name, s.book.effective(m.name, locks[m.name]), true, plan[m.ip])
+		for i, m := range order {
+			if goesFirst[i] == first {
+				s.decide(v, m.ip, m.name, seen[i], true, plan[m.ip])
 			}
 		}
 	}
 	// In the order listed, not the map's: see reconcileSome.
 	for _, l := range all {
 		if _, named := s.desired.names[l.Name]; !named {
-			s.decideOrphan(v, l, now)
+			s.decideOrphan(v, s.book.other(l.Name), now)
 		}
 	}
 	for ip := range s.binder.bound {
@@ -185,12 +189,6 @@ func (s *state) reconcile() {
 			}
 		}
 	}
-	if v.Writable {
-		s.collectHeartbeats(v)
-	}
-	s.sched.passVerdicts = s.verdicts(now)
-	s.a.opt.Metrics.Held(len(s.binder.bound))
-	s.a.opt.Metrics.Managed(len(s.desired.entries))
 }
 
 // observe feeds the cached heartbeats to the liveness tracker and returns
@@ -217,58 +215,74 @@ func (s *state) observe(all []*lease.Kept, now time.Time) map[string]*lease.Kept
 	return locks
 }
 
+// decide decides ip, whose lock l this node sees (nil: none), in four
+// steps: the facts, lease.Decide, carrying the decision out, and the
+// schedule settling the IP by what that left.
 func (s *state) decide(v lease.View, ip netip.Addr, name string, l *lease.Kept, named bool, planned string) {
 	s.writes.unwait(ip)
-	s.sched.ipWake.forget(ip)
+	s.sched.deciding(ip)
 	lk := s.book.lockOf(ip, l)
 	freeSince := s.book.free(ip, lk == nil || lk.Holder == "" || !s.live.Known(lk.Holder), v.Now)
 	_, bound := s.binder.bound[ip]
 	in := lease.IP{Addr: ip, Lock: lk, Named: named, Bound: bound, FreeSince: freeSince, Planned: planned, Next: s.desired.next[ip], Only: s.serving.onlyFor(ip)}
 	s.wireDecide(&in, v.Now)
 	d := lease.Decide(v, in)
+	s.sched.settle(ip, s.carry(v, in, name, l, d))
+}
+
+// carry carries out decision d about the IP in, whose lock l this node
+// sees, and says what the schedule settles.
+func (s *state) carry(v lease.View, in lease.IP, name string, l *lease.Kept, d lease.Decision) settling {
+	ip, lk := in.Addr, in.Lock
 	if d.Action != lease.Succeed {
 		s.wakeHeld(s.succ.end(ip))
 	}
 	if s.writes.inflight[name] {
 		// A successor binds while its write is on its way.
-		if d.Action == lease.Succeed && !bound {
-			s.succeed(v, ip, lk)
+		st := settling{keepDeps: true}
+		if d.Action == lease.Succeed && !in.Bound {
+			_, st.refusal = s.succeed(v, ip, lk)
 		}
-		return
+		return st
 	}
 	if (lk == nil || lk.Holder != v.Self) && d.Action != lease.Succeed {
 		s.conflicts.forget(ip)
 	}
-	if d.ReadWritable {
-		s.sched.writableDeps[ip] = true
-	} else {
-		delete(s.sched.writableDeps, ip)
+	st := settling{readWritable: d.ReadWritable}
+	if in.Named && in.Bound && lk != nil && lk.Holder == v.Self {
+		var waits bool
+		waits, st.refusal = s.rebindIfMoved(ip)
+		st.readWritable = st.readWritable || waits
 	}
-	if named && bound && lk != nil && lk.Holder == v.Self {
-		s.rebindIfMoved(ip)
-	}
-	if d.Action == lease.Succeed && (!bound && !s.succeed(v, ip, lk) || s.holdWrite(ip)) {
-		return
+	if d.Action == lease.Succeed {
+		if !in.Bound {
+			var write bool
+			if write, st.refusal = s.succeed(v, ip, lk); !write {
+				return st
+			}
+		}
+		if s.holdWrite(ip) {
+			return st
+		}
 	}
 	if d.Action.Acquires() {
 		var holder string
 		if lk != nil {
 			holder = lk.Holder
 		}
-		// Decided again when one in flight completes, those the policy
-		// gives this node or that it ranks first for before the others;
-		// one whose rank's turn came waits too while any of those does,
-		// or it would take the writer they wait for, racing another
-		// node for its share (a Lease conflict).
-		if first := d.Action == lease.Succeed || goesFirst(v, ip, holder, planned); s.writes.full(v.Now, s.desired.lockWriteTimeout()) || !first && s.writes.waiting.firstWaiting() > 0 {
-			s.writes.wait(ip, first)
-			return
+		first := d.Action == lease.Succeed || goesFirst(v, ip, holder, in.Planned)
+		if s.writes.waitsForRoom(ip, first, v.Now, s.desired.lockWriteTimeout()) {
+			return st
 		}
 	}
-	s.apply(v, ip, name, l, lk, d)
-	if !named {
+	st.at = d.At
+	if r := s.apply(v, ip, name, l, lk, d); r.why != notRefused {
+		st.refusal = r
+	}
+	if !in.Named {
 		s.book.forgetFree(ip)
 	}
+	return st
 }
 
 // goesFirst: an acquisition of ip, held by holder ("" if free), is one
@@ -283,26 +297,39 @@ func goesFirst(v lease.View, ip netip.Addr, holder, planned string) bool {
 	return planned == v.Self || free && lease.Rank(ip, v.Self, v.Live) == 0
 }
 
-func (s *state) apply(v lease.View, ip netip.Addr, name string, l *lease.Kept, lk *lease.Lock, d lease.Decision) {
-	if !d.At.IsZero() {
-		s.sched.wakeIP(ip, d.At)
-	}
-	e := s.desired.entries[ip]
-	w := write{ip: ip, name: name, action: d.Action, timeout: s.desired.lockWriteTimeout()}
-	now := s.a.clk.Now()
+// apply carries out d about ip: binds or unbinds it, or sends the lock
+// write d asks for. It says why a bind did not happen, if it did not.
+func (s *state) apply(v lease.View, ip netip.Addr, name string, l *lease.Kept, lk *lease.Lock, d lease.Decision) refusal {
+	var r refusal
 	switch d.Action {
 	case lease.None:
-		return
+		return r
 	case lease.Bind:
-		s.bindIP(ip, e, d.Reason)
-		if d.Successor == "" {
-			return
+		if r = s.bind(ip, s.desired.entries[ip], d.Reason); d.Successor == "" {
+			return r
 		}
-		w.action = lease.NameSuccessor
-		w.lease = lease.WithSuccessor(l.Lease(), d.Successor)
 	case lease.Unbind:
 		s.carryOut(ip, d)
-		return
+		return r
+	}
+	if w, ok := s.lockWrite(v, ip, name, l, lk, d); ok {
+		s.log.Debug("lock write", "ip", ip, "lease", w.name, "action", d.Action, "target", w.target, "reason", d.Reason)
+		s.dispatch(w)
+	}
+	return r
+}
+
+// lockWrite is the write of ip's lock that d asks for, once the address
+// is unbound if the write gives it away (drop); ok is false when it may
+// not go yet.
+func (s *state) lockWrite(v lease.View, ip netip.Addr, name string, l *lease.Kept, lk *lease.Lock, d lease.Decision) (w write, ok bool) {
+	e := s.desired.entries[ip]
+	w = write{ip: ip, name: name, action: d.Action, timeout: s.desired.lockWriteTimeout()}
+	now := s.a.clk.Now()
+	switch d.Action {
+	case lease.Bind, lease.NameSuccessor:
+		w.action = lease.NameSuccessor
+		w.lease = lease.WithSuccessor(l.Lease(), d.Successor)
 	case lease.Create:
 		w.target = v.Self
 		w.lease = lease.NewLockLease(s.a.opt.Namespace, ip, v.Self, d.Successor, e.Services, now)
@@ -333,35 +360,32 @@ func (s *state) apply(v lease.View, ip netip.Addr, name string, l *lease.Kept, l
 			w.target = d.Target
 		}
 		if !s.drop(&w, d.Reason) {
-			return
+			return w, false
 		}
 		w.lease = lease.WithHolder(l.Lease(), ip, w.target, d.Successor, e.Services, now)
 	case lease.Delete:
 		if !s.drop(&w, d.Reason) {
-			return
+			return w, false
 		}
 		w.rv = l.ResourceVersion
 	case lease.ClearMove:
 		w.lease = lease.WithMoveTo(l.Lease(), "")
-	case lease.NameSuccessor:
-		w.lease = lease.WithSuccessor(l.Lease(), d.Successor)
 	}
-	s.log.Debug("lock write", "ip", ip, "lease", w.name, "action", d.Action, "target", w.target, "reason", d.Reason)
-	s.dispatch(w)
+	return w, true
 }
 
 // plan asks the policy where IPs should be. It also keeps, in next, where
 // the policy would put the IPs this node holds or takes were this node
 // gone: the successors their locks name (lease.IP.Next), so that a dead
 // node's IPs go where the policy wants them without a second move.
-func (s *state) plan(v lease.View, locks map[string]*lease.Kept) map[netip.Addr]string {
+func (s *state) plan(v lease.View, seen []*lease.Kept) map[netip.Addr]string {
 	holders := map[netip.Addr]string{}
-	for _, m := range s.desired.order {
+	for i, m := range s.desired.order {
 		if s.desired.cfg.Policy != config.PolicySpread && len(s.desired.preferred[m.ip]) == 0 {
 			// The sticky plan moves only IPs with a preferred node.
 			continue
 		}
-		holders[m.ip] = s.plannedHolder(v, m.name, s.book.effective(m.name, locks[m.name]))
+		holders[m.ip] = s.plannedHolder(v, m.name, seen[i])
 	}
 	in := policy.Input{Policy: s.desired.cfg.Policy, Live: v.Live, Holders: holders, Preferred: s.desired.preferred, Only: s.serving.only}
 	plan := policy.Plan(in)

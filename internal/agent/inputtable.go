@@ -90,22 +90,16 @@ func (s *state) handle(i int, v reflect.Value, draining bool) (pass bool) {
 	case inTick:
 		s.tick()
 		return s.passDue(now())
-	case inServices:
-		s.sched.dirtySvc = true
-	case inNodes:
-		s.sched.dirtyNodes = true
+	case inServices, inNodes, inConfigMap, inEndpoints:
+		s.sched.inputChanged(i)
 	case inLeases:
 	case inHeartbeats:
 		s.wireRequests(now())
 		if draining {
-			s.sched.hbDirty = true
+			s.sched.inputChanged(i)
 			return true
 		}
 		return s.heartbeatEvent()
-	case inConfigMap:
-		s.sched.dirtyCM = true
-	case inEndpoints:
-		s.sched.dirtyEps = true
 	case inRenewed:
 		s.renewed(v.Interface().(renewResult))
 		return s.passDue(now())

@@ -3,6 +3,7 @@ package agent
 import (
 	"log/slog"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/eip-project/eip/internal/lease"
@@ -32,6 +33,12 @@ type lockBook struct {
 	// resolutions counts the locks worked out (effective), for tests: a
 	// full pass works out each lock once.
 	resolutions int
+	// managed and others are the locks a full pass works out once
+	// (resolvePass) and everything in it reads: managed by the index of
+	// the IP in desired.order, others by name (the locks of IPs no
+	// Service names, and this node's writes the cache does not show yet).
+	managed []*lease.Kept
+	others  map[string]*lease.Kept
 }
 
 func newLockBook(log *slog.Logger) lockBook {
@@ -41,7 +48,57 @@ func newLockBook(log *slog.Logger) lockBook {
 		deleted:   map[string]string{},
 		badLocks:  map[string]string{},
 		freeSince: map[netip.Addr]time.Time{},
+		others:    map[string]*lease.Kept{},
 	}
+}
+
+// resolvePass works out, once for the full pass under way, every lock as
+// this node sees it: the managed IPs' (order, by index, whose lock names
+// are names) and the others' from the cache's locks and this node's own
+// writes. The plan, the allocation and the decisions read them; the
+// slice returned is the book's, until passDone.
+func (b *lockBook) resolvePass(order []managed, names map[string]netip.Addr, locks map[string]*lease.Kept) []*lease.Kept {
+	b.managed = slices.Grow(b.managed[:0], len(order))[:len(order)]
+	for i, m := range order {
+		b.managed[i] = b.effective(m.name, locks[m.name])
+	}
+	for name, l := range locks {
+		if _, named := names[name]; !named {
+			b.others[name] = b.effective(name, l)
+		}
+	}
+	for name := range b.written {
+		_, named := names[name]
+		if _, cached := locks[name]; !named && !cached {
+			b.others[name] = b.effective(name, nil)
+		}
+	}
+	return b.managed
+}
+
+// other is the lock named name of an IP no Service names, as the full
+// pass under way worked it out (resolvePass).
+func (b *lockBook) other(name string) *lease.Kept { return b.others[name] }
+
+// eachSeen hands f every lock the full pass under way worked out.
+func (b *lockBook) eachSeen(f func(*lease.Kept)) {
+	for _, l := range b.managed {
+		if l != nil {
+			f(l)
+		}
+	}
+	for _, l := range b.others {
+		if l != nil {
+			f(l)
+		}
+	}
+}
+
+// passDone lets go of the locks of the full pass that ended.
+func (b *lockBook) passDone() {
+	clear(b.managed)
+	b.managed = b.managed[:0]
+	clear(b.others)
 }
 
 // newPass starts a pass that reads the Leases' cache after seen (its

@@ -3,6 +3,7 @@ package agent
 import (
 	"maps"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/eip-project/eip/internal/config"
@@ -58,21 +59,18 @@ func (s *state) fullDue(now time.Time) bool {
 // late loop did not bind are decided again then too. Allocation and
 // collecting heartbeats happen in full passes alone: one that ran while
 // this node could not write is run again once it can.
-func (s *state) writableChanged(w bool) {
-	s.sched.passWritable = w
-	for ip := range s.sched.writableDeps {
-		s.sched.dirty[ip] = true
+func (s *schedule) writableChanged(w bool) {
+	s.passWritable = w
+	for ip := range s.writableDeps {
+		s.dirty[ip] = true
 	}
-	clear(s.sched.writableDeps)
+	clear(s.writableDeps)
 	if !w {
 		return
 	}
-	for ip := range s.sched.lateBinds {
-		s.sched.dirty[ip] = true
-	}
-	clear(s.sched.lateBinds)
-	if s.sched.fullUnwritable {
-		s.sched.needFull = true
+	s.onTime()
+	if s.fullUnwritable {
+		s.needFull = true
 	}
 }
 
@@ -85,14 +83,16 @@ func (s *state) takeLockChanges() bool {
 	now := s.a.clk.Now()
 	for _, n := range vouched {
 		if !s.live.Alive(n, now) {
-			s.sched.needFull = true
+			s.sched.askFull()
 		}
 		s.live.Vouched(n, now)
 	}
-	s.sched.needFull = s.sched.needFull || all
+	if all {
+		s.sched.askFull()
+	}
 	for name := range names {
 		if ip, ok := s.desired.names[name]; ok {
-			s.sched.dirty[ip] = true
+			s.sched.markDirty(ip)
 			continue
 		}
 		l := s.a.lock(name)
@@ -100,13 +100,13 @@ func (s *state) takeLockChanges() bool {
 			// An orphan's lock is gone: nothing is left to decide for its
 			// IP, but a Service's allocation may have waited for it to be
 			// released, and only the full pass allocates.
-			s.sched.needFull = true
+			s.sched.askFull()
 			continue
 		}
 		if l.Err == nil {
-			s.sched.dirty[l.IP] = true
+			s.sched.markDirty(l.IP)
 		} else {
-			s.sched.needFull = true // the full pass warns about it
+			s.sched.askFull() // the full pass warns about it
 		}
 	}
 	return all || len(names) > 0
@@ -136,6 +136,173 @@ func (s *schedule) wakeFull(t time.Time) {
 	}
 }
 
+func newSchedule() schedule {
+	return schedule{
+		dirtySvc: true, dirtyNodes: true, dirtyCM: true,
+		writableDeps: map[netip.Addr]bool{},
+		dirty:        map[netip.Addr]bool{},
+		ipWake:       newIPWakes(),
+		lateBinds:    map[netip.Addr]bool{},
+	}
+}
+
+// askFull asks for a full pass: something every IP reads changed.
+func (s *schedule) askFull() { s.needFull = true }
+
+// inputChanged notes that an input every IP reads changed (in: inServices,
+// inNodes, inConfigMap, inEndpoints or inHeartbeats, a renewal while the
+// loop drains its inputs): the next pass reads it again.
+func (s *schedule) inputChanged(in int) {
+	switch in {
+	case inServices:
+		s.dirtySvc = true
+	case inNodes:
+		s.dirtyNodes = true
+	case inConfigMap:
+		s.dirtyCM = true
+	case inEndpoints:
+		s.dirtyEps = true
+	case inHeartbeats:
+		s.hbDirty = true
+	}
+}
+
+// takeInputs says which of the inputs every IP reads changed since the
+// last full pass, which reads them all again, and forgets it.
+func (s *schedule) takeInputs() (cm, svc, nodes, eps bool) {
+	cm, svc, nodes, eps = s.dirtyCM, s.dirtySvc, s.dirtyNodes, s.dirtyEps
+	s.dirtyCM, s.dirtySvc, s.dirtyNodes, s.dirtyEps = false, false, false, false
+	return cm, svc, nodes, eps
+}
+
+// takeEndpoints says whether an EndpointSlice changed since the last
+// pass that read them, and forgets it.
+func (s *schedule) takeEndpoints() bool {
+	e := s.dirtyEps
+	s.dirtyEps = false
+	return e
+}
+
+// takeRenewed says whether a heartbeat was renewed while the loop drained
+// its inputs, and forgets it.
+func (s *schedule) takeRenewed() bool {
+	r := s.hbDirty
+	s.hbDirty = false
+	return r
+}
+
+// startPass notes when the pass under way began (sliceOver).
+func (s *schedule) startPass(now time.Time) { s.passStart = now }
+
+// newFullPass forgets what the last passes asked for: a full pass
+// decides every IP again.
+func (s *schedule) newFullPass() {
+	s.wake = time.Time{}
+	s.needFull = false
+	// Emptied by new maps, not cleared: see shrink.
+	s.dirty, s.lateBinds, s.writableDeps = map[netip.Addr]bool{}, map[netip.Addr]bool{}, map[netip.Addr]bool{}
+	s.ipWake.reset()
+}
+
+// fullPassRead records what the full pass under way read at now: whether
+// this node could write.
+func (s *schedule) fullPassRead(now time.Time, writable bool) {
+	s.lastPass, s.passWritable, s.fullUnwritable = now, writable, !writable
+}
+
+// judged records the verdicts on the nodes that the full pass just read.
+func (s *schedule) judged(verdicts map[string]verdict) { s.passVerdicts = verdicts }
+
+// goFirst says, for each of the n IPs in order, whether it goes first
+// (reconcile); the slice is kept for the next full pass.
+func (s *schedule) goFirst(n int, first func(i int) bool) []bool {
+	s.first = slices.Grow(s.first[:0], n)[:n]
+	for i := range s.first {
+		s.first[i] = first(i)
+	}
+	return s.first
+}
+
+// dirtyInOrder returns the IPs to decide in an incremental pass at now:
+// those marked dirty and those whose time came, in address order, so that
+// the writes a pass makes depend on its inputs alone, not on the order of
+// a map. The slice is reused by the next call.
+func (s *schedule) dirtyInOrder(now time.Time) []netip.Addr {
+	s.ipWake.due(now, func(ip netip.Addr) { s.dirty[ip] = true })
+	s.dirtyOrder = s.dirtyOrder[:0]
+	for ip := range s.dirty {
+		s.dirtyOrder = append(s.dirtyOrder, ip)
+	}
+	slices.SortFunc(s.dirtyOrder, netip.Addr.Compare)
+	return s.dirtyOrder
+}
+
+// dirtyDecided forgets the dirty IPs: the pass decided them.
+func (s *schedule) dirtyDecided() { clear(s.dirty) }
+
+// deciding forgets ip's own time: it is being decided.
+func (s *schedule) deciding(ip netip.Addr) { s.ipWake.forget(ip) }
+
+// onTime decides again the IPs a late loop did not bind: it is on time.
+func (s *schedule) onTime() {
+	for ip := range s.lateBinds {
+		s.dirty[ip] = true
+	}
+	clear(s.lateBinds)
+}
+
+// resynced notes when the interfaces were last compared with what is
+// bound (resync).
+func (s *schedule) resynced(now time.Time) { s.lastResync = now }
+
+// settling is what deciding an IP leaves for the schedule (settle).
+type settling struct {
+	// readWritable: the decision read whether this node may write
+	// (lease.Decision.ReadWritable), or a move waits for it
+	// (rebindIfMoved). keepDeps: nothing was judged of that (a decision
+	// left while the IP's write is in flight, an address a late loop
+	// may not restore), and what the IP had stays.
+	readWritable, keepDeps bool
+	at                     time.Time // the decision's own time, if any
+	refusal                refusal   // why the IP was not bound, if it was not
+}
+
+// settle schedules what deciding ip asks for. It alone writes what the
+// schedule keeps per IP of the decisions: whether it depends on whether
+// this node may write (writableDeps), whether it waits for a tick on time
+// (lateBinds), and its own time (ipWake). Each refusal says when the IP is
+// decided again.
+func (s *schedule) settle(ip netip.Addr, st settling) {
+	if !st.keepDeps {
+		if st.readWritable {
+			s.writableDeps[ip] = true
+		} else {
+			delete(s.writableDeps, ip)
+		}
+	}
+	if !st.at.IsZero() {
+		s.ipWake.set(ip, st.at)
+	}
+	switch r := st.refusal; r.why {
+	case notRefused:
+	case refusedLate:
+		s.lateBinds[ip] = true
+	case refusedLinkDown, refusedFenced, refusedUnheard, refusedUnwritable:
+		// Decided again when whether this node may write changes
+		// (writableChanged), and at until, since a change that flips back
+		// before any pass sees it asks for none (the IP stayed held and
+		// unbound until the resync's full pass, 10 s later).
+		s.writableDeps[ip] = true
+		s.ipWake.set(ip, r.until)
+	case refusedProbing:
+		if !r.until.IsZero() {
+			s.ipWake.set(ip, r.until)
+		}
+	case refusedSlice:
+		s.ipWake.set(ip, r.until)
+	}
+}
+
 // markDirty asks for a pass over ips: their lock, write or address
 // changed.
 func (s *schedule) markDirty(ips ...netip.Addr) {
@@ -162,7 +329,9 @@ func (s *schedule) wakeIP(ip netip.Addr, t time.Time) {
 // heartbeatsRenewed says so, one over the IPs that depend on it when
 // whether this node may write changed (its own renewal came back).
 func (s *state) heartbeatEvent() bool {
-	s.sched.needFull = s.heartbeatsRenewed() || s.sched.needFull
+	if s.heartbeatsRenewed() {
+		s.sched.askFull()
+	}
 	return s.sched.needFull || s.writable(s.a.clk.Now()) != s.sched.passWritable
 }
 
@@ -226,9 +395,8 @@ func (s *state) pass() {
 	// The acquisitions waiting for a pause's end are decided below.
 	s.writes.endPause(now)
 	delivered := s.takeLockChanges()
-	if s.sched.hbDirty || delivered {
-		s.sched.hbDirty = false
-		s.sched.needFull = s.heartbeatsRenewed() || s.sched.needFull
+	if renewed := s.sched.takeRenewed(); (renewed || delivered) && s.heartbeatsRenewed() {
+		s.sched.askFull()
 	}
 	if delivered {
 		// The watch that carries the heartbeats delivered a Lease, and
@@ -236,13 +404,10 @@ func (s *state) pass() {
 		s.live.Delivered(now)
 	}
 	if w := s.writable(now); w != s.sched.passWritable {
-		s.writableChanged(w)
+		s.sched.writableChanged(w)
 	}
-	if s.sched.dirtyEps && !s.fullDue(now) {
-		s.sched.dirtyEps = false
-		for _, ip := range s.updateServing(false) {
-			s.sched.dirty[ip] = true
-		}
+	if !s.fullDue(now) && s.sched.takeEndpoints() {
+		s.sched.markDirty(s.updateServing(false)...)
 	}
 	if s.fullDue(now) {
 		s.reconcile()

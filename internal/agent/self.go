@@ -18,6 +18,13 @@ func (s *state) writable(now time.Time) bool {
 	return s.desired.cfgLoaded && s.apiOK(now) && !s.self.needBarrier && s.live.SelfSeenSince(s.self.barrier) && s.live.Connected(now)
 }
 
+// writesAgain: this node may write (a pass read so), which ends a fence
+// and a stall.
+func (s *self) writesAgain() { s.fenced, s.stalled = false, false }
+
+// shutDown: this node is stopping; its heartbeat says so.
+func (s *self) shutDown() { s.shutting = true }
+
 // apiOK: the last renewal succeeded, recently enough: within half of the
 // duration it was renewed with (a slow heartbeat lasts renewFactor lease
 // durations). Judged against the fast pace alone, a node on slow
@@ -218,10 +225,7 @@ func (s *state) tick() {
 	s.checkWire(now)
 	if !s.loopLate(now) {
 		s.lifetime.loopTicked()
-		for ip := range s.sched.lateBinds {
-			s.sched.dirty[ip] = true
-		}
-		clear(s.sched.lateBinds)
+		s.sched.onTime()
 	}
 	s.postSummary(now)
 	s.watchSlices()

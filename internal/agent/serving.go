@@ -126,7 +126,7 @@ func (s *state) proxiedResult(r endpoints.Result) bool {
 	if !s.serving.checks.Done(r) {
 		return false
 	}
-	s.sched.dirtyEps = true
+	s.sched.inputChanged(inEndpoints)
 	return true
 }
 

@@ -7,7 +7,7 @@ import (
 )
 
 func (s *state) shutdown() error {
-	s.self.shutting = true
+	s.self.shutDown()
 	now := s.a.clk.Now()
 	v := s.view(now)
 	s.log.Info("shutting down: handing off what this node holds")
@@ -23,12 +23,13 @@ func (s *state) shutdown() error {
 	}
 	// This node is out of v.Live now: the policy places its IPs as if
 	// they were free (spread: in balance), and rank decides the rest.
-	plan := s.plan(v, locks)
-	var held []managed
-	for _, m := range s.desired.order {
-		lk := s.book.lockOf(m.ip, s.book.effective(m.name, locks[m.name]))
+	seen := s.book.resolvePass(s.desired.order, s.desired.names, locks)
+	plan := s.plan(v, seen)
+	var held []int // by index in order
+	for i, m := range s.desired.order {
+		lk := s.book.lockOf(m.ip, seen[i])
 		if lk != nil && lk.Holder == v.Self && !s.writes.inflight[m.name] && v.Writable {
-			held = append(held, m)
+			held = append(held, i)
 		}
 	}
 	// Each IP is unbound just before its hand-off is sent, and no more are
@@ -42,7 +43,7 @@ func (s *state) shutdown() error {
 	defer quiet.Stop()
 	for next := 0; next < len(held) || len(s.writes.inflight) > 0; {
 		for ; next < len(held) && s.writes.dropping < s.a.opt.Writers; next++ {
-			s.handOff(v, plan, held[next], locks)
+			s.handOff(v, plan, s.desired.order[held[next]], seen[held[next]])
 		}
 		select {
 		case r := <-s.writes.results:
@@ -71,10 +72,9 @@ func (s *state) shutdown() error {
 // heartbeatNow asks the heartbeat writer for req (a renewal, or the
 // deletion at shutdown), after any renewal it has in flight, and waits for
 // the answer.
-// handOff gives m, held by this node, to the node plan names, or to the
-// best-ranked live peer; with none, it releases it.
-func (s *state) handOff(v lease.View, plan map[netip.Addr]string, m managed, locks map[string]*lease.Kept) {
-	l := s.book.effective(m.name, locks[m.name])
+// handOff gives m, held by this node with lock l, to the node plan names,
+// or to the best-ranked live peer; with none, it releases it.
+func (s *state) handOff(v lease.View, plan map[netip.Addr]string, m managed, l *lease.Kept) {
 	lk := s.book.lockOf(m.ip, l)
 	t := plan[m.ip]
 	if t == "" {

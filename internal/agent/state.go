@@ -244,13 +244,7 @@ func newState(a *Agent) *state {
 			writers:     a.opt.Writers,
 			dropWaiting: map[netip.Addr]bool{},
 		},
-		sched: schedule{
-			dirtySvc: true, dirtyNodes: true, dirtyCM: true,
-			writableDeps: map[netip.Addr]bool{},
-			dirty:        map[netip.Addr]bool{},
-			ipWake:       newIPWakes(),
-			lateBinds:    map[netip.Addr]bool{},
-		},
+		sched: newSchedule(),
 		binder: binder{
 			bound:       map[netip.Addr]binding{},
 			ownRemovals: map[netip.Addr]int{},

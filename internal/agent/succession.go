@@ -49,31 +49,33 @@ type successions struct {
 // when the bind waits for it: a contest, an eip node still answering (a
 // holder alive but late, which lets go once the lock names another), or a
 // stranger answering.
-func (s *state) succeed(v lease.View, ip netip.Addr, lk *lease.Lock) (write bool) {
+//
+// r is why the bind did not happen, if it did not.
+func (s *state) succeed(v lease.View, ip netip.Addr, lk *lease.Lock) (write bool, r refusal) {
 	sc, begun := s.succ.begin(ip, v, lk.Holder)
 	if begun {
 		s.conflicts.probeFirst(ip)
 	}
-	write = s.bindAsSuccessor(ip, lk, sc)
+	write, r = s.bindAsSuccessor(ip, lk, sc)
 	s.wakeHeld(s.succ.setBinding(ip, !write))
-	return write
+	return write, r
 }
 
-func (s *state) bindAsSuccessor(ip netip.Addr, lk *lease.Lock, sc succession) (write bool) {
+func (s *state) bindAsSuccessor(ip netip.Addr, lk *lease.Lock, sc succession) (write bool, r refusal) {
 	if sc.contested {
-		return true
+		return true, r
 	}
-	s.bindIP(ip, s.desired.entries[ip], "successor of "+lk.Holder+", judged dead")
+	r = s.bind(ip, s.desired.entries[ip], "successor of "+lk.Holder+", judged dead")
 	if _, bound := s.binder.bound[ip]; bound {
-		return true
+		return true, r
 	}
 	if _, inUse := s.conflicts.inUse[ip]; inUse {
 		// A stranger answers: this node keeps the lock and reports the
 		// conflict, as any node taking an IP over does.
-		return true
+		return true, r
 	}
 	p, probing := s.conflicts.probing[ip]
-	return probing && !p.peerSince.IsZero()
+	return probing && !p.peerSince.IsZero(), r
 }
 
 // wakeHeld decides again now the held writes a succession released.

@@ -191,6 +191,20 @@ func (q *writeQueue) done(r writeResult, now time.Time, timeout time.Duration) (
 // others that go first went (first says whether it is one of those).
 func (q *writeQueue) wait(ip netip.Addr, first bool) { q.waiting.add(ip, first) }
 
+// waitsForRoom queues the acquisition of ip while the window is full, or
+// while others that go first wait and it does not (first): it is decided
+// again when one in flight completes, those the policy gives this node or
+// that it ranks first for before the others. One whose rank's turn came
+// waits too while any of those does, or it would take the writer they
+// wait for, racing another node for its share (a Lease conflict).
+func (q *writeQueue) waitsForRoom(ip netip.Addr, first bool, now time.Time, timeout time.Duration) bool {
+	if q.full(now, timeout) || !first && q.waiting.firstWaiting() > 0 {
+		q.wait(ip, first)
+		return true
+	}
+	return false
+}
+
 // unwait takes ip out of the waiting acquisitions: it is being decided.
 func (q *writeQueue) unwait(ip netip.Addr) { q.waiting.remove(ip) }
 
