@@ -14,10 +14,11 @@ import (
 	"github.com/eip-project/eip/internal/wire"
 )
 
-// wireHold is how long a holder keeps an IP it bound before acting on its
-// successor's "none": an IP moves for the wire at most once in it, so two
-// nodes that do not hear each other for one IP do not pass it back and
-// forth (docs/design.md, Checking the wire).
+// wireHold is how long a node that was given an IP because it heard no
+// answer for it keeps it before acting on its own successor's "none": an
+// IP moves for the wire at most once in it, so two nodes that do not hear
+// each other for one IP do not pass it back and forth (docs/design.md,
+// Checking the wire).
 const wireHold = time.Minute
 
 // wireRepair is how long after announcing an IP again the holder waits for
@@ -42,8 +43,9 @@ type wireChecks struct {
 	// unheard: IPs this node holds that its successor hears no answer
 	// for, with the report's since and when this node announced again.
 	unheard map[netip.Addr]unheardIP
-	// boundAt is when this node first saw each IP it holds bound.
-	boundAt map[netip.Addr]time.Time
+	// movedHere is when this node came to hold each IP its own checks
+	// had found unanswered: given to it for the wire.
+	movedHere map[netip.Addr]time.Time
 }
 
 type parsedReport struct {
@@ -56,7 +58,7 @@ type unheardIP struct {
 }
 
 func newWireChecks(node string, pace wire.Pace) wireChecks {
-	w := wireChecks{ifaces: map[netip.Addr]string{}, reports: map[string]parsedReport{}, unheard: map[netip.Addr]unheardIP{}, boundAt: map[netip.Addr]time.Time{}}
+	w := wireChecks{ifaces: map[netip.Addr]string{}, reports: map[string]parsedReport{}, unheard: map[netip.Addr]unheardIP{}, movedHere: map[netip.Addr]time.Time{}}
 	if pace.Every > 0 {
 		h := fnv.New64a()
 		h.Write([]byte(node))
@@ -138,12 +140,14 @@ func (w *wireChecks) reportOf(hb lease.Heartbeat) wire.Report {
 	return r
 }
 
-// unheardSince is lease.IP.Unheard for ip, held and bound here since this
-// node saw it bound, given its successor's entry for it (ok false: none,
-// or one not to act on). It says too whether to announce ip again now:
-// the verdict is new.
+// unheardSince is lease.IP.Unheard for ip, held and bound here, given its
+// successor's entry for it (ok false: none, or one not to act on). It
+// says too whether to announce ip again now: the verdict is new.
 func (w *wireChecks) unheardSince(ip netip.Addr, e wire.Entry, ok bool, now time.Time) (at time.Time, announce bool) {
-	if !ok || e.Verdict != wire.NoAnswer || now.Sub(w.boundAt[ip]) < wireHold {
+	if t, moved := w.movedHere[ip]; moved && now.Sub(t) < wireHold {
+		ok = false
+	}
+	if !ok || e.Verdict != wire.NoAnswer {
 		delete(w.unheard, ip)
 		return time.Time{}, false
 	}
@@ -155,14 +159,19 @@ func (w *wireChecks) unheardSince(ip netip.Addr, e wire.Entry, ok bool, now time
 	return now, true
 }
 
-// held notes whether ip is held and bound here.
-func (w *wireChecks) held(ip netip.Addr, bound bool, now time.Time) {
-	switch _, ok := w.boundAt[ip]; {
-	case bound && !ok:
-		w.boundAt[ip] = now
-	case !bound && ok:
-		delete(w.boundAt, ip)
+// held notes whether ip is held here: one this node checked and found
+// unanswered was given to it for the wire.
+func (w *wireChecks) held(ip netip.Addr, holding bool, now time.Time) {
+	if !holding {
+		delete(w.movedHere, ip)
 		delete(w.unheard, ip)
+		return
+	}
+	if !w.tracks(ip) {
+		return
+	}
+	if e, _ := w.sched.Verdict(ip); e.Verdict == wire.NoAnswer {
+		w.movedHere[ip] = now
 	}
 }
 
@@ -173,7 +182,7 @@ func (s *state) wireDecide(in *lease.IP, now time.Time) {
 	lk := in.Lock
 	self := s.a.opt.Node
 	holding := lk != nil && lk.Holder == self && in.Named
-	s.wire.held(in.Addr, holding && in.Bound, now)
+	s.wire.held(in.Addr, holding, now)
 	if lk != nil && in.Named && lk.Successor == self && lk.Holder != "" && lk.Holder != self && s.live.Alive(lk.Holder, now) {
 		if iface, err := s.ifaceFor(in.Addr, s.desired.entries[in.Addr].Binding); err == nil {
 			s.wire.track(in.Addr, lk.Holder, iface, now)
@@ -261,7 +270,7 @@ func (s *state) wireRequests(now time.Time) {
 
 // keepWire drops what the checks knew of IPs keep refuses.
 func (w *wireChecks) keep(keep func(netip.Addr) bool) {
-	maps.DeleteFunc(w.boundAt, func(ip netip.Addr, _ time.Time) bool { return !keep(ip) })
+	maps.DeleteFunc(w.movedHere, func(ip netip.Addr, _ time.Time) bool { return !keep(ip) })
 	maps.DeleteFunc(w.unheard, func(ip netip.Addr, _ unheardIP) bool { return !keep(ip) })
 	for ip := range w.ifaces {
 		if !keep(ip) {
