@@ -197,6 +197,14 @@ func run(o options) error {
 		return fmt.Errorf("%w (eipd needs /dev/net/tun: see docs/operating.md)", err)
 	}
 	defer func() { _ = tuns.Close() }()
+	// The port filter goes with eipd when it stops; one left by a crash
+	// is written anew by the next eipd's first pass.
+	ports := netif.NewPortFilter()
+	defer func() {
+		if err := ports.Remove(); err != nil {
+			log.Warn("remove the port filter", "err", err)
+		}
+	}()
 	announcer := netif.NewAnnouncer(log, clk, []time.Duration{100 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second})
 	defer announcer.Close()
 	addrEvents := make(chan netif.AddrEvent, 256)
@@ -223,7 +231,7 @@ func run(o options) error {
 		Node: o.node, Namespace: o.namespace, ConfigMap: o.configMap, Build: build.String(),
 		Client:    client,
 		Leases:    lease.NewStore(client, o.namespace),
-		Addresser: addrs, Links: addrs, Devices: tuns, Announcer: announcer, Router: router,
+		Addresser: addrs, Links: addrs, Devices: tuns, Announcer: announcer, PortFilter: ports, Router: router,
 		Hung: func(quiet time.Duration) {
 			log.Error("the owner loop has made no progress; exiting so that this node's addresses go with eipd and peers take its IPs over", "since", quiet)
 			os.Exit(3)

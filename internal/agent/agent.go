@@ -47,6 +47,9 @@ type Options struct {
 	// loopHungAfter (see watchdog); eipd exits there.
 	Hung      func(quiet time.Duration)
 	Announcer Announcer
+	// PortFilter keeps traffic to the managed IPs to their Services'
+	// ports, unless the ConfigMap's port-filter is off.
+	PortFilter PortFilter
 	// Router announces routes in route mode; nil when eipd has none, and
 	// then a range with announce=bgp binds its IPs unannounced.
 	Router Router
@@ -123,7 +126,7 @@ func New(opt Options) (*Agent, error) {
 	for name, missing := range map[string]bool{
 		"node name": opt.Node == "", "namespace": opt.Namespace == "", "config map name": opt.ConfigMap == "",
 		"client": opt.Client == nil, "lease writer": opt.Leases == nil, "addresser": opt.Addresser == nil,
-		"links": opt.Links == nil, "devices": opt.Devices == nil, "hung": opt.Hung == nil, "announcer": opt.Announcer == nil, "claim watcher": opt.Claims == nil,
+		"links": opt.Links == nil, "devices": opt.Devices == nil, "hung": opt.Hung == nil, "announcer": opt.Announcer == nil, "port filter": opt.PortFilter == nil, "claim watcher": opt.Claims == nil,
 		"clock": opt.Clock == nil, "logger": opt.Log == nil,
 	} {
 		if missing {

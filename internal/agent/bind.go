@@ -521,6 +521,9 @@ func (s *state) watchClaims(iface string) {
 func (s *state) resync(startup bool) {
 	s.sched.resynced(s.a.clk.Now())
 	s.retryRouter()
+	if s.ports.failed {
+		s.sched.dirtySvc = true // the next pass applies the port filter again
+	}
 	s.checkARP()
 	ifaces := map[string]int{} // to list, with the bindings on each
 	for _, b := range s.binder.bound {

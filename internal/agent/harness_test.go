@@ -54,6 +54,7 @@ type world struct {
 	svcs, nodes, leases, cms, eps cache.Indexer
 	rv                            int
 	addrs                         map[netip.Prefix]string // bound prefix → iface
+	filter                        fakePortFilter
 	calls                         []string
 	renewals                      []string
 	// renewTries are the renewals the loop asked for, failed ones too:
@@ -207,7 +208,7 @@ func newWorld(t testing.TB, self string, cfg map[string]string) *world {
 	w.cms, w.eps = idx(&corev1.ConfigMap{}), idx(&discoveryv1.EndpointSlice{})
 	a, err := New(Options{
 		Node: self, Namespace: testNS, ConfigMap: testCM,
-		Client: clientset.Adapt(fake.NewClientset()), Leases: w, Addresser: w, Links: w, Devices: w, Announcer: w,
+		Client: clientset.Adapt(fake.NewClientset()), Leases: w, Addresser: w, Links: w, Devices: w, Announcer: w, PortFilter: &w.filter,
 		Hung: func(quiet time.Duration) { w.hung = quiet },
 		Claims: func(ctx context.Context, _ string, _ func(netip.Addr) bool, _ chan<- netif.Claim) error {
 			<-ctx.Done()

@@ -115,6 +115,7 @@ func (s *state) computeEntries() {
 		_, ok := s.desired.entries[ip]
 		return ok
 	})
+	s.filterPorts(entries, svcs)
 	s.reportRejections(rejected)
 }
 

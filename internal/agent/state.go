@@ -50,6 +50,7 @@ type state struct {
 	routes  routing
 	lan     lanState
 	serving serving
+	ports   servedPorts
 
 	live      *lease.Liveness
 	renewReq  chan renewal
@@ -226,6 +227,7 @@ type lanState struct {
 func newState(a *Agent) *state {
 	s := &state{
 		a: a, log: a.log,
+		ports: servedPorts{filter: a.opt.PortFilter},
 		desired: desired{
 			cfg:      config.Default(),
 			entries:  map[netip.Addr]ipset.Entry{},

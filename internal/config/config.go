@@ -171,6 +171,9 @@ type Config struct {
 	// ExternalIPs says whether spec.externalIPs are managed; when false,
 	// only the load-balancer addresses of LoadBalancer Services are.
 	ExternalIPs bool
+	// PortFilter says whether eipd filters traffic to its addresses down
+	// to their Services' ports (netif.PortFilter).
+	PortFilter bool
 	// LoadBalancerClass says whether LoadBalancer Services without a
 	// spec.loadBalancerClass are eip's. It does not touch spec.externalIPs,
 	// which have no class: ExternalIPs decides for them.
@@ -202,6 +205,7 @@ func Default() Config {
 		FenceAfter:    defaultFenceAfter(lease),
 		LivenessPort:  DefaultLivenessPort,
 		ExternalIPs:   true,
+		PortFilter:    true,
 
 		LoadBalancerClass: ClassAny,
 
@@ -305,7 +309,7 @@ func (c Config) Equal(o Config) bool {
 		c.Policy == o.Policy && selectorString(c.NodeSelector) == selectorString(o.NodeSelector) &&
 		c.LeaseDuration == o.LeaseDuration && c.RenewInterval == o.RenewInterval &&
 		c.APILoss == o.APILoss && c.FenceAfter == o.FenceAfter && c.LivenessPort == o.LivenessPort && c.HeartbeatWrites == o.HeartbeatWrites &&
-		c.ExternalIPs == o.ExternalIPs && c.LoadBalancerClass == o.LoadBalancerClass && slices.Equal(c.PreferredNodes, o.PreferredNodes) &&
+		c.ExternalIPs == o.ExternalIPs && c.PortFilter == o.PortFilter && c.LoadBalancerClass == o.LoadBalancerClass && slices.Equal(c.PreferredNodes, o.PreferredNodes) &&
 		slices.EqualFunc(c.Ranges, o.Ranges, Range.sameEffect) && c.BGP.Equal(o.BGP)
 }
 

@@ -48,6 +48,10 @@
 //	                spec.externalIPs and those of LoadBalancer Services;
 //	                "off": LoadBalancer Services only, and a Service's
 //	                spec.externalIPs are refused (reported, never bound).
+//	port-filter     "on" (default): traffic to eip's addresses reaches
+//	                only the protocols and ports of the Services they serve
+//	                (and ICMP); "off": every socket and NodePort of the
+//	                node answers on them too.
 //	load-balancer-class
 //	                "any" (default): LoadBalancer Services without a
 //	                spec.loadBalancerClass and those of class eip.io/eip;

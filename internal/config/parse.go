@@ -29,6 +29,7 @@ const (
 	keyHBWrites       = "heartbeat-writes"
 	keyPreferredNodes = "preferred-nodes"
 	keyExternalIPs    = "external-ips"
+	keyPortFilter     = "port-filter"
 	keyClass          = "load-balancer-class"
 	keyRanges         = "ranges"
 )
@@ -67,6 +68,7 @@ func Reference() []Key {
 		{keyLivenessPort, strconv.Itoa(DefaultLivenessPort)},
 		{keyHBWrites, strconv.Itoa(DefaultHeartbeatWrites)},
 		{keyExternalIPs, "on"},
+		{keyPortFilter, "on"},
 		{keyClass, string(ClassAny)},
 		{keyPreferredNodes, ""},
 		{keyRanges, ""},
@@ -163,13 +165,17 @@ func Parse(data map[string]string) (Config, error) {
 		}
 	}
 	if v, ok := value(keyExternalIPs); ok {
-		switch v {
-		case "on":
-			c.ExternalIPs = true
-		case "off":
-			c.ExternalIPs = false
-		default:
+		if on, isSwitch := parseSwitch(v); isSwitch {
+			c.ExternalIPs = on
+		} else {
 			bad(keyExternalIPs, v, errors.New(`is not a switch: use "on" (spec.externalIPs and LoadBalancer addresses) or "off" (LoadBalancer addresses only)`))
+		}
+	}
+	if v, ok := value(keyPortFilter); ok {
+		if on, isSwitch := parseSwitch(v); isSwitch {
+			c.PortFilter = on
+		} else {
+			bad(keyPortFilter, v, errors.New(`is not a switch: use "on" (an external IP opens only its Services' ports) or "off" (every port of the node)`))
 		}
 	}
 	if v, ok := value(keyClass); ok {
@@ -349,4 +355,15 @@ func parseLivenessPort(v string) (uint16, error) {
 		return 0, errors.New(`is not a port: use a UDP port from 1024 to 65535 (eipd binds it without privileges), or "off"`)
 	}
 	return uint16(p), nil
+}
+
+// parseSwitch reads "on" or "off"; isSwitch is false for anything else.
+func parseSwitch(v string) (on, isSwitch bool) {
+	switch v {
+	case "on":
+		return true, true
+	case "off":
+		return false, true
+	}
+	return false, false
 }

@@ -199,6 +199,12 @@ func TestParseKeys(t *testing.T) {
 		{name: "external-ips bool", data: map[string]string{"external-ips": "false"},
 			err: []string{`external-ips "false" is not a switch: use "on" (spec.externalIPs and LoadBalancer addresses) or "off" (LoadBalancer addresses only)`}},
 
+		// port-filter
+		{name: "port-filter off", data: map[string]string{"port-filter": "off"}, want: func(c *config.Config) { c.PortFilter = false }},
+		{name: "port-filter on", data: map[string]string{"port-filter": "on"}, want: func(*config.Config) {}},
+		{name: "port-filter yes", data: map[string]string{"port-filter": "yes"},
+			err: []string{`port-filter "yes" is not a switch: use "on" (an external IP opens only its Services' ports) or "off" (every port of the node)`}},
+
 		// load-balancer-class
 		{name: "class only", data: map[string]string{"load-balancer-class": "only "}, want: func(c *config.Config) { c.LoadBalancerClass = config.ClassOnly }},
 		{name: "class any", data: map[string]string{"load-balancer-class": "any"}, want: func(*config.Config) {}},
@@ -305,7 +311,7 @@ func TestKeys(t *testing.T) {
 	c, err := config.Parse(data)
 	assert.NilError(t, err)
 	assert.Equal(t, len(c.Warnings), 0, fmt.Sprint(c.Warnings))
-	assert.Equal(t, len(config.Keys()), 18)
+	assert.Equal(t, len(config.Keys()), 19)
 }
 
 func TestReferenceDefaultsAreTheParsers(t *testing.T) {
