@@ -130,7 +130,7 @@ func TestChartLints(t *testing.T) {
 func TestChartRendersTheManifests(t *testing.T) {
 	chart := objects(t, helm(t, "template", "eip", "charts/eip"))
 	base := objects(t, kustomize(t, ""))
-	assert.Equal(t, len(base), 11, "%v", keys(base))
+	assert.Equal(t, len(base), 13, "%v", keys(base))
 	assert.DeepEqual(t, chart, base) // on a difference, make charts/eip follow manifests/
 
 	// Installed into eip's own namespace (helm install -n eip-system
@@ -222,6 +222,15 @@ func TestChartValues(t *testing.T) {
 		assert.Check(t, ok, "no %s", k)
 	}
 	assert.Check(t, is.Equal(path(objs["ClusterRoleBinding <nil>/eip"], "subjects", 0, "namespace"), "edge-ips"))
+	assert.Check(t, is.Equal(path(objs["ValidatingAdmissionPolicy <nil>/eip-config"], "spec", "matchConditions", 0, "expression"),
+		"request.namespace == 'edge-ips' && object.metadata.name == 'eip-config'"))
+
+	// configPolicy.enabled=false leaves the policy and its binding out, and nothing else.
+	off := objects(t, helm(t, "template", "eip", "charts/eip", "--set", "configPolicy.enabled=false"))
+	on := objects(t, helm(t, "template", "eip", "charts/eip"))
+	delete(on, "ValidatingAdmissionPolicy <nil>/eip-config")
+	delete(on, "ValidatingAdmissionPolicyBinding <nil>/eip-config")
+	assert.Check(t, is.DeepEqual(off, on))
 }
 
 // EipIPUnbound waits the lease duration + 5 s, whatever unit the lease

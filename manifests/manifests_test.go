@@ -152,7 +152,8 @@ func TestEveryObjectIsEips(t *testing.T) {
 		assert.Assert(t, ok, "%T", o)
 		assert.Check(t, is.Equal(m.GetLabels()["app.kubernetes.io/part-of"], "eip"), kind)
 		switch {
-		case kind == "Namespace", kind == "ClusterRole", kind == "ClusterRoleBinding":
+		case kind == "Namespace", kind == "ClusterRole", kind == "ClusterRoleBinding",
+			kind == "ValidatingAdmissionPolicy", kind == "ValidatingAdmissionPolicyBinding":
 			assert.Check(t, is.Equal(m.GetNamespace(), ""), kind)
 		default:
 			assert.Check(t, is.Equal(m.GetNamespace(), namespace), kind)
@@ -161,6 +162,7 @@ func TestEveryObjectIsEips(t *testing.T) {
 	assert.DeepEqual(t, kinds, map[string]int{
 		"Namespace": 1, "ServiceAccount": 1, "ClusterRole": 3, "ClusterRoleBinding": 1,
 		"Role": 1, "RoleBinding": 1, "ConfigMap": 1, "DaemonSet": 1, "Secret": 1,
+		"ValidatingAdmissionPolicy": 1, "ValidatingAdmissionPolicyBinding": 1,
 	})
 	assert.Equal(t, one[*corev1.Namespace](t, objs).Name, namespace)
 	assert.Equal(t, one[*corev1.ServiceAccount](t, objs).Name, serviceAccount)
@@ -377,4 +379,28 @@ func TestAdmissionManifests(t *testing.T) {
 	status := policies[1]
 	assert.Equal(t, status.Name, "eip-status")
 	assert.Check(t, is.Contains(status.Spec.MatchConditions[0].Expression, "'system:serviceaccount:"+namespace+":"+serviceAccount+"'"))
+}
+
+// The policy that checks eip-config is on in the base, denies, matches only
+// eip-config in eip's namespace, and knows the keys the parser knows: a key
+// added to one and not the other fails here.
+func TestConfigPolicy(t *testing.T) {
+	objs := decodeAll(t, ".")
+	p := one[*admissionv1.ValidatingAdmissionPolicy](t, objs)
+	b := one[*admissionv1.ValidatingAdmissionPolicyBinding](t, objs)
+	assert.Equal(t, p.Name, configMap)
+	assert.Check(t, is.Equal(b.Spec.PolicyName, p.Name))
+	assert.Check(t, is.DeepEqual(b.Spec.ValidationActions, []admissionv1.ValidationAction{admissionv1.Deny}))
+	assert.Check(t, is.Equal(*p.Spec.FailurePolicy, admissionv1.Fail))
+	assert.Check(t, is.Equal(p.Spec.MatchConditions[0].Expression,
+		"request.namespace == '"+namespace+"' && object.metadata.name == '"+configMap+"'"))
+	var known string
+	for _, v := range p.Spec.Variables {
+		if v.Name == "known" {
+			known = v.Expression
+		}
+	}
+	var keys []string
+	assert.NilError(t, yaml.Unmarshal([]byte(strings.ReplaceAll(known, "'", `"`)), &keys), known)
+	assert.DeepEqual(t, keys, config.Keys())
 }

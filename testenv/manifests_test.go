@@ -47,6 +47,8 @@ func TestManifestsApply(t *testing.T) {
 		ctx := context.Background()
 		_ = k.AppsV1().DaemonSets(Namespace).Delete(ctx, "eipd", metav1.DeleteOptions{})
 		_ = k.CoreV1().ConfigMaps(Namespace).Delete(ctx, ConfigMap, metav1.DeleteOptions{})
+		_ = k.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(ctx, ConfigMap, metav1.DeleteOptions{})
+		_ = k.AdmissionregistrationV1().ValidatingAdmissionPolicies().Delete(ctx, ConfigMap, metav1.DeleteOptions{})
 	})
 	out, err = c.Kubectl(ctx, "apply", "--server-side", "--field-manager=eip-manifests-test", "--validate=strict", "-k", dir)
 	assert.NilError(t, err, "%s", out)

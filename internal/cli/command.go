@@ -135,6 +135,6 @@ default ` + DefaultNamespace + ` (not the kubeconfig context's namespace).`,
 	e.flags.AddFlags(root.PersistentFlags())
 	root.PersistentFlags().Lookup("namespace").Usage = "namespace of eip's Leases and ConfigMap (default " + DefaultNamespace + ")"
 	root.PersistentFlags().StringVar(&e.configMap, "config-map", e.configMap, "name of eip's ConfigMap")
-	root.AddCommand(newStatusCommand(e), newMoveCommand(e), newCheckCommand(e), newVersionCommand(e, version))
+	root.AddCommand(newStatusCommand(e), newMoveCommand(e), newCheckCommand(e), newVersionCommand(e, version), newConfigCommand(e))
 	return root
 }
