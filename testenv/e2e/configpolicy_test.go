@@ -22,7 +22,9 @@ import (
 // named, and each valid one is stored. No eipd runs: this is the API
 // server's judgement alone.
 func TestConfigPolicyRefusesWhatTheParserRefuses(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
+	cluster := lender.get(t)
 	table, err := configtest.Read()
 	assert.NilError(t, err)
 	root, err := testenv.RepoRoot()
