@@ -83,7 +83,8 @@ func TestChartServiceAccount(t *testing.T) {
 
 // nameOverride names eip's label and objects; fullnameOverride the
 // objects alone. The ConfigMap and the liveness key keep their names:
-// eipd's Role grants those names alone.
+// eipd's Role grants those names alone; so does the policy that checks the
+// ConfigMap, named after it.
 func TestChartNames(t *testing.T) {
 	objs := objects(t, helm(t, "template", "eip", "charts/eip", "--set", "fullnameOverride=lb,serviceMonitor.enabled=true,prometheusRule.enabled=true"))
 	want := []string{
@@ -91,6 +92,7 @@ func TestChartNames(t *testing.T) {
 		"ConfigMap eip-system/eip-config", "DaemonSet eip-system/lbd", "Namespace <nil>/eip-system", "PrometheusRule eip-system/lb",
 		"Role eip-system/lb", "RoleBinding eip-system/lb", "Secret eip-system/eip-liveness-key", "Service eip-system/lbd-metrics",
 		"ServiceAccount eip-system/lb", "ServiceMonitor eip-system/lbd",
+		"ValidatingAdmissionPolicy <nil>/eip-config", "ValidatingAdmissionPolicyBinding <nil>/eip-config",
 	}
 	assert.DeepEqual(t, keys(objs), want)
 	binding := one[rbacv1.RoleBinding](t, objs, "RoleBinding eip-system/lb")
@@ -245,6 +247,7 @@ var sampleValues = map[string]struct {
 	"prometheusRule.enabled":         {value: true},
 	"prometheusRule.labels":          {value: map[string]string{"release": "prom"}, needs: map[string]any{"prometheusRule.enabled": true}},
 	"prometheusRule.unboundFor":      {value: "1m", needs: map[string]any{"prometheusRule.enabled": true}},
+	"configPolicy.enabled":           {value: false},
 	"admission.enabled":              {value: true},
 	"admission.externalIPs":          {value: "off", needs: map[string]any{"admission.enabled": true}},
 	"admission.externalIPNamespaces": {value: "team-a", needs: map[string]any{"admission.enabled": true}},
