@@ -228,6 +228,7 @@ var sampleValues = map[string]struct {
 	"config.liveness-port":           {value: "9500"},
 	"config.heartbeat-writes":        {value: "8"},
 	"config.external-ips":            {value: "off"},
+	"config.port-filter":             {value: "off"},
 	"config.load-balancer-class":     {value: "only"},
 	"config.preferred-nodes":         {value: "node-a"},
 	"config.ranges":                  {value: "192.0.2.240/28 auto-assign"},
