@@ -173,6 +173,7 @@ func withoutInstallTestBlocks(md string) string {
 }
 
 func TestWithoutInstallTestBlocks(t *testing.T) {
+	t.Parallel()
 	md := "```sh\nmake a\n```\n" + installTestMarker + "x -->\n```sh\nhelm install x\n```\n" +
 		installTestMarker + "y -->\ntext, not a block\n```sh\nmake b\n```\n"
 	assert.DeepEqual(t, shCommands(withoutInstallTestBlocks(md)), []string{"make a", "make b"})

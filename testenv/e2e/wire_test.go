@@ -55,6 +55,7 @@ func (e *env) dropARPFrom(node string, ip netip.Addr) {
 // when that is not heard either hands it to the successor, which the
 // client then reaches. Two MACs never answer.
 func TestWireUnansweredHolderHandsOff(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	ip, other := testenv.ServiceIP(181), testenv.ServiceIP(182)
 	e.service("unanswered", ip)
@@ -98,6 +99,7 @@ func TestWireUnansweredHolderHandsOff(t *testing.T) {
 // event names the stranger within 5 s, status shows its MAC, and nothing
 // moves: the holder keeps the IP and the lock.
 func TestWireStrangerAnswers(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, defaultConfig())
 	ip := testenv.ServiceIP(183)
 	e.service("stranger", ip)
