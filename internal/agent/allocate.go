@@ -168,18 +168,6 @@ func (a *Agent) patchIngress(ctx context.Context, svc *ipset.Service) (*corev1.S
 	return a.opt.Client.Services(svc.Namespace).Patch(ctx, svc.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
 }
 
-// reservationGrace is how long a reservation whose Service this node does
-// not know is kept after this node first saw the lock: the Service may not
-// have reached this node's Service cache yet, though its reservation reached
-// the Lease cache. A lease duration is ample for that. It counts from the
-// lock's first sighting, not from when it became an orphan, so that
-// deleting a Service releases its address at once.
-func (s *state) reservationGrace() time.Duration { return s.desired.cfg.LeaseDuration }
-
-// allocStep is how long a node waits per rank before allocating for a
-// Service: a reservation and a status write, two round trips, with margin.
-func (s *state) allocStep() time.Duration { return 4 * s.desired.cfg.RankStep() }
-
 // allocate is one allocation pass over the Services; locks are the cached
 // locks by name (before reconcile consumes them).
 func (s *state) allocate(v lease.View, locks map[string]*lease.Kept) {
@@ -336,7 +324,7 @@ func (s *state) candidatesFree(svc *ipset.Service, ips []netip.Addr, now time.Ti
 			continue
 		}
 		b, inRange := s.desired.cfg.Lookup(ip)
-		iface, err := s.ifaceFor(ip, b)
+		iface, err := s.binder.ifaceFor(ip, b)
 		if !inRange || err != nil {
 			continue // not bindable either: the holder reports that
 		}
@@ -396,7 +384,7 @@ func (s *state) mayAllocate(v lease.View, svc *ipset.Service) bool {
 	if !ok {
 		since, al.since[k] = now, now
 	}
-	at := since.Add(time.Duration(lease.RankFor(string(svc.UID), v.Self, v.Live)) * s.allocStep())
+	at := since.Add(time.Duration(lease.RankFor(string(svc.UID), v.Self, v.Live)) * s.desired.allocStep())
 	if at.After(now) {
 		s.sched.wakeFull(at)
 		return false
@@ -513,8 +501,8 @@ func (s *state) reservationSpared(l *lease.Kept, ip netip.Addr, now time.Time) b
 		first = now
 		s.alloc.firstSeen[l.Name] = now
 	}
-	if now.Sub(first) < s.reservationGrace() {
-		s.sched.wakeFull(first.Add(s.reservationGrace()))
+	if now.Sub(first) < s.desired.reservationGrace() {
+		s.sched.wakeFull(first.Add(s.desired.reservationGrace()))
 		return true
 	}
 	return false

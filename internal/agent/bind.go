@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/eip-project/eip/internal/bgp"
 	"github.com/eip-project/eip/internal/config"
 	"github.com/eip-project/eip/internal/ipset"
 	"github.com/eip-project/eip/internal/lease"
@@ -19,16 +20,16 @@ import (
 // bound IP, so the answers are kept until a link or an address other than
 // a managed IP changes (netif.Watch reports both, re-listing after a
 // dropped notification).
-func (s *state) ifaceFor(ip netip.Addr, b config.Binding) (string, error) {
-	if b.Iface != "" && b.Iface != "auto" {
-		return b.Iface, nil
+func (b *binder) ifaceFor(ip netip.Addr, on config.Binding) (string, error) {
+	if on.Iface != "" && on.Iface != "auto" {
+		return on.Iface, nil
 	}
-	if iface, ok := s.binder.autoIface[ip]; ok {
+	if iface, ok := b.autoIface[ip]; ok {
 		return iface, nil
 	}
-	iface, err := s.a.opt.Links.IfaceFor(ip)
+	iface, err := b.links.IfaceFor(ip)
 	if err == nil {
-		s.binder.autoIface[ip] = iface
+		b.autoIface[ip] = iface
 	}
 	return iface, err
 }
@@ -77,10 +78,10 @@ func (r refusalReason) String() string {
 // unanswered (probed), while a probe started early or a move needs
 // neither.
 func (s *state) mayBind(ip netip.Addr, iface string, now time.Time, binding bool) refusal {
-	if binding && s.sliceOver(now) {
+	if binding && s.sched.sliceOver(now, s.desired.cfg.RenewInterval) {
 		return refusal{refusedSlice, now}
 	}
-	if s.loopLate(now) {
+	if s.self.loopLate(now, s.desired.lateAfter()) {
 		return refusal{why: refusedLate}
 	}
 	notNow := now.Add(s.desired.cfg.RenewInterval)
@@ -102,53 +103,12 @@ func (s *state) mayBind(ip netip.Addr, iface string, now time.Time, binding bool
 	return refusal{}
 }
 
-// lateAfter is how long after the loop's last tick it counts as late
-// (loopLate): the margin that an address given its lifetime at the last
-// tick had before peers judging by heartbeats could take it, lease-duration −
-// lifetime − the kernel's expiry slack (0.75 s at the defaults), and at
-// least one and a half renew intervals (375 ms at a 1 s lease, where that
-// margin is below 0), so that a pass between two ticks may still bind.
-func (s *state) lateAfter() time.Duration {
-	return max(s.desired.cfg.LeaseDuration-s.desired.cfg.AddressLifetime()-addressExpirySlack, s.desired.cfg.RenewInterval*3/2)
-}
-
-// stallAfter is how long after the one before a tick marks the loop
-// stalled (tick): lease-duration − renew-interval (1.5 s at the
-// defaults), and at least lateAfter. Its peers saw no renewal for that
-// long, and the next one may not reach them before they judge this node
-// dead.
-func (s *state) stallAfter() time.Duration {
-	return max(s.desired.cfg.LeaseDuration-s.desired.cfg.RenewInterval, s.lateAfter())
-}
-
-// loopLate: the loop's last tick, which renews the heartbeat, is longer
-// ago than lateAfter, or the loop stalled and has not re-read the locks
-// since. A loop that runs late renews nothing meanwhile: its peers may
-// judge it dead and take over IPs its cache still shows as its own. While
-// it is late it binds nothing and puts no address back (lateBinds waits
-// for its next tick). An API-server outage is not lateness: the loop
-// ticks on time, and api-loss decides.
-func (s *state) loopLate(now time.Time) bool {
-	return s.self.stalled || !s.self.lastTick.IsZero() && now.Sub(s.self.lastTick) > s.lateAfter()
-}
-
-// sliceOver: the pass under way has run for a quarter of a renew interval,
-// so it binds and probes nothing more; the loop handles what came in
-// meanwhile (its tick, the renewal's result, the watch's news) and goes on
-// at once. A pass that bound a dead node's 1,700 IPs one after the other,
-// a second and more on a loaded machine, starved the loop of its own
-// renewals and of the watch: it was no longer writable, nor on time, and
-// the IPs left waited half a second each time for the next pass.
-func (s *state) sliceOver(now time.Time) bool {
-	return !s.sched.passStart.IsZero() && now.Sub(s.sched.passStart) > s.desired.cfg.RenewInterval/4
-}
-
 // bind binds ip on its interface or eipd's device and announces it, or
 // says why not.
 func (s *state) bind(ip netip.Addr, e ipset.Entry, why string) refusal {
 	// No s.log.With("ip", ip): a logger per bind cost 3.5 KB, half of
 	// what a mass failover's binds allocated.
-	iface, err := s.ifaceFor(ip, e.Binding)
+	iface, err := s.binder.ifaceFor(ip, e.Binding)
 	if err != nil {
 		s.log.Error("cannot bind: no interface", "ip", ip, "err", err)
 		return refusal{}
@@ -157,7 +117,7 @@ func (s *state) bind(ip netip.Addr, e ipset.Entry, why string) refusal {
 		return r
 	}
 	p := e.Binding.Prefix(ip)
-	dev, onDevice := iface, s.onDevice(iface, p, e.Binding.Announce)
+	dev, onDevice := iface, s.binder.onDevice(iface, p, e.Binding.Announce)
 	if onDevice {
 		var err error
 		if dev, err = s.binder.devices.pick(s.a.opt.Devices, s.a.clk.Now()); err != nil {
@@ -165,7 +125,7 @@ func (s *state) bind(ip netip.Addr, e ipset.Entry, why string) refusal {
 		}
 	}
 	s.binder.claimed.add(ip) // before the kernel may answer for it
-	if err := s.a.opt.Addresser.Add(dev, p, s.lifetimeOn(onDevice)); err != nil {
+	if err := s.a.opt.Addresser.Add(dev, p, s.desired.lifetimeOn(onDevice)); err != nil {
 		s.log.Error("bind", "ip", ip, "iface", dev, "err", err)
 		s.event(ip, corev1.EventTypeWarning, "BindFailed", fmt.Sprintf("bind %s on %s/%s: %v", p, s.a.opt.Node, dev, err))
 		return refusal{}
@@ -180,11 +140,10 @@ func (s *state) bind(ip netip.Addr, e ipset.Entry, why string) refusal {
 		if err := s.a.opt.Announcer.Announce(iface, ip); err != nil {
 			s.log.Warn("announce", "ip", ip, "iface", iface, "err", err)
 		}
-		s.watchClaims(iface)
+		s.binder.watchClaimsOn(iface)
 	}
 	if b.announce.BGP() {
-		b.route = s.announceRoute(ip, e)
-		s.routes.announced++
+		b.route = s.routes.announce(ip, e, s.movesOf(ip))
 	}
 	s.binder.bound[ip] = b
 	s.succeeded(ip)
@@ -216,51 +175,43 @@ func placeOnDevice(p netip.Prefix, a config.Announce, arpAnswered bool) bool {
 
 // onDevice says whether address p, announced on iface, goes on one of
 // eipd's devices rather than on iface.
-func (s *state) onDevice(iface string, p netip.Prefix, a config.Announce) bool {
-	return (!a.ARP() || p.Addr().Is4() && p.IsSingleIP()) && placeOnDevice(p, a, s.answersARP(iface))
-}
-
-// lifetimeOn is the lifetime of an address bound on one of eipd's own
-// devices (none) or on its interface.
-func (s *state) lifetimeOn(onDevice bool) time.Duration {
-	if onDevice {
-		return 0
-	}
-	return s.desired.cfg.AddressLifetime()
+func (b *binder) onDevice(iface string, p netip.Prefix, a config.Announce) bool {
+	return (!a.ARP() || p.Addr().Is4() && p.IsSingleIP()) && placeOnDevice(p, a, b.answersARP(iface))
 }
 
 // answersARP is Links.AnswersARP, read once per interface and again at
 // each resync (checkARP).
-func (s *state) answersARP(iface string) bool {
-	if v, ok := s.binder.arpAnswers[iface]; ok {
+func (b *binder) answersARP(iface string) bool {
+	if v, ok := b.arpAnswers[iface]; ok {
 		return v
 	}
-	v, err := s.a.opt.Links.AnswersARP(iface)
+	v, err := b.links.AnswersARP(iface)
 	switch {
 	case err != nil:
-		s.log.Warn("cannot tell whether the kernel answers ARP for addresses on eipd's device; binding IPv4 addresses on the interface itself", "iface", iface, "err", err)
+		b.log.Warn("cannot tell whether the kernel answers ARP for addresses on eipd's device; binding IPv4 addresses on the interface itself", "iface", iface, "err", err)
 	case !v:
-		s.log.Info("arp_ignore is not 0: the kernel answers ARP only for addresses of the interface itself, so IPv4 addresses are bound there, with a lifetime", "iface", iface)
+		b.log.Info("arp_ignore is not 0: the kernel answers ARP only for addresses of the interface itself, so IPv4 addresses are bound there, with a lifetime", "iface", iface)
 	}
-	s.binder.arpAnswers[iface] = v
+	b.arpAnswers[iface] = v
 	return v
 }
 
 // checkARP reads arp_ignore again: a change moves the addresses affected
 // at the next full pass (rebindIfMoved).
-func (s *state) checkARP() {
-	for iface, was := range s.binder.arpAnswers {
-		delete(s.binder.arpAnswers, iface)
-		if s.answersARP(iface) != was {
-			s.sched.askFull()
+func (b *binder) checkARP() (changed bool) {
+	for iface, was := range b.arpAnswers {
+		delete(b.arpAnswers, iface)
+		if b.answersARP(iface) != was {
+			changed = true
 		}
 	}
+	return changed
 }
 
 // probeEarly starts probing ip as the write that acquires it is sent (see
 // addrConflicts).
 func (s *state) probeEarly(ip netip.Addr, e ipset.Entry) {
-	if iface, err := s.ifaceFor(ip, e.Binding); err == nil && s.mayBind(ip, iface, s.a.clk.Now(), false).why == notRefused {
+	if iface, err := s.binder.ifaceFor(ip, e.Binding); err == nil && s.mayBind(ip, iface, s.a.clk.Now(), false).why == notRefused {
 		s.startProbe(ip, iface)
 	}
 }
@@ -299,10 +250,7 @@ func (s *state) forgetBinding(ip netip.Addr) (binding, bool) {
 	if b.announce.BGP() {
 		// Withdrawn before the address goes and before any lock write
 		// that gives the IP away, like the address itself.
-		if err := s.a.opt.Router.Withdraw(ip); err != nil {
-			s.log.Error("withdraw route", "ip", ip, "err", err)
-		}
-		s.routes.announced--
+		s.routes.withdraw(ip)
 	}
 	s.a.opt.Announcer.Stop(ip)
 	delete(s.binder.bound, ip)
@@ -322,12 +270,14 @@ func (s *state) forgetBinding(ip netip.Addr) (binding, bool) {
 func (s *state) rebindIfMoved(ip netip.Addr) (waits bool, r refusal) {
 	b := s.binder.bound[ip]
 	e := s.desired.entries[ip]
-	iface, err := s.ifaceFor(ip, e.Binding)
+	iface, err := s.binder.ifaceFor(ip, e.Binding)
 	p := e.Binding.Prefix(ip)
-	same := err == nil && iface == b.iface && p == b.prefix && e.Binding.Announce == b.announce && s.onDevice(iface, p, e.Binding.Announce) == b.onDevice()
+	same := err == nil && iface == b.iface && p == b.prefix && e.Binding.Announce == b.announce && s.binder.onDevice(iface, p, e.Binding.Announce) == b.onDevice()
 	if err != nil || same || s.mayBind(ip, iface, s.a.clk.Now(), false).why != notRefused {
 		if err == nil {
-			s.reannounceIfChanged(ip, b, e)
+			if r, changed := s.routes.reannounce(ip, b, e); changed {
+				s.binder.rerouted(ip, r)
+			}
 		}
 		return err == nil && !same, refusal{}
 	}
@@ -372,7 +322,7 @@ func (s *state) addrMissing(b binding, count bool) {
 		b.missing = true
 		s.binder.bound[b.prefix.Addr()] = b
 	}
-	if s.loopLate(s.a.clk.Now()) {
+	if s.self.loopLate(s.a.clk.Now(), s.desired.lateAfter()) {
 		// Its lifetime ran out because this loop ran late (a long pass, a
 		// starved process): it renewed nothing meanwhile, and a peer may
 		// have taken the IP over. Putting it back now would bind it on two
@@ -383,7 +333,7 @@ func (s *state) addrMissing(b binding, count bool) {
 		s.log.Debug("an address this node held expired while its loop ran late; binding it again only if its lock still names this node", "ip", b.prefix.Addr(), "iface", b.dev)
 		return
 	}
-	if err := s.a.opt.Addresser.Add(b.dev, b.prefix, s.lifetimeOn(b.onDevice())); err != nil {
+	if err := s.a.opt.Addresser.Add(b.dev, b.prefix, s.desired.lifetimeOn(b.onDevice())); err != nil {
 		s.log.Error("restore address", "ip", b.prefix.Addr(), "iface", b.dev, "err", err)
 		return
 	}
@@ -422,7 +372,7 @@ func (s *state) linkEvent(ev netif.LinkEvent) {
 	if s.binder.linkDown[ev.Iface] {
 		delete(s.binder.linkDown, ev.Iface)
 		if s.lanLink(ev.Iface) {
-			s.self.needBarrier = true
+			s.self.reread()
 			s.log.Info("link has carrier again; re-reading locks before binding", "iface", ev.Iface)
 		}
 	}
@@ -489,11 +439,11 @@ func (s *state) claim(c netif.Claim) (changed bool) {
 	if s.conflictClaim(c) || !bound {
 		return true
 	}
-	mac, apiOK := c.MAC.String(), s.apiOK(now)
+	mac, apiOK := c.MAC.String(), s.self.apiOK(now)
 	// Whose MAC it is matters only to a probe while cut off: looked up
 	// then alone, as it reads every peer's heartbeat.
 	peer := !apiOK && c.Probe && s.eipMAC(mac)
-	d := lease.DecideClaim(lease.Claim{MAC: mac, Probe: c.Probe, Peer: peer}, apiOK, s.mayBeJudgedDead(now))
+	d := lease.DecideClaim(lease.Claim{MAC: mac, Probe: c.Probe, Peer: peer}, apiOK, s.self.mayBeJudgedDead(now))
 	if d.Action == lease.Unbind {
 		s.log.Warn("another node claimed an address we hold while the API is unreachable; unbinding", "ip", c.IP, "iface", c.Iface, "mac", mac, "probe", c.Probe)
 	}
@@ -501,15 +451,24 @@ func (s *state) claim(c netif.Claim) (changed bool) {
 	return true
 }
 
-func (s *state) watchClaims(iface string) {
-	if _, ok := s.binder.claimWatch[iface]; ok {
+// rerouted records the route now announced for bound ip.
+func (b *binder) rerouted(ip netip.Addr, r bgp.Route) {
+	bd := b.bound[ip]
+	bd.route = r
+	b.bound[ip] = bd
+}
+
+// watchClaimsOn watches the announcements on iface for claims of the
+// addresses this node binds or probes, once.
+func (b *binder) watchClaimsOn(iface string) {
+	if _, ok := b.claimWatch[iface]; ok {
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s.binder.claimWatch[iface] = cancel
+	b.claimWatch[iface] = cancel
 	go func() {
-		if err := s.a.opt.Claims(ctx, iface, s.binder.claimed.has, s.claims); err != nil && ctx.Err() == nil {
-			s.log.Error("watching announcements failed", "iface", iface, "err", err)
+		if err := b.watchClaims(ctx, iface, b.claimed.has, b.claims); err != nil && ctx.Err() == nil {
+			b.log.Error("watching announcements failed", "iface", iface, "err", err)
 		}
 	}()
 }
@@ -520,11 +479,13 @@ func (s *state) watchClaims(iface string) {
 // pass that may bind will refresh it.
 func (s *state) resync(startup bool) {
 	s.sched.resynced(s.a.clk.Now())
-	s.retryRouter()
+	s.routes.retry(s.desired.cfg)
 	if s.ports.failed {
-		s.sched.dirtySvc = true // the next pass applies the port filter again
+		s.sched.inputChanged(inServices) // the next pass applies the port filter again
 	}
-	s.checkARP()
+	if s.binder.checkARP() {
+		s.sched.askFull()
+	}
 	ifaces := map[string]int{} // to list, with the bindings on each
 	for _, b := range s.binder.bound {
 		ifaces[b.dev]++
@@ -541,7 +502,7 @@ func (s *state) resync(startup bool) {
 			}
 			resolved[b.Range] = true
 		}
-		if iface, err := s.ifaceFor(ip, b); err == nil {
+		if iface, err := s.binder.ifaceFor(ip, b); err == nil {
 			if _, listed := ifaces[iface]; !listed {
 				ifaces[iface] = 0
 			}
@@ -602,4 +563,19 @@ func (s *state) heldByLock() map[netip.Addr]bool {
 		}
 	}
 	return held
+}
+
+// ownMACs is lease.FormatMACs of this node's interfaces, listed again
+// after a link changed.
+func (b *binder) ownMACs() string {
+	if b.macs != "" {
+		return b.macs
+	}
+	macs, err := b.links.MACs()
+	if err != nil {
+		b.log.Warn("list the interfaces' MAC addresses", "err", err)
+		return ""
+	}
+	b.macs = lease.FormatMACs(macs)
+	return b.macs
 }

@@ -180,7 +180,7 @@ func (s *state) probeStep(ip netip.Addr, p probeRun) probeRun {
 	n, gap := p.wants(s.a.opt.ProbeWait)
 	now := s.a.clk.Now()
 	if p.sent < n && !now.Before(p.started.Add(time.Duration(p.sent)*gap)) {
-		s.watchClaims(p.iface)
+		s.binder.watchClaimsOn(p.iface)
 		s.binder.claimed.add(ip) // before an answer may come
 		if err := s.a.opt.Announcer.Probe(p.iface, ip); err != nil {
 			s.log.Warn("probe", "ip", ip, "iface", p.iface, "err", err)
@@ -286,7 +286,7 @@ func (s *state) conflictClaim(cl netif.Claim) bool {
 		c.probing[cl.IP] = p
 		return true
 	}
-	if _, bound := s.binder.bound[cl.IP]; !bound || peer || cl.Probe || !s.apiOK(now) {
+	if _, bound := s.binder.bound[cl.IP]; !bound || peer || cl.Probe || !s.self.apiOK(now) {
 		return false
 	}
 	// A stranger's claim for an address this node holds while its
@@ -349,22 +349,7 @@ func (s *state) eipMAC(mac string) bool {
 			return true
 		}
 	}
-	return slices.Contains(lease.ParseMACs(s.ownMACs()), mac)
-}
-
-// ownMACs is lease.FormatMACs of this node's interfaces, listed again
-// after a link changed.
-func (s *state) ownMACs() string {
-	if s.binder.macs != "" {
-		return s.binder.macs
-	}
-	macs, err := s.a.opt.Links.MACs()
-	if err != nil {
-		s.log.Warn("list the interfaces' MAC addresses", "err", err)
-		return ""
-	}
-	s.binder.macs = lease.FormatMACs(macs)
-	return s.binder.macs
+	return slices.Contains(lease.ParseMACs(s.binder.ownMACs()), mac)
 }
 
 func later(a, b time.Time) time.Time {

@@ -26,7 +26,7 @@ func (s *state) reconcileSome(now time.Time) {
 	}
 	dirty := s.sched.dirtyInOrder(now)
 	for i, ip := range dirty {
-		if s.sliceOver(s.a.clk.Now()) {
+		if s.sched.sliceOver(s.a.clk.Now(), s.desired.cfg.RenewInterval) {
 			// The slice is spent: the rest are decided in the next pass,
 			// once the loop has answered its inputs, as a bind that
 			// yields is. Deciding each of them only for its bind to yield
@@ -140,7 +140,7 @@ func (s *state) readInputs(now time.Time) (all []*lease.Kept, locks map[string]*
 		s.probeHeldAtStart(locks)
 	}
 	if nodes || changed {
-		s.configureRouter()
+		s.routes.configure(s.desired.cfg)
 	}
 	s.updateEligibility()
 	if recomputed || eps {

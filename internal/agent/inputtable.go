@@ -46,7 +46,7 @@ func (s *state) newInputs(ctx context.Context, tick, timer <-chan time.Time) *in
 		inServices: s.a.svcKick, inNodes: s.a.nodeKick, inLeases: s.a.leaseKick, inHeartbeats: s.a.hbKick, inConfigMap: s.a.cmKick,
 		inEndpoints: s.a.epKick,
 		inRenewed:   s.renewRes, inWritten: s.writes.results, inAllocated: s.alloc.results,
-		inAddress: s.a.opt.AddrEvents, inLink: s.a.opt.LinkEvents, inClaim: s.claims, inDatagrams: s.lan.speaker.kick,
+		inAddress: s.a.opt.AddrEvents, inLink: s.a.opt.LinkEvents, inClaim: s.binder.claims, inDatagrams: s.lan.speaker.kick,
 		inProxied: s.serving.proxied,
 	} {
 		in.cases[i] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)}

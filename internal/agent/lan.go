@@ -8,7 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/eip-project/eip/internal/lanlive"
-	"github.com/eip-project/eip/internal/lease"
 )
 
 // LANConn sends liveness datagrams to peers (lanlive.Conn): one message to
@@ -49,13 +48,17 @@ func (s *state) configureLAN() {
 	s.setLANTimings()
 }
 
+// closed forgets the liveness port, closed.
+func (l *lanState) closed() { l.lanConn, l.lanPort = nil, 0 }
+
 func (s *state) closeLAN() {
 	if s.lan.lanConn != nil {
 		if err := s.lan.lanConn.Close(); err != nil {
 			s.log.Warn("close the liveness port", "err", err)
 		}
 	}
-	s.lan.lanConn, s.lan.lanPort, s.self.unheard = nil, 0, false
+	s.lan.closed()
+	s.self.lanClosed()
 }
 
 // setLANTimings tells the liveness tracker what this node's LAN and
@@ -65,14 +68,14 @@ func (s *state) closeLAN() {
 // once per slow period, which is then what "the watch delivers" means.
 func (s *state) setLANTimings() {
 	r := s.desired.cfg.RenewInterval
-	s.lan.speaker.configure(s.lan.lanConn, s.lanTimings())
+	s.lan.speaker.configure(s.lan.lanConn, s.desired.lanTimings())
 	if s.lan.lanConn == nil {
 		s.live.SetLAN(0, 0, 0, 0)
 		s.live.SetTimings(r, 2*r)
 		return
 	}
 	now := s.a.clk.Now()
-	s.live.SetLAN(s.desired.cfg.LeaseDuration, 2*r, 4*r, s.suspectAfter())
+	s.live.SetLAN(s.desired.cfg.LeaseDuration, 2*r, 4*r, s.desired.suspectAfter())
 	slow := r * time.Duration(s.slowFactor())
 	if s.lanSlow(now) {
 		s.lan.slowUntil = now.Add(2 * slow)
@@ -141,17 +144,6 @@ func (s *state) lanPeers() map[string]lanlive.Peer {
 		}
 	}
 	return out
-}
-
-// lanTimings are what the speaker's fan-out needs of the configuration.
-func (s *state) lanTimings() lanTimings {
-	return lanTimings{renew: s.desired.cfg.RenewInterval, suspect: s.suspectAfter(), duration: s.desired.cfg.LeaseDuration}
-}
-
-// suspectAfter is how old a sign of a peer may grow before this node asks
-// it directly (lease.SuspectAfter).
-func (s *state) suspectAfter() time.Duration {
-	return lease.SuspectAfter(s.desired.cfg.LeaseDuration, s.desired.cfg.FenceAfter, s.desired.cfg.RenewInterval)
 }
 
 // peerAddr is where node hears datagrams: its first InternalIP, IPv4
@@ -229,11 +221,9 @@ func (s *state) checkUnheard(now time.Time) bool {
 		s.live.Sending(t)
 	}
 	un, next := s.live.Unheard(now, s.desired.cfg.FenceAfter)
-	s.self.unheardAt = next
-	if un == s.self.unheard || s.lan.lanConn == nil {
+	if !s.self.judgedHeard(un, next, s.lan.lanConn != nil) {
 		return false
 	}
-	s.self.unheard = un
 	s.sched.wakeFull(now) // a pass now: eligibility changed
 	if !un {
 		s.log.Info("peers hear this node over the LAN again")

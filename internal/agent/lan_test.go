@@ -272,7 +272,7 @@ func TestLoopLANRenewBackoff(t *testing.T) {
 		"16.5s timeout=2.5s", // four
 		"18.5s timeout=2.5s", // the API server is back since 18 s
 	})
-	assert.Assert(t, w.s.apiOK(w.clk.Now()))
+	assert.Assert(t, w.s.self.apiOK(w.clk.Now()))
 }
 
 // node-b holds an IP and falls silent on the LAN; its slow heartbeat is
@@ -458,7 +458,7 @@ func TestLoopLANUnheardWithoutAPIKeeps(t *testing.T) {
 	for range 2 * idleRenewFactor { // a slow renewal fails meanwhile
 		w.lanTick(hearingA(100 * time.Millisecond))
 	}
-	assert.Assert(t, !w.s.apiOK(w.clk.Now()))
+	assert.Assert(t, !w.s.self.apiOK(w.clk.Now()))
 	for i := range 4 {
 		w.lanTick(hearingA(time.Duration(i+1) * w.s.desired.cfg.RenewInterval))
 	}

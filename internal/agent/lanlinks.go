@@ -13,7 +13,7 @@ import "github.com/eip-project/eip/internal/config"
 // an IP of the pod's Local Service was handed there.
 func (s *state) lanLink(iface string) bool {
 	for _, r := range s.desired.cfg.Ranges {
-		if i, err := s.ifaceFor(r.First, config.Binding{Iface: r.Iface}); err == nil && i == iface {
+		if i, err := s.binder.ifaceFor(r.First, config.Binding{Iface: r.Iface}); err == nil && i == iface {
 			return true
 		}
 	}

@@ -161,7 +161,7 @@ func TestSpeakerRuns(t *testing.T) {
 	w.step(w.s.desired.cfg.RenewInterval)
 	w.s.tick()
 	conn := make(chanConn, 1)
-	w.s.lan.speaker.configure(conn, w.s.lanTimings())
+	w.s.lan.speaker.configure(conn, w.s.desired.lanTimings())
 	in, stop, done := make(chan lanlive.Received), make(chan struct{}), make(chan struct{})
 	go func() {
 		w.s.lan.speaker.run(in, stop)
@@ -248,12 +248,12 @@ func TestSpeakerFansOut(t *testing.T) {
 		}
 	}
 	assert.DeepEqual(t, net.sent, []string(nil))
-	w.step(w.s.suspectAfter() - w.s.desired.cfg.RenewInterval)
+	w.step(w.s.desired.suspectAfter() - w.s.desired.cfg.RenewInterval)
 	w.s.lan.speaker.ask(w.clk.Now())
 	assert.Equal(t, len(net.sent), 7, "node-d to node-j: %v", net.sent)
 	// node-f asks node-a: it has no fresh sign of it. node-a answers it alone.
 	net.sent = nil
-	w.arrive("node-f", from("node-f"), map[string]time.Duration{"node-a": w.s.suspectAfter()})
+	w.arrive("node-f", from("node-f"), map[string]time.Duration{"node-a": w.s.desired.suspectAfter()})
 	assert.DeepEqual(t, net.sent, []string{"198.18.0.16:9403 from node-a"})
 	net.sent = nil
 	w.arrive("node-f", from("node-f"), map[string]time.Duration{"node-a": 0})

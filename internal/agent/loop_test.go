@@ -138,7 +138,7 @@ func TestLoopASecondLateHasNotStalled(t *testing.T) {
 	w.step(500 * time.Millisecond)
 	w.tick() // a second after the last tick
 	assert.Assert(t, !w.s.self.stalled)
-	assert.Assert(t, !w.s.loopLate(w.clk.Now()))
+	assert.Assert(t, !w.s.self.loopLate(w.clk.Now(), w.s.desired.lateAfter()))
 	w.addService("api", testIP(1))
 	w.pass()
 	assert.DeepEqual(t, w.take(), []string{"create eip-198-18-100-2 holder=node-a", "bind 198.18.100.2"})

@@ -105,7 +105,7 @@ func TestLoopSuccessorBindsInSlices(t *testing.T) {
 	for w.clk.Now().Sub(start) < 5*time.Second && len(w.addrs) < len(ips) {
 		if w.clk.Now().Sub(w.s.self.lastTick) >= w.s.desired.cfg.RenewInterval {
 			w.s.tick()
-			assert.Assert(t, w.s.self.lastTick.Sub(last) < w.s.lateAfter(), "a tick %s after the one before", w.s.self.lastTick.Sub(last))
+			assert.Assert(t, w.s.self.lastTick.Sub(last) < w.s.desired.lateAfter(), "a tick %s after the one before", w.s.self.lastTick.Sub(last))
 			last = w.s.self.lastTick
 		}
 		w.s.pass()

@@ -46,12 +46,12 @@ type sessionSeen struct {
 	warned    bool      // a Warning event says it is down
 }
 
-// observeSessions reads the BGP sessions for the heartbeat, and records an
-// event on this node's Node when one comes up, goes down, or does not come
-// up within sessionDownGrace (an unreachable peer, a wrong AS number).
-func (s *state) observeSessions() {
-	now := s.a.clk.Now()
-	sessions := s.a.opt.Router.Sessions()
+// observe reads the BGP sessions for the heartbeat at now, and hands
+// event each session that came up, went down, or did not come up within
+// sessionDownGrace (an unreachable peer, a wrong AS number; asn is this
+// node's, for the message). It returns the sessions.
+func (r *routing) observe(now time.Time, asn uint32, event func(sess bgp.Session, kind, reason, what string)) []bgp.Session {
+	sessions := r.router.Sessions()
 	out := make([]lease.BGPSession, 0, len(sessions))
 	seen := make(map[netip.Addr]sessionSeen, len(sessions))
 	for _, sess := range sessions {
@@ -61,28 +61,35 @@ func (s *state) observeSessions() {
 			ls.Since = &since
 		}
 		out = append(out, ls)
-		was, known := s.routes.sessions[sess.Peer]
+		was, known := r.sessions[sess.Peer]
 		next := sessionSeen{up: sess.Up(), downSince: was.downSince, warned: was.warned}
 		switch {
 		case sess.Up():
 			next.downSince, next.warned = time.Time{}, false
 			if !was.up {
-				s.sessionEvent(sess, corev1.EventTypeNormal, "BGPSessionUp", "established")
+				event(sess, corev1.EventTypeNormal, "BGPSessionUp", "established")
 			}
 		case was.up:
 			next.downSince, next.warned = now, true
-			s.sessionEvent(sess, corev1.EventTypeWarning, "BGPSessionDown", "went down ("+sess.State+"): this node's routes no longer reach that router")
+			event(sess, corev1.EventTypeWarning, "BGPSessionDown", "went down ("+sess.State+"): this node's routes no longer reach that router")
 		case !known:
 			next.downSince = now
 		case !was.warned && now.Sub(was.downSince) >= sessionDownGrace:
 			next.warned = true
-			s.sessionEvent(sess, corev1.EventTypeWarning, "BGPSessionDown", fmt.Sprintf("not established after %s (%s): check the peer's address and port, its AS number and this node's (bgp-asn %d), the password, and that the router accepts this node",
-				sessionDownGrace, sess.State, s.desired.cfg.BGP.ASN))
+			event(sess, corev1.EventTypeWarning, "BGPSessionDown", fmt.Sprintf("not established after %s (%s): check the peer's address and port, its AS number and this node's (bgp-asn %d), the password, and that the router accepts this node",
+				sessionDownGrace, sess.State, asn))
 		}
 		seen[sess.Peer] = next
 	}
-	s.routes.sessions = seen
-	s.routes.bgpSessions = lease.FormatBGPSessions(out)
+	r.sessions = seen
+	r.bgpSessions = lease.FormatBGPSessions(out)
+	return sessions
+}
+
+// observeSessions reads the BGP sessions, with an event on this node's
+// Node for each change worth one (routing.observe).
+func (s *state) observeSessions() {
+	sessions := s.routes.observe(s.a.clk.Now(), s.desired.cfg.BGP.ASN, s.sessionEvent)
 	s.a.opt.Metrics.BGP(sessions, s.routes.announced)
 }
 
@@ -94,12 +101,12 @@ func (s *state) sessionEvent(sess bgp.Session, kind, reason, what string) {
 	}
 }
 
-// configureRouter hands the configuration in force to the router, and
+// configure hands cfg, the configuration in force, to the router, and
 // keeps why it was refused for the heartbeat's status. The router ID is
 // the node's lowest internal IPv4 address, unique per node.
-func (s *state) configureRouter() {
+func (r *routing) configure(cfg config.Config) {
 	var routerID netip.Addr
-	if n, err := s.a.nodes.Get(s.a.opt.Node); err == nil {
+	if n, err := r.nodes.Get(r.node); err == nil {
 		for _, a := range n.Status.Addresses {
 			ip, err := netip.ParseAddr(a.Address)
 			if err == nil && ip.Is4() && a.Type == corev1.NodeInternalIP && (!routerID.IsValid() || ip.Less(routerID)) {
@@ -107,28 +114,28 @@ func (s *state) configureRouter() {
 			}
 		}
 	}
-	if err := s.a.opt.Router.Configure(s.desired.cfg, routerID); err != nil {
-		if s.routes.routerErr != err.Error() {
-			s.log.Error("route mode", "err", err)
+	if err := r.router.Configure(cfg, routerID); err != nil {
+		if r.routerErr != err.Error() {
+			r.log.Error("route mode", "err", err)
 		}
-		s.routes.routerErr = err.Error()
+		r.routerErr = err.Error()
 		return
 	}
-	s.routes.routerErr = ""
+	r.routerErr = ""
 }
 
-// retryRouter configures the router again if it refused the configuration
+// retry configures the router again if it refused cfg, the configuration
 // in force: what it could not do (read a password's Secret, start the
 // speaker) may work now.
-func (s *state) retryRouter() {
-	if s.routes.routerErr != "" {
-		s.configureRouter()
+func (r *routing) retry(cfg config.Config) {
+	if r.routerErr != "" {
+		r.configure(cfg)
 	}
 }
 
 // routeFor is the route announcing ip, held with e's binding: its MED
 // falls with each change of holder, see bgp.MEDFor.
-func (s *state) routeFor(ip netip.Addr, e ipset.Entry, med uint32) bgp.Route {
+func routeFor(ip netip.Addr, e ipset.Entry, med uint32) bgp.Route {
 	r := bgp.Route{IP: ip, MED: med}
 	if rg := e.Binding.Range; rg != nil {
 		r.LocalPref, r.Communities = rg.LocalPref, rg.Communities
@@ -136,46 +143,57 @@ func (s *state) routeFor(ip netip.Addr, e ipset.Entry, med uint32) bgp.Route {
 	return r
 }
 
-// movesOf is the transition count of ip's lock as this node sees it: its
-// own latest write, or the cache.
+// movesOf is the transition count of ip's lock as this node sees it (its
+// own latest write, or the cache), counting the move under way of an IP
+// bound as the successor before the write that counts it: its route must
+// already beat the dead holder's, which lingers at the router until its
+// hold timer.
 func (s *state) movesOf(ip netip.Addr) int32 {
+	var moves int32
 	name := lease.NameFor(ip)
 	if l := s.book.effective(name, s.a.lock(name)); l != nil {
-		return l.Moves
+		moves = l.Moves
 	}
-	return 0
-}
-
-// announceRoute announces a just bound IP; a failure is logged, and the
-// IP stays bound: the router may still learn it once the speaker recovers.
-func (s *state) announceRoute(ip netip.Addr, e ipset.Entry) bgp.Route {
-	moves := s.movesOf(ip)
 	if _, ok := s.succ.succeeding[ip]; ok {
-		// Bound as the successor before the write that counts this move:
-		// the route must already beat the dead holder's, which lingers at
-		// the router until its hold timer.
 		moves++
 	}
-	r := s.routeFor(ip, e, bgp.MEDFor(moves))
-	if err := s.a.opt.Router.Announce(r); err != nil {
-		s.log.Error("announce route", "ip", ip, "err", err)
-	}
-	return r
+	return moves
 }
 
-// reannounceIfChanged updates the route of a bound IP whose range's route
-// attributes changed with the configuration.
-func (s *state) reannounceIfChanged(ip netip.Addr, b binding, e ipset.Entry) {
+// announce announces a just bound IP, its lock moved moves times; a
+// failure is logged, and the IP stays bound: the router may still learn
+// it once the speaker recovers.
+func (r *routing) announce(ip netip.Addr, e ipset.Entry, moves int32) bgp.Route {
+	rt := routeFor(ip, e, bgp.MEDFor(moves))
+	if err := r.router.Announce(rt); err != nil {
+		r.log.Error("announce route", "ip", ip, "err", err)
+	}
+	r.announced++
+	return rt
+}
+
+// withdraw withdraws the route of ip, before its address goes and before
+// any lock write that gives the IP away, like the address itself.
+func (r *routing) withdraw(ip netip.Addr) {
+	if err := r.router.Withdraw(ip); err != nil {
+		r.log.Error("withdraw route", "ip", ip, "err", err)
+	}
+	r.announced--
+}
+
+// reannounce updates the route of bound ip, announced as b says, if its
+// range's route attributes changed with the configuration (e); it returns
+// the route announced, and whether it changed.
+func (r *routing) reannounce(ip netip.Addr, b binding, e ipset.Entry) (bgp.Route, bool) {
 	if !b.announce.BGP() {
-		return
+		return b.route, false
 	}
-	r := s.routeFor(ip, e, b.route.MED)
-	if r.Equal(b.route) {
-		return
+	rt := routeFor(ip, e, b.route.MED)
+	if rt.Equal(b.route) {
+		return rt, false
 	}
-	if err := s.a.opt.Router.Announce(r); err != nil {
-		s.log.Error("announce route", "ip", ip, "err", err)
+	if err := r.router.Announce(rt); err != nil {
+		r.log.Error("announce route", "ip", ip, "err", err)
 	}
-	b.route = r
-	s.binder.bound[ip] = b
+	return rt, true
 }

@@ -15,12 +15,50 @@ import (
 // writable: this node may write locks. Its renewals succeed and its cache
 // has caught up with its own latest heartbeat since the last break.
 func (s *state) writable(now time.Time) bool {
-	return s.desired.cfgLoaded && s.apiOK(now) && !s.self.needBarrier && s.live.SelfSeenSince(s.self.barrier) && s.live.Connected(now)
+	return s.desired.cfgLoaded && s.self.apiOK(now) && !s.self.needBarrier && s.live.SelfSeenSince(s.self.barrier) && s.live.Connected(now)
 }
 
 // writesAgain: this node may write (a pass read so), which ends a fence
 // and a stall.
 func (s *self) writesAgain() { s.fenced, s.stalled = false, false }
+
+// judgedEligible records whether this node may hold IPs, and why not; it
+// says whether that changed.
+func (s *self) judgedEligible(ok bool, why string) (changed bool) {
+	if ok == s.selfEligible && why == s.selfReason {
+		return false
+	}
+	s.selfEligible, s.selfReason = ok, why
+	return true
+}
+
+// sawLive records that node n was counted live at now
+// (lease.View.LiveUntil).
+func (s *self) sawLive(n string, now time.Time) { s.liveUntil[n] = now }
+
+// judgedHeard records whether a peer no longer hears this node over the
+// LAN (un), and when that may change next; while this node does not
+// listen on the LAN (listening), it is heard. It says whether that
+// changed.
+func (s *self) judgedHeard(un bool, next time.Time, listening bool) (changed bool) {
+	s.unheardAt = next
+	if un == s.unheard || !listening {
+		return false
+	}
+	s.unheard = un
+	return true
+}
+
+// lanClosed: this node no longer listens on the LAN, and nobody reports
+// it unheard there.
+func (s *self) lanClosed() { s.unheard = false }
+
+// fence: this node fenced; it binds nothing until it may write again.
+func (s *self) fence() { s.fenced = true }
+
+// reread: this node binds nothing new until a renewal sent now comes back
+// through the watch (the barrier), with every lock change made before it.
+func (s *self) reread() { s.needBarrier = true }
 
 // shutDown: this node is stopping; its heartbeat says so.
 func (s *self) shutDown() { s.shutting = true }
@@ -33,8 +71,8 @@ func (s *self) shutDown() { s.shutting = true }
 // the pace of now, a node that just lost a peer (and so renews fast again)
 // could not take over from it until its next renewal: the survivor that
 // ticked first after the verdict took every IP, ranks notwithstanding.
-func (s *state) apiOK(now time.Time) bool {
-	return !s.self.renewFailing && !s.self.lastRenewOK.IsZero() && now.Sub(s.self.lastRenewOK) <= s.self.lastRenewFor/2
+func (s *self) apiOK(now time.Time) bool {
+	return !s.renewFailing && !s.lastRenewOK.IsZero() && now.Sub(s.lastRenewOK) <= s.lastRenewFor/2
 }
 
 // mayBeJudgedDead reports whether a peer may have judged this node dead by
@@ -43,18 +81,21 @@ func (s *state) apiOK(now time.Time) bool {
 // ago (the duration it wrote). A peer times that duration from when its
 // watch showed the renewal, which is after it was sent, so no peer judges
 // this node dead by its heartbeat any sooner.
-func (s *state) mayBeJudgedDead(now time.Time) bool {
-	return s.self.unheard || s.self.lastRenewOK.IsZero() || now.Sub(s.self.lastRenewOK) >= s.self.lastRenewFor
+func (s *self) mayBeJudgedDead(now time.Time) bool {
+	return s.unheard || s.lastRenewOK.IsZero() || now.Sub(s.lastRenewOK) >= s.lastRenewFor
 }
 
 func (s *state) requestRenew() {
 	r := s.renewal()
 	select {
 	case s.renewReq <- r:
-		s.self.lastRenewAsked, s.self.lastAsked = s.a.clk.Now(), r
+		s.self.asked(r, s.a.clk.Now())
 	default: // the previous renewal is still in flight
 	}
 }
+
+// asked records the renewal r taken by the heartbeat writer at now.
+func (s *self) asked(r renewal, now time.Time) { s.lastRenewAsked, s.lastAsked = now, r }
 
 // idleRenewFactor: a node that may hold no IP and holds none renews its
 // heartbeat this many times less often, with a duration as many times
@@ -76,7 +117,7 @@ func (s *state) renewal() renewal {
 	wireReport, wireChecked, checkDone := s.wire.status(s.a.clk.Now())
 	r := renewal{
 		status: lease.HeartbeatStatus{Eligible: s.self.selfEligible && !s.self.shutting, Error: s.statusError(), Held: len(s.binder.bound), BGP: s.routes.bgpSessions,
-			MACs: s.ownMACs(), Conflicts: conflicts, Claims: claims, LivenessPort: s.lan.lanPort, Build: s.a.opt.Build,
+			MACs: s.binder.ownMACs(), Conflicts: conflicts, Claims: claims, LivenessPort: s.lan.lanPort, Build: s.a.opt.Build,
 			Wire: wireReport, WireChecked: wireChecked, CheckDone: checkDone},
 		// Neither the duration nor the timeout may be shorter than what
 		// peers need to see the renewal; a renewal slower than half a
@@ -104,13 +145,13 @@ func (s *state) renewal() renewal {
 // interval, failing renewals would add to the load that made them fail.
 // Renewed every renew interval (factor 1), a
 // node's liveness rests on its heartbeat: it tries again at every tick.
-func (s *state) renewBackoff(factor int) time.Duration {
-	if factor == 1 || s.self.renewFails == 0 {
+func (s *self) renewBackoff(factor int, renew time.Duration) time.Duration {
+	if factor == 1 || s.renewFails == 0 {
 		return 0
 	}
-	wait := s.desired.cfg.RenewInterval
-	for range s.self.renewFails - 1 {
-		wait = min(2*wait, maxRenewBackoff*s.desired.cfg.RenewInterval)
+	wait := renew
+	for range s.renewFails - 1 {
+		wait = min(2*wait, maxRenewBackoff*renew)
 	}
 	return wait
 }
@@ -143,7 +184,7 @@ func (s *state) renewFactor(now time.Time) int {
 func (s *state) renewDue(now time.Time) bool {
 	factor := s.renewFactor(now)
 	if s.self.renewFailing {
-		return now.Sub(s.self.renewFailedAt) >= s.renewBackoff(factor)-s.desired.cfg.RenewInterval/2
+		return now.Sub(s.self.renewFailedAt) >= s.self.renewBackoff(factor, s.desired.cfg.RenewInterval)-s.desired.cfg.RenewInterval/2
 	}
 	if factor == 1 || s.self.lastRenewAsked.IsZero() {
 		return true
@@ -184,46 +225,47 @@ func (s *state) statusError() string {
 
 func (s *state) renewed(r renewResult) {
 	if r.err != nil {
-		if !s.self.renewFailing {
-			s.log.Warn("heartbeat renewal failed; holding what is bound, binding nothing new", "err", r.err, "lease", lease.HeartbeatName(s.a.opt.Node))
-		}
-		s.self.renewFailing, s.self.needBarrier = true, true
-		s.self.renewFails++
-		s.self.renewFailedAt = s.a.clk.Now()
 		s.a.opt.Metrics.APIError("renew")
+	} else {
+		s.a.opt.Metrics.Renewed(r.took)
+	}
+	s.self.renewed(r, s.a.clk.Now(), s.desired.cfg.RenewInterval)
+}
+
+// renewed takes the result of a renewal at now (renew is the renew
+// interval): a failure binds nothing new until a renewal sent after it
+// comes back (the barrier); a success after a break or a stall sets that
+// barrier, and this node knows its peers a renew interval later.
+func (s *self) renewed(r renewResult, now time.Time, renew time.Duration) {
+	if r.err != nil {
+		if !s.renewFailing {
+			s.log.Warn("heartbeat renewal failed; holding what is bound, binding nothing new", "err", r.err, "lease", lease.HeartbeatName(s.node))
+		}
+		s.renewFailing, s.needBarrier = true, true
+		s.renewFails++
+		s.renewFailedAt = now
 		return
 	}
-	s.a.opt.Metrics.Renewed(r.took)
-	if s.self.renewFailing {
+	if s.renewFailing {
 		s.log.Info("heartbeat renewed again; re-reading locks before binding anything new")
 	}
-	if s.self.needBarrier && !r.sent.Before(s.self.stallAt) {
-		s.self.barrier = r.sent.Round(0).Truncate(time.Microsecond)
-		s.self.needBarrier = false
-		s.self.peersKnownAt = r.sent.Add(s.desired.cfg.RenewInterval)
+	if s.needBarrier && !r.sent.Before(s.stallAt) {
+		s.barrier = r.sent.Round(0).Truncate(time.Microsecond)
+		s.needBarrier = false
+		s.peersKnownAt = r.sent.Add(renew)
 	}
-	s.self.renewFailing, s.self.renewFails = false, 0
-	s.self.lastRenewOK, s.self.lastRenewFor = r.sent, r.duration
+	s.renewFailing, s.renewFails = false, 0
+	s.lastRenewOK, s.lastRenewFor = r.sent, r.duration
 }
 
 // tick runs every renew interval: have the address lifetimes refreshed
 // (see keeper), renew the heartbeat, and now and then resync.
 func (s *state) tick() {
 	now := s.a.clk.Now()
-	if !s.self.lastTick.IsZero() && now.Sub(s.self.lastTick) > s.stallAfter() {
-		// Stalled: peers may judge this node dead before they see the
-		// renewal this tick sends. Bind nothing until that renewal came
-		// back through the watch, with every lock change made before it
-		// (what is bound stays: a taker's probe waits for it to go).
-		if !s.self.stalled {
-			s.log.Warn("the loop stalled; re-reading the locks before binding or refreshing anything", "since", now.Sub(s.self.lastTick))
-		}
-		s.self.stalled, s.self.stallAt, s.self.needBarrier = true, now, true
-	}
-	s.self.lastTick = now
+	s.self.ticked(now, s.desired.stallAfter())
 	s.watch.progressed(now)
 	s.checkWire(now)
-	if !s.loopLate(now) {
+	if !s.self.loopLate(now, s.desired.lateAfter()) {
 		s.lifetime.loopTicked()
 		s.sched.onTime()
 	}
@@ -243,6 +285,21 @@ func (s *state) tick() {
 	}
 }
 
+// ticked records the loop's tick at now. One longer than stallAfter after
+// the one before is a stall: peers may judge this node dead before they
+// see the renewal this tick sends. It binds nothing until that renewal
+// came back through the watch, with every lock change made before it
+// (what is bound stays: a taker's probe waits for it to go).
+func (s *self) ticked(now time.Time, stallAfter time.Duration) {
+	if !s.lastTick.IsZero() && now.Sub(s.lastTick) > stallAfter {
+		if !s.stalled {
+			s.log.Warn("the loop stalled; re-reading the locks before binding or refreshing anything", "since", now.Sub(s.lastTick))
+		}
+		s.stalled, s.stallAt, s.needBarrier = true, now, true
+	}
+	s.lastTick = now
+}
+
 // fence, with api-loss=fence, unbinds everything once fence-after has
 // passed since the last successful renewal was sent, and until then wakes
 // the loop exactly when it will have: waiting for the next tick could fence
@@ -252,7 +309,7 @@ func (s *state) fence(now time.Time) {
 	if s.desired.cfg.APILoss != config.APILossFence || len(s.binder.bound) == 0 {
 		return
 	}
-	d := lease.DecideFence(s.self.lastRenewOK, now, s.desired.cfg.FenceAfter, s.apiOK(now))
+	d := lease.DecideFence(s.self.lastRenewOK, now, s.desired.cfg.FenceAfter, s.self.apiOK(now))
 	if !d.At.IsZero() {
 		s.sched.wakeFull(d.At)
 	}
@@ -265,7 +322,7 @@ func (s *state) fence(now time.Time) {
 		s.event(ip, corev1.EventTypeWarning, "Fenced", fmt.Sprintf("unbound %s from %s: API server unreachable (api-loss=fence)", ip, s.a.opt.Node))
 		s.carryOut(ip, d)
 	}
-	s.self.fenced = true
+	s.self.fence()
 }
 
 func (s *state) view(now time.Time) lease.View {
@@ -276,7 +333,7 @@ func (s *state) view(now time.Time) lease.View {
 		// keeps its IPs through View.Alive.
 		if s.live.Renewing(n, now) && s.eligible(n) {
 			live = append(live, n)
-			s.self.liveUntil[n] = now
+			s.self.sawLive(n, now)
 		}
 	}
 	slices.Sort(live)
@@ -328,10 +385,9 @@ func (s *state) eligible(node string) bool {
 // can fix), in a Warning event on the ConfigMap.
 func (s *state) updateEligibility() {
 	ok, why, missingIface := s.eligibleSelf()
-	if ok == s.self.selfEligible && why == s.self.selfReason {
+	if !s.self.judgedEligible(ok, why) {
 		return
 	}
-	s.self.selfEligible, s.self.selfReason = ok, why
 	if ok {
 		s.log.Info("this node is eligible to hold IPs")
 		return
@@ -360,24 +416,12 @@ func (s *state) eligibleSelf() (ok bool, why string, missingIface bool) {
 		// Without ranges this node manages no IP: peers must not hand it any.
 		return false, "no ranges are configured", false
 	}
-	for _, iface := range s.configuredIfaces() {
+	for _, iface := range s.desired.configuredIfaces() {
 		if _, err := s.a.opt.Links.Up(iface); err != nil {
 			return false, fmt.Sprintf("interface %q from the configuration: %v", iface, err), true
 		}
 	}
 	return true, "", false
-}
-
-// configuredIfaces are the interface names the configuration names
-// explicitly ("auto" resolves per IP).
-func (s *state) configuredIfaces() []string {
-	var out []string
-	for _, r := range s.desired.cfg.Ranges {
-		if r.Iface != "auto" && r.Iface != "" && !slices.Contains(out, r.Iface) {
-			out = append(out, r.Iface)
-		}
-	}
-	return out
 }
 
 func (s *state) heartbeatNow(req renewal) error {
@@ -403,3 +447,14 @@ func (s *state) heartbeatNow(req renewal) error {
 // maxRenewBackoff bounds, in renew intervals, how long a node on slow
 // heartbeats waits before it writes a failed renewal again.
 const maxRenewBackoff = 4
+
+// loopLate: the loop's last tick, which renews the heartbeat, is longer
+// ago than lateAfter, or the loop stalled and has not re-read the locks
+// since. A loop that runs late renews nothing meanwhile: its peers may
+// judge it dead and take over IPs its cache still shows as its own. While
+// it is late it binds nothing and puts no address back (lateBinds waits
+// for its next tick). An API-server outage is not lateness: the loop
+// ticks on time, and api-loss decides.
+func (s *self) loopLate(now time.Time, lateAfter time.Duration) bool {
+	return s.stalled || !s.lastTick.IsZero() && now.Sub(s.lastTick) > lateAfter
+}

@@ -12,6 +12,7 @@ import (
 	"github.com/eip-project/eip/internal/lanlive"
 	"github.com/eip-project/eip/internal/lease"
 	"github.com/eip-project/eip/internal/netif"
+	corelisters "k8s.io/client-go/listers/core/v1"
 )
 
 // binding is an address this node has put on an interface.
@@ -55,7 +56,6 @@ type state struct {
 	live      *lease.Liveness
 	renewReq  chan renewal
 	renewRes  chan renewResult
-	claims    chan netif.Claim
 	hb        *heartbeater
 	alloc     *allocator
 	lifetime  *keeper
@@ -63,25 +63,6 @@ type state struct {
 	conflicts addrConflicts
 	wire      wireChecks
 	events    *eventBudget
-}
-
-// desired is what this node is asked to manage: the configuration in
-// force, and the IPs the Services name within it.
-type desired struct {
-	cfg       config.Config
-	cfgLoaded bool   // a good configuration is in force
-	cfgErr    string // why the current ConfigMap is not in force
-	cfgRV     string // resourceVersion of the ConfigMap last parsed
-	cfgGone   bool   // the ConfigMap was deleted after a good one was loaded
-
-	entries   map[netip.Addr]ipset.Entry
-	order     []managed
-	names     map[string]netip.Addr // each managed IP's lock name to it
-	preferred map[netip.Addr][]string
-	reserved  map[netip.Addr]string
-	rejected  map[string]bool // "svc ip reason" already reported
-	// next is where the policy puts each IP were this node gone (plan).
-	next map[netip.Addr]string
 }
 
 // self is what this node knows of its own standing: whether it may write,
@@ -121,6 +102,9 @@ type self struct {
 	// unheardAt (lan.go).
 	unheard   bool
 	unheardAt time.Time
+
+	log  *slog.Logger
+	node string
 }
 
 // writeQueue is the lock writes in flight and the room for more: the
@@ -200,6 +184,11 @@ type binder struct {
 	arpAnswers  map[string]bool       // per LAN interface, see placeOnDevice
 	macs        string                // ownMACs; "" until listed, and after a link changed
 	devices     addressDevices
+
+	log         *slog.Logger
+	links       Links
+	watchClaims ClaimWatcher
+	claims      chan netif.Claim // what the claim watches see
 }
 
 // routing is route mode's state (route.go).
@@ -208,6 +197,11 @@ type routing struct {
 	bgpSessions string // lease.FormatBGPSessions of the sessions, for the heartbeat
 	sessions    map[netip.Addr]sessionSeen
 	announced   int // routes announced
+
+	router Router
+	nodes  corelisters.NodeLister // for this node's router ID
+	node   string
+	log    *slog.Logger
 }
 
 // lanState is liveness over the LAN (lan.go): the socket and its port,
@@ -234,7 +228,7 @@ func newState(a *Agent) *state {
 			names:    map[string]netip.Addr{},
 			rejected: map[string]bool{},
 		},
-		self: self{needBarrier: true, liveUntil: map[string]time.Time{}},
+		self: self{needBarrier: true, liveUntil: map[string]time.Time{}, log: a.log, node: a.opt.Node},
 		book: newLockBook(a.log),
 		writes: writeQueue{
 			jobs:        make(chan write, 4096),
@@ -256,13 +250,17 @@ func newState(a *Agent) *state {
 			autoIface:   map[netip.Addr]string{},
 			arpAnswers:  map[string]bool{},
 			devices:     addressDevices{count: map[string]int{}},
+			log:         a.log,
+			links:       a.opt.Links,
+			watchClaims: a.opt.Claims,
+			claims:      make(chan netif.Claim, 64),
 		},
 		succ:      successions{succeeding: map[netip.Addr]succession{}, held: map[netip.Addr]bool{}},
+		routes:    routing{router: a.opt.Router, nodes: a.nodes, node: a.opt.Node, log: a.log},
 		lan:       lanState{lanIn: make(chan lanlive.Received, 256)},
 		serving:   newServing(a.watchSlices),
 		renewReq:  make(chan renewal, 1),
 		renewRes:  make(chan renewResult, 1),
-		claims:    make(chan netif.Claim, 64),
 		hb:        &heartbeater{a: a},
 		alloc:     newAllocator(),
 		conflicts: newAddrConflicts(),

@@ -184,7 +184,7 @@ func (s *state) wireDecide(in *lease.IP, now time.Time) {
 	holding := lk != nil && lk.Holder == self && in.Named
 	s.wire.held(in.Addr, holding, now)
 	if lk != nil && in.Named && lk.Successor == self && lk.Holder != "" && lk.Holder != self && s.live.Alive(lk.Holder, now) {
-		if iface, err := s.ifaceFor(in.Addr, s.desired.entries[in.Addr].Binding); err == nil {
+		if iface, err := s.binder.ifaceFor(in.Addr, s.desired.entries[in.Addr].Binding); err == nil {
 			s.wire.track(in.Addr, lk.Holder, iface, now)
 		}
 	} else {
@@ -222,7 +222,7 @@ func (s *state) checkWire(now time.Time) {
 	}
 	for _, ip := range w.sched.Due(now) {
 		iface := w.ifaces[ip]
-		s.watchClaims(iface)
+		s.binder.watchClaimsOn(iface)
 		s.binder.claimed.add(ip) // before an answer may come
 		if err := s.a.opt.Announcer.Probe(iface, ip); err != nil {
 			s.log.Debug("wire check", "ip", ip, "iface", iface, "err", err)

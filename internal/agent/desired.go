@@ -1,0 +1,93 @@
+package agent
+
+import (
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/eip-project/eip/internal/config"
+	"github.com/eip-project/eip/internal/ipset"
+	"github.com/eip-project/eip/internal/lease"
+)
+
+// desired is what this node is asked to manage: the configuration in
+// force, and the IPs the Services name within it.
+type desired struct {
+	cfg       config.Config
+	cfgLoaded bool   // a good configuration is in force
+	cfgErr    string // why the current ConfigMap is not in force
+	cfgRV     string // resourceVersion of the ConfigMap last parsed
+	cfgGone   bool   // the ConfigMap was deleted after a good one was loaded
+
+	entries   map[netip.Addr]ipset.Entry
+	order     []managed
+	names     map[string]netip.Addr // each managed IP's lock name to it
+	preferred map[netip.Addr][]string
+	reserved  map[netip.Addr]string
+	rejected  map[string]bool // "svc ip reason" already reported
+	// next is where the policy puts each IP were this node gone (plan).
+	next map[netip.Addr]string
+}
+
+// lateAfter is how long after the loop's last tick it counts as late
+// (loopLate): the margin that an address given its lifetime at the last
+// tick had before peers judging by heartbeats could take it, lease-duration −
+// lifetime − the kernel's expiry slack (0.75 s at the defaults), and at
+// least one and a half renew intervals (375 ms at a 1 s lease, where that
+// margin is below 0), so that a pass between two ticks may still bind.
+func (d *desired) lateAfter() time.Duration {
+	return max(d.cfg.LeaseDuration-d.cfg.AddressLifetime()-addressExpirySlack, d.cfg.RenewInterval*3/2)
+}
+
+// stallAfter is how long after the one before a tick marks the loop
+// stalled (tick): lease-duration − renew-interval (1.5 s at the
+// defaults), and at least lateAfter. Its peers saw no renewal for that
+// long, and the next one may not reach them before they judge this node
+// dead.
+func (d *desired) stallAfter() time.Duration {
+	return max(d.cfg.LeaseDuration-d.cfg.RenewInterval, d.lateAfter())
+}
+
+// reservationGrace is how long a reservation whose Service this node does
+// not know is kept after this node first saw the lock: the Service may not
+// have reached this node's Service cache yet, though its reservation reached
+// the Lease cache. A lease duration is ample for that. It counts from the
+// lock's first sighting, not from when it became an orphan, so that
+// deleting a Service releases its address at once.
+func (d *desired) reservationGrace() time.Duration { return d.cfg.LeaseDuration }
+
+// allocStep is how long a node waits per rank before allocating for a
+// Service: a reservation and a status write, two round trips, with margin.
+func (d *desired) allocStep() time.Duration { return 4 * d.cfg.RankStep() }
+
+// lifetimeOn is the lifetime of an address bound on one of eipd's own
+// devices (none) or on its interface.
+func (d *desired) lifetimeOn(onDevice bool) time.Duration {
+	if onDevice {
+		return 0
+	}
+	return d.cfg.AddressLifetime()
+}
+
+// lanTimings are what the speaker's fan-out needs of the configuration.
+func (d *desired) lanTimings() lanTimings {
+	return lanTimings{renew: d.cfg.RenewInterval, suspect: d.suspectAfter(), duration: d.cfg.LeaseDuration}
+}
+
+// suspectAfter is how old a sign of a peer may grow before this node asks
+// it directly (lease.SuspectAfter).
+func (d *desired) suspectAfter() time.Duration {
+	return lease.SuspectAfter(d.cfg.LeaseDuration, d.cfg.FenceAfter, d.cfg.RenewInterval)
+}
+
+// configuredIfaces are the interface names the configuration names
+// explicitly ("auto" resolves per IP).
+func (d *desired) configuredIfaces() []string {
+	var out []string
+	for _, r := range d.cfg.Ranges {
+		if r.Iface != "auto" && r.Iface != "" && !slices.Contains(out, r.Iface) {
+			out = append(out, r.Iface)
+		}
+	}
+	return out
+}
