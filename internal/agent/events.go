@@ -32,7 +32,9 @@ import (
 // Service's owner, yet their first eventBurst Events were a tenth of the
 // API server's writes in a 3,000-IP cold start, each costing it more CPU
 // than a lock (docs/benchmarks.md). Warnings (an AddressConflict found at
-// start) keep their whole budget.
+// start) keep their whole budget, and each namespace has its own: one
+// tenant's thousand refused Services do not push another tenant's
+// AddressConflict into the summary.
 const (
 	eventBurst   = 100
 	startBurst   = 10
@@ -43,7 +45,8 @@ const (
 // eventBudget decides which Service Events a node posts, and what it
 // summarises instead.
 type eventBudget struct {
-	limits map[string]*rate.Limiter // by type, Normal or Warning
+	// limits are by type, Normal, or Warning and namespace (warningOf).
+	limits map[string]*rate.Limiter
 	// left counts the Events not posted since since, by "type reason".
 	left  map[string]int
 	since time.Time
@@ -56,13 +59,18 @@ func newEventBudget(start time.Time) *eventBudget {
 	return &eventBudget{limits: map[string]*rate.Limiter{corev1.EventTypeNormal: normal}, left: map[string]int{}}
 }
 
-// allow says whether an Event of this type and reason may be posted at
-// now; if not, it is counted for the next summary.
-func (b *eventBudget) allow(now time.Time, kind, reason string) bool {
-	l, ok := b.limits[kind]
+// allow says whether an Event of this type and reason on a Service of
+// namespace may be posted at now; if not, it is counted for the next
+// summary.
+func (b *eventBudget) allow(now time.Time, kind, namespace, reason string) bool {
+	budget := kind
+	if kind == corev1.EventTypeWarning {
+		budget = warningOf(namespace)
+	}
+	l, ok := b.limits[budget]
 	if !ok {
 		l = rate.NewLimiter(rate.Every(eventRefill), eventBurst)
-		b.limits[kind] = l
+		b.limits[budget] = l
 	}
 	if l.AllowN(now, 1) {
 		return true
@@ -94,7 +102,20 @@ func (b *eventBudget) summary(now time.Time) (kind, msg string, ok bool) {
 	msg = fmt.Sprintf("%d Events on Services not posted in the last %s (%s): a node posts at most %d of each type at once and one more each %s; the IP locks and `kubectl eip status` show where every IP is",
 		total, now.Sub(b.since).Round(time.Second), strings.Join(parts, ", "), eventBurst, eventRefill)
 	clear(b.left)
+	b.forgetFull(now)
 	return kind, msg, true
+}
+
+// warningOf is the key of namespace's Warning budget.
+func warningOf(namespace string) string { return corev1.EventTypeWarning + "/" + namespace }
+
+// forgetFull drops the Warning budgets that are full again at now: a new
+// one is the same, and so the budgets kept are those of the namespaces
+// that had Warnings within the last eventBurst refills.
+func (b *eventBudget) forgetFull(now time.Time) {
+	maps.DeleteFunc(b.limits, func(k string, l *rate.Limiter) bool {
+		return strings.HasPrefix(k, corev1.EventTypeWarning+"/") && l.TokensAt(now) >= eventBurst
+	})
 }
 
 // event posts an Event on each Service of ip, within the node's budget
@@ -117,7 +138,7 @@ func (s *state) serviceEvent(key, kind, reason, msg string) {
 	if svc == nil {
 		return
 	}
-	if !s.events.allow(s.a.clk.Now(), kind, reason) {
+	if !s.events.allow(s.a.clk.Now(), kind, svc.Namespace, reason) {
 		s.a.opt.Metrics.EventSummarised(reason)
 		return
 	}

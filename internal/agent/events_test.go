@@ -22,19 +22,19 @@ func TestEventBudget(t *testing.T) {
 	b := newEventBudget(t0.Add(-eventBurst * eventRefill))
 	now := t0
 	for i := range eventBurst {
-		assert.Assert(t, b.allow(now, corev1.EventTypeNormal, "Bound"), "event %d", i)
+		assert.Assert(t, b.allow(now, corev1.EventTypeNormal, "ns", "Bound"), "event %d", i)
 	}
 	for range 250 {
-		assert.Assert(t, !b.allow(now, corev1.EventTypeNormal, "Bound"))
+		assert.Assert(t, !b.allow(now, corev1.EventTypeNormal, "ns", "Bound"))
 	}
-	assert.Assert(t, !b.allow(now, corev1.EventTypeNormal, "TakenOver"))
-	assert.Assert(t, b.allow(now, corev1.EventTypeWarning, "AddressConflict"), "Warnings have their own budget")
+	assert.Assert(t, !b.allow(now, corev1.EventTypeNormal, "ns", "TakenOver"))
+	assert.Assert(t, b.allow(now, corev1.EventTypeWarning, "ns", "AddressConflict"), "Warnings have their own budget")
 	_, _, due := b.summary(now.Add(summaryEvery - time.Millisecond))
 	assert.Assert(t, !due, "a summary before summaryEvery")
 
 	now = now.Add(eventRefill)
-	assert.Assert(t, b.allow(now, corev1.EventTypeNormal, "Bound"), "refilled")
-	assert.Assert(t, !b.allow(now, corev1.EventTypeNormal, "Bound"))
+	assert.Assert(t, b.allow(now, corev1.EventTypeNormal, "ns", "Bound"), "refilled")
+	assert.Assert(t, !b.allow(now, corev1.EventTypeNormal, "ns", "Bound"))
 
 	kind, msg, due := b.summary(t0.Add(summaryEvery))
 	assert.Assert(t, due)
@@ -48,13 +48,13 @@ func TestEventBudget(t *testing.T) {
 	// Warning.
 	later := t0.Add(time.Hour)
 	n := 0
-	for b.allow(later, corev1.EventTypeNormal, "Bound") {
+	for b.allow(later, corev1.EventTypeNormal, "ns", "Bound") {
 		n++
 	}
 	assert.Equal(t, n, eventBurst)
-	for b.allow(later, corev1.EventTypeWarning, "Unheard") {
+	for b.allow(later, corev1.EventTypeWarning, "ns", "Unheard") {
 	}
-	assert.Assert(t, !b.allow(later.Add(time.Second/2), corev1.EventTypeWarning, "Unheard"))
+	assert.Assert(t, !b.allow(later.Add(time.Second/2), corev1.EventTypeWarning, "ns", "Unheard"))
 	_, _, due = b.summary(later.Add(summaryEvery - time.Millisecond))
 	assert.Assert(t, !due, "counted from the first left out")
 	kind, msg, due = b.summary(later.Add(summaryEvery))
@@ -66,22 +66,52 @@ func TestEventBudget(t *testing.T) {
 // A node that just started has startBurst Normal Events, one more each
 // eventRefill, and builds its burst up from there; its Warnings have their
 // whole budget.
+// Each namespace has its own Warning budget: one tenant's 1,000 refused
+// Services are summarised past the budget, and another tenant's conflict
+// is still posted. A budget full again is forgotten at the next summary.
+func TestEventBudgetWarningsPerNamespace(t *testing.T) {
+	now := t0
+	b := newEventBudget(now)
+	posted := 0
+	for range 1000 {
+		if b.allow(now, corev1.EventTypeWarning, "team-b", "AddressRejected") {
+			posted++
+		}
+	}
+	assert.Equal(t, posted, eventBurst)
+	assert.Assert(t, b.allow(now, corev1.EventTypeWarning, "team-a", "AddressConflict"), "team-b's refusals pushed team-a's conflict out")
+	_, msg, ok := b.summary(now.Add(summaryEvery))
+	assert.Assert(t, ok)
+	assert.Assert(t, strings.Contains(msg, "900 Warning AddressRejected"), msg)
+	// Long after, team-b's refusals go past its budget again: the
+	// summary then forgets team-a's budget, full again, and not team-b's.
+	later := now.Add(2 * eventBurst * eventRefill)
+	for b.allow(later, corev1.EventTypeWarning, "team-b", "AddressRejected") {
+	}
+	_, _, ok = b.summary(later.Add(summaryEvery))
+	assert.Assert(t, ok)
+	_, kept := b.limits[warningOf("team-a")]
+	assert.Assert(t, !kept, "a full budget is kept")
+	_, kept = b.limits[warningOf("team-b")]
+	assert.Assert(t, kept, "a budget still refilling was forgotten")
+}
+
 func TestEventBudgetOfANodeJustStarted(t *testing.T) {
 	b := newEventBudget(t0)
 	for i := range startBurst {
-		assert.Assert(t, b.allow(t0, corev1.EventTypeNormal, "Bound"), "Normal Event %d at start", i)
+		assert.Assert(t, b.allow(t0, corev1.EventTypeNormal, "ns", "Bound"), "Normal Event %d at start", i)
 	}
-	assert.Assert(t, !b.allow(t0, corev1.EventTypeNormal, "Bound"))
+	assert.Assert(t, !b.allow(t0, corev1.EventTypeNormal, "ns", "Bound"))
 	for i := range eventBurst {
-		assert.Assert(t, b.allow(t0, corev1.EventTypeWarning, "AddressConflict"), "Warning %d at start", i)
+		assert.Assert(t, b.allow(t0, corev1.EventTypeWarning, "ns", "AddressConflict"), "Warning %d at start", i)
 	}
-	assert.Assert(t, !b.allow(t0, corev1.EventTypeWarning, "AddressConflict"))
+	assert.Assert(t, !b.allow(t0, corev1.EventTypeWarning, "ns", "AddressConflict"))
 	now := t0.Add(eventRefill)
-	assert.Assert(t, b.allow(now, corev1.EventTypeNormal, "Bound"), "one a second")
-	assert.Assert(t, !b.allow(now, corev1.EventTypeNormal, "Bound"))
+	assert.Assert(t, b.allow(now, corev1.EventTypeNormal, "ns", "Bound"), "one a second")
+	assert.Assert(t, !b.allow(now, corev1.EventTypeNormal, "ns", "Bound"))
 	now = t0.Add(time.Hour)
 	n := 0
-	for b.allow(now, corev1.EventTypeNormal, "Bound") {
+	for b.allow(now, corev1.EventTypeNormal, "ns", "Bound") {
 		n++
 	}
 	assert.Equal(t, n, eventBurst, "the whole burst once it has filled")
