@@ -20,7 +20,7 @@ export CGO_ENABLED = 0
 # Go's own install location, for a fresh machine whose PATH lacks it.
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: all prereqs build install test test-unit test-e2e lint fuzz bench demo demo-bgp demo-cluster k8s clean
+.PHONY: all prereqs build install test test-unit test-e2e test-k8s lint fuzz bench demo demo-bgp demo-cluster k8s clean
 
 all: build
 
@@ -41,10 +41,11 @@ install: build
 	install -m 0755 kubectl-eip/kubectl_complete-eip $(PREFIX)/bin/kubectl_complete-eip
 	install -m 0755 $(BIN)/eipd $(PREFIX)/bin/eipd
 
-## release: kubectl-eip archives for linux/darwin x amd64/arm64 and the krew
-## manifest bin/release/eip.yaml with their sha256 sums (VERSION=v0.1.0)
+## release: a release in one folder (OUT, default bin/release): eipd's image
+## archive, the install manifest eip.yaml, the Helm chart, the kubectl-eip
+## archives and krew manifest, SBOMs and SHA256SUMS (VERSION=v0.1.0)
 release:
-	VERSION=$(VERSION) scripts/release.sh
+	VERSION=$(VERSION) OUT=$(OUT) scripts/release.sh
 
 ## lint: gofmt and go vet must be clean
 lint:
@@ -65,6 +66,17 @@ test-unit:
 
 test-e2e: prereqs build
 	scripts/test.sh e2e
+
+## test-k8s: the core e2e tests (failover, hand-off, live configuration,
+## allocation, the plugin) against another Kubernetes release's API server,
+## built from its Go modules (K8S_VERSION=v1.36.3; not run by `make test`)
+K8S_VERSION ?= v1.36.3
+CORE_E2E    := ^Test(ServiceIPsAnswerFromOneNodeEach|KilledHolderFailsOver|PartitionedHolderFailsOverAndStaysSingle|GracefulStopHandsOff|AllDaemonsStoppedThenOneReturns|ConfigEditsApplyLive|SharedIPIsOneLock|AllocationRace|RequestedAddress|DualStackAllocation|Sharing|ReleaseOnDeleteAndTypeChange|ClassOnlyLeavesClasslessServicesToAnother|PluginStatusMatchesLocks|PluginMoveClientFollows|PluginVersion)$$
+test-k8s: prereqs build
+	bin=$$(K8S_VERSION=$(K8S_VERSION) scripts/build-k8s.sh | tail -n1) && \
+		$$bin/kube-apiserver --version && \
+		EIP_K8S_BIN=$$bin EIPD_BIN=$(BIN)/eipd KUBECTL_EIP_BIN=$(BIN)/kubectl-eip \
+		$(GO) test -count=1 -v -run '$(CORE_E2E)' ./testenv/e2e/
 
 ## fuzz: run each fuzz target briefly
 fuzz:

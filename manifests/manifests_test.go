@@ -132,10 +132,20 @@ func TestKustomizationListsEveryManifest(t *testing.T) {
 	listed := slices.Sorted(slices.Values(k.Resources))
 	assert.DeepEqual(t, listed, files)
 
-	// The image make image names, once.
+	// The image make image names, once, at the release of the VERSION
+	// file, which the chart installs too.
 	assert.Equal(t, len(k.Images), 1)
 	assert.Equal(t, k.Images[0].Name, image)
-	assert.Check(t, k.Images[0].NewTag != "")
+	b, err := os.ReadFile("../VERSION")
+	assert.NilError(t, err)
+	version := strings.TrimSpace(string(b))
+	assert.Check(t, is.Equal(k.Images[0].NewTag, version), "manifests/kustomization.yaml names another release than VERSION")
+	b, err = os.ReadFile("../charts/eip/Chart.yaml")
+	assert.NilError(t, err)
+	var chart struct{ Version, AppVersion string }
+	assert.NilError(t, yaml.Unmarshal(b, &chart))
+	assert.Check(t, is.Equal(chart.AppVersion, version), "charts/eip/Chart.yaml's appVersion is not VERSION")
+	assert.Check(t, is.Equal("v"+chart.Version, version), "charts/eip/Chart.yaml's version is not VERSION")
 }
 
 func TestEveryObjectIsEips(t *testing.T) {

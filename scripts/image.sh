@@ -9,6 +9,7 @@
 #   PLATFORMS  space-separated os/arch list (default "linux/amd64 linux/arm64")
 #   OUT        archive path (default bin/eipd-image.tar)
 #   SOURCE_DATE_EPOCH  image creation time (default: the last commit's time)
+#   DIGEST_FILE  where to write the image index's digest (sha256:...), if set
 #
 # Load or push the result with any OCI tool, for example:
 #   skopeo copy --all oci-archive:bin/eipd-image.tar docker://REGISTRY/eipd:TAG
@@ -38,4 +39,4 @@ for p in $PLATFORMS; do
 	GOOS=$os GOARCH=$arch go build -mod=readonly -trimpath -tags grpcnotrace -ldflags "-s -w -X main.version=$VERSION -X main.commit=${commit:-unknown}" -o "$bin" ./daemon
 	args+=(--binary "$p=$bin")
 done
-go run -mod=readonly ./scripts/image --out "$OUT" --name "$IMAGE" --version "$VERSION" --revision "$revision" "${args[@]}"
+go run -mod=readonly ./scripts/image --out "$OUT" --name "$IMAGE" --version "$VERSION" --revision "$revision" --digest-file "${DIGEST_FILE:-}" "${args[@]}"

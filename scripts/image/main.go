@@ -44,7 +44,7 @@ func main() {
 
 func run(args []string) error {
 	o := image.Options{Binaries: binaries{}}
-	var out, name, created string
+	var out, name, created, digestFile string
 	fs := flag.NewFlagSet("image", flag.ContinueOnError)
 	fs.Var(binaries(o.Binaries), "binary", "os/arch=path of a static eipd (repeat per platform)")
 	fs.StringVar(&out, "out", "bin/eipd-image.tar", "archive to write")
@@ -52,6 +52,7 @@ func run(args []string) error {
 	fs.StringVar(&o.Version, "version", "", "eipd version, also the image tag")
 	fs.StringVar(&o.Revision, "revision", "", "source commit")
 	fs.StringVar(&o.Source, "source", "https://github.com/eip-project/eip", "source repository URL")
+	fs.StringVar(&digestFile, "digest-file", "", "also write the image index's digest to this file")
 	fs.StringVar(&created, "created", "", "creation time in Unix seconds (default $SOURCE_DATE_EPOCH)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -84,6 +85,15 @@ func run(args []string) error {
 	entries, err := image.Verify(back, slices.Sorted(maps.Keys(o.Binaries)))
 	if err != nil {
 		return err
+	}
+	if digestFile != "" {
+		d, err := back.Digest()
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(digestFile, []byte(d.String()), 0o644); err != nil {
+			return err
+		}
 	}
 	st, err := os.Stat(out)
 	if err != nil {

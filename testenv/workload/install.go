@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -210,22 +211,38 @@ func EipdPod(ctx context.Context, c *testenv.Cluster, node string) (string, erro
 	return "", fmt.Errorf("no eipd pod on %s", node)
 }
 
-// ImageName is eipd's image name in manifests/ (kustomization.yaml sets
-// tag dev).
+// ImageName is eipd's image name in manifests/.
 const ImageName = "ghcr.io/eip-project/eipd"
 
+// ManifestImage is the image manifests/ names: ImageName at the release
+// of the repository's VERSION file (a test enforces it).
+func ManifestImage() (string, error) {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	b, err := os.ReadFile(filepath.Join(root, "VERSION"))
+	if err != nil {
+		return "", err
+	}
+	return ImageName + ":" + strings.TrimSpace(string(b)), nil
+}
+
 // EipdImage builds eipd's image the way `make image` does (scripts/image.sh)
-// for this machine's platform, tagged version, into dir. With dev set it is
-// also named ImageName:dev, as pushing it under the manifests' name would.
-func EipdImage(ctx context.Context, dir, version string, dev bool) (realnode.Image, error) {
+// for this machine's platform, tagged version, into dir. With asManifests
+// set it is also named ManifestImage, as pushing it under the manifests'
+// name would.
+func EipdImage(ctx context.Context, dir, version string, asManifests bool) (realnode.Image, error) {
 	root, err := testenv.RepoRoot()
 	if err != nil {
 		return realnode.Image{}, err
 	}
 	img, err := buildImage(ctx, root, dir, version)
-	if dev {
-		img.Tags = []string{ImageName + ":dev"}
+	if err != nil || !asManifests {
+		return img, err
 	}
+	m, err := ManifestImage()
+	img.Tags = []string{m}
 	return img, err
 }
 

@@ -43,9 +43,13 @@ func run(out io.Writer) error {
 	step := func(format string, args ...any) { fmt.Fprintf(out, "==> "+format+"\n", args...) }
 	began := time.Now()
 	step("starting a control plane and 3 real kubelet nodes (containerd, kubelet, kube-proxy each)")
+	manifestImage, err := workload.ManifestImage()
+	if err != nil {
+		return err
+	}
 	c, err := testenv.Start(ctx, testenv.Options{
 		Nodes: 3, RealNodes: true, Manifests: []string{},
-		Images: []realnode.Image{{Archive: image, Ref: workload.ImageName + ":" + version, Tags: []string{workload.ImageName + ":dev"}}},
+		Images: []realnode.Image{{Archive: image, Ref: workload.ImageName + ":" + version, Tags: []string{manifestImage}}},
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {
@@ -56,7 +60,7 @@ func run(out io.Writer) error {
 	defer c.Close()
 	step("nodes Ready after %s", time.Since(began).Round(100*time.Millisecond))
 
-	step("kubectl apply -k manifests/ (image %s:dev, imported as make image built it); ranges:\n%s", workload.ImageName, workload.Ranges)
+	step("kubectl apply -k manifests/ (image %s, imported as make image built it); ranges:\n%s", manifestImage, workload.Ranges)
 	t := time.Now()
 	if err := workload.InstallEIP(ctx, c); err != nil {
 		return err

@@ -46,18 +46,20 @@ func TestRolloutAcrossLivenessFormatChange(t *testing.T) {
 	key, err := secrets.Get(ctx, "eip-liveness-key", metav1.GetOptions{})
 	must(t, err)
 
+	current, err := workload.ManifestImage()
+	must(t, err)
 	var began time.Time
 	// handedOff, not planned: a pause while the IP stays put is this
 	// machine's load stalling the client (1.4 s once, with no ping lost
 	// and no lock written), not eip's doing.
 	for _, s := range observe(t, "kubectl apply -k manifests/ across the format change", func() {
 		began = time.Now()
-		kubectl(t, "apply", "-k", overlay(t, filepath.Join(root, "manifests"), "dev"))
+		kubectl(t, "apply", "-k", overlay(t, filepath.Join(root, "manifests"), strings.TrimPrefix(current, imageName+":")))
 		waitDaemonSet(t)
 	}) {
 		handedOff(t, s)
 	}
-	runsImage(t, imageName+":dev")
+	runsImage(t, current)
 	kept, err := secrets.Get(ctx, "eip-liveness-key", metav1.GetOptions{})
 	must(t, err)
 	if string(kept.Data["key"]) != string(key.Data["key"]) || len(key.Data["key"]) == 0 {
