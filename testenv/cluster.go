@@ -65,6 +65,11 @@ type Options struct {
 	// Images are imported into every real node's containerd at start,
 	// besides realnode.WebImage (and the pause image).
 	Images []realnode.Image
+	// Registry starts a container registry (Cluster.Registry) that the
+	// real nodes pull from, also as the mirror of every registry that
+	// Options.Mirrored names (ghcr.io: eip's own images).
+	Registry bool
+	Mirrored []string
 	// StartTimeout bounds each wait for a process to become ready
 	// (default 90 s).
 	StartTimeout time.Duration
@@ -133,6 +138,8 @@ type Cluster struct {
 	keep      bool
 	closed    bool
 	watchdog  *watchdog
+	// imageRegistry runs with Options.Registry.
+	imageRegistry *imageRegistry
 
 	realNodes   map[string]*realnode.Node
 	controllers *realnode.Controllers
@@ -265,6 +272,11 @@ func (c *Cluster) start(ctx context.Context) error {
 	}
 	if err := c.ApplyFiles(ctx, files...); err != nil {
 		return err
+	}
+	if c.opts.Registry {
+		if err := c.startImageRegistry(); err != nil {
+			return err
+		}
 	}
 	if c.opts.RealNodes {
 		if err := c.startRealNodes(ctx); err != nil {
@@ -472,6 +484,9 @@ func (c *Cluster) Close() error {
 			d.stop()
 		}
 		errs = errors.Join(errs, c.stopRealNodes())
+		if c.imageRegistry != nil {
+			errs = errors.Join(errs, c.imageRegistry.close())
+		}
 		for _, p := range procs {
 			if p != nil {
 				// SIGKILL: nothing of the run outlives it, so nothing to

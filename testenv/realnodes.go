@@ -80,6 +80,7 @@ func (c *Cluster) startRealNodes(ctx context.Context) error {
 			PodCIDR: nodePodCIDR(i + 1), ClusterCIDR: podCIDR,
 			Dir: filepath.Join(c.dir, e.name), Kubeconfig: c.AdminKubeconfig(),
 			Bins: c.opts.RealNodeBins, Pause: pause, Images: append([]realnode.Image{web}, c.opts.Images...),
+			Registry: c.nodeRegistry(),
 		})
 		if err != nil {
 			return err
@@ -103,6 +104,15 @@ func (c *Cluster) startRealNodes(ctx context.Context) error {
 		}
 	}
 	return c.waitNodesReady(ctx)
+}
+
+// nodeRegistry is the registry the real nodes pull from, nil without
+// Options.Registry.
+func (c *Cluster) nodeRegistry() *realnode.Registry {
+	if !c.opts.Registry {
+		return nil
+	}
+	return &realnode.Registry{Host: c.Registry(), CA: c.CACert(), Mirrored: c.opts.Mirrored}
 }
 
 func serviceRanges() (v4, v6 netip.Prefix) {

@@ -35,6 +35,17 @@ type NodeConfig struct {
 	Pause Image
 	// Images are imported too, so that pods need no registry.
 	Images []Image
+	// Registry, when set, is a registry the node pulls from.
+	Registry *Registry
+}
+
+// Registry is a container registry the node's containerd pulls from, over
+// HTTPS with a certificate signed by CA, and as the mirror of the
+// registries Mirrored names (containerd's hosts.toml).
+type Registry struct {
+	Host     string // host:port
+	CA       string // file of the CA certificate
+	Mirrored []string
 }
 
 // Image is an OCI archive to import into a node's containerd, known there
@@ -91,6 +102,15 @@ func (n *Node) prepare(ctx context.Context) error {
 		"kubelet.yaml":               n.kubeletConfig(),
 		"kube-proxy.yaml":            n.kubeProxyConfig(),
 		"cni/net.d/10-pods.conflist": n.cniConfig(),
+	}
+	if r := n.cfg.Registry; r != nil {
+		for _, host := range append([]string{r.Host}, r.Mirrored...) {
+			if err := os.MkdirAll(n.path("certs.d", host), 0o755); err != nil {
+				return err
+			}
+			files[filepath.Join("certs.d", host, "hosts.toml")] = fmt.Sprintf(
+				"server = %q\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n  ca = %q\n", "https://"+host, "https://"+r.Host, r.CA)
+		}
 	}
 	for name, body := range files {
 		if err := os.WriteFile(n.path(name), []byte(body), 0o644); err != nil {
@@ -287,6 +307,8 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
     address = ""
   [plugins.'io.containerd.cri.v1.images']
     snapshotter = "overlayfs"
+    [plugins.'io.containerd.cri.v1.images'.registry]
+      config_path = %[10]q
     [plugins.'io.containerd.cri.v1.images'.pinned_images]
       sandbox = %[5]q
   [plugins.'io.containerd.cri.v1.runtime']
@@ -309,7 +331,7 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
     stream_server_address = "127.0.0.1"
     stream_server_port = "0"
 `, n.path("containerd", "root"), n.path("containerd", "state"), n.socket(), n.socket()+".ttrpc",
-		n.cfg.Pause.Ref, n.cfg.Bins.CNI, n.path("cni", "net.d"), Runc, n.path("runc"))
+		n.cfg.Pause.Ref, n.cfg.Bins.CNI, n.path("cni", "net.d"), Runc, n.path("runc"), n.path("certs.d"))
 }
 
 func (n *Node) kubeletConfig() string {

@@ -1,5 +1,5 @@
 // Command web is the test environment's application: an HTTP server on
-// :8080 that answers every request with the pod and node that served it,
+// :8080, and on :80 for examples written for a usual web server, that answers every request with the pod and node that served it,
 // from the downward-API variables POD_NAME and NODE_NAME, and the address
 // the request came from ("pod=web-5c9d-x2 node=node-2 remote=198.18.0.2":
 // the client's own with externalTrafficPolicy: Local, a node's when
@@ -34,6 +34,12 @@ func main() {
 		defer cancel()
 		_ = srv.Shutdown(shutdown) // ListenAndServe returns either way
 	}()
+	ln, err := net.Listen("tcp", ":80")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "web:", err)
+		os.Exit(1)
+	}
+	go srv.Serve(ln) // Shutdown closes it too
 	if err := srv.ListenAndServe(); err != http.ErrServerClosed {
 		fmt.Fprintln(os.Stderr, "web:", err)
 		os.Exit(1)
