@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -28,6 +29,11 @@ const (
 	// AnnotationPreferredNodes lists the nodes a Service's IPs should live
 	// on, in order of preference, separated by commas or spaces.
 	AnnotationPreferredNodes = "eip.io/preferred-nodes"
+	// AnnotationShareWith, on the Service that owns an address, lists the
+	// other namespaces whose Services may share it (with its sharing key),
+	// separated by commas or spaces: the owner's consent, which a key
+	// anyone may read cannot give.
+	AnnotationShareWith = "eip.io/share-with"
 )
 
 // Entry is one managed IP.
@@ -110,9 +116,13 @@ type Claim struct {
 	External bool
 	// Created is the Service's creationTimestamp.
 	Created time.Time
-	// SharingKey and Preferred are the Service's AnnotationSharingKey and
-	// AnnotationPreferredNodes.
-	SharingKey, Preferred string
+	// SharingKey, Preferred and ShareWith are the Service's
+	// AnnotationSharingKey, AnnotationPreferredNodes and
+	// AnnotationShareWith.
+	SharingKey, Preferred, ShareWith string
+	// Ports are the Service's ports: Services of different namespaces
+	// share an address only on different ports.
+	Ports []Port
 	// Local: the Service's externalTrafficPolicy is Local.
 	Local bool
 	// Classless: the text is a load-balancer address of a Service without
@@ -160,7 +170,7 @@ func EachIP(svc *Service, add func(Claim)) {
 	c := Claim{
 		Service: svc.Key(), Created: svc.Created,
 		SharingKey: strings.TrimSpace(svc.Annotations[AnnotationSharingKey]), Preferred: svc.Annotations[AnnotationPreferredNodes],
-		Local: svc.Local,
+		ShareWith: svc.Annotations[AnnotationShareWith], Ports: svc.Ports, Local: svc.Local,
 	}
 	c.External = true
 	for _, text := range svc.ExternalIPs {
@@ -254,11 +264,24 @@ func ComputeFrom(n int, each func(add func(Claim)), cfg config.Config, reserved 
 			prefs = append(prefs, pending{i, o})
 		}
 	}
+	// Oldest first, so that every node lets in the same claims when ports
+	// clash, whatever the order it read the Services in.
+	slices.SortFunc(others, func(a, b pending) int {
+		if c := cmp.Compare(a.entry, b.entry); c != 0 {
+			return c
+		}
+		if a.claim.older(b.claim) {
+			return -1
+		}
+		return 1
+	})
+	served := make(map[int][]Claim, len(others)) // the claims let in beside each owner
 	for _, p := range others {
-		if why := refusal(p.claim, owners[p.entry]); why != "" {
+		if why := refusal(p.claim, owners[p.entry], served[p.entry]); why != "" {
 			reject(p.claim, why)
 			continue
 		}
+		served[p.entry] = append(served[p.entry], p.claim)
 		entries[p.entry].Services = append(entries[p.entry].Services, p.claim.Service)
 		if p.claim.Local {
 			entries[p.entry].Local = append(entries[p.entry].Local, p.claim.Service)
@@ -327,19 +350,34 @@ type pending struct {
 	claim Claim
 }
 
-// refusal says why c may not share the address that owner holds, or "".
-func refusal(c, owner Claim) string {
+// refusal says why c may not share the address that owner holds, beside
+// the claims of others let in before it, or "". A Service of the owner's
+// namespace shares freely; one of another namespace needs the owner's
+// sharing key, the owner's consent (AnnotationShareWith lists its
+// namespace), and none of its ports served on the address already.
+func refusal(c, owner Claim, others []Claim) string {
 	switch {
 	case c.Service == owner.Service || c.namespace() == owner.namespace():
-		return ""
-	case c.SharingKey != "" && c.SharingKey == owner.SharingKey:
 		return ""
 	case c.SharingKey == "" || owner.SharingKey == "":
 		return fmt.Sprintf("held for %s, of another namespace (Services of different namespaces share an address only when both carry annotation %s with the same value)",
 			owner.Service, AnnotationSharingKey)
+	case c.SharingKey != owner.SharingKey:
+		return fmt.Sprintf("held for %s, of another namespace, whose annotation %s differs", owner.Service, AnnotationSharingKey)
+	case !slices.Contains(strings.FieldsFunc(owner.ShareWith, isListSeparator), c.namespace()):
+		return fmt.Sprintf("held for %s, of another namespace, whose annotation %s does not list namespace %s", owner.Service, AnnotationShareWith, c.namespace())
 	}
-	return fmt.Sprintf("held for %s, of another namespace, whose annotation %s differs", owner.Service, AnnotationSharingKey)
+	for _, o := range append([]Claim{owner}, others...) {
+		for _, p := range c.Ports {
+			if slices.Contains(o.Ports, p) {
+				return fmt.Sprintf("held for %s, of another namespace, and port %s is served on it for %s", owner.Service, p, o.Service)
+			}
+		}
+	}
+	return ""
 }
+
+func isListSeparator(r rune) bool { return r == ',' || unicode.IsSpace(r) }
 
 // Judge returns how ip is bound, or why it is not (a Rejection.Reason):
 // the rules of Compute for one address, which the allocator applies too.

@@ -410,6 +410,17 @@ func created(t time.Time) option {
 	return func(s *corev1.Service) { s.CreationTimestamp = metav1.NewTime(t) }
 }
 
+func shareWith(namespaces string) option { return annotated(ipset.AnnotationShareWith, namespaces) }
+
+// ports gives s these TCP ports.
+func ports(ps ...int32) option {
+	return func(s *corev1.Service) {
+		for _, p := range ps {
+			s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{Protocol: corev1.ProtocolTCP, Port: p})
+		}
+	}
+}
+
 func annotated(k, v string) option {
 	return func(s *corev1.Service) {
 		if s.Annotations == nil {
@@ -484,7 +495,7 @@ func TestComputeAcrossNamespaces(t *testing.T) {
 		{
 			name: "another namespace shares with the owner's key, not with another",
 			services: []*corev1.Service{
-				service("a/web", externalIPs("198.18.0.5", "198.18.0.6"), old, key("k")),
+				service("a/web", externalIPs("198.18.0.5", "198.18.0.6"), old, key("k"), shareWith("b c d")),
 				service("b/shared", externalIPs("198.18.0.5"), young, key("k")),
 				service("c/other", externalIPs("198.18.0.5"), young, key("z")),
 				service("d/none", externalIPs("198.18.0.5"), young),
@@ -497,6 +508,40 @@ func TestComputeAcrossNamespaces(t *testing.T) {
 				{Service: "c/other", IP: "198.18.0.5", Reason: "held for a/web, of another namespace, whose annotation eip.io/sharing-key differs"},
 				{Service: "d/none", IP: "198.18.0.5", Reason: noKey},
 				{Service: "f/keyed", IP: "198.18.0.7", Reason: "held for e/old, of another namespace (Services of different namespaces share an address only when both carry annotation eip.io/sharing-key with the same value)"},
+			},
+		},
+		{
+			name: "another namespace shares only with the owner's consent",
+			services: []*corev1.Service{
+				service("a/web", externalIPs("198.18.0.5"), old, key("k"), shareWith("b,c")),
+				service("b/listed", externalIPs("198.18.0.5"), young, key("k")),
+				service("e/unlisted", externalIPs("198.18.0.5"), young, key("k")),
+				service("e/old", externalIPs("198.18.0.6"), old, key("k")),
+				service("b/keyed", externalIPs("198.18.0.6"), young, key("k")),
+			},
+			want:   map[string][]string{"198.18.0.5": {"a/web", "b/listed"}, "198.18.0.6": {"e/old"}},
+			owners: map[string]string{"198.18.0.5": "a/web", "198.18.0.6": "e/old"},
+			rejections: []ipset.Rejection{
+				{Service: "b/keyed", IP: "198.18.0.6", Reason: "held for e/old, of another namespace, whose annotation eip.io/share-with does not list namespace b"},
+				{Service: "e/unlisted", IP: "198.18.0.5", Reason: "held for a/web, of another namespace, whose annotation eip.io/share-with does not list namespace e"},
+			},
+		},
+		{
+			// The older of two clashing Services is let in, whichever
+			// was read first; the owner's namespace shares any port.
+			name: "another namespace shares only other ports",
+			services: []*corev1.Service{
+				service("c/young", externalIPs("198.18.0.5"), created(t0.Add(2*time.Second)), key("k"), ports(443)),
+				service("a/web", externalIPs("198.18.0.5"), old, key("k"), shareWith("b c"), ports(80)),
+				service("a/again", externalIPs("198.18.0.5"), young, ports(80)),
+				service("b/clash", externalIPs("198.18.0.5"), young, key("k"), ports(8080, 80)),
+				service("b/other", externalIPs("198.18.0.5"), young, key("k"), ports(443)),
+			},
+			want:   map[string][]string{"198.18.0.5": {"a/again", "a/web", "b/other"}},
+			owners: map[string]string{"198.18.0.5": "a/web"},
+			rejections: []ipset.Rejection{
+				{Service: "b/clash", IP: "198.18.0.5", Reason: "held for a/web, of another namespace, and port TCP/80 is served on it for a/web"},
+				{Service: "c/young", IP: "198.18.0.5", Reason: "held for a/web, of another namespace, and port TCP/443 is served on it for b/other"},
 			},
 		},
 		{
@@ -581,7 +626,7 @@ func TestComputePreferredNodes(t *testing.T) {
 		{
 			name: "a Service sharing from another namespace does not choose",
 			services: []*corev1.Service{
-				service("a/web", externalIPs("198.18.0.5"), old, key),
+				service("a/web", externalIPs("198.18.0.5"), old, key, annotated(ipset.AnnotationShareWith, "b")),
 				service("b/shared", externalIPs("198.18.0.5"), young, key, prefer("node-b")),
 			},
 			rejections: []ipset.Rejection{{Service: "b/shared", IP: "198.18.0.5", Preference: true,

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"strconv"
@@ -214,13 +213,16 @@ func (e *env) signedWith(node string, key []byte) {
 	})
 }
 
-// eipd's metrics and liveness ports bind the node's address alone: on an
-// external IP that eipd binds, neither answers (the kernel refuses the
-// connection and the datagram), while on the node's address both do.
-// (Bound on every address, both answered on every IP eip served.)
+// eipd's metrics and liveness ports bind the node's address alone. With
+// the port filter (the default) nothing of the node answers on an
+// external IP: the connection and the datagram are dropped, while on the
+// node's address both answer. With port-filter off, the kernel refuses
+// both on the external IP: no socket is bound there. (Bound on every
+// address, both answered on every IP eip served.)
 func TestListenersNotOnExternalIPs(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, defaultConfig())
+	cfg := defaultConfig()
+	e := newEnv(t, cfg)
 	ip := testenv.ServiceIP(146)
 	st := e.startPoint(ip)
 	holder := st.holders[ip]
@@ -229,19 +231,30 @@ func TestListenersNotOnExternalIPs(t *testing.T) {
 	metricsPort := e.c.DaemonMetricsAddr(holder)
 	_, port, err := net.SplitHostPort(metricsPort)
 	e.must(err)
-
-	resp, err := e.c.ClientHTTP().Get("http://" + net.JoinHostPort(ip.String(), port) + "/metrics")
-	if err == nil {
-		resp.Body.Close()
+	client := e.c.ClientHTTP()
+	client.Timeout = 2 * time.Second
+	metricsOn := func(addr string) error {
+		resp, err := client.Get("http://" + net.JoinHostPort(addr, port) + "/metrics")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
 	}
-	assert.Check(t, errors.Is(err, syscall.ECONNREFUSED), "metrics on %s: %v", ip, err)
-	resp, err = e.c.ClientHTTP().Get("http://" + metricsPort + "/metrics")
-	e.must(err)
-	resp.Body.Close()
-	assert.Equal(t, resp.StatusCode, http.StatusOK)
-
-	assert.Check(t, errors.Is(e.udpAnswer(ip), syscall.ECONNREFUSED), "liveness port on %s", ip)
+	var timeout net.Error
+	err = metricsOn(ip.String())
+	assert.Check(t, errors.As(err, &timeout) && timeout.Timeout(), "metrics on %s through the port filter: %v", ip, err)
+	assert.Check(t, errors.Is(e.udpAnswer(ip), os.ErrDeadlineExceeded), "liveness port on %s through the port filter", ip)
+	e.must(metricsOn(n.IPv4.String()))
 	assert.Check(t, errors.Is(e.udpAnswer(n.IPv4), os.ErrDeadlineExceeded), "liveness port on %s's address", holder)
+
+	cfg["port-filter"] = "off"
+	e.setConfig(cfg)
+	e.eventually("the kernel refusing metrics on "+ip.String(), func() (bool, string) {
+		err := metricsOn(ip.String())
+		return errors.Is(err, syscall.ECONNREFUSED), fmt.Sprint(err)
+	})
+	assert.Check(t, errors.Is(e.udpAnswer(ip), syscall.ECONNREFUSED), "liveness port on %s", ip)
+	e.must(metricsOn(n.IPv4.String()))
 }
 
 // udpAnswer sends a datagram that is not eip's to the liveness port of ip

@@ -70,8 +70,9 @@ func (e *env) serviceIn(ns, name string, ips []netip.Addr, opts ...svcOption) {
 // A team cannot take another team's address: its claim is refused with an
 // Event that says why, and `kubectl eip status` says it too, while the
 // owner's address stays where it is. Two teams share an address only when
-// both carry the same sharing key, and only the owner's team chooses where
-// it lives.
+// both carry the same sharing key, the owner lists the other team in
+// eip.io/share-with, and their ports differ; only the owner's team
+// chooses where it lives.
 func TestTenantCannotTakeAnotherNamespacesAddress(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, defaultConfig())
@@ -80,7 +81,7 @@ func TestTenantCannotTakeAnotherNamespacesAddress(t *testing.T) {
 	taken, shared := testenv.ServiceIP(180), testenv.ServiceIP(181)
 	key := annotated(ipset.AnnotationSharingKey, "web")
 
-	e.serviceIn(tenantA, "web", []netip.Addr{taken, shared}, key)
+	e.serviceIn(tenantA, "web", []netip.Addr{taken, shared}, key, annotated(ipset.AnnotationShareWith, tenantB))
 	holder := e.served(taken)
 	e.served(shared)
 	// Created later: the addresses are team A's. A creationTimestamp has
@@ -93,7 +94,7 @@ func TestTenantCannotTakeAnotherNamespacesAddress(t *testing.T) {
 	})
 	created := time.Now()
 	e.serviceIn(tenantB, "steal", []netip.Addr{taken})
-	e.serviceIn(tenantB, "shared", []netip.Addr{shared}, key, annotated(ipset.AnnotationPreferredNodes, e.other(e.holder(shared))))
+	e.serviceIn(tenantB, "shared", []netip.Addr{shared}, key, withPorts(443), annotated(ipset.AnnotationPreferredNodes, e.other(e.holder(shared))))
 	e.serviceIn(tenantA, "picky", []netip.Addr{shared}, annotated(ipset.AnnotationPreferredNodes, "Node_X"))
 
 	msg := e.warningSince("Service", tenantB+"/steal", "AddressRejected", created, taken.String()+" ", "held for "+tenantA+"/web, of another namespace")
