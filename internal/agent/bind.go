@@ -1,38 +1,17 @@
 package agent
 
 import (
-	"context"
 	"fmt"
 	"net/netip"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/eip-project/eip/internal/bgp"
 	"github.com/eip-project/eip/internal/config"
 	"github.com/eip-project/eip/internal/ipset"
 	"github.com/eip-project/eip/internal/lease"
 	"github.com/eip-project/eip/internal/netif"
 )
-
-// ifaceFor resolves the interface an address is bound on. Resolving
-// "auto" lists every address of the node, and every pass asks for every
-// bound IP, so the answers are kept until a link or an address other than
-// a managed IP changes (netif.Watch reports both, re-listing after a
-// dropped notification).
-func (b *binder) ifaceFor(ip netip.Addr, on config.Binding) (string, error) {
-	if on.Iface != "" && on.Iface != "auto" {
-		return on.Iface, nil
-	}
-	if iface, ok := b.autoIface[ip]; ok {
-		return iface, nil
-	}
-	iface, err := b.links.IfaceFor(ip)
-	if err == nil {
-		b.autoIface[ip] = iface
-	}
-	return iface, err
-}
 
 // refusal is why this node does not bind an IP, now, that its lock lets
 // it bind: every local reason comes from one gate (mayBind) as a value of
@@ -120,20 +99,18 @@ func (s *state) bind(ip netip.Addr, e ipset.Entry, why string) refusal {
 	dev, onDevice := iface, s.binder.onDevice(iface, p, e.Binding.Announce)
 	if onDevice {
 		var err error
-		if dev, err = s.binder.devices.pick(s.a.opt.Devices, s.a.clk.Now()); err != nil {
+		if dev, err = s.binder.pickDevice(s.a.opt.Devices, s.a.clk.Now()); err != nil {
 			s.log.Warn("cannot open another address device; binding on the first until one opens", "ip", ip, "iface", dev, "retryIn", reopenAfter, "err", err)
 		}
 	}
-	s.binder.claimed.add(ip) // before the kernel may answer for it
+	s.binder.listenFor(ip) // before the kernel may answer for it
 	if err := s.a.opt.Addresser.Add(dev, p, s.desired.lifetimeOn(onDevice)); err != nil {
 		s.log.Error("bind", "ip", ip, "iface", dev, "err", err)
 		s.event(ip, corev1.EventTypeWarning, "BindFailed", fmt.Sprintf("bind %s on %s/%s: %v", p, s.a.opt.Node, dev, err))
 		return refusal{}
 	}
 	b := binding{iface: iface, dev: dev, prefix: p, announce: e.Binding.Announce}
-	if onDevice {
-		s.binder.devices.added(dev)
-	} else {
+	if !onDevice {
 		s.lifetime.keep(ip, netif.Bound{Iface: dev, Prefix: p})
 	}
 	if b.announce.ARP() {
@@ -145,67 +122,13 @@ func (s *state) bind(ip netip.Addr, e ipset.Entry, why string) refusal {
 	if b.announce.BGP() {
 		b.route = s.routes.announce(ip, e, s.movesOf(ip))
 	}
-	s.binder.bound[ip] = b
+	s.binder.hold(ip, b)
 	s.succeeded(ip)
 	s.watch.progressed(s.a.clk.Now())
 	s.a.opt.Metrics.Bound()
 	s.log.Info("bound", "ip", ip, "iface", iface, "device", dev, "prefix", p, "reason", why)
 	s.event(ip, corev1.EventTypeNormal, "Bound", fmt.Sprintf("%s bound on %s (%s)", p, s.a.opt.Node, iface))
 	return refusal{}
-}
-
-// placeOnDevice says whether an address lives on eipd's own device, which
-// dies with the process and needs no lifetime, rather than on the
-// interface it is announced on, with a lifetime the keeper refreshes:
-//   - an address announced over BGP alone: on the device; traffic routed
-//     to the node reaches a local address on any device;
-//   - an IPv4 host address (/32) announced with ARP: on the device while
-//     the kernel answers ARP on the interface for another device's
-//     addresses (arp_ignore 0, the default; kube-proxy's IPVS strictARP
-//     sets 1), else on the interface;
-//   - IPv6: on the interface, since the kernel answers a neighbour
-//     solicitation only for an address of the interface it arrived on;
-//   - a shorter netmask: on the interface, whose connected subnet it is.
-func placeOnDevice(p netip.Prefix, a config.Announce, arpAnswered bool) bool {
-	if !a.ARP() {
-		return true
-	}
-	return p.Addr().Is4() && p.IsSingleIP() && arpAnswered
-}
-
-// onDevice says whether address p, announced on iface, goes on one of
-// eipd's devices rather than on iface.
-func (b *binder) onDevice(iface string, p netip.Prefix, a config.Announce) bool {
-	return (!a.ARP() || p.Addr().Is4() && p.IsSingleIP()) && placeOnDevice(p, a, b.answersARP(iface))
-}
-
-// answersARP is Links.AnswersARP, read once per interface and again at
-// each resync (checkARP).
-func (b *binder) answersARP(iface string) bool {
-	if v, ok := b.arpAnswers[iface]; ok {
-		return v
-	}
-	v, err := b.links.AnswersARP(iface)
-	switch {
-	case err != nil:
-		b.log.Warn("cannot tell whether the kernel answers ARP for addresses on eipd's device; binding IPv4 addresses on the interface itself", "iface", iface, "err", err)
-	case !v:
-		b.log.Info("arp_ignore is not 0: the kernel answers ARP only for addresses of the interface itself, so IPv4 addresses are bound there, with a lifetime", "iface", iface)
-	}
-	b.arpAnswers[iface] = v
-	return v
-}
-
-// checkARP reads arp_ignore again: a change moves the addresses affected
-// at the next full pass (rebindIfMoved).
-func (b *binder) checkARP() (changed bool) {
-	for iface, was := range b.arpAnswers {
-		delete(b.arpAnswers, iface)
-		if b.answersARP(iface) != was {
-			changed = true
-		}
-	}
-	return changed
 }
 
 // probeEarly starts probing ip as the write that acquires it is sent (see
@@ -233,7 +156,7 @@ func (s *state) unbind(ip netip.Addr, why string) {
 	if err := s.a.opt.Addresser.Del(b.dev, b.prefix); err != nil {
 		s.log.Error("unbind", "ip", ip, "iface", b.dev, "err", err)
 	} else if !b.missing {
-		s.binder.ownRemovals[ip]++
+		s.binder.removedOwn(ip)
 	}
 	s.a.opt.Metrics.Unbound()
 	s.watch.progressed(s.a.clk.Now())
@@ -253,10 +176,8 @@ func (s *state) forgetBinding(ip netip.Addr) (binding, bool) {
 		s.routes.withdraw(ip)
 	}
 	s.a.opt.Announcer.Stop(ip)
-	delete(s.binder.bound, ip)
-	if b.onDevice() {
-		s.binder.devices.removed(b.dev)
-	} else {
+	s.binder.release(ip)
+	if !b.onDevice() {
 		s.lifetime.forget(ip)
 	}
 	return b, true
@@ -291,7 +212,7 @@ func (s *state) rebindIfMoved(ip netip.Addr) (waits bool, r refusal) {
 func (s *state) addrEvent(ev netif.AddrEvent) {
 	ip := ev.Prefix.Addr()
 	if _, managed := s.desired.entries[ip]; !managed {
-		clear(s.binder.autoIface) // the node's own addresses define the subnets
+		s.binder.addressesChanged() // the node's own addresses define the subnets
 	}
 	if ev.Added {
 		return
@@ -299,12 +220,7 @@ func (s *state) addrEvent(ev netif.AddrEvent) {
 	// The first removal of ip reported after an unbind of ours is that
 	// unbind's; a busy loop may read it after it bound ip again. It puts
 	// back what may be missing, but nothing vanished.
-	own := s.binder.ownRemovals[ip] > 0
-	if own {
-		if s.binder.ownRemovals[ip]--; s.binder.ownRemovals[ip] == 0 {
-			delete(s.binder.ownRemovals, ip)
-		}
-	}
+	own := s.binder.ownRemoval(ip)
 	b, ok := s.binder.bound[ip]
 	if !ok || b.dev != ev.Iface {
 		return
@@ -320,7 +236,7 @@ func (s *state) addrMissing(b binding, count bool) {
 		// again at the resync that restores them.
 		s.a.opt.Metrics.Vanished()
 		b.missing = true
-		s.binder.bound[b.prefix.Addr()] = b
+		s.binder.update(b)
 	}
 	if s.self.loopLate(s.a.clk.Now(), s.desired.lateAfter()) {
 		// Its lifetime ran out because this loop ran late (a long pass, a
@@ -338,7 +254,7 @@ func (s *state) addrMissing(b binding, count bool) {
 		return
 	}
 	b.missing = false
-	s.binder.bound[b.prefix.Addr()] = b
+	s.binder.update(b)
 	if b.announce.ARP() {
 		if err := s.a.opt.Announcer.Announce(b.iface, b.prefix.Addr()); err != nil {
 			s.log.Warn("announce", "ip", b.prefix.Addr(), "iface", b.iface, "err", err)
@@ -354,14 +270,12 @@ func (s *state) linkEvent(ev netif.LinkEvent) {
 		s.deviceEvent(ev)
 		return
 	}
-	clear(s.binder.autoIface)
-	s.binder.macs = ""
+	s.binder.linkChanged()
 	s.sched.askFull()
 	if !ev.Up {
-		if s.binder.linkDown[ev.Iface] {
+		if !s.binder.wentDown(ev.Iface) {
 			return
 		}
-		s.binder.linkDown[ev.Iface] = true
 		for ip, b := range s.binder.bound {
 			if b.iface == ev.Iface {
 				s.carryOut(ip, lease.DecideLinkDown())
@@ -369,8 +283,7 @@ func (s *state) linkEvent(ev netif.LinkEvent) {
 		}
 		return
 	}
-	if s.binder.linkDown[ev.Iface] {
-		delete(s.binder.linkDown, ev.Iface)
+	if s.binder.cameUp(ev.Iface) {
 		if s.lanLink(ev.Iface) {
 			s.self.reread()
 			s.log.Info("link has carrier again; re-reading locks before binding", "iface", ev.Iface)
@@ -404,73 +317,10 @@ func (s *state) deviceEvent(ev netif.LinkEvent) {
 			continue
 		}
 		b.missing = false
-		s.binder.bound[ip] = b
+		s.binder.update(b)
 		n++
 	}
 	s.log.Info("restored eipd's address device and its addresses", "iface", ev.Iface, "addresses", n)
-}
-
-// claim: another machine announced an address. While our renewals fail,
-// peers may have judged us dead and taken the address: give it up at once.
-// An eip node that probes for an address we hold may have taken its lock
-// over, and binds it once we stop answering (addrConflicts), so its probe
-// counts as its claim once a peer can have judged us dead
-// (mayBeJudgedDead); before then it is a node whose cache has not shown
-// our lock yet, probing while its create is refused. At fifty nodes on a
-// loaded API server a renewal answered in more than half a lease made such
-// probes unbind IPs their holders had just bound, dark for up to 42 s. A
-// stranger's probe is answered by our kernel, and claims nothing. A claim
-// for an address this node neither probes nor holds
-// changes nothing, and says so: it asks for no pass. At a cold start every
-// frame of the other nodes' probes and announcements is such a claim,
-// about 80,000 for each node at 10,000 IPs on 3 nodes, and each used to
-// run a pass and decide its IP again.
-func (s *state) claim(c netif.Claim) (changed bool) {
-	if !c.Probe {
-		s.wire.answer(c.IP, c.MAC.String(), s.a.clk.Now())
-	}
-	_, probing := s.conflicts.probing[c.IP]
-	_, bound := s.binder.bound[c.IP]
-	if !probing && !bound {
-		return false
-	}
-	s.sched.markDirty(c.IP)
-	now := s.a.clk.Now()
-	if s.conflictClaim(c) || !bound {
-		return true
-	}
-	mac, apiOK := c.MAC.String(), s.self.apiOK(now)
-	// Whose MAC it is matters only to a probe while cut off: looked up
-	// then alone, as it reads every peer's heartbeat.
-	peer := !apiOK && c.Probe && s.eipMAC(mac)
-	d := lease.DecideClaim(lease.Claim{MAC: mac, Probe: c.Probe, Peer: peer}, apiOK, s.self.mayBeJudgedDead(now))
-	if d.Action == lease.Unbind {
-		s.log.Warn("another node claimed an address we hold while the API is unreachable; unbinding", "ip", c.IP, "iface", c.Iface, "mac", mac, "probe", c.Probe)
-	}
-	s.carryOut(c.IP, d)
-	return true
-}
-
-// rerouted records the route now announced for bound ip.
-func (b *binder) rerouted(ip netip.Addr, r bgp.Route) {
-	bd := b.bound[ip]
-	bd.route = r
-	b.bound[ip] = bd
-}
-
-// watchClaimsOn watches the announcements on iface for claims of the
-// addresses this node binds or probes, once.
-func (b *binder) watchClaimsOn(iface string) {
-	if _, ok := b.claimWatch[iface]; ok {
-		return
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	b.claimWatch[iface] = cancel
-	go func() {
-		if err := b.watchClaims(ctx, iface, b.claimed.has, b.claims); err != nil && ctx.Err() == nil {
-			b.log.Error("watching announcements failed", "iface", iface, "err", err)
-		}
-	}()
 }
 
 // resync compares the interfaces with what we hold: restores missing
@@ -563,19 +413,4 @@ func (s *state) heldByLock() map[netip.Addr]bool {
 		}
 	}
 	return held
-}
-
-// ownMACs is lease.FormatMACs of this node's interfaces, listed again
-// after a link changed.
-func (b *binder) ownMACs() string {
-	if b.macs != "" {
-		return b.macs
-	}
-	macs, err := b.links.MACs()
-	if err != nil {
-		b.log.Warn("list the interfaces' MAC addresses", "err", err)
-		return ""
-	}
-	b.macs = lease.FormatMACs(macs)
-	return b.macs
 }

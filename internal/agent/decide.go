@@ -87,7 +87,7 @@ func (s *state) reconcile() {
 		_, named := s.desired.entries[ip]
 		return named
 	})
-	s.binder.claimed.keepOnly(func(ip netip.Addr) bool {
+	s.binder.listenOnly(func(ip netip.Addr) bool {
 		_, probing := s.conflicts.probing[ip]
 		_, bound := s.binder.bound[ip]
 		return probing || bound || s.wire.tracks(ip)
@@ -127,10 +127,10 @@ func (s *state) readInputs(now time.Time) (all []*lease.Kept, locks map[string]*
 		if s.desired.reserved != nil && !maps.Equal(reserved, s.desired.reserved) {
 			// A range may now contain an address never to be bound: the
 			// ConfigMap is checked again, and refused if so.
-			s.desired.cfgRV = ""
+			s.desired.recheck()
 			changed = s.loadConfig() || changed
 		}
-		s.desired.reserved = reserved
+		s.desired.reserve(reserved)
 	}
 	recomputed := svc || nodes || changed
 	if recomputed {
@@ -395,7 +395,7 @@ func (s *state) plan(v lease.View, seen []*lease.Kept) map[netip.Addr]string {
 		}
 	}
 	in.Live = slices.DeleteFunc(slices.Clone(v.Live), func(n string) bool { return n == v.Self })
-	s.desired.next = policy.Plan(in)
+	s.desired.plannedNext(policy.Plan(in))
 	return plan
 }
 

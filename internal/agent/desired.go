@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
 	"time"
@@ -90,4 +91,96 @@ func (d *desired) configuredIfaces() []string {
 		}
 	}
 	return out
+}
+
+// missing: the ConfigMap named name is not found. The first time (first)
+// the defaults are in force, with nothing configured; once a good one was
+// loaded it stays in force, and why is kept for the status (gone, the
+// first time it is seen gone).
+func (d *desired) missing(name string) (first, gone bool) {
+	if !d.cfgLoaded {
+		d.cfgLoaded = true
+		return true, false
+	}
+	if d.cfgRV != "" && !d.cfgGone {
+		d.cfgGone = true
+		d.cfgErr = fmt.Sprintf("ConfigMap %s was deleted; keeping the last good configuration", name)
+		return false, true
+	}
+	return false, false
+}
+
+// read: the ConfigMap is there at resourceVersion rv; it says whether that
+// version is one not parsed yet.
+func (d *desired) read(rv string) (fresh bool) {
+	d.cfgGone = false
+	if rv == d.cfgRV {
+		return false
+	}
+	d.cfgRV = rv
+	return true
+}
+
+// refuse keeps why the ConfigMap read is not in force; the last good
+// configuration is.
+func (d *desired) refuse(err error) {
+	d.cfgErr = fmt.Sprintf("invalid configuration, keeping the last good one: %v", err)
+}
+
+// apply puts cfg in force and returns the configuration before it.
+func (d *desired) apply(cfg config.Config) (old config.Config) {
+	d.cfgErr = ""
+	old = d.cfg
+	d.cfg, d.cfgLoaded = cfg, true
+	return old
+}
+
+// recheck has the ConfigMap parsed and checked again at its next read,
+// though its version did not change.
+func (d *desired) recheck() { d.cfgRV = "" }
+
+// reserve keeps the addresses never to be bound (the nodes' and the
+// control plane's).
+func (d *desired) reserve(r map[netip.Addr]string) { d.reserved = r }
+
+// plannedNext keeps where the policy puts each IP were this node gone.
+func (d *desired) plannedNext(next map[netip.Addr]string) { d.next = next }
+
+// manage takes entries, the IPs the Services name within the
+// configuration in force, as those to manage.
+func (d *desired) manage(entries []ipset.Entry) {
+	d.entries = make(map[netip.Addr]ipset.Entry, len(entries))
+	d.order = d.order[:0]
+	d.preferred = map[netip.Addr][]string{}
+	d.names = make(map[string]netip.Addr, len(entries))
+	for _, e := range entries {
+		name := lease.NameFor(e.IP)
+		d.entries[e.IP] = e
+		d.names[name] = e.IP
+		d.order = append(d.order, managed{ip: e.IP, name: name})
+		if p := e.Preferred; len(p) > 0 {
+			d.preferred[e.IP] = p
+		} else if len(d.cfg.PreferredNodes) > 0 {
+			d.preferred[e.IP] = d.cfg.PreferredNodes
+		}
+	}
+}
+
+// reject records the rejection key ("svc ip reason") and says whether it
+// is new.
+func (d *desired) reject(key string) (fresh bool) {
+	if d.rejected[key] {
+		return false
+	}
+	d.rejected[key] = true
+	return true
+}
+
+// keepRejected forgets the rejections not in seen: no longer made.
+func (d *desired) keepRejected(seen map[string]bool) {
+	for key := range d.rejected {
+		if !seen[key] {
+			delete(d.rejected, key)
+		}
+	}
 }

@@ -11,7 +11,6 @@ import (
 
 	"github.com/eip-project/eip/internal/config"
 	"github.com/eip-project/eip/internal/ipset"
-	"github.com/eip-project/eip/internal/lease"
 )
 
 // loadConfig parses the ConfigMap when it changed. An invalid one keeps the
@@ -22,45 +21,38 @@ func (s *state) loadConfig() bool {
 	name := s.a.opt.Namespace + "/" + s.a.opt.ConfigMap
 	cm, err := s.a.configMap.Get(s.a.opt.ConfigMap)
 	if apierrors.IsNotFound(err) {
-		if !s.desired.cfgLoaded {
-			s.desired.cfgLoaded = true
+		first, gone := s.desired.missing(name)
+		switch {
+		case first:
 			s.log.Warn("ConfigMap not found: no ranges are configured, so nothing is bound", "configmap", name)
-			return true
-		}
-		if s.desired.cfgRV != "" && !s.desired.cfgGone {
-			s.desired.cfgGone = true
-			s.desired.cfgErr = fmt.Sprintf("ConfigMap %s was deleted; keeping the last good configuration", name)
+		case gone:
 			s.log.Warn(s.desired.cfgErr)
 		}
-		return false
+		return first
 	}
 	if err != nil {
 		s.log.Error("read ConfigMap from cache", "configmap", name, "err", err)
 		return false
 	}
-	s.desired.cfgGone = false
-	if cm.ResourceVersion == s.desired.cfgRV {
+	if !s.desired.read(cm.ResourceVersion) {
 		return false
 	}
-	s.desired.cfgRV = cm.ResourceVersion
 	cfg, err := config.Parse(cm.Data)
 	if err == nil {
 		err = cfg.CheckReserved(s.reservedAddresses())
 	}
 	if err != nil {
-		s.desired.cfgErr = fmt.Sprintf("invalid configuration, keeping the last good one: %v", err)
+		s.desired.refuse(err)
 		s.a.opt.Metrics.ConfigError()
 		s.log.Error("invalid configuration; keeping the last good one", "configmap", name, "err", err)
 		s.a.recorder.Event(cm, corev1.EventTypeWarning, "InvalidConfig", truncate(s.desired.cfgErr, 1000))
 		return false
 	}
-	s.desired.cfgErr = ""
 	for _, w := range cfg.Warnings {
 		s.log.Warn("configuration warning", "configmap", name, "warning", w)
 		s.a.recorder.Event(cm, corev1.EventTypeWarning, "ConfigWarning", w)
 	}
-	old := s.desired.cfg
-	s.desired.cfg, s.desired.cfgLoaded = cfg, true
+	old := s.desired.apply(cfg)
 	if s.live != nil {
 		s.live.SetTimings(cfg.RenewInterval, 2*cfg.RenewInterval)
 	}
@@ -96,21 +88,7 @@ func (s *state) reservedAddresses() map[netip.Addr]string {
 func (s *state) computeEntries() {
 	svcs := s.a.allServices()
 	entries, rejected := ipset.Compute(svcs, s.desired.cfg, s.desired.reserved)
-	s.desired.entries = make(map[netip.Addr]ipset.Entry, len(entries))
-	s.desired.order = s.desired.order[:0]
-	s.desired.preferred = map[netip.Addr][]string{}
-	s.desired.names = make(map[string]netip.Addr, len(entries))
-	for _, e := range entries {
-		name := lease.NameFor(e.IP)
-		s.desired.entries[e.IP] = e
-		s.desired.names[name] = e.IP
-		s.desired.order = append(s.desired.order, managed{ip: e.IP, name: name})
-		if p := e.Preferred; len(p) > 0 {
-			s.desired.preferred[e.IP] = p
-		} else if len(s.desired.cfg.PreferredNodes) > 0 {
-			s.desired.preferred[e.IP] = s.desired.cfg.PreferredNodes
-		}
-	}
+	s.desired.manage(entries)
 	s.book.keepFree(func(ip netip.Addr) bool {
 		_, ok := s.desired.entries[ip]
 		return ok
@@ -134,10 +112,9 @@ func (s *state) reportRejections(rejected []ipset.Rejection) {
 	for _, r := range rejected {
 		key := r.Service + " " + r.IP + " " + r.Reason
 		seen[key] = true
-		if s.desired.rejected[key] {
+		if !s.desired.reject(key) {
 			continue
 		}
-		s.desired.rejected[key] = true
 		s.log.Warn("not managing an address", "service", r.Service, "ip", r.IP, "reason", r.Reason)
 		if !reporter {
 			continue
@@ -148,9 +125,5 @@ func (s *state) reportRejections(rejected []ipset.Rejection) {
 		}
 		s.serviceEvent(r.Service, corev1.EventTypeWarning, "AddressRejected", fmt.Sprintf("%s is not bound by eip: %s", r.IP, r.Reason))
 	}
-	for key := range s.desired.rejected {
-		if !seen[key] {
-			delete(s.desired.rejected, key)
-		}
-	}
+	s.desired.keepRejected(seen)
 }

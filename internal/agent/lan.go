@@ -10,6 +10,20 @@ import (
 	"github.com/eip-project/eip/internal/lanlive"
 )
 
+// lanState is liveness over the LAN (lan.go): the socket and its port,
+// and what arrives on it (read by the speaker, lanspeaker.go, which also
+// sends). Whether a peer no longer hears this node is this node's
+// standing (self.unheard).
+type lanState struct {
+	lanConn LANConn
+	lanPort uint16
+	lanIn   chan lanlive.Received
+	speaker *speaker
+	// slowUntil: until then the watch is judged at the pace of slow
+	// heartbeats (setLANTimings).
+	slowUntil time.Time
+}
+
 // LANConn sends liveness datagrams to peers (lanlive.Conn): one message to
 // every peer of to.
 type LANConn interface {
@@ -41,12 +55,39 @@ func (s *state) configureLAN() {
 		if err != nil {
 			s.log.Error("liveness over the LAN is off on this node; peers judge it from its heartbeat alone", "port", want, "err", err)
 		} else {
-			s.lan.lanConn, s.lan.lanPort = conn, want
+			s.lan.opened(conn, want)
 			s.log.Info("liveness over the LAN", "port", want)
 		}
 	}
 	s.setLANTimings()
 }
+
+// opened keeps conn, the liveness socket open on port.
+func (l *lanState) opened(conn LANConn, port uint16) { l.lanConn, l.lanPort = conn, port }
+
+// start runs the speaker until stop closes.
+func (l *lanState) start(stop chan struct{}) { go l.speaker.run(l.lanIn, stop) }
+
+// configureSpeaker tells the speaker the socket and the timings in force.
+func (l *lanState) configureSpeaker(t lanTimings) { l.speaker.configure(l.lanConn, t) }
+
+// slowFor: the heartbeats are renewed slowly, slow apart, as of now; the
+// watch is judged at that pace for two of those periods after they are
+// renewed fast again (setLANTimings).
+func (l *lanState) slowFor(now time.Time, slow time.Duration) { l.slowUntil = now.Add(2 * slow) }
+
+// heard is what the speaker heard since it was last asked.
+func (l *lanState) heard() []heard { return l.speaker.take() }
+
+// tell gives the speaker where this node's datagrams go (peers) and the
+// nodes the loop knows.
+func (l *lanState) tell(peers map[string]lanlive.Peer, nodes []string) {
+	l.speaker.setPeers(peers, nodes)
+}
+
+// sentFirst is when the speaker first sent since the socket opened, if it
+// did (speaker.sentFirst).
+func (l *lanState) sentFirst() time.Time { return l.speaker.sentFirst() }
 
 // closed forgets the liveness port, closed.
 func (l *lanState) closed() { l.lanConn, l.lanPort = nil, 0 }
@@ -68,7 +109,7 @@ func (s *state) closeLAN() {
 // once per slow period, which is then what "the watch delivers" means.
 func (s *state) setLANTimings() {
 	r := s.desired.cfg.RenewInterval
-	s.lan.speaker.configure(s.lan.lanConn, s.desired.lanTimings())
+	s.lan.configureSpeaker(s.desired.lanTimings())
 	if s.lan.lanConn == nil {
 		s.live.SetLAN(0, 0, 0, 0)
 		s.live.SetTimings(r, 2*r)
@@ -78,7 +119,7 @@ func (s *state) setLANTimings() {
 	s.live.SetLAN(s.desired.cfg.LeaseDuration, 2*r, 4*r, s.desired.suspectAfter())
 	slow := r * time.Duration(s.slowFactor())
 	if s.lanSlow(now) {
-		s.lan.slowUntil = now.Add(2 * slow)
+		s.lan.slowFor(now, slow)
 	}
 	// Back to renewing every renew interval (a peer died, two are left),
 	// the heartbeats in the watch keep their slow pace for a while yet:
@@ -114,7 +155,7 @@ func (s *state) slowFactor() int {
 // reports whether a pass is needed.
 func (s *state) takeDatagrams() bool {
 	changed := false
-	for _, h := range s.lan.speaker.take() {
+	for _, h := range s.lan.heard() {
 		changed = s.live.Datagram(h.node, h.ages, h.at) || changed
 	}
 	return s.checkUnheard(s.a.clk.Now()) || changed
@@ -123,7 +164,7 @@ func (s *state) takeDatagrams() bool {
 // tellSpeaker gives the speaker, on every tick, where this node's
 // datagrams go and which nodes the loop knows.
 func (s *state) tellSpeaker() {
-	s.lan.speaker.setPeers(s.lanPeers(), s.live.Nodes())
+	s.lan.tell(s.lanPeers(), s.live.Nodes())
 }
 
 // lanPeers are the peers whose heartbeat names a liveness port, with where
@@ -217,7 +258,7 @@ func (s *state) sentBy(node string, source netip.Addr) bool {
 // reach the API server would only leave its IPs dark. It reports whether
 // that changed.
 func (s *state) checkUnheard(now time.Time) bool {
-	if t := s.lan.speaker.sentFirst(); !t.IsZero() {
+	if t := s.lan.sentFirst(); !t.IsZero() {
 		s.live.Sending(t)
 	}
 	un, next := s.live.Unheard(now, s.desired.cfg.FenceAfter)

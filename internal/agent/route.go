@@ -2,16 +2,31 @@ package agent
 
 import (
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
 
 	"github.com/eip-project/eip/internal/bgp"
 	"github.com/eip-project/eip/internal/config"
 	"github.com/eip-project/eip/internal/ipset"
 	"github.com/eip-project/eip/internal/lease"
 )
+
+// routing is route mode's state (route.go).
+type routing struct {
+	routerErr   string // why the route-mode configuration was refused
+	bgpSessions string // lease.FormatBGPSessions of the sessions, for the heartbeat
+	sessions    map[netip.Addr]sessionSeen
+	announced   int // routes announced
+
+	router Router
+	nodes  corelisters.NodeLister // for this node's router ID
+	node   string
+	log    *slog.Logger
+}
 
 // Router announces host routes for the IPs this node holds in route-mode
 // ranges (bgp.Router).

@@ -10,6 +10,44 @@ import (
 	"github.com/eip-project/eip/internal/lease"
 )
 
+// schedule is when the loop passes, and over what: the inputs that ask
+// for a full pass, the IPs to decide again, and the times it set.
+type schedule struct {
+	// dirtyEps: an EndpointSlice changed, which decides again only the IPs
+	// of Local Services whose eligible nodes changed (updateServing).
+	dirtySvc, dirtyNodes, dirtyCM, dirtyEps bool
+	wake                                    time.Time
+	lastResync                              time.Time
+	// lastPass is when the last full pass ran and passVerdicts what it
+	// read of each node; passWritable is whether this node could write at
+	// the last pass, full or not (see passDue), and fullUnwritable whether
+	// it could not at the last full one, which then allocated nothing and
+	// collected no heartbeat.
+	lastPass       time.Time
+	passStart      time.Time // when the pass under way began (sliceOver)
+	passWritable   bool
+	fullUnwritable bool
+	passVerdicts   map[string]verdict
+	// writableDeps are the IPs whose last decision depends on whether
+	// this node may write: a change of that decides only them again
+	// (writableChanged).
+	writableDeps map[netip.Addr]bool
+	// needFull says an input since the last pass changed something every
+	// IP reads; hbDirty that a heartbeat was renewed. dirty are the IPs
+	// whose lock, write or address changed. ipWake holds each IP's own
+	// decision time.
+	needFull, hbDirty bool
+	dirty             map[netip.Addr]bool
+	dirtyOrder        []netip.Addr // dirty in address order, kept for its room
+	ipWake            ipWakes
+	// lateBinds are held IPs not bound because the loop was late; its
+	// next tick on time decides them again.
+	lateBinds map[netip.Addr]bool
+	// first says, per IP of order, whether the last full pass decided it
+	// among those that go first (reconcile); kept for the next one.
+	first []bool
+}
+
 // passDue says whether the renew tick, the result of a renewal or the
 // timer needs a reconcile pass. None of them changes a lock, a Service or a
 // heartbeat in the cache: those wake the loop themselves. What a pass reads

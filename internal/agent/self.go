@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -11,6 +12,48 @@ import (
 	"github.com/eip-project/eip/internal/policy"
 	corev1 "k8s.io/api/core/v1"
 )
+
+// self is what this node knows of its own standing: whether it may write,
+// bind and hold (its renewals, the barrier after a break, a stalled loop,
+// fencing), and whether it is eligible.
+type self struct {
+	lastRenewOK time.Time // when the last successful renewal was sent
+	// lastRenewFor is the lease duration that renewal wrote.
+	lastRenewFor time.Duration
+	// lastRenewAsked is when the heartbeat writer last took a renewal,
+	// lastAsked that renewal.
+	lastRenewAsked time.Time
+	lastAsked      renewal
+	renewFailing   bool
+	// renewFails counts the renewals that failed in a row, the last one
+	// at renewFailedAt (see renewBackoff).
+	renewFails    int
+	renewFailedAt time.Time
+	needBarrier   bool      // bind nothing new until a renewal sent after the break comes back
+	barrier       time.Time // wall time of that renewal
+	// lastTick is when the loop last ticked; stalled says that a tick came
+	// late and the locks were not re-read since (loopLate), stallAt when.
+	lastTick, stallAt time.Time
+	stalled           bool
+	fenced            bool
+	shutting          bool
+	selfEligible      bool
+	selfReason        string
+	// peersKnownAt: until then this node has not watched heartbeats for a
+	// renew interval since it (re)connected, so it may not know every live
+	// peer, nor its rank among them, and races for no IP.
+	peersKnownAt time.Time
+	// liveUntil is when this node last counted each node live
+	// (lease.View.LiveUntil).
+	liveUntil map[string]time.Time
+	// unheard: a peer no longer hears this node over the LAN, since
+	// unheardAt (lan.go).
+	unheard   bool
+	unheardAt time.Time
+
+	log  *slog.Logger
+	node string
+}
 
 // writable: this node may write locks. Its renewals succeed and its cache
 // has caught up with its own latest heartbeat since the last break.

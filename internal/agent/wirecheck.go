@@ -223,7 +223,7 @@ func (s *state) checkWire(now time.Time) {
 	for _, ip := range w.sched.Due(now) {
 		iface := w.ifaces[ip]
 		s.binder.watchClaimsOn(iface)
-		s.binder.claimed.add(ip) // before an answer may come
+		s.binder.listenFor(ip) // before an answer may come
 		if err := s.a.opt.Announcer.Probe(iface, ip); err != nil {
 			s.log.Debug("wire check", "ip", ip, "iface", iface, "err", err)
 		}

@@ -9,6 +9,32 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
+// writeQueue is the lock writes in flight and the room for more: the
+// window of acquisitions and the bound on IPs dark for a hand-off.
+type writeQueue struct {
+	jobs     chan write
+	results  chan writeResult
+	inflight map[string]bool
+	pending  map[string]string // lock name -> the holder an ownership write in flight names
+	// waiting are the acquisitions decided while they could not be sent.
+	waiting   waitQueue
+	acquiring int // Create and Acquire writes in flight, see dispatch
+	dropping  int // writes in flight whose IP was unbound first, see drop
+	// window is how many acquisitions may be in flight (congestion);
+	// below one, one at a time, none before paceUntil. idleSince is when
+	// the last acquisition in flight came back, or the last pause ended
+	// (windowAt). sent numbers the acquisitions sent, and cut is the first
+	// sent after the window was last narrowed.
+	window               float64
+	paceUntil, idleSince time.Time
+	sent, cut            int
+	// dropWaiting are the bound IPs whose hand-off or delete waits for
+	// one of those (drop).
+	dropWaiting map[netip.Addr]bool
+	undropped   []netip.Addr // returned by done, its room kept
+	writers     int          // Options.Writers
+}
+
 // lockWriteTimeout is how long a lock write may take: twice the lease
 // duration, at least 4 s. A write that times out at its writer may still
 // be carried out, and is taken for congestion (the window halves). When a

@@ -1,0 +1,240 @@
+package agent
+
+import (
+	"context"
+	"log/slog"
+	"net/netip"
+	"time"
+
+	"github.com/eip-project/eip/internal/bgp"
+	"github.com/eip-project/eip/internal/config"
+	"github.com/eip-project/eip/internal/lease"
+	"github.com/eip-project/eip/internal/netif"
+)
+
+// binding is an address this node has put on an interface.
+type binding struct {
+	iface    string // where it is announced and probed
+	dev      string // where the address is: iface, or one of eipd's devices
+	missing  bool   // removed by someone else and not restored yet
+	prefix   netip.Prefix
+	announce config.Announce
+	route    bgp.Route // announced when announce.BGP()
+}
+
+// binder is what this node has bound, and on which interface or device.
+type binder struct {
+	bound map[netip.Addr]binding
+	// ownRemovals counts, per IP, the removals this node made whose
+	// address events have not come back yet (see addrEvent).
+	ownRemovals map[netip.Addr]int
+	linkDown    map[string]bool
+	claimWatch  map[string]context.CancelFunc
+	claimed     *claimedSet
+	autoIface   map[netip.Addr]string // "auto" resolved, see ifaceFor
+	arpAnswers  map[string]bool       // per LAN interface, see placeOnDevice
+	macs        string                // ownMACs; "" until listed, and after a link changed
+	devices     addressDevices
+
+	log         *slog.Logger
+	links       Links
+	watchClaims ClaimWatcher
+	claims      chan netif.Claim // what the claim watches see
+}
+
+// ifaceFor resolves the interface an address is bound on. Resolving
+// "auto" lists every address of the node, and every pass asks for every
+// bound IP, so the answers are kept until a link or an address other than
+// a managed IP changes (netif.Watch reports both, re-listing after a
+// dropped notification).
+func (b *binder) ifaceFor(ip netip.Addr, on config.Binding) (string, error) {
+	if on.Iface != "" && on.Iface != "auto" {
+		return on.Iface, nil
+	}
+	if iface, ok := b.autoIface[ip]; ok {
+		return iface, nil
+	}
+	iface, err := b.links.IfaceFor(ip)
+	if err == nil {
+		b.autoIface[ip] = iface
+	}
+	return iface, err
+}
+
+// onDevice says whether address p, announced on iface, goes on one of
+// eipd's devices rather than on iface.
+func (b *binder) onDevice(iface string, p netip.Prefix, a config.Announce) bool {
+	return (!a.ARP() || p.Addr().Is4() && p.IsSingleIP()) && placeOnDevice(p, a, b.answersARP(iface))
+}
+
+// answersARP is Links.AnswersARP, read once per interface and again at
+// each resync (checkARP).
+func (b *binder) answersARP(iface string) bool {
+	if v, ok := b.arpAnswers[iface]; ok {
+		return v
+	}
+	v, err := b.links.AnswersARP(iface)
+	switch {
+	case err != nil:
+		b.log.Warn("cannot tell whether the kernel answers ARP for addresses on eipd's device; binding IPv4 addresses on the interface itself", "iface", iface, "err", err)
+	case !v:
+		b.log.Info("arp_ignore is not 0: the kernel answers ARP only for addresses of the interface itself, so IPv4 addresses are bound there, with a lifetime", "iface", iface)
+	}
+	b.arpAnswers[iface] = v
+	return v
+}
+
+// checkARP reads arp_ignore again: a change moves the addresses affected
+// at the next full pass (rebindIfMoved).
+func (b *binder) checkARP() (changed bool) {
+	for iface, was := range b.arpAnswers {
+		delete(b.arpAnswers, iface)
+		if b.answersARP(iface) != was {
+			changed = true
+		}
+	}
+	return changed
+}
+
+// pickDevice is the address device for the next address on one
+// (addressDevices.pick).
+func (b *binder) pickDevice(devs Devices, now time.Time) (string, error) {
+	return b.devices.pick(devs, now)
+}
+
+// listenFor watches the claims for ip: before the kernel may answer for
+// it, or an answer to a probe may come.
+func (b *binder) listenFor(ip netip.Addr) { b.claimed.add(ip) }
+
+// listenOnly stops watching the claims for the IPs keep does not keep.
+func (b *binder) listenOnly(keep func(netip.Addr) bool) { b.claimed.keepOnly(keep) }
+
+// hold records bd, just bound for ip, and counts its device.
+func (b *binder) hold(ip netip.Addr, bd binding) {
+	if bd.onDevice() {
+		b.devices.added(bd.dev)
+	}
+	b.bound[ip] = bd
+}
+
+// update records bd, bound already, as it is now (missing or restored).
+func (b *binder) update(bd binding) { b.bound[bd.prefix.Addr()] = bd }
+
+// release forgets ip's binding, and its device's count.
+func (b *binder) release(ip netip.Addr) {
+	bd, ok := b.bound[ip]
+	if !ok {
+		return
+	}
+	delete(b.bound, ip)
+	if bd.onDevice() {
+		b.devices.removed(bd.dev)
+	}
+}
+
+// removedOwn counts a removal of ip's address by this node, whose event
+// has not come back yet.
+func (b *binder) removedOwn(ip netip.Addr) { b.ownRemovals[ip]++ }
+
+// ownRemoval says whether an address event of ip's removal is one of this
+// node's own (removedOwn), and counts it back.
+func (b *binder) ownRemoval(ip netip.Addr) bool {
+	if b.ownRemovals[ip] == 0 {
+		return false
+	}
+	if b.ownRemovals[ip]--; b.ownRemovals[ip] == 0 {
+		delete(b.ownRemovals, ip)
+	}
+	return true
+}
+
+// addressesChanged forgets the interfaces "auto" resolved to: an address
+// that is not a managed IP changed, and the node's own addresses define
+// the subnets.
+func (b *binder) addressesChanged() { clear(b.autoIface) }
+
+// linkChanged forgets what a change of a link may change: the interfaces
+// "auto" resolved to, and this node's MACs.
+func (b *binder) linkChanged() {
+	clear(b.autoIface)
+	b.macs = ""
+}
+
+// wentDown records that iface lost its carrier, and says whether it had
+// it.
+func (b *binder) wentDown(iface string) bool {
+	if b.linkDown[iface] {
+		return false
+	}
+	b.linkDown[iface] = true
+	return true
+}
+
+// cameUp records that iface has its carrier, and says whether it had lost
+// it.
+func (b *binder) cameUp(iface string) bool {
+	if !b.linkDown[iface] {
+		return false
+	}
+	delete(b.linkDown, iface)
+	return true
+}
+
+// rerouted records the route now announced for bound ip.
+func (b *binder) rerouted(ip netip.Addr, r bgp.Route) {
+	bd := b.bound[ip]
+	bd.route = r
+	b.bound[ip] = bd
+}
+
+// watchClaimsOn watches the announcements on iface for claims of the
+// addresses this node binds or probes, once.
+func (b *binder) watchClaimsOn(iface string) {
+	if _, ok := b.claimWatch[iface]; ok {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	b.claimWatch[iface] = cancel
+	go func() {
+		if err := b.watchClaims(ctx, iface, b.claimed.has, b.claims); err != nil && ctx.Err() == nil {
+			b.log.Error("watching announcements failed", "iface", iface, "err", err)
+		}
+	}()
+}
+
+// ownMACs is lease.FormatMACs of this node's interfaces, listed again
+// after a link changed.
+func (b *binder) ownMACs() string {
+	if b.macs != "" {
+		return b.macs
+	}
+	macs, err := b.links.MACs()
+	if err != nil {
+		b.log.Warn("list the interfaces' MAC addresses", "err", err)
+		return ""
+	}
+	b.macs = lease.FormatMACs(macs)
+	return b.macs
+}
+
+// placeOnDevice says whether an address lives on eipd's own device, which
+// dies with the process and needs no lifetime, rather than on the
+// interface it is announced on, with a lifetime the keeper refreshes:
+//   - an address announced over BGP alone: on the device; traffic routed
+//     to the node reaches a local address on any device;
+//   - an IPv4 host address (/32) announced with ARP: on the device while
+//     the kernel answers ARP on the interface for another device's
+//     addresses (arp_ignore 0, the default; kube-proxy's IPVS strictARP
+//     sets 1), else on the interface;
+//   - IPv6: on the interface, since the kernel answers a neighbour
+//     solicitation only for an address of the interface it arrived on;
+//   - a shorter netmask: on the interface, whose connected subnet it is.
+func placeOnDevice(p netip.Prefix, a config.Announce, arpAnswered bool) bool {
+	if !a.ARP() {
+		return true
+	}
+	return p.Addr().Is4() && p.IsSingleIP() && arpAnswered
+}
+
+// onDevice: the address is on one of eipd's devices, not on its interface.
+func (b binding) onDevice() bool { return b.dev != b.iface }
