@@ -16,8 +16,9 @@
 #
 # Environment: VERSION, a semantic version such as v0.1.0 (default: the
 # VERSION file; anything else, e.g. git describe's 5e7ffc2-dirty, becomes
-# v0.0.0-g5e7ffc2-dirty); OUT, the folder (default bin/release): it is
-# replaced when it holds a release, refused when it holds anything else;
+# v0.0.0-g5e7ffc2-dirty); OUT, the folder (default bin/release, always
+# replaced): it is replaced when it holds a release, refused when it holds
+# anything else;
 # HELM, the helm command (default: scripts/build-tool.sh helm builds it).
 # The same commit, version and Go give the same bytes. Builds take modules
 # only as go.sum pins them (-mod=readonly), and nothing needs the network
@@ -32,7 +33,7 @@ if [[ ! $version =~ $semver ]]; then
 	[[ $version =~ $semver ]] || { echo "release: VERSION=${VERSION:-} is no semantic version (like v0.1.0)" >&2; exit 2; }
 fi
 out=${OUT:-$root/bin/release}
-if [[ -e $out && ! -e $out/SHA256SUMS && -n $(ls -A "$out") ]]; then
+if [[ -n ${OUT:-} && -e $out && ! -e $out/SHA256SUMS && -n $(ls -A "$out") ]]; then
 	echo "release: OUT=$out holds files but no release (no SHA256SUMS): name an empty folder" >&2
 	exit 2
 fi
@@ -58,7 +59,7 @@ done
 go run -mod=readonly ./scripts/release manifest -image "$image" -out "$out/eip.yaml"
 
 # The chart: the repository's, with the release's version and digest.
-cp -r charts/eip "$stage/eip"
+cp -rL charts/eip "$stage/eip" # -L: the chart's files may link to manifests/
 sed -i -e "s/^version: .*/version: ${version#v}/" -e "s/^appVersion: .*/appVersion: $version/" "$stage/eip/Chart.yaml"
 sed -i "s/^  digest: \"\"$/  digest: \"$digest\"/" "$stage/eip/values.yaml"
 grep -q "^  digest: \"$digest\"$" "$stage/eip/values.yaml" || { echo "release: charts/eip/values.yaml has no image digest line to fill" >&2; exit 1; }
