@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"math"
 	"math/rand/v2"
 	"net/netip"
 	"slices"
@@ -131,7 +132,8 @@ func (s *Schedule) Due(now time.Time) []netip.Addr {
 		}
 		return a.Compare(b)
 	})
-	due = due[:min(len(due), int(s.tokens))]
+	// A token short by a rounding error is a token: Next promised one.
+	due = due[:min(len(due), int(s.tokens+1e-6))]
 	s.tokens -= float64(len(due))
 	for _, ip := range due {
 		c := s.ips[ip]
@@ -196,13 +198,21 @@ func (s *Schedule) Finish(now time.Time, macs func(node string) []string) []neti
 	return changed
 }
 
-// Next is when the schedule next has work: a probe due or a wait over.
-// ok is false when it verifies no IP.
+// Next is when the schedule next has work: a probe due, once the rate
+// allows one, or a wait over. ok is false when it verifies no IP.
 func (s *Schedule) Next() (at time.Time, ok bool) {
+	// A probe due waits for the rate: a node whose IPs outnumber what it
+	// may check in Every would otherwise be woken for nothing until then.
+	var ready time.Time
+	if s.tokens < 1 && s.pace.Rate > 0 {
+		ready = s.filled.Add(time.Duration(math.Ceil((1 - s.tokens) / s.pace.Rate * float64(time.Second))))
+	}
 	for _, c := range s.ips {
 		t := c.due
 		if !c.sent.IsZero() {
 			t = c.sent.Add(s.pace.Wait)
+		} else if t.Before(ready) {
+			t = ready
 		}
 		if !ok || t.Before(at) {
 			at, ok = t, true

@@ -117,6 +117,49 @@ func TestScheduleRateBound(t *testing.T) {
 	assert.Assert(t, float64(total) <= p.Rate*60+p.Rate, "%d probes in a minute at %v/s", total, p.Rate)
 }
 
+// A node with more IPs than its rate allows in Every is woken when a
+// probe may go, not before: Next never says "now" to a Due that sends
+// nothing.
+func TestScheduleNextWaitsForTheRate(t *testing.T) {
+	p := DefaultPace
+	p.Rate = 10
+	s := NewSchedule(p, 8)
+	now := t0
+	set(s, ips(100), now)
+	idle := 0
+	for end := now.Add(10 * time.Second); now.Before(end); {
+		next, ok := s.Next()
+		assert.Assert(t, ok)
+		assert.Assert(t, next.After(now) || idle == 0, "woken again at %s for nothing", next.Sub(t0))
+		now = later(now, next)
+		if len(s.Due(now)) == 0 && !s.finishes(now) {
+			idle++
+		} else {
+			idle = 0
+		}
+	}
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// finishes judges the checks whose wait is over and says whether there
+// were any.
+func (s *Schedule) finishes(now time.Time) bool {
+	out := 0
+	for _, c := range s.ips {
+		if !c.sent.IsZero() && now.Sub(c.sent) >= s.pace.Wait {
+			out++
+		}
+	}
+	s.Finish(now, macsOf)
+	return out > 0
+}
+
 func TestScheduleNoAnswerNeedsTries(t *testing.T) {
 	s := NewSchedule(DefaultPace, 3)
 	now := t0

@@ -9,9 +9,14 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	"gotest.tools/v3/assert"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/eip-project/eip/internal/cli"
+	"github.com/eip-project/eip/internal/lease"
 	"github.com/eip-project/eip/testenv"
 )
 
@@ -141,5 +146,111 @@ func TestWireStrangerAnswers(t *testing.T) {
 	want := []net.HardwareAddr{e.mac(holder), strangerMAC}
 	for _, m := range macs {
 		assert.Assert(t, bytes.Equal(m, want[0]) || bytes.Equal(m, want[1]), "answered by %s, neither the holder nor the stranger", m)
+	}
+}
+
+// A healthy cluster of 1,000 IPs: every IP is checked on the wire at least
+// once a minute, and checking causes no API write: over a minute no lock
+// is written, the heartbeats are renewed no more often than their pace and
+// none changes what it reports of the wire. It logs each checking node's
+// probes a second and each eipd's CPU over that minute (figures, not
+// assertions).
+func TestWireThousandIPsQuiet(t *testing.T) {
+	// Runs alone (no t.Parallel), like TestLocalThousandServices: its CPU
+	// figures would carry other tests' load.
+	const n = 1000
+	cfg := defaultConfig()
+	cfg["ranges"] = "198.18.100.0/22"
+	e := newEnv(t, cfg)
+	g, ctx := errgroup.WithContext(e.ctx)
+	g.SetLimit(8)
+	for i := 1; i <= n; i++ {
+		ip := testenv.ServiceIP(i)
+		g.Go(func() error {
+			svc := &corev1.Service{
+				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("wire-%d", i), Namespace: svcNamespace, Labels: map[string]string{e2eLabel: "true"}},
+				Spec:       corev1.ServiceSpec{ExternalIPs: []string{ip.String()}, Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
+			}
+			_, err := e.k.CoreV1().Services(svcNamespace).Create(ctx, svc, metav1.CreateOptions{})
+			return err
+		})
+	}
+	e.must(g.Wait())
+	e.eventually(fmt.Sprintf("all %d IPs checked and answered by their holder", n), func() (bool, string) {
+		healthy, other := 0, map[string]int{}
+		for _, r := range e.statusJSON().IPs {
+			if r.State == cli.StateBound && r.Wire.Verdict == "holder" {
+				healthy++
+			} else {
+				other[string(r.State)+"/"+r.Wire.Verdict]++
+			}
+		}
+		return healthy == n, fmt.Sprintf("%d healthy, others %v", healthy, other)
+	})
+
+	// Every Lease write over the window, as the API server's watch sends it.
+	wireText := map[string]string{}
+	leases := e.k.CoordinationV1().Leases(testenv.Namespace)
+	list, err := leases.List(e.ctx, metav1.ListOptions{})
+	e.must(err)
+	for _, l := range list.Items {
+		wireText[l.Name] = l.Annotations[lease.AnnotationWire]
+	}
+	w, err := leases.Watch(e.ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
+	e.must(err)
+	defer w.Stop()
+	checks := func() map[string]float64 {
+		out := map[string]float64{}
+		for _, node := range e.nodes {
+			out[node] = e.scrape(node).samples["eip_wire_checks_total"]
+		}
+		return out
+	}
+	checks0, cpu0 := checks(), e.daemonsCPU()
+	const window = time.Minute // a measurement window, not a wait for a condition
+	began := time.Now()
+	end := time.After(window)
+	writes := map[string]int{}
+	wireChanged := map[string]bool{}
+collect:
+	for {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				t.Fatal("the watch of Leases ended")
+			}
+			l, isLease := ev.Object.(*coordinationv1.Lease)
+			if !isLease {
+				continue
+			}
+			writes[l.Labels[lease.RoleLabel]]++
+			if wireText[l.Name] != l.Annotations[lease.AnnotationWire] {
+				wireChanged[l.Name] = true
+			}
+			wireText[l.Name] = l.Annotations[lease.AnnotationWire]
+		case <-end:
+			break collect
+		}
+	}
+	took := time.Since(began)
+	checks1, cpu1 := checks(), e.daemonsCPU()
+	st := e.statusJSON()
+	var stale []string
+	for _, r := range st.IPs {
+		if r.Wire.CheckedAt == nil || st.ObservedAt.Sub(*r.Wire.CheckedAt) > time.Minute {
+			stale = append(stale, fmt.Sprintf("%s (%v)", r.IP, r.Wire.CheckedAt))
+		}
+	}
+	assert.Equal(t, len(stale), 0, "IPs not checked within the last minute: %v", stale[:min(len(stale), 5)])
+	assert.Equal(t, writes[lease.RoleLock], 0, "locks written while the wire did not change")
+	assert.Equal(t, len(wireChanged), 0, "heartbeats whose wire report changed: %v", wireChanged)
+	// With liveness over the LAN a heartbeat is renewed every ten renew
+	// intervals (5 s): checking adds nothing to that.
+	most := len(e.nodes) * (int(took/(5*time.Second)) + 1)
+	assert.Assert(t, writes[lease.RoleHeartbeat] <= most, "%d heartbeat writes in %s, at most %d at their pace", writes[lease.RoleHeartbeat], took, most)
+	t.Logf("over %s: %d heartbeat writes, %d lock writes", took.Round(time.Second), writes[lease.RoleHeartbeat], writes[lease.RoleLock])
+	for _, node := range e.nodes {
+		t.Logf("%s: %.1f probes/s checking the wire, eipd CPU %.2f %% of a core", node,
+			(checks1[node]-checks0[node])/took.Seconds(), 100*float64(cpu1[node]-cpu0[node])/float64(took))
 	}
 }
