@@ -94,7 +94,19 @@ type probeRun struct {
 	// when one first did.
 	stranger, answeredBy string
 	peerSince            time.Time
+	// lingering: the eip node's MAC answered past deadMACGrace, and it
+	// was reported.
+	lingering bool
 }
+
+// deadMACGrace is how long, beyond a lease duration, the MAC of an eip
+// node judged dead may go on answering a takeover's probes before it is
+// reported: its kernel drops the address with eipd's device at once, or
+// within a lease duration on a LAN interface, and a hung eipd exits. An
+// answer after that is no dying node: most likely a machine on the LAN
+// answering with that MAC, which keeps the IP dark, and which eip cannot
+// prevent.
+const deadMACGrace = 3 * time.Second
 
 type inUse struct {
 	mac      string
@@ -255,6 +267,16 @@ func (s *state) inUseBy(ip netip.Addr, p probeRun) time.Time {
 	return u.retry
 }
 
+// lingeringMAC reports that mac, an eip node's, still answers for ip
+// after it was judged dead and for longer than it could by dying.
+func (s *state) lingeringMAC(ip netip.Addr, iface, mac string, answering time.Duration) {
+	s.a.opt.Metrics.AddressConflict()
+	s.log.Warn("an eip node judged dead still answers for an address being taken over; not binding it", "ip", ip, "iface", iface, "mac", mac, "for", answering)
+	s.event(ip, corev1.EventTypeWarning, "AddressConflict",
+		fmt.Sprintf("%s is still answered by %s, the MAC of an eip node judged dead, after %s: %s does not bind it while that MAC answers (a machine on the LAN answering with it keeps the address dark)",
+			ip, mac, answering.Round(time.Second), s.a.opt.Node))
+}
+
 // conflictClaim handles a claim for an address being probed or held, and
 // says whether it did.
 func (s *state) conflictClaim(cl netif.Claim) bool {
@@ -280,6 +302,10 @@ func (s *state) conflictClaim(cl netif.Claim) bool {
 				s.log.Info("an eip node still answers for an address being taken over; probing again", "ip", cl.IP, "iface", cl.Iface, "mac", mac)
 			}
 			p.rechecking, p.started, p.sent = true, now.Add(recheckAfter(now.Sub(p.peerSince))), 0
+			if !p.lingering && now.Sub(p.peerSince) >= s.desired.cfg.LeaseDuration+deadMACGrace {
+				p.lingering = true
+				s.lingeringMAC(cl.IP, cl.Iface, mac, now.Sub(p.peerSince))
+			}
 			// Only this IP's decision waits for it: a full pass for
 			// each, in a mass failover, held every takeover back.
 			s.sched.wakeIP(cl.IP, p.started)

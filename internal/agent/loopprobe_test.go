@@ -4,10 +4,12 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"gotest.tools/v3/assert"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/eip-project/eip/internal/lease"
 	"github.com/eip-project/eip/internal/netif"
@@ -302,4 +304,47 @@ func TestLoopMoveOfAnIPInConflictReleasesIt(t *testing.T) {
 	w.tick("node-b")
 	assert.DeepEqual(t, w.take(), []string{"update eip-198-18-100-1 holder="})
 	assert.Equal(t, w.get(leaseName(ip)).Annotations[lease.AnnotationMoveTo], "node-b")
+}
+
+// A dead holder's MAC that goes on answering a takeover's probes for a
+// lease duration and deadMACGrace is no dying node: the IP stays unbound,
+// and one AddressConflict Warning names the MAC (a LAN host answering with
+// it keeps the IP dark, which eip cannot prevent but reports). Answering
+// less long, it is only a holder letting go: nothing is reported.
+func TestLoopDeadHoldersMACStillAnsweringIsReported(t *testing.T) {
+	w, ip := takingOver(t)
+	mac := peerMAC("node-b")
+	conflicts := func() (n int, msgs []string) {
+		ch := w.a.recorder.(*record.FakeRecorder).Events
+		for {
+			select {
+			case e := <-ch:
+				if strings.Contains(e, " AddressConflict ") {
+					n++
+					msgs = append(msgs, e)
+				}
+			default:
+				return n, msgs
+			}
+		}
+	}
+	start := w.clk.Now()
+	limit := w.s.desired.cfg.LeaseDuration + deadMACGrace
+	for w.clk.Now().Sub(start) < limit-recheckMax {
+		w.s.claim(netif.Claim{Iface: testIface, IP: ip, MAC: mac})
+		w.step(100 * time.Millisecond)
+		w.pass()
+	}
+	n, _ := conflicts()
+	assert.Equal(t, n, 0, "reported a holder that was letting go")
+	for w.clk.Now().Sub(start) < limit+2*recheckMax {
+		w.s.claim(netif.Claim{Iface: testIface, IP: ip, MAC: mac})
+		w.step(100 * time.Millisecond)
+		w.pass()
+	}
+	n, msgs := conflicts()
+	assert.Equal(t, n, 1, "%v", msgs)
+	assert.Assert(t, strings.Contains(msgs[0], mac.String()), msgs[0])
+	_, bound := w.addrs[netip.PrefixFrom(ip, 32)]
+	assert.Assert(t, !bound, "bound while the dead holder's MAC answers")
 }
