@@ -23,6 +23,7 @@ runc     runc          the container runtime of real kubelet nodes
 sysctl   procps        turning on forwarding inside real kubelet nodes
 bird     bird2         the BGP router of the route-mode tests
 birdc    bird2         querying that router
+gcc      gcc           cgo, which the race detector of make test needs
 '
 
 uid=${EIP_PREREQS_UID:-$(id -u)}

@@ -195,9 +195,11 @@ func (b *binder) watchClaimsOn(iface string) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	b.claimWatch[iface] = cancel
+	// The watch reads nothing of b: the loop's goroutine owns it.
+	watch, has, claims, log := b.watchClaims, b.claimed.has, b.claims, b.log
 	go func() {
-		if err := b.watchClaims(ctx, iface, b.claimed.has, b.claims); err != nil && ctx.Err() == nil {
-			b.log.Error("watching announcements failed", "iface", iface, "err", err)
+		if err := watch(ctx, iface, has, claims); err != nil && ctx.Err() == nil {
+			log.Error("watching announcements failed", "iface", iface, "err", err)
 		}
 	}()
 }

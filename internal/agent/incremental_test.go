@@ -25,7 +25,7 @@ import (
 // that moment must act not at all: no API write, no address change. So the
 // skipping loop reaches the decisions of a loop that passes on every input.
 func TestSkippedPassesWouldActNot(t *testing.T) {
-	for seed := range uint64(40) {
+	for seed := range seeds(40) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) { skippedPassesWouldActNot(t, seed) })
 	}
 }
@@ -211,9 +211,20 @@ func (r *randomWorld) addService() {
 // write, no address change. So the incremental loop reaches the decisions
 // of a loop that passes over every IP on every input.
 func TestIncrementalPassDecidesAsTheFullPass(t *testing.T) {
-	for seed := range uint64(60) {
+	for seed := range seeds(60) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) { incrementalDecidesAsFull(t, seed) })
 	}
+}
+
+// seeds is how many random sequences a property test replays: n, or
+// with -short a few. The race tier of make test runs -short: the race
+// detector slows these tests tenfold, and a few sequences run every
+// goroutine the loop starts.
+func seeds(n uint64) uint64 {
+	if testing.Short() {
+		return min(n, 6)
+	}
+	return n
 }
 
 func incrementalDecidesAsFull(t *testing.T, seed uint64) {
