@@ -247,12 +247,14 @@ func TestInformerKeepsLocksAsKept(t *testing.T) {
 	a := &Agent{clk: clock.RealClock{}, opt: Options{Namespace: testNS}, leaseKick: make(chan struct{}, 1)}
 	a.news.changes = map[string]bool{}
 	inf := a.patientInformer(lw, &coordinationv1.Lease{})
-	_, err := inf.AddEventHandler(a.leaseKicker())
+	reg, err := inf.AddEventHandler(a.leaseKicker())
 	assert.NilError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go inf.RunWithContext(ctx)
-	assert.Assert(t, cache.WaitForCacheSync(ctx.Done(), inf.HasSynced))
+	// The handlers run after the cache has the objects: wait for them too
+	// (the race detector's slowness showed the gap).
+	assert.Assert(t, cache.WaitForCacheSync(ctx.Done(), inf.HasSynced, reg.HasSynced))
 	a.leaseIdx = inf.GetIndexer()
 
 	k := a.lock(lease.NameFor(ip))
@@ -270,10 +272,10 @@ func TestInformerKeepsLocksAsKept(t *testing.T) {
 	moved.ResourceVersion = "3"
 	events.Modify(moved)
 	poll.WaitOn(t, func(poll.LogT) poll.Result {
-		if k := a.lock(lease.NameFor(ip)); k != nil && k.Holder == "node-2" {
+		if k := a.lock(lease.NameFor(ip)); k != nil && k.Holder == "node-2" && a.leasesSeen() == "3" {
 			return poll.Success()
 		}
-		return poll.Continue("the update is not in the cache yet")
+		return poll.Continue("the update is not in the cache or not handled yet")
 	}, poll.WithTimeout(10*time.Second), poll.WithDelay(time.Millisecond))
 	names, all, vouched = a.takeLeaseChanges()
 	assert.Check(t, names[lease.NameFor(ip)])
@@ -285,10 +287,10 @@ func TestInformerKeepsLocksAsKept(t *testing.T) {
 	gone.ResourceVersion = "4"
 	events.Delete(gone)
 	poll.WaitOn(t, func(poll.LogT) poll.Result {
-		if a.lock(lease.NameFor(ip)) == nil {
+		if a.lock(lease.NameFor(ip)) == nil && a.leasesSeen() == "4" {
 			return poll.Success()
 		}
-		return poll.Continue("the lock is still in the cache")
+		return poll.Continue("the deletion is not in the cache or not handled yet")
 	}, poll.WithTimeout(10*time.Second), poll.WithDelay(time.Millisecond))
 	assert.Equal(t, len(a.allLocks()), 0)
 	assert.Equal(t, len(a.heartbeats()), 1)
