@@ -89,7 +89,7 @@ func TestChartNames(t *testing.T) {
 	objs := objects(t, helm(t, "template", "eip", "charts/eip", "--set", "fullnameOverride=lb,serviceMonitor.enabled=true,prometheusRule.enabled=true"))
 	want := []string{
 		"ClusterRole <nil>/lb", "ClusterRole <nil>/lb-operator", "ClusterRole <nil>/lb-view", "ClusterRoleBinding <nil>/lb",
-		"ConfigMap eip-system/eip-config", "DaemonSet eip-system/lbd", "Namespace <nil>/eip-system", "PrometheusRule eip-system/lb",
+		"ConfigMap eip-system/eip-config", "ConfigMap eip-system/eip-config-last-good", "DaemonSet eip-system/lbd", "Namespace <nil>/eip-system", "PrometheusRule eip-system/lb",
 		"Role eip-system/lb", "RoleBinding eip-system/lb", "Secret eip-system/eip-liveness-key", "Service eip-system/lbd-metrics",
 		"ServiceAccount eip-system/lb", "ServiceMonitor eip-system/lbd",
 		"ValidatingAdmissionPolicy <nil>/eip-config", "ValidatingAdmissionPolicyBinding <nil>/eip-config",

@@ -241,6 +241,7 @@ func run(o options) error {
 		},
 		AddrEvents: addrEvents, LinkEvents: linkEvents, APIServer: apiServer, ProbeWait: probeWait, WirePace: wire.DefaultPace,
 		KubeProxy: endpoints.NewKubeProxy(clk),
+		LastGood:  agent.LastGoodConfigMap{ConfigMaps: client.ConfigMaps(o.namespace), Name: agent.LastGoodName(o.configMap)},
 		ListenLAN: func(port uint16, sentBy lanlive.SentBy, out chan<- lanlive.Received) (agent.LANConn, error) {
 			if lanKeyErr != nil {
 				return nil, lanKeyErr

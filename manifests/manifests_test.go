@@ -28,6 +28,7 @@ import (
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 
+	"github.com/eip-project/eip/internal/agent"
 	"github.com/eip-project/eip/internal/bgp"
 	"github.com/eip-project/eip/internal/config"
 	"github.com/eip-project/eip/internal/lanlive"
@@ -171,7 +172,7 @@ func TestEveryObjectIsEips(t *testing.T) {
 	}
 	assert.DeepEqual(t, kinds, map[string]int{
 		"Namespace": 1, "ServiceAccount": 1, "ClusterRole": 3, "ClusterRoleBinding": 1,
-		"Role": 1, "RoleBinding": 1, "ConfigMap": 1, "DaemonSet": 1, "Secret": 1,
+		"Role": 1, "RoleBinding": 1, "ConfigMap": 2, "DaemonSet": 1, "Secret": 1,
 		"ValidatingAdmissionPolicy": 1, "ValidatingAdmissionPolicyBinding": 1,
 	})
 	assert.Equal(t, one[*corev1.Namespace](t, objs).Name, namespace)
@@ -219,6 +220,7 @@ func TestRBACIsMinimal(t *testing.T) {
 	assert.DeepEqual(t, role.Rules, []rbacv1.PolicyRule{
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{configMap}, Verbs: read},
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{agent.LastGoodName(configMap)}, Verbs: []string{"get", "update"}},
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{lanlive.KeySecret}, Verbs: []string{"get", "watch", "update"}},
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{bgp.ShippedPasswordSecret}, Verbs: []string{"get"}},
 	})
@@ -251,8 +253,7 @@ func TestPluginRoles(t *testing.T) {
 }
 
 func TestConfigMapShipsTheDefaults(t *testing.T) {
-	cm := one[*corev1.ConfigMap](t, decodeAll(t, "."))
-	assert.Equal(t, cm.Name, configMap)
+	cm := named[*corev1.ConfigMap](t, decodeAll(t, "."), namespace, configMap)
 	assert.DeepEqual(t, slices.Sorted(func(yield func(string) bool) {
 		for k := range cm.Data {
 			if !yield(k) {
@@ -413,4 +414,12 @@ func TestConfigPolicy(t *testing.T) {
 	var keys []string
 	assert.NilError(t, yaml.Unmarshal([]byte(strings.ReplaceAll(known, "'", `"`)), &keys), known)
 	assert.DeepEqual(t, keys, config.Keys())
+}
+
+// The last good configuration ships empty, for eipds to fill with the one
+// update their Role allows: applying the manifests again sets no data, so
+// it keeps what they wrote.
+func TestLastGoodShipsEmpty(t *testing.T) {
+	cm := named[*corev1.ConfigMap](t, decodeAll(t, "."), namespace, agent.LastGoodName(configMap))
+	assert.Check(t, cm.Data == nil && cm.BinaryData == nil && cm.Annotations == nil, "%+v", cm)
 }

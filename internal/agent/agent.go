@@ -69,6 +69,10 @@ type Options struct {
 	// ListenLAN opens the port of liveness over the LAN (lanlive.Listen);
 	// nil leaves this node on heartbeat liveness alone.
 	ListenLAN ListenLAN
+	// LastGood keeps the last good configuration in the cluster, for an
+	// eipd that starts while the ConfigMap is invalid (lastgood.go); nil
+	// keeps it in memory only.
+	LastGood LastGood
 	// KubeProxy tells whether kube-proxy on a node delivers to the
 	// node's endpoints of a Local Service (endpoints.KubeProxy); nil
 	// leaves the EndpointSlices alone to decide.

@@ -122,14 +122,20 @@ func (d *desired) read(rv string) (fresh bool) {
 }
 
 // refuse keeps why the ConfigMap read is not in force; the last good
-// configuration is.
-func (d *desired) refuse(err error) {
+// configuration is, or, before any was, none (the ConfigMap kept, which
+// held none either, is named).
+func (d *desired) refuse(err error, kept string) {
+	if !d.cfgLoaded {
+		d.cfgErr = fmt.Sprintf("invalid configuration, and no last good one is kept (%s): nothing is bound here: %v", kept, err)
+		return
+	}
 	d.cfgErr = fmt.Sprintf("invalid configuration, keeping the last good one: %v", err)
 }
 
-// apply puts cfg in force and returns the configuration before it.
-func (d *desired) apply(cfg config.Config) (old config.Config) {
-	d.cfgErr = ""
+// apply puts cfg in force and returns the configuration before it. why is
+// why the ConfigMap itself is not in force ("" when cfg is the ConfigMap's).
+func (d *desired) apply(cfg config.Config, why string) (old config.Config) {
+	d.cfgErr = why
 	old = d.cfg
 	d.cfg, d.cfgLoaded = cfg, true
 	return old

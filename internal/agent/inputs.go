@@ -1,9 +1,11 @@
 package agent
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"net/netip"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -15,12 +17,18 @@ import (
 
 // loadConfig parses the ConfigMap when it changed. An invalid one keeps the
 // last good configuration in force, is logged, recorded as a Warning event
-// on the ConfigMap and reported in the heartbeat. It returns whether the
-// configuration in force changed.
+// on the ConfigMap and reported in the heartbeat. An eipd that has no good
+// configuration yet (it is starting) takes the last good one kept in the
+// cluster (lastgood.go) instead. It returns whether the configuration in
+// force changed.
 func (s *state) loadConfig() bool {
 	name := s.a.opt.Namespace + "/" + s.a.opt.ConfigMap
 	cm, err := s.a.configMap.Get(s.a.opt.ConfigMap)
 	if apierrors.IsNotFound(err) {
+		s.a.opt.Metrics.ConfigValid(false)
+		if !s.desired.cfgLoaded && s.useLastGood(nil, fmt.Sprintf("ConfigMap %s not found", name)) {
+			return true
+		}
 		first, gone := s.desired.missing(name)
 		switch {
 		case first:
@@ -37,14 +45,15 @@ func (s *state) loadConfig() bool {
 	if !s.desired.read(cm.ResourceVersion) {
 		return false
 	}
-	cfg, err := config.Parse(cm.Data)
-	if err == nil {
-		err = cfg.CheckReserved(s.reservedAddresses())
-	}
+	cfg, err := s.parseConfig(cm.Data)
+	s.a.opt.Metrics.ConfigValid(err == nil)
 	if err != nil {
-		s.desired.refuse(err)
 		s.a.opt.Metrics.ConfigError()
-		s.log.Error("invalid configuration; keeping the last good one", "configmap", name, "err", err)
+		if !s.desired.cfgLoaded && s.useLastGood(cm, fmt.Sprintf("invalid configuration: %v", err)) {
+			return true
+		}
+		s.desired.refuse(err, LastGoodName(s.a.opt.ConfigMap))
+		s.log.Error("invalid configuration; keeping the last good one", "configmap", name, "err", err, "lastGoodInForce", s.desired.cfgLoaded)
 		s.a.recorder.Event(cm, corev1.EventTypeWarning, "InvalidConfig", truncate(s.desired.cfgErr, 1000))
 		return false
 	}
@@ -52,16 +61,70 @@ func (s *state) loadConfig() bool {
 		s.log.Warn("configuration warning", "configmap", name, "warning", w)
 		s.a.recorder.Event(cm, corev1.EventTypeWarning, "ConfigWarning", w)
 	}
-	old := s.desired.apply(cfg)
+	if s.lastGood != nil {
+		s.lastGood.offer(cm.Data, cm.ResourceVersion)
+	}
+	return s.putInForce(cfg, "", name)
+}
+
+// parseConfig parses data and checks it against the addresses no range may
+// hold.
+func (s *state) parseConfig(data map[string]string) (config.Config, error) {
+	cfg, err := config.Parse(data)
+	if err == nil {
+		err = cfg.CheckReserved(s.reservedAddresses())
+	}
+	return cfg, err
+}
+
+// putInForce makes cfg, read from source, the configuration in force, with
+// why the ConfigMap itself is not ("" when it is), and reports whether it
+// differs from the one before.
+func (s *state) putInForce(cfg config.Config, why, source string) bool {
+	old := s.desired.apply(cfg, why)
 	if s.live != nil {
 		s.live.SetTimings(cfg.RenewInterval, 2*cfg.RenewInterval)
 	}
-	s.log.Info("configuration in force", "configmap", name, "policy", cfg.Policy, "ranges", len(cfg.Ranges),
+	s.log.Info("configuration in force", "source", source, "policy", cfg.Policy, "ranges", len(cfg.Ranges),
 		"iface", cfg.Iface, "leaseDuration", cfg.LeaseDuration, "renewInterval", cfg.RenewInterval, "apiLoss", cfg.APILoss)
 	if len(cfg.Ranges) == 0 {
-		s.log.Warn("no ranges are configured: nothing is bound", "configmap", name)
+		s.log.Warn("no ranges are configured: nothing is bound", "source", source)
 	}
 	return !old.Equal(cfg)
+}
+
+// lastGoodTimeout bounds the read of the last good configuration, which
+// happens once, while eipd starts.
+const lastGoodTimeout = 5 * time.Second
+
+// useLastGood puts the last good configuration kept in the cluster in
+// force, because of why (the ConfigMap cm is invalid, or gone when cm is
+// nil), and says so in the log, in a Warning event on cm and in the
+// heartbeat. It reports false, changing nothing, when none is kept or it
+// is not valid either.
+func (s *state) useLastGood(cm *corev1.ConfigMap, why string) bool {
+	if s.a.opt.LastGood == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), lastGoodTimeout)
+	defer cancel()
+	kept := LastGoodName(s.a.opt.ConfigMap)
+	data, source, err := s.a.opt.LastGood.Load(ctx)
+	if err != nil || data == nil {
+		s.log.Warn("no last good configuration to fall back on", "configmap", kept, "err", err)
+		return false
+	}
+	cfg, err := s.parseConfig(data)
+	if err != nil {
+		s.log.Error("the last good configuration is not valid either", "configmap", kept, "err", err)
+		return false
+	}
+	why = fmt.Sprintf("%s; using the last good configuration, kept in ConfigMap %s (from resourceVersion %s)", why, kept, source)
+	s.log.Warn("using the last good configuration", "configmap", kept, "sourceResourceVersion", source, "reason", why)
+	if cm != nil {
+		s.a.recorder.Event(cm, corev1.EventTypeWarning, "InvalidConfig", truncate(why, 1000))
+	}
+	return s.putInForce(cfg, why, kept+" at resourceVersion "+source)
 }
 
 func truncate(s string, n int) string {

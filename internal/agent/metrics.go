@@ -53,6 +53,15 @@ type Metrics interface {
 	// BGP reports the route-mode sessions and the routes announced, every
 	// renew interval.
 	BGP(sessions []bgp.Session, routes int)
+	// ConfigValid says whether the ConfigMap, as it is now, is the
+	// configuration in force; false while it is invalid, whatever serves
+	// meanwhile (the last good configuration, or none).
+	ConfigValid(bool)
+	// NotServing says why this node would not take over an IP it should
+	// (no valid configuration in force, peers that do not hear it, an
+	// interface of the configuration missing); "" when it would. /readyz
+	// fails while it is set.
+	NotServing(why string)
 }
 
 type nopMetrics struct{}
@@ -77,3 +86,5 @@ func (nopMetrics) EventSummarised(string)            {}
 func (nopMetrics) WireCheck()                        {}
 func (nopMetrics) WireVerdicts(map[wire.Verdict]int) {}
 func (nopMetrics) BGP([]bgp.Session, int)            {}
+func (nopMetrics) ConfigValid(bool)                  {}
+func (nopMetrics) NotServing(string)                 {}

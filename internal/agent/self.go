@@ -428,6 +428,14 @@ func (s *state) eligible(node string) bool {
 // can fix), in a Warning event on the ConfigMap.
 func (s *state) updateEligibility() {
 	ok, why, missingIface := s.eligibleSelf()
+	// Not being eligible by the node selector or for want of ranges is as
+	// configured; the other reasons are faults, and a DaemonSet rollout
+	// must stop on them (readiness).
+	notServing := ""
+	if !ok && (missingIface || !s.desired.cfgLoaded || s.self.unheard) {
+		notServing = why
+	}
+	s.a.opt.Metrics.NotServing(notServing)
 	if !s.self.judgedEligible(ok, why) {
 		return
 	}

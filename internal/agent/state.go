@@ -27,16 +27,19 @@ type state struct {
 	log *slog.Logger
 
 	desired desired
-	self    self
-	book    lockBook
-	writes  writeQueue
-	sched   schedule
-	binder  binder
-	succ    successions
-	routes  routing
-	lan     lanState
-	serving serving
-	ports   servedPorts
+	// lastGood writes the configurations put in force for the next eipd
+	// to start (nil without Options.LastGood).
+	lastGood *lastGoodSaver
+	self     self
+	book     lockBook
+	writes   writeQueue
+	sched    schedule
+	binder   binder
+	succ     successions
+	routes   routing
+	lan      lanState
+	serving  serving
+	ports    servedPorts
 
 	live      *lease.Liveness
 	renewReq  chan renewal
@@ -112,6 +115,10 @@ func (s *state) run(ctx context.Context, stop chan struct{}) error {
 		go s.a.runWriter(s.writes.jobs, s.writes.results, stop)
 	}
 	s.startAllocator(stop)
+	if s.a.opt.LastGood != nil {
+		s.lastGood = newLastGoodSaver(s.a.opt.LastGood, s.log)
+		go s.lastGood.run(ctx, stop)
+	}
 	s.loadConfig()
 	s.lifetime.configure(s.desired.cfg)
 	go s.lifetime.run(stop)

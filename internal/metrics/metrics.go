@@ -58,8 +58,13 @@ type Metrics struct {
 	bgpUpdates   *prometheus.CounterVec
 	bgpReceived  *prometheus.GaugeVec
 
+	configValid prometheus.Gauge
+
 	mu  sync.Mutex
 	hbt renewals
+	// notServing is why this node would not take over an IP it should;
+	// "" when it would.
+	notServing string
 	// updatesSeen is the speaker's UPDATE count per peer at the last BGP
 	// call, so that eip_bgp_updates_sent_total only grows.
 	updatesSeen map[string]uint64
@@ -124,6 +129,10 @@ func New(opt Options) (*Metrics, error) {
 			Name: "eip_api_errors_total",
 			Help: "Failed API server requests by operation (renew, create, acquire, handoff, release, delete), conflicts excluded.",
 		}, []string{"op"}),
+		configValid: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "eip_config_valid",
+			Help: "1 when eip-config, as it is now, is the configuration in force; 0 while it is invalid (the last good configuration, or none, serves meanwhile).",
+		}),
 		configErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "eip_config_errors_total",
 			Help: "Invalid eip-config edits rejected (the last good configuration stays in force).",
@@ -193,7 +202,7 @@ func New(opt Options) (*Metrics, error) {
 
 	for _, c := range []prometheus.Collector{
 		m.held, m.managed, m.binds, m.unbinds, m.acquisitions, m.handoffs, m.conflicts, m.fencings,
-		m.failover, m.apiErrors, m.configErrors, m.renew, m.vanished, m.refreshLate, m.conflicted, m.foreign, m.wireChecks, m.wireVerdicts, m.summarised, build,
+		m.failover, m.apiErrors, m.configErrors, m.configValid, m.renew, m.vanished, m.refreshLate, m.conflicted, m.foreign, m.wireChecks, m.wireVerdicts, m.summarised, build,
 		m.bgpUp, m.bgpRoutes, m.bgpUpdates, m.bgpReceived,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "eip_announcements_sent_total",
@@ -346,11 +355,32 @@ func (m *Metrics) WireVerdicts(counts map[wire.Verdict]int) {
 	}
 }
 
-// Ready returns nil when the heartbeat is renewing, or why it is not.
+// ConfigValid sets eip_config_valid.
+func (m *Metrics) ConfigValid(ok bool) {
+	v := 0.0
+	if ok {
+		v = 1
+	}
+	m.configValid.Set(v)
+}
+
+// NotServing records why this node would not take over an IP it should,
+// "" when it would.
+func (m *Metrics) NotServing(why string) {
+	m.mu.Lock()
+	m.notServing = why
+	m.mu.Unlock()
+}
+
+// Ready returns nil when this node would serve and its heartbeat is
+// renewing, or why not.
 func (m *Metrics) Ready() error {
 	now := m.clk.Now()
 	m.mu.Lock()
-	r := m.hbt
+	r, why := m.hbt, m.notServing
 	m.mu.Unlock()
+	if why != "" {
+		return fmt.Errorf("would not take over the IPs it should: %s", why)
+	}
 	return r.check(now)
 }

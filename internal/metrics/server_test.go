@@ -62,6 +62,18 @@ func TestHandlerHealthAndReadiness(t *testing.T) {
 	code, _ = get(t, h, "/readyz")
 	assert.Equal(t, code, http.StatusOK)
 
+	// Renewing, but with no valid configuration in force: not ready, and
+	// alive.
+	m.NotServing("no valid configuration")
+	code, body = get(t, h, "/readyz")
+	assert.Equal(t, code, http.StatusServiceUnavailable)
+	assert.Equal(t, body, "not ready: would not take over the IPs it should: no valid configuration\n")
+	code, _ = get(t, h, "/healthz")
+	assert.Equal(t, code, http.StatusOK)
+	m.NotServing("")
+	code, _ = get(t, h, "/readyz")
+	assert.Equal(t, code, http.StatusOK)
+
 	// A heartbeat that silently stops (a stuck loop) turns unready too.
 	clk.Step(10 * time.Second)
 	code, body = get(t, h, "/readyz")
