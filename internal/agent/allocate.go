@@ -172,24 +172,11 @@ func (a *Agent) patchIngress(ctx context.Context, svc *ipset.Service) (*corev1.S
 // locks by name (before reconcile consumes them).
 func (s *state) allocate(v lease.View, locks map[string]*lease.Kept) {
 	al := s.alloc
-	for name := range al.firstSeen {
-		if _, ok := locks[name]; !ok {
-			delete(al.firstSeen, name)
-		}
-	}
-	for name, l := range locks {
-		if _, seen := al.firstSeen[name]; !seen && l.ReservedFor != "" {
-			al.firstSeen[name] = v.Now
-		}
-	}
+	al.seen(locks, v.Now)
 	if !s.desired.cfgLoaded || !v.Writable {
 		return
 	}
 	svcs := s.a.allServices()
-	type unsettled struct {
-		svc *ipset.Service
-		req alloc.Request
-	}
 	var todo []unsettled
 	refused, waiting := map[string]bool{}, map[string]bool{}
 	if al.settledCfg != s.desired.cfgRV {
@@ -220,33 +207,66 @@ func (s *state) allocate(v lease.View, locks map[string]*lease.Kept) {
 	al.settled, al.next = al.next, al.settled
 	clear(al.wanted)
 	if len(todo) > 0 {
-		// First come, first served: every node assigns in the same order,
-		// so their answers agree.
-		slices.SortFunc(todo, func(a, b unsettled) int {
-			return cmp.Or(a.svc.Created.Compare(b.svc.Created), cmp.Compare(a.req.Service, b.req.Service))
-		})
-		space := s.space(svcs, v.Now)
-		for _, w := range todo {
-			current := alloc.Current(w.svc)
-			res := space.Assign(w.req, current)
-			for _, ip := range res.IPs {
-				al.wanted[ip] = w.req.Service
-			}
-			if len(res.Refused) > 0 {
-				refused[w.req.Service] = true
-				s.reportRefusal(v, w.svc, strings.Join(res.Refused, "; "))
-			}
-			if !res.Changes(current) {
-				continue // refused: nothing to do until something changes
-			}
-			waiting[w.req.Service] = true
-			if s.mayAllocate(v, w.svc) && s.candidatesFree(w.svc, res.Reserve, v.Now) {
-				s.dispatchAlloc(v, w.svc, res)
-			}
+		s.assign(v, svcs, todo, refused, waiting)
+	}
+	al.forget(waiting, refused)
+}
+
+// unsettled is a Service whose addresses do not match what it asks for.
+type unsettled struct {
+	svc *ipset.Service
+	req alloc.Request
+}
+
+// assign works out the addresses of the unsettled Services in todo, the
+// first created first, so that every node's answers agree, and allocates
+// those this node may now. It notes the Services refused and those
+// waiting for their addresses.
+func (s *state) assign(v lease.View, svcs []*ipset.Service, todo []unsettled, refused, waiting map[string]bool) {
+	slices.SortFunc(todo, func(a, b unsettled) int {
+		return cmp.Or(a.svc.Created.Compare(b.svc.Created), cmp.Compare(a.req.Service, b.req.Service))
+	})
+	space := s.space(svcs, v.Now)
+	for _, w := range todo {
+		current := alloc.Current(w.svc)
+		res := space.Assign(w.req, current)
+		for _, ip := range res.IPs {
+			s.alloc.wanted[ip] = w.req.Service
+		}
+		if len(res.Refused) > 0 {
+			refused[w.req.Service] = true
+			s.reportRefusal(v, w.svc, strings.Join(res.Refused, "; "))
+		}
+		if !res.Changes(current) {
+			continue // refused: nothing to do until something changes
+		}
+		waiting[w.req.Service] = true
+		if s.mayAllocate(v, w.svc) && s.candidatesFree(w.svc, res.Reserve, v.Now) {
+			s.dispatchAlloc(v, w.svc, res)
 		}
 	}
-	// The ranks count from when a Service became servable, so that nodes
-	// do not all act at once for one that waited for its address.
+}
+
+// seen notes when each reserving lock of locks (the cache's, by name) was
+// first seen, at now at the latest, and forgets the locks gone.
+func (al *allocator) seen(locks map[string]*lease.Kept, now time.Time) {
+	for name := range al.firstSeen {
+		if _, ok := locks[name]; !ok {
+			delete(al.firstSeen, name)
+		}
+	}
+	for name, l := range locks {
+		if _, seen := al.firstSeen[name]; !seen && l.ReservedFor != "" {
+			al.firstSeen[name] = now
+		}
+	}
+}
+
+// forget forgets the Services no longer waiting for their addresses, or
+// no longer refused, after an allocation pass. The ranks count from when
+// a Service became servable, so that nodes do not all act at once for one
+// that waited for its address.
+func (al *allocator) forget(waiting, refused map[string]bool) {
 	for k := range al.since {
 		if !waiting[k] {
 			delete(al.since, k)

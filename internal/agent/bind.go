@@ -323,19 +323,9 @@ func (s *state) deviceEvent(ev netif.LinkEvent) {
 	s.log.Info("restored eipd's address device and its addresses", "iface", ev.Iface, "addresses", n)
 }
 
-// resync compares the interfaces with what we hold: restores missing
-// addresses and removes addresses inside our ranges that we do not hold. At
-// start-up an address whose lock still names us is left alone; the first
-// pass that may bind will refresh it.
-func (s *state) resync(startup bool) {
-	s.sched.resynced(s.a.clk.Now())
-	s.routes.retry(s.desired.cfg)
-	if s.ports.failed {
-		s.sched.inputChanged(inServices) // the next pass applies the port filter again
-	}
-	if s.binder.checkARP() {
-		s.sched.askFull()
-	}
+// resyncIfaces are the interfaces a resync lists, each with the bindings
+// on it: those bound on, and those of the managed IPs.
+func (s *state) resyncIfaces() map[string]int {
 	ifaces := map[string]int{} // to list, with the bindings on each
 	for _, b := range s.binder.bound {
 		ifaces[b.dev]++
@@ -358,6 +348,23 @@ func (s *state) resync(startup bool) {
 			}
 		}
 	}
+	return ifaces
+}
+
+// resync compares the interfaces with what we hold: restores missing
+// addresses and removes addresses inside our ranges that we do not hold. At
+// start-up an address whose lock still names us is left alone; the first
+// pass that may bind will refresh it.
+func (s *state) resync(startup bool) {
+	s.sched.resynced(s.a.clk.Now())
+	s.routes.retry(s.desired.cfg)
+	if s.ports.failed {
+		s.sched.inputChanged(inServices) // the next pass applies the port filter again
+	}
+	if s.binder.checkARP() {
+		s.sched.askFull()
+	}
+	ifaces := s.resyncIfaces()
 	var heldByLock map[netip.Addr]bool // read at start-up only
 	if startup {
 		heldByLock = s.heldByLock()

@@ -475,6 +475,9 @@ func (s *state) eligibleSelf() (ok bool, why string, missingIface bool) {
 	return true, "", false
 }
 
+// heartbeatNow asks the heartbeat writer for req (a renewal, or the
+// deletion at shutdown), after any renewal it has in flight, and waits for
+// the answer.
 func (s *state) heartbeatNow(req renewal) error {
 	deadline := s.a.clk.After(2 * s.desired.cfg.LeaseDuration)
 	for sent := false; ; {

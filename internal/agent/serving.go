@@ -68,6 +68,53 @@ func newServing(open func(context.Context) (cache.Indexer, cache.InformerSynced)
 // onlyFor is where ip may live.
 func (sv *serving) onlyFor(ip netip.Addr) lease.Only { return sv.only[ip] }
 
+// begin starts the health checks' life: they end with ctx, the loop's.
+func (sv *serving) begin(ctx context.Context) { sv.checkCtx = ctx }
+
+// watch starts or stops the watch of every EndpointSlice at now, for
+// whether an IP of a Local Service exists now, and says which it did.
+func (sv *serving) watch(now time.Time) (started, stopped bool) {
+	return sv.slices.update(sv.checkCtx, len(sv.local) > 0, now)
+}
+
+// warm starts the watch of every EndpointSlice at now, before the IPs of
+// Local Services are known, and returns whether it synced.
+func (sv *serving) warm(now time.Time) cache.InformerSynced {
+	sv.slices.update(sv.checkCtx, true, now)
+	return sv.slices.synced
+}
+
+// localIPs takes the IPs a Local Service names, from order and entries,
+// the IPs to manage.
+func (sv *serving) localIPs(order []managed, entries map[netip.Addr]ipset.Entry) {
+	sv.local = sv.local[:0]
+	for _, m := range order {
+		if len(entries[m.ip].Local) > 0 {
+			sv.local = append(sv.local, m.ip)
+		}
+	}
+}
+
+// judged: where ip may live was judged from the synced EndpointSlices.
+func (sv *serving) judged(ip netip.Addr) { delete(sv.unjudged, ip) }
+
+// unjudge: ip may live where it is held (heldOnly) until the watch synced.
+func (sv *serving) unjudge(ip netip.Addr) { sv.unjudged[ip] = true }
+
+// decided keeps next, where each IP of a Local Service may live, and
+// forgets what it knew of the others.
+func (sv *serving) decided(next map[netip.Addr]lease.Only) {
+	maps.DeleteFunc(sv.unjudged, func(ip netip.Addr, _ bool) bool { _, ok := next[ip]; return !ok })
+	maps.DeleteFunc(sv.waits, func(ip netip.Addr, _ kubeProxyWait) bool { _, ok := next[ip]; return !ok })
+	sv.only = next
+}
+
+// waitBegan: this node keeps ip until kube-proxy delivers elsewhere (w).
+func (sv *serving) waitBegan(ip netip.Addr, w kubeProxyWait) { sv.waits[ip] = w }
+
+// waitEnded: this node no longer keeps ip for kube-proxy.
+func (sv *serving) waitEnded(ip netip.Addr) { delete(sv.waits, ip) }
+
 // eligibility is where the IP of e may live, from the EndpointSlices of
 // its Local Services and what kube-proxy said of their ready nodes.
 func (s *state) eligibility(e ipset.Entry) endpoints.Eligibility {
@@ -139,12 +186,7 @@ func (s *state) proxiedResult(r endpoints.Result) bool {
 // holder (heldOnly).
 func (s *state) updateServing(entries bool) []netip.Addr {
 	if entries {
-		s.serving.local = s.serving.local[:0]
-		for _, m := range s.desired.order {
-			if len(s.desired.entries[m.ip].Local) > 0 {
-				s.serving.local = append(s.serving.local, m.ip)
-			}
-		}
+		s.serving.localIPs(s.desired.order, s.desired.entries)
 		s.watchSlices()
 	}
 	judge := s.serving.slices.ready()
@@ -157,7 +199,7 @@ func (s *state) updateServing(entries bool) []netip.Addr {
 		var o lease.Only
 		switch {
 		case judge:
-			delete(s.serving.unjudged, ip)
+			s.serving.judged(ip)
 			el := s.eligibility(e)
 			o = lease.Only{Restricted: true, Nodes: el.Nodes}
 			if !was || unjudged || !slices.Equal(old.Nodes, o.Nodes) {
@@ -167,7 +209,7 @@ func (s *state) updateServing(entries bool) []netip.Addr {
 		case was && !unjudged:
 			o = old
 		default:
-			s.serving.unjudged[ip] = true
+			s.serving.unjudge(ip)
 			o = s.heldOnly(ip)
 		}
 		next[ip] = o
@@ -175,14 +217,12 @@ func (s *state) updateServing(entries bool) []netip.Addr {
 			changed = append(changed, ip)
 		}
 	}
-	maps.DeleteFunc(s.serving.unjudged, func(ip netip.Addr, _ bool) bool { _, ok := next[ip]; return !ok })
-	maps.DeleteFunc(s.serving.waits, func(ip netip.Addr, _ kubeProxyWait) bool { _, ok := next[ip]; return !ok })
 	for ip := range s.serving.only {
 		if _, ok := next[ip]; !ok {
 			changed = append(changed, ip)
 		}
 	}
-	s.serving.only = next
+	s.serving.decided(next)
 	if judge {
 		s.serving.checks.Sweep()
 	}
@@ -225,11 +265,11 @@ func (s *state) reportWait(e ipset.Entry, el endpoints.Eligibility) {
 	svcs := strings.Join(e.Local, ", ")
 	switch {
 	case len(waitsFor) > 0 && !was:
-		s.serving.waits[e.IP] = kubeProxyWait{since: now, nodes: slices.Clone(waitsFor)}
+		s.serving.waitBegan(e.IP, kubeProxyWait{since: now, nodes: slices.Clone(waitsFor)})
 		s.event(e.IP, corev1.EventTypeNormal, "WaitingForKubeProxy", fmt.Sprintf("%s stays on %s, where endpoints of %s still serve, until kube-proxy on %s delivers to the ready ones there",
 			e.IP, s.a.opt.Node, svcs, strings.Join(waitsFor, " or ")))
 	case len(waitsFor) == 0 && was:
-		delete(s.serving.waits, e.IP)
+		s.serving.waitEnded(e.IP)
 		waited := now.Sub(wait.since).Round(10 * time.Millisecond)
 		to := slices.DeleteFunc(slices.Clone(wait.nodes), func(n string) bool { return !slices.Contains(el.Nodes, n) })
 		switch node, v := s.serving.checks.Outcome(e.Local, to); v {

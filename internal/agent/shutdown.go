@@ -25,13 +25,7 @@ func (s *state) shutdown() error {
 	// they were free (spread: in balance), and rank decides the rest.
 	seen := s.book.resolvePass(s.desired.order, s.desired.names, locks)
 	plan := s.plan(v, seen)
-	var held []int // by index in order
-	for i, m := range s.desired.order {
-		lk := s.book.lockOf(m.ip, seen[i])
-		if lk != nil && lk.Holder == v.Self && !s.writes.inflight[m.name] && v.Writable {
-			held = append(held, i)
-		}
-	}
+	held := s.heldAtStop(v, seen)
 	// Each IP is unbound just before its hand-off is sent, and no more are
 	// in flight than there are writers: queued all at once, the last of
 	// thousands would wait dark for the writes before them, and those
@@ -69,9 +63,20 @@ func (s *state) shutdown() error {
 	return nil
 }
 
-// heartbeatNow asks the heartbeat writer for req (a renewal, or the
-// deletion at shutdown), after any renewal it has in flight, and waits for
-// the answer.
+// heldAtStop are the IPs to hand off at a stop, by their index in order:
+// those whose lock, as seen, names this node, with no write in flight,
+// while it may write.
+func (s *state) heldAtStop(v lease.View, seen []*lease.Kept) []int {
+	var held []int
+	for i, m := range s.desired.order {
+		lk := s.book.lockOf(m.ip, seen[i])
+		if lk != nil && lk.Holder == v.Self && !s.writes.inflight[m.name] && v.Writable {
+			held = append(held, i)
+		}
+	}
+	return held
+}
+
 // handOff gives m, held by this node with lock l, to the node plan names,
 // or to the best-ranked live peer; with none, it releases it.
 func (s *state) handOff(v lease.View, plan map[netip.Addr]string, m managed, l *lease.Kept) {

@@ -45,11 +45,11 @@ func (w *sliceWatch) update(ctx context.Context, needed bool, now time.Time) (st
 
 // ready: the watch runs and its cache has synced, so that a Service
 // without a slice in it has none.
-func (w *sliceWatch) ready() bool { return w.synced != nil && w.synced() }
+func (w sliceWatch) ready() bool { return w.synced != nil && w.synced() }
 
 // slicesOf is the EndpointSlices of Service key ("namespace/name"), none
 // while the watch is stopped.
-func (w *sliceWatch) slicesOf(key string) []*discoveryv1.EndpointSlice {
+func (w sliceWatch) slicesOf(key string) []*discoveryv1.EndpointSlice {
 	if w.idx == nil {
 		return nil
 	}
@@ -59,7 +59,7 @@ func (w *sliceWatch) slicesOf(key string) []*discoveryv1.EndpointSlice {
 // watchSlices starts or stops the watch of every EndpointSlice for
 // whether an IP of a Local Service exists now.
 func (s *state) watchSlices() {
-	switch started, stopped := s.serving.slices.update(s.serving.checkCtx, len(s.serving.local) > 0, s.a.clk.Now()); {
+	switch started, stopped := s.serving.watch(s.a.clk.Now()); {
 	case started:
 		s.log.Info("watching EndpointSlices: a Service with externalTrafficPolicy: Local has an IP", "ips", len(s.serving.local))
 	case stopped:
@@ -96,9 +96,9 @@ func (s *state) heldOnly(ip netip.Addr) lease.Only {
 func (s *state) warmSlices(ctx context.Context) {
 	for _, svc := range s.a.allServices() {
 		if svc.Local {
-			s.serving.slices.update(s.serving.checkCtx, true, s.a.clk.Now())
+			synced := s.serving.warm(s.a.clk.Now())
 			s.log.Info("watching EndpointSlices: a Service has externalTrafficPolicy: Local")
-			cache.WaitForCacheSync(ctx.Done(), s.serving.slices.synced)
+			cache.WaitForCacheSync(ctx.Done(), synced)
 			return
 		}
 	}

@@ -109,7 +109,7 @@ func newState(a *Agent) *state {
 }
 
 func (s *state) run(ctx context.Context, stop chan struct{}) error {
-	s.serving.checkCtx = ctx
+	s.serving.begin(ctx)
 	go s.hb.run(s.renewReq, s.renewRes, stop)
 	for range s.a.opt.Writers {
 		go s.a.runWriter(s.writes.jobs, s.writes.results, stop)
