@@ -117,7 +117,14 @@ type inUse struct {
 type claim struct {
 	mac  string
 	seen time.Time
+	// defended is when this node last announced the address back.
+	defended time.Time
 }
+
+// defendInterval is RFC 5227's DEFEND_INTERVAL: a holder defends an address
+// a stranger claims once, and not again within it, so that two machines
+// that both defend exchange one announcement each, not a ping-pong.
+const defendInterval = 10 * time.Second
 
 func newAddrConflicts() addrConflicts {
 	return addrConflicts{fresh: map[netip.Addr]bool{}, probing: map[netip.Addr]probeRun{}, inUse: map[netip.Addr]inUse{}, claimed: map[netip.Addr]claim{}}
@@ -319,16 +326,25 @@ func (s *state) conflictClaim(cl netif.Claim) bool {
 		return false
 	}
 	// A stranger's claim for an address this node holds while its
-	// renewals succeed. eipd keeps serving it and does not answer with an
-	// announcement of its own, which a stranger that defends its address
-	// would answer in turn.
+	// renewals succeed. eipd keeps serving it and defends it once (RFC
+	// 5227 §2.4 (b)): one announcement, so that hosts the claim misled
+	// find the holder again, and no more within defendInterval, which a
+	// stranger that defends its address would answer in turn.
 	s.a.opt.Metrics.ForeignClaim()
-	if prev, ok := c.claimed[cl.IP]; !ok || prev.mac != mac || now.Sub(prev.seen) >= claimMemory {
+	prev, ok := c.claimed[cl.IP]
+	if !ok || prev.mac != mac || now.Sub(prev.seen) >= claimMemory {
 		s.log.Warn("a machine that is not an eip node claims an address this node holds", "ip", cl.IP, "iface", cl.Iface, "mac", mac)
 		s.event(cl.IP, corev1.EventTypeWarning, "AddressClaimed",
-			fmt.Sprintf("%s, bound on %s, is also claimed on the LAN by %s: two machines answer for it until that one lets go", cl.IP, s.a.opt.Node, mac))
+			fmt.Sprintf("%s, bound on %s, is also claimed on the LAN by %s: %s defended it once; two machines answer for it until that one lets go", cl.IP, s.a.opt.Node, mac, s.a.opt.Node))
 	}
-	c.claimed[cl.IP] = claim{mac: mac, seen: now}
+	k := claim{mac: mac, seen: now, defended: prev.defended}
+	if k.defended.IsZero() || now.Sub(k.defended) >= defendInterval {
+		if err := s.a.opt.Announcer.Defend(s.binder.bound[cl.IP].iface, cl.IP); err != nil {
+			s.log.Warn("defend", "ip", cl.IP, "iface", cl.Iface, "err", err)
+		}
+		k.defended = now
+	}
+	c.claimed[cl.IP] = k
 	return true
 }
 

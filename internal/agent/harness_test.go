@@ -500,6 +500,7 @@ func (w *world) MACs() ([]net.HardwareAddr, error) {
 func (w *world) AnswersARP(string) (bool, error)   { return !w.arpIgnored, nil }
 func (w *world) Announce(string, netip.Addr) error { return nil }
 func (w *world) Stop(netip.Addr)                   {}
+func (w *world) Defend(string, netip.Addr) error   { return nil }
 func (w *world) Probe(_ string, ip netip.Addr) error {
 	w.call("probe " + ip.String())
 	w.step(w.sendTakes)

@@ -53,6 +53,8 @@ type Announcer interface {
 	Stop(ip netip.Addr)
 	// Probe asks the LAN whether anyone holds ip; answers come as claims.
 	Probe(iface string, ip netip.Addr) error
+	// Defend announces ip once, without repeats.
+	Defend(iface string, ip netip.Addr) error
 }
 
 // LeaseWriter writes Leases (lease.Store).

@@ -128,6 +128,23 @@ func (a *Announcer) Announce(iface string, ip netip.Addr) error {
 	return nil
 }
 
+// Defend sends the announcement of ip on iface once, with no repeats,
+// leaving any pending repeats as they are: the one defence RFC 5227 §2.4
+// (b) allows a host whose address another machine claimed.
+func (a *Announcer) Defend(iface string, ip netip.Addr) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return fmt.Errorf("defend %s on %s: announcer closed", ip, iface)
+	}
+	n, err := a.out.send(iface, ip.Unmap())
+	a.sent.Add(uint64(n))
+	if err != nil {
+		return fmt.Errorf("defend %s on %s: %w", ip, iface, err)
+	}
+	return nil
+}
+
 // Probe asks the LAN once whether anyone holds ip, without claiming it (an
 // ARP probe, or a duplicate address detection NS). Answers come as claims
 // to WatchClaims on iface, which must be running already.

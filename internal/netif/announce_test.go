@@ -238,3 +238,21 @@ func TestAnnouncerBatchesDueRepeats(t *testing.T) {
 	assert.DeepEqual(t, []int{<-h.out.batches, <-h.out.batches, <-h.out.batches}, []int{maxBatch - 1, 1, 6})
 	h.noneQueued()
 }
+
+// Defend sends once, before it returns, and schedules no repeat: the clock
+// can run past every repeat and nothing more goes out.
+func TestAnnouncerDefendsOnce(t *testing.T) {
+	h := newAnnouncerHarness(t, 250*time.Millisecond, time.Second)
+	ip := netip.MustParseAddr("198.18.0.7")
+	assert.NilError(t, h.a.Defend("eth0", ip))
+	select {
+	case s := <-h.out.sends:
+		assert.Equal(t, s, sent{"eth0", ip})
+	default:
+		t.Fatal("Defend returned before sending")
+	}
+	assert.Equal(t, h.a.Sent(), uint64(2))
+	h.clk.SetTime(h.t0.Add(time.Minute))
+	h.noneQueued()
+	assert.Assert(t, !h.clk.HasWaiters(), "a defence set a timer")
+}

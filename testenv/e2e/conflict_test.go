@@ -85,8 +85,9 @@ func TestAddressInUseOnTheLANIsNotBound(t *testing.T) {
 // (issue 14, (e)): a gratuitous ARP from the control-plane namespace, whose
 // MAC no eip node publishes. The holder records AddressClaimed naming the
 // MAC, status shows it, and, as documented, the holder keeps the address
-// and the lock and sends no announcement back: on the wire the stranger's
-// GARPs are the only ones, so there is no ping-pong.
+// and the lock and defends it once (RFC 5227 §2.4 (b)): one announcement,
+// a gratuitous ARP request and reply, answers the stranger's three GARPs,
+// so there is no ping-pong.
 func TestForeignGARPForAHeldIP(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, defaultConfig())
@@ -129,7 +130,7 @@ func TestForeignGARPForAHeldIP(t *testing.T) {
 	})
 	n := <-counted
 	t.Logf("announcements of %s on the wire: %v", ip, n)
-	assert.DeepEqual(t, n, map[string]int{strangerMAC.String(): garps})
+	assert.DeepEqual(t, n, map[string]int{strangerMAC.String(): garps, e.mac(holder).String(): 2})
 	assert.DeepEqual(t, e.boundOn(ip), []string{holder})
 	assert.Equal(t, e.holder(ip), holder)
 }
