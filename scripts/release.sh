@@ -9,7 +9,9 @@
 #                               `helm push eip-X.Y.Z.tgz oci://REGISTRY/charts`
 #   kubectl-eip_OS_ARCH.tar.gz  the plugin (kubectl-eip, kubectl_complete-eip,
 #                               LICENSE) for linux and darwin, amd64 and arm64
-#   kubectl-eip.yaml            the krew manifest, with each archive's sha256
+#   krew/eip.yaml               the krew manifest, with each archive's sha256
+#                               (krew wants it named after the plugin, and
+#                               eip.yaml here is the install manifest)
 #   *.spdx.json                 an SPDX SBOM of every binary released: eipd
 #                               per image platform, kubectl-eip per archive
 #   SHA256SUMS                  the sha256 of every other file
@@ -82,12 +84,13 @@ for platform in linux/amd64 linux/arm64 darwin/amd64 darwin/arm64; do
 	sum=$(sha256sum "$out/$archive" | cut -d' ' -f1)
 	fill+=(-e "s/\${SHA256_${os}_$arch}/$sum/")
 done
-sed "${fill[@]}" plugins/eip.yaml >"$out/kubectl-eip.yaml"
-if grep -n '\${' "$out/kubectl-eip.yaml" >&2; then
+mkdir -p "$out/krew"
+sed "${fill[@]}" plugins/eip.yaml >"$out/krew/eip.yaml"
+if grep -n '\${' "$out/krew/eip.yaml" >&2; then
 	echo "release: plugins/eip.yaml has a placeholder release.sh does not fill" >&2
 	exit 1
 fi
 
-(cd "$out" && find . -maxdepth 1 -type f ! -name SHA256SUMS -printf '%f\n' | LC_ALL=C sort | xargs sha256sum >SHA256SUMS)
+(cd "$out" && find . -type f ! -name SHA256SUMS -printf '%P\n' | LC_ALL=C sort | xargs sha256sum >SHA256SUMS)
 echo "eip $version ($image) in $out:"
-(cd "$out" && ls -l --time-style=+ | tail -n +2 | awk '{print "  " $NF "  " $5}')
+(cd "$out" && find . -type f -printf '  %P  %s\n' | LC_ALL=C sort)

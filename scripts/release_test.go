@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"os"
 	"os/exec"
@@ -77,7 +78,7 @@ func TestReleaseCrossReferences(t *testing.T) {
 			} `json:"platforms"`
 		} `json:"spec"`
 	}
-	readYAML(t, filepath.Join(out, "kubectl-eip.yaml"), &plugin)
+	readYAML(t, filepath.Join(out, "krew", "eip.yaml"), &plugin)
 	assert.Equal(t, plugin.Spec.Version, version)
 	assert.Equal(t, len(plugin.Spec.Platforms), len(archives))
 	for _, p := range plugin.Spec.Platforms {
@@ -128,8 +129,8 @@ func TestReleaseCrossReferences(t *testing.T) {
 	assert.Equal(t, spdx, len(binaries)+len(archives), "one SBOM per binary, no other")
 }
 
-// checkSums checks that SHA256SUMS lists every other file of dir with its
-// sha256, and returns them by name.
+// checkSums checks that SHA256SUMS lists every other file under dir with
+// its sha256, and returns them by path.
 func checkSums(t *testing.T, dir string) map[string]string {
 	t.Helper()
 	f, err := os.Open(filepath.Join(dir, "SHA256SUMS"))
@@ -143,18 +144,21 @@ func checkSums(t *testing.T, dir string) map[string]string {
 		sums[name] = sum
 	}
 	assert.NilError(t, s.Err())
-	entries, err := os.ReadDir(dir)
-	assert.NilError(t, err)
 	var files []string
-	for _, e := range entries {
-		if e.Name() == "SHA256SUMS" {
-			continue
+	assert.NilError(t, filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || d.Name() == "SHA256SUMS" {
+			return err
 		}
-		files = append(files, e.Name())
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		assert.NilError(t, err)
-		assert.Check(t, is.Equal(sums[e.Name()], sha256Hex(b)), e.Name())
-	}
+		rel, err := filepath.Rel(dir, path)
+		if err != nil {
+			return err
+		}
+		files = append(files, rel)
+		b, err := os.ReadFile(path)
+		assert.Check(t, is.Equal(sums[rel], sha256Hex(b)), rel)
+		return err
+	}))
+	slices.Sort(files)
 	assert.DeepEqual(t, slices.Sorted(maps.Keys(sums)), files)
 	return sums
 }

@@ -55,7 +55,7 @@ func TestKrewInstallsThePlugin(t *testing.T) {
 	}
 
 	run(release)
-	manifest := filepath.Join(root, "bin", "release", "kubectl-eip.yaml")
+	manifest := filepath.Join(root, "bin", "release", "krew", "eip.yaml")
 	run(validate + " -manifest " + manifest + " -skip-install")
 	b, err := os.ReadFile(manifest)
 	assert.NilError(t, err)
@@ -83,7 +83,7 @@ func TestKrewInstallsThePlugin(t *testing.T) {
 		archive := "bin/release/kubectl-eip_" + platform + ".tar.gz"
 		assert.Check(t, strings.HasSuffix(p.URI, "/kubectl-eip_"+platform+".tar.gz"), p.URI)
 		krewRoot := t.TempDir()
-		line := "kubectl krew install --manifest=bin/release/kubectl-eip.yaml --archive=" + archive
+		line := "kubectl krew install --manifest=bin/release/krew/eip.yaml --archive=" + archive
 		if platform == "linux_amd64" {
 			assert.Equal(t, install, line, "the README installs the linux/amd64 archive")
 			hostRoot = krewRoot
