@@ -200,7 +200,16 @@ func New(opt Options) (*Metrics, error) {
 	m.acquisitions.WithLabelValues(kindTakeover)
 	m.WireVerdicts(nil)
 
-	for _, c := range []prometheus.Collector{
+	ready := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "eip_ready",
+		Help: "1 while this eipd would answer /readyz with 200 (it would take over the IPs it should, and its heartbeat renews), else 0.",
+	}, func() float64 {
+		if m.Ready() != nil {
+			return 0
+		}
+		return 1
+	})
+	for _, c := range []prometheus.Collector{ready,
 		m.held, m.managed, m.binds, m.unbinds, m.acquisitions, m.handoffs, m.conflicts, m.fencings,
 		m.failover, m.apiErrors, m.configErrors, m.configValid, m.renew, m.vanished, m.refreshLate, m.conflicted, m.foreign, m.wireChecks, m.wireVerdicts, m.summarised, build,
 		m.bgpUp, m.bgpRoutes, m.bgpUpdates, m.bgpReceived,

@@ -17,7 +17,7 @@ var eipMetrics = []string{
 	"eip_ips_held", "eip_ips_managed", "eip_binds_total", "eip_unbinds_total", "eip_acquisitions_total",
 	"eip_handoffs_total", "eip_lease_conflicts_total", "eip_fencings_total",
 	"eip_failover_duration_seconds", "eip_announcements_sent_total", "eip_api_errors_total",
-	"eip_config_errors_total", "eip_heartbeat_renew_duration_seconds", "eip_build_info",
+	"eip_config_errors_total", "eip_config_valid", "eip_ready", "eip_heartbeat_renew_duration_seconds", "eip_build_info",
 	"eip_held_addresses_vanished_total", "eip_lifetime_refreshes_late_total",
 	"eip_address_conflicts_total", "eip_foreign_claims_total", "eip_events_summarised_total",
 }
@@ -41,6 +41,7 @@ func TestMetricsCount(t *testing.T) {
 	var sent uint64
 	m := newMetrics(t, clk, &sent)
 
+	m.ConfigValid(true)
 	m.Held(3)
 	m.Held(2)
 	m.Managed(4)
@@ -97,6 +98,12 @@ eip_build_info{version="v1.2.3"} 1
 # HELP eip_config_errors_total Invalid eip-config edits rejected (the last good configuration stays in force).
 # TYPE eip_config_errors_total counter
 eip_config_errors_total 1
+# HELP eip_config_valid 1 when eip-config, as it is now, is the configuration in force; 0 while it is invalid (the last good configuration, or none, serves meanwhile).
+# TYPE eip_config_valid gauge
+eip_config_valid 1
+# HELP eip_ready 1 while this eipd would answer /readyz with 200 (it would take over the IPs it should, and its heartbeat renews), else 0.
+# TYPE eip_ready gauge
+eip_ready 1
 # HELP eip_events_summarised_total Events on Services that this node's Event budget left out, by reason; each is counted in an EventsSummarised Event on the Node.
 # TYPE eip_events_summarised_total counter
 eip_events_summarised_total{reason="Bound"} 2
