@@ -126,7 +126,7 @@ func (u *user) try(script string) (string, error) {
 	args := append([]string{"netns", "exec", cluster.State().ClientNetns, "env", "-i"}, u.env...)
 	cmd := exec.CommandContext(ctx, "ip", append(args, "bash", "-e", "-o", "pipefail", "-c", script)...)
 	out, err := cmd.CombinedOutput()
-	u.t.Logf("$ %s%s", script, out)
+	u.t.Logf("$ %s\n%s", strings.TrimRight(script, "\n"), out)
 	return string(out), err
 }
 
