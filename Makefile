@@ -20,7 +20,7 @@ export CGO_ENABLED = 0
 # Go's own install location, for a fresh machine whose PATH lacks it.
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: all prereqs build install test test-unit test-e2e test-k8s lint fuzz bench demo demo-bgp demo-cluster k8s clean
+.PHONY: all prereqs build install test test-unit test-e2e test-k8s lint fuzz vulncheck bench demo demo-bgp demo-cluster k8s clean
 
 all: build
 
@@ -81,6 +81,11 @@ test-k8s: prereqs build
 ## fuzz: run each fuzz target briefly
 fuzz:
 	scripts/fuzz.sh 10s
+
+## vulncheck: govulncheck against the pinned vulnerability database; fails
+## on a reachable vulnerability not accepted in scripts/vulncheck.accepted
+vulncheck:
+	scripts/vulncheck.sh
 
 ## bench: measure the targets of docs/design.md on the test cluster
 bench: prereqs build

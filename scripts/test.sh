@@ -2,7 +2,8 @@
 # The test tiers of `make test` (testenv/README.md, "Running the tests").
 #
 #   scripts/test.sh        every tier: unit and privileged tests, chart and
-#                          manifests, race, a short fuzz run, end-to-end
+#                          manifests, race, a short fuzz run, govulncheck
+#                          (scripts/vulncheck.sh), end-to-end
 #   scripts/test.sh unit   every tier but the end-to-end one
 #   scripts/test.sh e2e    only the end-to-end tier
 #
@@ -116,6 +117,7 @@ else
 	tier "unit and privileged" gotest -count=1 ./internal/... ./daemon/... ./kubectl-eip/... ./scripts/... ./docs/...
 	[[ ${EIP_RACE:-1} == 0 ]] || tier "race" race
 	tier "fuzz (short)" scripts/fuzz.sh 5s
+	tier "known vulnerabilities" scripts/vulncheck.sh
 	tier "test tools (built in the background)" wait_build "$tools" "$work/tools.log"
 	tier "chart and manifests" gotest -count=1 ./manifests/... ./charts/...
 fi
