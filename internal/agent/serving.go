@@ -29,12 +29,12 @@ type serving struct {
 	// computeEntries.
 	local []netip.Addr
 	// checks are kube-proxy's verdicts on the nodes with a ready
-	// endpoint of a Local Service, made by the goroutines of startCheck
-	// (at most checkSlots at a time), which send them to proxied. They
+	// endpoint of a Local Service, made by runner (at most checkSlots at
+	// a time, checkQueue more waiting), which sends them to proxied. They
 	// end with checkCtx, the loop's.
 	checks   endpoints.Checks
 	proxied  chan endpoints.Result
-	slots    chan struct{}
+	runner   *endpoints.Runner
 	checkCtx context.Context
 	// slices are the EndpointSlices, watched while local is not empty;
 	// unjudged are the IPs of local given heldOnly until they synced.
@@ -53,14 +53,19 @@ type kubeProxyWait struct {
 }
 
 // checkSlots bounds the health checks in flight: a thousand Services
-// becoming ready at once are checked a few at a time.
-const checkSlots = 16
+// becoming ready at once are checked a few at a time. checkQueue bounds
+// those waiting for a slot, as data; beyond, a node is judged on its
+// EndpointSlices' word (Unknown).
+const (
+	checkSlots = 16
+	checkQueue = 4096
+)
 
 // newServing is serving with open to start the watch of every
 // EndpointSlice (Agent.watchSlices).
 func newServing(open func(context.Context) (cache.Indexer, cache.InformerSynced)) serving {
 	return serving{
-		proxied: make(chan endpoints.Result, 64), slots: make(chan struct{}, checkSlots), checkCtx: context.Background(),
+		proxied: make(chan endpoints.Result, 64), checkCtx: context.Background(),
 		slices: sliceWatch{open: open}, unjudged: map[netip.Addr]bool{}, waits: map[netip.Addr]kubeProxyWait{},
 	}
 }
@@ -119,42 +124,46 @@ func (sv *serving) waitEnded(ip netip.Addr) { delete(sv.waits, ip) }
 // its Local Services and what kube-proxy said of their ready nodes.
 func (s *state) eligibility(e ipset.Entry) endpoints.Eligibility {
 	per := make([]map[string]endpoints.Readiness, len(e.Local))
+	ask := s.asksKubeProxy(e.IP)
 	for i, svc := range e.Local {
-		per[i] = s.serving.checks.Judge(svc, endpoints.Nodes(s.serving.slices.slicesOf(svc)), s.startCheck)
+		per[i] = s.serving.checks.Judge(svc, endpoints.Nodes(s.serving.slices.slicesOf(svc)), ask, s.startCheck)
 	}
 	return endpoints.Eligible(per)
 }
 
+// asksKubeProxy reports whether this node checks kube-proxy for ip: only
+// its holder and its successor, whose decisions wait for the verdicts
+// (the holder keeps it until kube-proxy delivers where it may move; the
+// successor takes it over). Every node asking would send each node's
+// kube-proxy a check from every other.
+func (s *state) asksKubeProxy(ip netip.Addr) bool {
+	k := s.a.lock(lease.NameFor(ip))
+	return k != nil && (k.Holder == s.a.opt.Node || k.Successor == s.a.opt.Node)
+}
+
 // startCheck asks kube-proxy on k's node, at its first address and the
 // health check node port of k's Service, whether it delivers to the
-// node's endpoints, and sends the verdict to the loop. It returns false
-// when it cannot ask, and for this node itself: a node takes an IP handed
-// to it on the word of the holder, which asked this node's kube-proxy
-// before; were it to wait for its own verdict, it would refuse what the
-// holder already gave up. Racing for an IP no node serves, it binds no
-// later than before.
+// node's endpoints; the verdict comes to the loop on proxied. It returns
+// false when it cannot ask (the queue is full, the node's address cannot
+// be a node's own), and for this node itself: a node takes an IP
+// handed to it on the word of the holder, which asked this node's
+// kube-proxy before; were it to wait for its own verdict, it would refuse
+// what the holder already gave up. Racing for an IP no node serves, it
+// binds no later than before.
 func (s *state) startCheck(k endpoints.Key, gen uint64) bool {
 	kp := s.a.opt.KubeProxy
 	addr, ok := s.peerAddr(k.Node)
 	port := s.healthCheckPort(k.Service)
-	if kp == nil || !ok || port == 0 || k.Node == s.a.opt.Node {
+	// A Node object naming loopback, a link-local address (a cloud's
+	// metadata service) or a multicast one would send a check from the
+	// host network to the host itself or elsewhere: none can be a node's.
+	if kp == nil || !ok || !addr.IsGlobalUnicast() || port == 0 || k.Node == s.a.opt.Node {
 		return false
 	}
-	ctx := s.serving.checkCtx
-	go func() {
-		select {
-		case s.serving.slots <- struct{}{}:
-		case <-ctx.Done():
-			return
-		}
-		v := kp.Check(ctx, netip.AddrPortFrom(addr, port))
-		<-s.serving.slots
-		select {
-		case s.serving.proxied <- endpoints.Result{Key: k, Gen: gen, Verdict: v}:
-		case <-ctx.Done():
-		}
-	}()
-	return true
+	if s.serving.runner == nil {
+		s.serving.runner = endpoints.NewRunner(s.serving.checkCtx, kp, s.serving.proxied, checkSlots, checkQueue)
+	}
+	return s.serving.runner.Start(k, gen, netip.AddrPortFrom(addr, port))
 }
 
 // healthCheckPort is the health check node port of Service key
@@ -170,6 +179,7 @@ func (s *state) healthCheckPort(key string) uint16 {
 // proxiedResult takes a verdict of kube-proxy's and says whether where
 // an IP may live is to be judged again.
 func (s *state) proxiedResult(r endpoints.Result) bool {
+	s.serving.runner.Finished(r)
 	if !s.serving.checks.Done(r) {
 		return false
 	}
@@ -224,7 +234,9 @@ func (s *state) updateServing(entries bool) []netip.Addr {
 	}
 	s.serving.decided(next)
 	if judge {
-		s.serving.checks.Sweep()
+		if gone := s.serving.checks.Sweep(); s.serving.runner != nil {
+			s.serving.runner.Cancel(gone)
+		}
 	}
 	return changed
 }

@@ -333,3 +333,89 @@ func TestLoopWaitForKubeProxyEndsWithAnEvent(t *testing.T) {
 	assert.DeepEqual(t, w.events(), []string{"Normal KubeProxyWaitEnded 198.18.100.1 waits for kube-proxy no more after 0s: externalTrafficPolicy: Local; ready endpoints on node-a"})
 	<-kp.asked // the check of node-b, forgotten
 }
+
+// localWorldOf3 is node-a beside node-b and node-c, each with an address
+// its kube-proxy is asked at, and the Local Service web on the first test
+// IP, with its health check node port; node-b holds the IP.
+func localWorldOf3(t *testing.T, kp KubeProxy) *world {
+	w := newWorld(t, "node-a", defaultTestConfig())
+	w.a.opt.KubeProxy = kp
+	for i, n := range []string{"node-a", "node-b", "node-c"} {
+		if n != "node-a" {
+			w.addNode(n)
+			w.heartbeat(n, true)
+		}
+		node := w.nodeObj(n)
+		node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("198.18.0.%d", 10+i)}}
+		w.must(w.nodes.Update(node))
+	}
+	w.addLocalService("web", testIP(0))
+	svc := w.svcObj("web")
+	svc.Spec.HealthCheckNodePort = 31000
+	w.putService(svc)
+	return w
+}
+
+// kubeProxyChecks is how many kube-proxy checks run and wait.
+func (w *world) kubeProxyChecks() (running, waiting int) {
+	if w.s.serving.runner == nil {
+		return 0, 0
+	}
+	return w.s.serving.runner.InFlight()
+}
+
+// Only the holder of an IP and its successor ask kube-proxy: node-a,
+// neither, begins no check of node-b's or node-c's; named successor, it
+// checks the node it would hand to.
+func TestLoopOnlyHolderAndSuccessorAskKubeProxy(t *testing.T) {
+	kp := fakeKubeProxy{asked: make(chan netip.AddrPort, 4), answer: make(chan endpoints.Verdict)}
+	w := localWorldOf3(t, kp)
+	w.lockNaming(testIP(0), "node-b", "node-c")
+	w.endpointsOf("web", map[string]endpoints.Readiness{"node-b": endpoints.Ready, "node-c": endpoints.Ready})
+	w.tick("node-b", "node-c")
+	running, waiting := w.kubeProxyChecks()
+	assert.Equal(t, running+waiting, 0, "node-a is neither holder nor successor")
+
+	w.lockNaming(testIP(0), "node-b", "node-a")
+	w.endpointsOf("web", map[string]endpoints.Readiness{"node-b": endpoints.Ready, "node-c": endpoints.Ready})
+	w.tick("node-b", "node-c")
+	running, waiting = w.kubeProxyChecks()
+	assert.Equal(t, running+waiting, 2, "node-a, the successor, checks node-b and node-c")
+	asked := map[netip.AddrPort]bool{<-kp.asked: true, <-kp.asked: true}
+	assert.DeepEqual(t, asked, map[netip.AddrPort]bool{
+		netip.MustParseAddrPort("198.18.0.11:31000"): true, netip.MustParseAddrPort("198.18.0.12:31000"): true,
+	})
+}
+
+// A check whose node is no longer ready is swept, and cancelled: its slot
+// is free at once, and kube-proxy there is asked no longer.
+func TestLoopSweptKubeProxyCheckIsCancelled(t *testing.T) {
+	kp := fakeKubeProxy{asked: make(chan netip.AddrPort, 4), answer: make(chan endpoints.Verdict)}
+	w := holdingLocalWorld(t, kp)
+	w.endpointsOf("web", map[string]endpoints.Readiness{"node-a": endpoints.Leaving, "node-b": endpoints.Ready})
+	assert.Equal(t, <-kp.asked, netip.MustParseAddrPort("198.18.0.11:31000"))
+	running, _ := w.kubeProxyChecks()
+	assert.Equal(t, running, 1)
+	w.endpointsOf("web", map[string]endpoints.Readiness{"node-a": endpoints.Ready})
+	running, waiting := w.kubeProxyChecks()
+	assert.Equal(t, running+waiting, 0, "node-b's check, swept, is cancelled")
+}
+
+// A Node whose address is loopback or link-local (a cloud's metadata
+// service) is not asked from the host network: it is judged on its
+// EndpointSlices' word. A node's own address is.
+func TestLoopKubeProxyNotAskedAtAnAddressNoNodeHas(t *testing.T) {
+	for addr, want := range map[string]int{"127.0.0.1": 0, "169.254.169.254": 0, "::1": 0, "fe80::1": 0, "198.18.0.12": 1} {
+		kp := fakeKubeProxy{asked: make(chan netip.AddrPort, 4), answer: make(chan endpoints.Verdict)}
+		w := localWorldOf3(t, kp)
+		node := w.nodeObj("node-c")
+		node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: addr}}
+		node.ResourceVersion = w.nextRV()
+		w.must(w.nodes.Update(node))
+		w.lockNaming(testIP(0), "node-a", "node-b")
+		w.endpointsOf("web", map[string]endpoints.Readiness{"node-c": endpoints.Ready})
+		w.tick("node-b", "node-c")
+		running, waiting := w.kubeProxyChecks()
+		assert.Equal(t, running+waiting, want, addr)
+	}
+}

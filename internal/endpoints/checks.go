@@ -45,10 +45,13 @@ type check struct {
 
 // Judge returns nodes, the readiness of svc's nodes (Nodes), with each
 // ready node on which kube-proxy is not yet known to deliver lowered to
-// Pending. A node newly ready gets a check: start is called with its key
-// and generation, and returns false when it cannot be made (the node then
-// counts as Unknown).
-func (c *Checks) Judge(svc string, nodes map[string]Readiness, start func(Key, uint64) bool) map[string]Readiness {
+// Pending. With ask, a node newly ready gets a check: start is called with
+// its key and generation, and returns false when it cannot be made (the
+// node then counts as Unknown). Without, no check is begun and a node not
+// checked yet stays Ready, as on the EndpointSlices' word: only the nodes
+// whose decisions wait for kube-proxy ask (the holder and its successor),
+// so that a cluster does not send every node's checks to every node.
+func (c *Checks) Judge(svc string, nodes map[string]Readiness, ask bool, start func(Key, uint64) bool) map[string]Readiness {
 	if c.checks == nil {
 		c.checks = map[Key]check{}
 	}
@@ -58,6 +61,9 @@ func (c *Checks) Judge(svc string, nodes map[string]Readiness, start func(Key, u
 		}
 		k := Key{svc, node}
 		ch, ok := c.checks[k]
+		if !ok && !ask {
+			continue
+		}
 		if !ok {
 			c.gen++
 			ch = check{verdict: Checking, gen: c.gen}
