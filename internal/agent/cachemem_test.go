@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"fmt"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
+	"gotest.tools/v3/assert"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -18,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/eip-project/eip/internal/ipset"
 	"github.com/eip-project/eip/internal/lease"
 )
 
@@ -70,7 +73,7 @@ func heapInUse() uint64 {
 	return m.HeapAlloc
 }
 
-func encode(b *testing.B, codec *protobuf.Serializer, obj k8sruntime.Object) []byte {
+func encode(b testing.TB, codec *protobuf.Serializer, obj k8sruntime.Object) []byte {
 	b.Helper()
 	var buf bytes.Buffer
 	if err := codec.Encode(obj, &buf); err != nil {
@@ -143,4 +146,53 @@ func apiServerSlice(i int) *discoveryv1.EndpointSlice {
 		})
 	}
 	return es
+}
+
+// hostileService is a tenant's Service of type typ that carries a 250 KiB
+// eip.io/junk annotation, an eip.io/sharing-key of 2 KiB and 10,000 ports.
+func hostileService(name string, typ corev1.ServiceType) *corev1.Service {
+	svc := &corev1.Service{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "tenant", UID: "5d0c1a8e-0000-4000-8000-00000000beef", ResourceVersion: "7",
+			Annotations: map[string]string{"eip.io/junk": strings.Repeat("x", 250<<10), "eip.io/sharing-key": strings.Repeat("k", 2<<10)}},
+		Spec: corev1.ServiceSpec{Type: typ},
+	}
+	for p := range 10000 {
+		svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Name: fmt.Sprintf("p%d", p), Protocol: corev1.ProtocolTCP, Port: int32(1 + p)})
+	}
+	return svc
+}
+
+// What one tenant writes into a Service must not cost every eipd its
+// memory: a ClusterIP Service that names no IP, with a 250 KiB eip.io/junk
+// annotation and 10,000 ports, adds under 1 KiB to eipd's Service cache,
+// as it arrives from the API server (protobuf); an eip LoadBalancer
+// Service with the same annotations keeps neither (the junk is not read,
+// the sharing key is too long and refused), only its ports.
+func TestCacheKeepsLittleOfAHostileService(t *testing.T) {
+	codec := protobuf.NewSerializer(scheme.Scheme, scheme.Scheme)
+	for _, c := range []struct {
+		typ   corev1.ServiceType
+		limit uint64
+	}{{corev1.ServiceTypeClusterIP, 1 << 10}, {corev1.ServiceTypeLoadBalancer, 300 << 10}} {
+		raw := encode(t, codec, hostileService("hostile", c.typ))
+		idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, indexersFor(&corev1.Service{}))
+		keep := newInterner().keepWhatIsRead
+		before := heapInUse()
+		obj, _, err := codec.Decode(raw, nil, nil)
+		assert.NilError(t, err)
+		kept, err := keep(obj)
+		assert.NilError(t, err)
+		assert.NilError(t, idx.Add(kept))
+		obj = nil
+		after := heapInUse()
+		grew := after - min(after, before)
+		assert.Assert(t, grew < c.limit, "%s: the cache grew by %d bytes", c.typ, grew)
+		svc := kept.(*ipset.Service)
+		assert.Equal(t, len(svc.Annotations), 0, "%s", c.typ)
+		if c.typ == corev1.ServiceTypeLoadBalancer {
+			assert.DeepEqual(t, svc.TooLong, []string{"eip.io/sharing-key"})
+		}
+		runtime.KeepAlive(idx)
+	}
 }

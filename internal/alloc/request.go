@@ -18,10 +18,10 @@ import (
 const (
 	// AnnotationIPs requests addresses, comma separated, at most one per
 	// family (spec.loadBalancerIP holds only one and is deprecated).
-	AnnotationIPs = "eip.io/load-balancer-ips"
+	AnnotationIPs = ipset.AnnotationIPs
 	// AnnotationRange names the ranges (config.Range.Name) to allocate
 	// from, comma separated; they need not be auto-assign ranges.
-	AnnotationRange = "eip.io/range"
+	AnnotationRange = ipset.AnnotationRange
 	// AnnotationSharingKey lets Services that carry the same key share an
 	// address when their ports do not clash.
 	AnnotationSharingKey = ipset.AnnotationSharingKey
@@ -63,6 +63,9 @@ func Wants(svc *ipset.Service, mode config.ClassMode) bool {
 // RequestOf reads what svc asks for. The error says, as a sentence for an
 // event, what is wrong with the request; nothing is allocated then.
 func RequestOf(svc *ipset.Service) (Request, error) {
+	if len(svc.TooLong) > 0 {
+		return Request{}, fmt.Errorf("annotation %s is longer than %d bytes; eip reads none that long", strings.Join(svc.TooLong, ", "), ipset.MaxAnnotation)
+	}
 	u := UserOf(svc)
 	r := Request{
 		Service:    u.Service,

@@ -34,6 +34,10 @@ const (
 	// separated by commas or spaces: the owner's consent, which a key
 	// anyone may read cannot give.
 	AnnotationShareWith = "eip.io/share-with"
+	// AnnotationIPs and AnnotationRange are what a LoadBalancer Service
+	// asks of the allocator (package alloc).
+	AnnotationIPs   = "eip.io/load-balancer-ips"
+	AnnotationRange = "eip.io/range"
 )
 
 // Entry is one managed IP.

@@ -2,7 +2,7 @@ package ipset
 
 import (
 	"fmt"
-	"strings"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -23,9 +23,11 @@ type Service struct {
 	ResourceVersion string
 	Created         time.Time // creationTimestamp
 	Deleting        bool      // deletionTimestamp is set
-	// Annotations are the Service's annotations under eip.io/, nil if
-	// none.
+	// Annotations are the Service's annotations that eip reads (see
+	// ServiceOf), nil if none; TooLong names those it does not keep,
+	// being longer than MaxAnnotation.
 	Annotations    map[string]string
+	TooLong        []string
 	Type           corev1.ServiceType
 	Class          *string // spec.loadBalancerClass
 	ExternalIPs    []string
@@ -48,12 +50,34 @@ type Port struct {
 
 func (p Port) String() string { return fmt.Sprintf("%s/%d", p.Protocol, p.Port) }
 
-// annotationPrefix starts every annotation eip reads on a Service.
-const annotationPrefix = "eip.io/"
+// MaxAnnotation is the longest annotation eip keeps of a Service: a node
+// list, a sharing key, a few addresses or range names. Every eipd keeps
+// every Service, so what one tenant writes into its Services is held by
+// every node at once: a longer one is not kept, and refused (TooLong).
+const MaxAnnotation = 1 << 10
+
+// readAnnotation reports whether eip reads annotation key of a Service.
+func readAnnotation(key string) bool {
+	switch key {
+	case AnnotationSharingKey, AnnotationShareWith, AnnotationPreferredNodes, AnnotationIPs, AnnotationRange:
+		return true
+	}
+	return false
+}
 
 // ServiceOf is what eip reads of svc. It shares svc's strings and slices.
+// A Service that names no IP and that eip may not serve is kept as its
+// key, type and class alone: a cluster's Services are mostly such, and what a tenant puts
+// into them (ports, annotations) must not cost every eipd memory.
 func ServiceOf(svc *corev1.Service) *Service {
 	s := &Service{
+		Namespace: svc.Namespace, Name: svc.Name, UID: svc.UID, ResourceVersion: svc.ResourceVersion,
+		Type: svc.Spec.Type, Class: svc.Spec.LoadBalancerClass,
+	}
+	if !namesIP(svc) && !mayBeOurs(s) {
+		return s
+	}
+	*s = Service{
 		Namespace: svc.Namespace, Name: svc.Name, UID: svc.UID, ResourceVersion: svc.ResourceVersion,
 		Created: svc.CreationTimestamp.Time, Deleting: svc.DeletionTimestamp != nil,
 		Type: svc.Spec.Type, Class: svc.Spec.LoadBalancerClass,
@@ -64,13 +88,18 @@ func ServiceOf(svc *corev1.Service) *Service {
 		Ingress:             svc.Status.LoadBalancer.Ingress,
 	}
 	for k, v := range svc.Annotations {
-		if strings.HasPrefix(k, annotationPrefix) {
+		switch {
+		case !readAnnotation(k):
+		case len(v) > MaxAnnotation:
+			s.TooLong = append(s.TooLong, k)
+		default:
 			if s.Annotations == nil {
 				s.Annotations = map[string]string{}
 			}
 			s.Annotations[k] = v
 		}
 	}
+	slices.Sort(s.TooLong)
 	if len(svc.Spec.Ports) > 0 {
 		s.Ports = make([]Port, len(svc.Spec.Ports))
 		for i, p := range svc.Spec.Ports {
@@ -78,6 +107,12 @@ func ServiceOf(svc *corev1.Service) *Service {
 		}
 	}
 	return s
+}
+
+// namesIP reports whether svc names an address: in spec.externalIPs,
+// spec.loadBalancerIP or its load balancer's ingress.
+func namesIP(svc *corev1.Service) bool {
+	return len(svc.Spec.ExternalIPs) > 0 || svc.Spec.LoadBalancerIP != "" || len(svc.Status.LoadBalancer.Ingress) > 0
 }
 
 // Key is the Service's "namespace/name".
