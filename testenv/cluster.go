@@ -100,7 +100,7 @@ func (o *Options) setDefaults() {
 		o.StartTimeout = 90 * time.Second
 	}
 	if o.Manifests == nil {
-		o.Manifests = []string{"namespace.yaml", "serviceaccount.yaml", "rbac.yaml", "liveness-key.yaml"}
+		o.Manifests = []string{"namespace.yaml", "serviceaccount.yaml", "rbac.yaml", "liveness-key.yaml", "last-good.yaml"}
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
