@@ -325,11 +325,17 @@ func (s *state) conflictClaim(cl netif.Claim) bool {
 	if _, bound := s.binder.bound[cl.IP]; !bound || peer || cl.Probe || !s.self.apiOK(now) {
 		return false
 	}
-	// A stranger's claim for an address this node holds while its
-	// renewals succeed. eipd keeps serving it and defends it once (RFC
-	// 5227 §2.4 (b)): one announcement, so that hosts the claim misled
-	// find the holder again, and no more within defendInterval, which a
-	// stranger that defends its address would answer in turn.
+	s.defend(cl, mac, now)
+	return true
+}
+
+// defend answers a stranger's claim for an address this node holds while
+// its renewals succeed. eipd keeps serving it and defends it once (RFC
+// 5227 §2.4 (b)): one announcement, so that hosts the claim misled
+// find the holder again, and no more within defendInterval, which a
+// stranger that defends its address would answer in turn.
+func (s *state) defend(cl netif.Claim, mac string, now time.Time) {
+	c := &s.conflicts
 	s.a.opt.Metrics.ForeignClaim()
 	prev, ok := c.claimed[cl.IP]
 	if !ok || prev.mac != mac || now.Sub(prev.seen) >= claimMemory {
@@ -345,7 +351,6 @@ func (s *state) conflictClaim(cl netif.Claim) bool {
 		k.defended = now
 	}
 	c.claimed[cl.IP] = k
-	return true
 }
 
 // claimedSet is the addresses whose claims on the wire this node reads:

@@ -120,6 +120,16 @@ func (sv *serving) waitBegan(ip netip.Addr, w kubeProxyWait) { sv.waits[ip] = w 
 // waitEnded: this node no longer keeps ip for kube-proxy.
 func (sv *serving) waitEnded(ip netip.Addr) { delete(sv.waits, ip) }
 
+// ask starts kube-proxy's check k at addr through the runner, made on the
+// first check so that a node with no Local Service runs none; it says
+// whether the check started or was queued.
+func (sv *serving) ask(kp endpoints.Checker, k endpoints.Key, gen uint64, addr netip.AddrPort) bool {
+	if sv.runner == nil {
+		sv.runner = endpoints.NewRunner(sv.checkCtx, kp, sv.proxied, checkSlots, checkQueue)
+	}
+	return sv.runner.Start(k, gen, addr)
+}
+
 // eligibility is where the IP of e may live, from the EndpointSlices of
 // its Local Services and what kube-proxy said of their ready nodes.
 func (s *state) eligibility(e ipset.Entry) endpoints.Eligibility {
@@ -160,10 +170,7 @@ func (s *state) startCheck(k endpoints.Key, gen uint64) bool {
 	if kp == nil || !ok || !addr.IsGlobalUnicast() || port == 0 || k.Node == s.a.opt.Node {
 		return false
 	}
-	if s.serving.runner == nil {
-		s.serving.runner = endpoints.NewRunner(s.serving.checkCtx, kp, s.serving.proxied, checkSlots, checkQueue)
-	}
-	return s.serving.runner.Start(k, gen, netip.AddrPortFrom(addr, port))
+	return s.serving.ask(kp, k, gen, netip.AddrPortFrom(addr, port))
 }
 
 // healthCheckPort is the health check node port of Service key
