@@ -66,10 +66,10 @@ func readmeCommands() map[string]readmeCoverage {
 			check: ranBy("testenv/e2e/helm_test.go", `readmeLine(t, "helm install eip charts/eip ")`),
 		},
 		"make release": {
-			how:   "TestKrewInstallsThePlugin runs it as written, validates bin/release/eip.yaml with validate-krew-manifest and installs every archive with krew",
+			how:   "TestKrewInstallsThePlugin runs it as written, validates bin/release/krew/eip.yaml with validate-krew-manifest and installs every archive with krew",
 			check: ranBy("testenv/e2e/krew_test.go", `readmeLine(t, "make release")`),
 		},
-		"kubectl krew install --manifest=bin/release/eip.yaml --archive=bin/release/kubectl-eip_linux_amd64.tar.gz": {
+		"kubectl krew install --manifest=bin/release/krew/eip.yaml --archive=bin/release/kubectl-eip_linux_amd64.tar.gz": {
 			how:   "TestKrewInstallsThePlugin runs it as written with a real krew and KREW_ROOT in a temporary directory",
 			check: ranBy("testenv/e2e/krew_test.go", `readmeLine(t, "kubectl krew install ")`),
 		},
