@@ -213,13 +213,9 @@ func (s *schedule) takeInputs() (cm, svc, nodes, eps bool) {
 	return cm, svc, nodes, eps
 }
 
-// takeEndpoints says whether an EndpointSlice changed since the last
-// pass that read them, and forgets it.
-func (s *schedule) takeEndpoints() bool {
-	e := s.dirtyEps
-	s.dirtyEps = false
-	return e
-}
+// endpointsRead forgets that an EndpointSlice changed: the pass under way
+// reads them.
+func (s *schedule) endpointsRead() { s.dirtyEps = false }
 
 // takeRenewed says whether a heartbeat was renewed while the loop drained
 // its inputs, and forgets it.
@@ -444,7 +440,9 @@ func (s *state) pass() {
 	if w := s.writable(now); w != s.sched.passWritable {
 		s.sched.writableChanged(w)
 	}
-	if !s.fullDue(now) && s.sched.takeEndpoints() {
+	// fullDue only then: it reads every node's verdict, a map a call.
+	if s.sched.dirtyEps && !s.fullDue(now) {
+		s.sched.endpointsRead()
 		s.sched.markDirty(s.updateServing(false)...)
 	}
 	if s.fullDue(now) {
