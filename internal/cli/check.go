@@ -71,15 +71,9 @@ func (o *CheckOptions) Validate() error {
 	if o.Timeout <= 0 {
 		return fmt.Errorf("--timeout must be positive, not %s", o.Timeout)
 	}
-	o.ips = o.ips[:0]
-	for _, a := range o.args {
-		ip, err := parseIP(a)
-		if err != nil {
-			return err
-		}
-		o.ips = append(o.ips, ip)
-	}
-	return nil
+	var err error
+	o.ips, err = parseIPs(o.args)
+	return err
 }
 
 // Run asks for a fresh check, waits for it, prints the verdicts and fails

@@ -82,15 +82,22 @@ func (o *StatusOptions) Validate() error {
 	default:
 		return fmt.Errorf("unknown output format %q: use wide, json or yaml", o.Output)
 	}
-	o.ips = o.ips[:0]
-	for _, a := range o.args {
+	var err error
+	o.ips, err = parseIPs(o.args)
+	return err
+}
+
+// parseIPs reads IP arguments, each as parseIP does.
+func parseIPs(args []string) ([]netip.Addr, error) {
+	ips := make([]netip.Addr, 0, len(args))
+	for _, a := range args {
 		ip, err := parseIP(a)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		o.ips = append(o.ips, ip)
+		ips = append(ips, ip)
 	}
-	return nil
+	return ips, nil
 }
 
 // parseIP reads an IP argument; IPv4-mapped IPv6 addresses are their IPv4.
