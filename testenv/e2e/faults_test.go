@@ -707,23 +707,18 @@ func TestFaultConfigMapDeleted(t *testing.T) {
 	}
 	e.throughout("ConfigMap deleted: every IP answers from its holder", 2*leaseDuration, e.stillAnswering(probes, holders, time.Second))
 
-	// A daemon starting now: no ConfigMap, so no ranges.
+	// A daemon starting now finds no ConfigMap: it serves with the last
+	// good configuration the others kept in the cluster, and says so.
 	fresh := e.other(slices.Collect(maps.Values(holders))...)
 	e.must(e.c.StopDaemon(fresh, syscall.SIGTERM))
 	mark = e.markLogs()
 	e.start(fresh)
-	e.logged(mark, fresh, "ConfigMap not found")
-	e.logged(mark, fresh, "not eligible", "no ranges are configured")
-	e.eventually(fresh+" reports it is not eligible", func() (bool, string) {
+	e.logged(mark, fresh, "using the last good configuration")
+	e.eventually(fresh+" reports the last good configuration in force", func() (bool, string) {
 		hb := e.heartbeat(fresh)
-		return hb[lease.AnnotationEligible] == "false" && strings.Contains(hb[lease.AnnotationError], "no ranges are configured"), fmt.Sprint(hb)
+		return hb[lease.AnnotationEligible] != "false" && strings.Contains(hb[lease.AnnotationError], "using the last good configuration"), fmt.Sprint(hb)
 	})
-	e.throughout(fresh+" without configuration", 2*leaseDuration, func() string {
-		if a := e.testAddrs(fresh); len(a) > 0 {
-			return fresh + " bound " + fmt.Sprint(a)
-		}
-		return e.stillAnswering(probes, e.holdersNow(ips), time.Second)()
-	})
+	e.throughout(fresh+" on the last good configuration", 2*leaseDuration, e.stillAnswering(probes, holders, time.Second))
 
 	e.setConfig(defaultConfig())
 	for _, n := range e.nodes {

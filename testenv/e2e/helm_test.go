@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/eip-project/eip/internal/agent"
 	"github.com/eip-project/eip/internal/lanlive"
 	"github.com/eip-project/eip/testenv"
 )
@@ -87,12 +88,13 @@ func newEmptyCluster(t *testing.T) *emptyCluster {
 }
 
 // removeEip deletes what testenv applied of eip's (the namespace, its
-// ServiceAccount, RBAC and liveness key), so that the cluster holds nothing of eip's.
+// ServiceAccount, RBAC, liveness key and last good configuration), so that the cluster holds nothing of eip's.
 func (c *emptyCluster) removeEip() {
 	c.t.Helper()
 	k, ctx, ns := c.Client(), c.ctx, testenv.Namespace
 	c.must(k.CoreV1().ServiceAccounts(ns).Delete(ctx, testenv.ServiceAccount, metav1.DeleteOptions{}))
 	c.must(k.CoreV1().Secrets(ns).Delete(ctx, lanlive.KeySecret, metav1.DeleteOptions{}))
+	c.must(k.CoreV1().ConfigMaps(ns).Delete(ctx, agent.LastGoodName(testenv.ConfigMap), metav1.DeleteOptions{}))
 	c.must(k.RbacV1().Roles(ns).Delete(ctx, "eip", metav1.DeleteOptions{}))
 	c.must(k.RbacV1().RoleBindings(ns).Delete(ctx, "eip", metav1.DeleteOptions{}))
 	c.must(k.RbacV1().ClusterRoles().Delete(ctx, "eip", metav1.DeleteOptions{}))
