@@ -195,14 +195,17 @@ func (s *state) wireDecide(in *lease.IP, now time.Time) {
 	self := s.a.opt.Node
 	holding := lk != nil && lk.Holder == self && in.Named
 	s.wire.held(in.Addr, holding, now)
-	if lk != nil && in.Named && lk.Successor == self && lk.Holder != "" && lk.Holder != self && s.live.Alive(lk.Holder, now) {
+	// An IP announced only as a route (announce=bgp) is answered by no
+	// one on the LAN by design: only those announced by ARP/NDP are checked.
+	lan := s.desired.entries[in.Addr].Binding.Announce.ARP()
+	if lan && lk != nil && in.Named && lk.Successor == self && lk.Holder != "" && lk.Holder != self && s.live.Alive(lk.Holder, now) {
 		if iface, err := s.binder.ifaceFor(in.Addr, s.desired.entries[in.Addr].Binding); err == nil {
 			s.wire.track(in.Addr, lk.Holder, iface, now)
 		}
 	} else {
 		s.wire.untrack(in.Addr)
 	}
-	if !holding || !in.Bound || lk.Successor == "" || lk.Successor == self {
+	if !lan || !holding || !in.Bound || lk.Successor == "" || lk.Successor == self {
 		return
 	}
 	hb, ok := s.live.Heartbeat(lk.Successor)
