@@ -232,7 +232,10 @@ func (s *state) wireDecide(in *lease.IP, now time.Time) {
 // checkWire sends the probes due and judges those whose wait is over.
 func (s *state) checkWire(now time.Time) {
 	w := &s.wire
-	if w.sched == nil {
+	// A check is sent as a probe, which a holder that lost the API server
+	// reads as a takeover and yields to: while this node's own renewals
+	// fail (the API server may be away for all) it sends none.
+	if w.sched == nil || !s.self.apiOK(now) {
 		return
 	}
 	for _, ip := range w.sched.Due(now) {
