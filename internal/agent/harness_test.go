@@ -56,6 +56,7 @@ type world struct {
 	addrs                         map[netip.Prefix]string // bound prefix → iface
 	filter                        fakePortFilter
 	calls                         []string
+	askErr                        error // what Ask returns
 	renewals                      []string
 	// renewTries are the renewals the loop asked for, failed ones too:
 	// when, and with which timeout.
@@ -505,6 +506,10 @@ func (w *world) Probe(_ string, ip netip.Addr) error {
 	w.call("probe " + ip.String())
 	w.step(w.sendTakes)
 	return nil
+}
+func (w *world) Ask(_ string, ip netip.Addr) error {
+	w.call("ask " + ip.String())
+	return w.askErr
 }
 
 // tick is one renew interval: the clock moves, the loop's tick refreshes

@@ -52,7 +52,11 @@ type Announcer interface {
 	Announce(iface string, ip netip.Addr) error
 	Stop(ip netip.Addr)
 	// Probe asks the LAN whether anyone holds ip; answers come as claims.
+	// A holder may read it as a takeover (conflicts.go).
 	Probe(iface string, ip netip.Addr) error
+	// Ask asks the LAN who holds ip from an address of iface's own, which
+	// no holder reads as a claim; answers come as claims.
+	Ask(iface string, ip netip.Addr) error
 	// Defend announces ip once, without repeats.
 	Defend(iface string, ip netip.Addr) error
 }

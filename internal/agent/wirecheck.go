@@ -229,12 +229,13 @@ func (s *state) wireDecide(in *lease.IP, now time.Time) {
 			in.Addr, self, lk.Successor, self, lk.Successor, wireRepair))
 }
 
-// checkWire sends the probes due and judges those whose wait is over.
+// checkWire sends the checks due and judges those whose wait is over. A
+// check is a plain request (Announcer.Ask), never a probe: a holder cut
+// off from the API server reads a peer's probe as a takeover and gives
+// the IP up (claim). While this node's own renewals fail it sends none: it
+// could act on no verdict, and its view of who holds what may be stale.
 func (s *state) checkWire(now time.Time) {
 	w := &s.wire
-	// A check is sent as a probe, which a holder that lost the API server
-	// reads as a takeover and yields to: while this node's own renewals
-	// fail (the API server may be away for all) it sends none.
 	if w.sched == nil || !s.self.apiOK(now) {
 		return
 	}
@@ -242,8 +243,11 @@ func (s *state) checkWire(now time.Time) {
 		iface := w.ifaces[ip]
 		s.binder.watchClaimsOn(iface)
 		s.binder.listenFor(ip) // before an answer may come
-		if err := s.a.opt.Announcer.Probe(iface, ip); err != nil {
+		if err := s.a.opt.Announcer.Ask(iface, ip); err != nil {
+			// A check that never left proves nothing about the holder.
+			w.sched.Unsent(ip, now)
 			s.log.Debug("wire check", "ip", ip, "iface", iface, "err", err)
+			continue
 		}
 		s.a.opt.Metrics.WireCheck()
 	}

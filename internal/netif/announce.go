@@ -56,6 +56,8 @@ type sender interface {
 	send(iface string, ips ...netip.Addr) (int, error)
 	// probe sends one probe for ip (probeFrame).
 	probe(iface string, ip netip.Addr) error
+	// ask sends one request for ip from an address of iface's (askFrame).
+	ask(iface string, ip netip.Addr) error
 	close()
 }
 
@@ -312,6 +314,11 @@ type rawSender struct {
 
 	mu    sync.Mutex
 	conns map[string]*linkConn
+	// dumper lists an interface's IPv6 addresses for sources, the
+	// link-local address each interface asks from (source), opened on
+	// first use.
+	dumper  *addrDumper
+	sources map[string]askSource
 }
 
 type linkConn struct {
@@ -320,7 +327,7 @@ type linkConn struct {
 }
 
 func newRawSender(log *slog.Logger) *rawSender {
-	s := &rawSender{log: log, conns: map[string]*linkConn{}}
+	s := &rawSender{log: log, conns: map[string]*linkConn{}, sources: map[string]askSource{}}
 	s.ns, s.err = currentNetNamespace()
 	if s.err != nil {
 		return s
@@ -518,6 +525,9 @@ func (s *rawSender) close() {
 	defer s.mu.Unlock()
 	for iface := range s.conns {
 		s.dropLocked(iface)
+	}
+	if s.dumper != nil {
+		s.dumper.close()
 	}
 	if s.err == nil {
 		_ = unix.Close(s.ioctlFD)

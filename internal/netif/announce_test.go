@@ -43,6 +43,7 @@ func (f *fakeSender) send(iface string, ips ...netip.Addr) (int, error) {
 }
 
 func (f *fakeSender) probe(string, netip.Addr) error { return f.err }
+func (f *fakeSender) ask(string, netip.Addr) error   { return f.err }
 
 func (f *fakeSender) close() { close(f.closed) }
 

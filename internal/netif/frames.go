@@ -131,25 +131,49 @@ func wrapNDP(mac, ethDst net.HardwareAddr, src, dst netip.Addr, icmp []byte) ([]
 // ip's solicited-node group, no link-layer option). A holder answers with
 // an ARP reply or an NA to all nodes, which WatchClaims reports.
 func probeFrame(mac net.HardwareAddr, ip netip.Addr) ([]byte, error) {
+	if ip.Is4() {
+		return requestFrame(mac, netip.IPv4Unspecified(), ip)
+	}
+	return requestFrame(mac, netip.IPv6Unspecified(), ip)
+}
+
+// askFrame is a request for ip from src, an address of the sender's own:
+// a broadcast ARP request, or a neighbour solicitation to ip's
+// solicited-node group with mac as its source link-layer option (RFC 4861
+// 7.2.2). ip's holder answers it, unicast to mac.
+func askFrame(mac net.HardwareAddr, src, ip netip.Addr) ([]byte, error) {
+	if src.IsUnspecified() {
+		return nil, fmt.Errorf("cannot ask for %s from %s", ip, src)
+	}
+	return requestFrame(mac, src, ip)
+}
+
+// requestFrame is an ARP request or neighbour solicitation for ip from src
+// at mac; from the unspecified address it is a probe.
+func requestFrame(mac net.HardwareAddr, src, ip netip.Addr) ([]byte, error) {
 	if len(mac) != 6 {
 		return nil, fmt.Errorf("not an Ethernet address: %q", mac)
 	}
-	if ip.Is4() {
-		return appendARPFrame(make([]byte, 0, minFrameLen), arp.OperationRequest, mac, netip.IPv4Unspecified(), make(net.HardwareAddr, 6), ip), nil
+	if ip.Is4() && src.Is4() {
+		return appendARPFrame(make([]byte, 0, minFrameLen), arp.OperationRequest, mac, src, make(net.HardwareAddr, 6), ip), nil
 	}
-	if !ip.Is6() || ip.Is4In6() || ip.IsMulticast() || ip.IsUnspecified() {
-		return nil, fmt.Errorf("cannot probe %s", ip)
+	if !ip.Is6() || ip.Is4In6() || ip.IsMulticast() || ip.IsUnspecified() || !src.Is6() || src.Is4In6() {
+		return nil, fmt.Errorf("cannot ask for %s from %s", ip, src)
 	}
 	group, err := ndp.SolicitedNodeMulticast(ip)
 	if err != nil {
-		return nil, fmt.Errorf("probe %s: %w", ip, err)
+		return nil, fmt.Errorf("ask for %s: %w", ip, err)
 	}
-	icmp, err := ndp.MarshalMessageChecksum(&ndp.NeighborSolicitation{TargetAddress: ip}, netip.IPv6Unspecified(), group)
+	ns := &ndp.NeighborSolicitation{TargetAddress: ip}
+	if !src.IsUnspecified() {
+		ns.Options = []ndp.Option{&ndp.LinkLayerAddress{Direction: ndp.Source, Addr: mac}}
+	}
+	icmp, err := ndp.MarshalMessageChecksum(ns, src, group)
 	if err != nil {
 		return nil, fmt.Errorf("marshal NS: %w", err)
 	}
 	g := group.As16()
-	return wrapNDP(mac, net.HardwareAddr{0x33, 0x33, g[12], g[13], g[14], g[15]}, netip.IPv6Unspecified(), group, icmp)
+	return wrapNDP(mac, net.HardwareAddr{0x33, 0x33, g[12], g[13], g[14], g[15]}, src, group, icmp)
 }
 
 // parseClaim reads an Ethernet frame and returns the address its sender

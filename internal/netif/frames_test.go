@@ -347,3 +347,24 @@ func TestARPFramesAsTheLibraryMarshals(t *testing.T) {
 		assert.DeepEqual(t, appendARPFrame([]byte{0xee}, tc.op, ourMAC(), tc.spa, tc.tha, tc.tpa)[1:], want)
 	}
 }
+
+// A question names the asker's own address and MAC, as an ordinary ARP
+// request or NS does, and is no probe of its target; from the unspecified
+// address it would be one, and is refused.
+func TestAskFrameIsNoProbe(t *testing.T) {
+	for _, tc := range []struct{ src, ip string }{{"198.18.0.9", "198.18.0.5"}, {"fe80::9", "2001:db8::5"}} {
+		src, ip := netip.MustParseAddr(tc.src), netip.MustParseAddr(tc.ip)
+		f, err := askFrame(theirMAC(), src, ip)
+		assert.NilError(t, err)
+		got, mac, probe, ok := parseClaim(f, ourMAC())
+		assert.Assert(t, ok && !probe, tc.ip)
+		assert.Equal(t, got, src)
+		assert.DeepEqual(t, mac, theirMAC())
+		p, err := probeFrame(theirMAC(), ip)
+		assert.NilError(t, err)
+		got, _, probe, _ = parseClaim(p, ourMAC())
+		assert.Assert(t, probe && got == ip, tc.ip)
+		_, err = askFrame(theirMAC(), netip.IPv6Unspecified(), ip)
+		assert.ErrorContains(t, err, "cannot ask")
+	}
+}

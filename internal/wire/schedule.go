@@ -142,6 +142,16 @@ func (s *Schedule) Due(now time.Time) []netip.Addr {
 	return due
 }
 
+// Unsent takes back the check of ip that Due marked out but that could not
+// be sent: it is no answer and no miss, and is due again after Recheck.
+func (s *Schedule) Unsent(ip netip.Addr, now time.Time) {
+	c, ok := s.ips[ip]
+	if !ok || c.sent.IsZero() {
+		return
+	}
+	c.sent, c.due = time.Time{}, now.Add(max(s.pace.Recheck, s.pace.Wait))
+}
+
 // fill adds the tokens earned since the last fill, up to a second's worth.
 func (s *Schedule) fill(now time.Time) {
 	if s.filled.IsZero() {
