@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"slices"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/eip-project/eip/internal/alloc"
 	"github.com/eip-project/eip/internal/ipset"
@@ -35,7 +37,10 @@ import (
 // else) is an orphan lock and is deleted as such; reservationSpared keeps
 // the orphan rule off reservations still wanted.
 
-// allocator is the allocation state; only the owner loop touches it.
+// allocator is the allocation state and its rules; only the owner loop
+// calls it. It reads the configuration in force from the loop's desired
+// part, handed to each call, and wants the loop woken for a full pass at
+// the times its calls return.
 type allocator struct {
 	since     map[string]time.Time    // Service -> when this node first saw it waiting for addresses
 	retry     map[string]time.Time    // Service -> no new attempt before, after a failed write
@@ -57,6 +62,22 @@ type allocator struct {
 	probedFree, inUse map[netip.Addr]time.Time
 	jobs              chan allocJob
 	results           chan allocResult
+	// wake is the earliest time a rule asked for a full pass, until the
+	// loop takes it (takeWake).
+	wake  time.Time
+	ports allocPorts
+}
+
+// allocPorts are what the allocator is given when built: where it logs,
+// records Events and counts failures, who this node is, and the Service
+// cache it reads.
+type allocPorts struct {
+	log             *slog.Logger
+	recorder        record.EventRecorder
+	metrics         Metrics
+	node, namespace string
+	services        func() []*ipset.Service
+	service         func(key string) *ipset.Service
 }
 
 // lostRace is a lock this node tried to create and found, until the cache
@@ -71,8 +92,8 @@ type statusWrite struct {
 	at time.Time
 }
 
-func newAllocator() *allocator {
-	return &allocator{
+func newAllocator(ports allocPorts) *allocator {
+	return &allocator{ports: ports,
 		since: map[string]time.Time{}, retry: map[string]time.Time{}, inflight: map[string][]netip.Addr{},
 		written: map[string]statusWrite{}, lost: map[netip.Addr]lostRace{}, refused: map[string]string{},
 		wanted: map[netip.Addr]string{}, firstSeen: map[string]time.Time{},
@@ -97,13 +118,6 @@ type allocResult struct {
 	takenBy string     // the Service that lock is reserved for, if known
 	out     *corev1.Service
 	err     error
-}
-
-// startAllocator starts the goroutines that perform allocation writes.
-func (s *state) startAllocator(stop <-chan struct{}) {
-	for range s.a.opt.Writers {
-		go s.a.runAllocWriter(s.alloc.jobs, s.alloc.results, stop)
-	}
 }
 
 func (a *Agent) runAllocWriter(jobs <-chan allocJob, results chan<- allocResult, stop <-chan struct{}) {
@@ -169,23 +183,35 @@ func (a *Agent) patchIngress(ctx context.Context, svc *ipset.Service) (*corev1.S
 }
 
 // allocate is one allocation pass over the Services; locks are the cached
-// locks by name (before reconcile consumes them).
+// locks by name (before reconcile consumes them). The new addresses a
+// Service is given are probed on the LAN first (candidatesFree).
 func (s *state) allocate(v lease.View, locks map[string]*lease.Kept) {
-	al := s.alloc
-	al.seen(locks, v.Now)
-	if !s.desired.cfgLoaded || !v.Writable {
-		return
+	if wake := s.alloc.pass(v, &s.desired, locks, s.book.eachSeen, s.candidatesFree); !wake.IsZero() {
+		s.sched.wakeFull(wake)
 	}
-	svcs := s.a.allServices()
+}
+
+// pass is one allocation pass over the Services under d's configuration;
+// locks are the cached locks by name, eachSeen walks the locks as this
+// node sees them, and free says whether new addresses may be given to a
+// Service (it probes them). It returns when the loop should next pass in
+// full for allocation's sake (zero: no need).
+func (al *allocator) pass(v lease.View, d *desired, locks map[string]*lease.Kept, eachSeen func(func(*lease.Kept)),
+	free func(*ipset.Service, []netip.Addr, time.Time) bool) time.Time {
+	al.seen(locks, v.Now)
+	if !d.cfgLoaded || !v.Writable {
+		return al.takeWake()
+	}
+	svcs := al.ports.services()
 	var todo []unsettled
 	refused, waiting := map[string]bool{}, map[string]bool{}
-	if al.settledCfg != s.desired.cfgRV {
+	if al.settledCfg != d.cfgRV {
 		clear(al.settled)
-		al.settledCfg = s.desired.cfgRV
+		al.settledCfg = d.cfgRV
 	}
 	clear(al.next)
 	for _, svc := range svcs {
-		if !alloc.Wants(svc, s.desired.cfg.LoadBalancerClass) {
+		if !alloc.Wants(svc, d.cfg.LoadBalancerClass) {
 			continue
 		}
 		k := svc.Key()
@@ -197,8 +223,8 @@ func (s *state) allocate(v lease.View, locks map[string]*lease.Kept) {
 		switch {
 		case err != nil:
 			refused[k] = true
-			s.reportRefusal(v, svc, err.Error())
-		case req.Settled(alloc.Current(svc), s.desired.cfg, s.desired.reserved):
+			al.refuse(v, svc, err.Error())
+		case req.Settled(alloc.Current(svc), d.cfg, d.reserved):
 			al.next[k] = svc.ResourceVersion
 		default:
 			todo = append(todo, unsettled{svc, req})
@@ -207,9 +233,24 @@ func (s *state) allocate(v lease.View, locks map[string]*lease.Kept) {
 	al.settled, al.next = al.next, al.settled
 	clear(al.wanted)
 	if len(todo) > 0 {
-		s.assign(v, svcs, todo, refused, waiting)
+		al.assign(v, d, al.space(d, svcs, eachSeen, v.Now), todo, refused, waiting, free)
 	}
 	al.forget(waiting, refused)
+	return al.takeWake()
+}
+
+// wakeAt asks for a full pass at t, or earlier if asked so already.
+func (al *allocator) wakeAt(t time.Time) {
+	if al.wake.IsZero() || t.Before(al.wake) {
+		al.wake = t
+	}
+}
+
+// takeWake is the earliest full pass asked for since the last call.
+func (al *allocator) takeWake() time.Time {
+	w := al.wake
+	al.wake = time.Time{}
+	return w
 }
 
 // unsettled is a Service whose addresses do not match what it asks for.
@@ -222,27 +263,27 @@ type unsettled struct {
 // first created first, so that every node's answers agree, and allocates
 // those this node may now. It notes the Services refused and those
 // waiting for their addresses.
-func (s *state) assign(v lease.View, svcs []*ipset.Service, todo []unsettled, refused, waiting map[string]bool) {
+func (al *allocator) assign(v lease.View, d *desired, space *alloc.Space, todo []unsettled, refused, waiting map[string]bool,
+	free func(*ipset.Service, []netip.Addr, time.Time) bool) {
 	slices.SortFunc(todo, func(a, b unsettled) int {
 		return cmp.Or(a.svc.Created.Compare(b.svc.Created), cmp.Compare(a.req.Service, b.req.Service))
 	})
-	space := s.space(svcs, v.Now)
 	for _, w := range todo {
 		current := alloc.Current(w.svc)
 		res := space.Assign(w.req, current)
 		for _, ip := range res.IPs {
-			s.alloc.wanted[ip] = w.req.Service
+			al.wanted[ip] = w.req.Service
 		}
 		if len(res.Refused) > 0 {
 			refused[w.req.Service] = true
-			s.reportRefusal(v, w.svc, strings.Join(res.Refused, "; "))
+			al.refuse(v, w.svc, strings.Join(res.Refused, "; "))
 		}
 		if !res.Changes(current) {
 			continue // refused: nothing to do until something changes
 		}
 		waiting[w.req.Service] = true
-		if s.mayAllocate(v, w.svc) && s.candidatesFree(w.svc, res.Reserve, v.Now) {
-			s.dispatchAlloc(v, w.svc, res)
+		if al.mayAct(v, d, w.svc) && free(w.svc, res.Reserve, v.Now) {
+			al.dispatch(v, d, w.svc, res)
 		}
 	}
 }
@@ -280,11 +321,10 @@ func (al *allocator) forget(waiting, refused map[string]bool) {
 	}
 }
 
-// space is the address space as this node sees it, its own writes in
-// flight included.
-func (s *state) space(svcs []*ipset.Service, now time.Time) *alloc.Space {
-	al := s.alloc
-	sp := alloc.NewSpace(s.desired.cfg, s.desired.reserved)
+// space is the address space as this node sees it (eachSeen walks its
+// locks), its own writes in flight included.
+func (al *allocator) space(d *desired, svcs []*ipset.Service, eachSeen func(func(*lease.Kept)), now time.Time) *alloc.Space {
+	sp := alloc.NewSpace(d.cfg, d.reserved)
 	for _, svc := range svcs {
 		sp.AddService(svc)
 	}
@@ -293,7 +333,7 @@ func (s *state) space(svcs []*ipset.Service, now time.Time) *alloc.Space {
 			sp.Lock(l.IP, l.ReservedFor)
 		}
 	}
-	s.book.eachSeen(addLock)
+	eachSeen(addLock)
 	for k, ips := range al.inflight {
 		for _, ip := range ips {
 			sp.Lock(ip, k)
@@ -307,11 +347,11 @@ func (s *state) space(svcs []*ipset.Service, now time.Time) *alloc.Space {
 		sp.Lock(ip, "")
 	}
 	for ip, l := range al.lost {
-		if now.Sub(l.at) >= s.desired.cfg.LeaseDuration {
+		if now.Sub(l.at) >= d.cfg.LeaseDuration {
 			delete(al.lost, ip)
 			continue
 		}
-		s.sched.wakeFull(l.at.Add(s.desired.cfg.LeaseDuration))
+		al.wakeAt(l.at.Add(d.cfg.LeaseDuration))
 		sp.Lock(ip, l.reservedFor)
 	}
 	return sp
@@ -332,12 +372,8 @@ const (
 // gives svc the next free address; the Service gets a Warning event
 // naming the MAC.
 func (s *state) candidatesFree(svc *ipset.Service, ips []netip.Addr, now time.Time) bool {
-	al, c := s.alloc, &s.conflicts
-	for ip, at := range al.probedFree {
-		if now.Sub(at) >= probedFreeFor {
-			delete(al.probedFree, ip)
-		}
-	}
+	al := s.alloc
+	al.forgetProbes(now)
 	free := true
 	for _, ip := range ips {
 		if _, ok := al.probedFree[ip]; ok || s.a.opt.ProbeWait <= 0 {
@@ -349,19 +385,15 @@ func (s *state) candidatesFree(svc *ipset.Service, ips []netip.Addr, now time.Ti
 			continue // not bindable either: the holder reports that
 		}
 		free = false
-		p, ok := c.probing[ip]
+		p, ok := s.conflicts.probing[ip]
 		if !ok || p.iface != iface {
 			s.startProbe(ip, iface)
 			continue
 		}
 		if mac := cmp.Or(p.stranger, p.answeredBy); mac != "" {
-			delete(c.probing, ip)
-			al.inUse[ip] = now.Add(inUseFor)
+			s.conflicts.endProbe(ip)
+			al.answered(svc, ip, mac, now)
 			s.sched.wakeFull(now)
-			s.a.opt.Metrics.AddressConflict()
-			s.log.Warn("a new address answers on the LAN; giving the Service another", "service", svc.Key(), "ip", ip, "mac", mac)
-			s.a.recorder.Event(svc.Reference(), corev1.EventTypeWarning, "AddressConflict",
-				fmt.Sprintf("%s is in use on the LAN by %s: not assigned; %s assigns the next free address", ip, mac, s.a.opt.Node))
 			continue
 		}
 		p = s.probeStep(ip, p)
@@ -373,16 +405,39 @@ func (s *state) candidatesFree(svc *ipset.Service, ips []netip.Addr, now time.Ti
 			s.sched.wakeFull(done)
 			continue
 		}
-		delete(c.probing, ip)
-		al.probedFree[ip] = now
+		s.conflicts.endProbe(ip)
+		al.probedAsFree(ip, now)
 		s.sched.wakeFull(now)
 	}
 	return free
 }
 
-// mayAllocate: this node may act for svc now, its turn by rank having come.
-func (s *state) mayAllocate(v lease.View, svc *ipset.Service) bool {
-	al, k, now := s.alloc, svc.Key(), v.Now
+// forgetProbes forgets the free answers older than probedFreeFor at now.
+func (al *allocator) forgetProbes(now time.Time) {
+	for ip, at := range al.probedFree {
+		if now.Sub(at) >= probedFreeFor {
+			delete(al.probedFree, ip)
+		}
+	}
+}
+
+// answered: a machine with mac answered for ip, a new address for svc, at
+// now. The address is skipped for inUseFor (space), and the Service
+// told.
+func (al *allocator) answered(svc *ipset.Service, ip netip.Addr, mac string, now time.Time) {
+	al.inUse[ip] = now.Add(inUseFor)
+	al.ports.metrics.AddressConflict()
+	al.ports.log.Warn("a new address answers on the LAN; giving the Service another", "service", svc.Key(), "ip", ip, "mac", mac)
+	al.ports.recorder.Event(svc.Reference(), corev1.EventTypeWarning, "AddressConflict",
+		fmt.Sprintf("%s is in use on the LAN by %s: not assigned; %s assigns the next free address", ip, mac, al.ports.node))
+}
+
+// probedAsFree: nobody answered the probes of ip at now.
+func (al *allocator) probedAsFree(ip netip.Addr, now time.Time) { al.probedFree[ip] = now }
+
+// mayAct: this node may act for svc now, its turn by rank having come.
+func (al *allocator) mayAct(v lease.View, d *desired, svc *ipset.Service) bool {
+	k, now := svc.Key(), v.Now
 	if !v.Eligible {
 		return false
 	}
@@ -390,45 +445,48 @@ func (s *state) mayAllocate(v lease.View, svc *ipset.Service) bool {
 		return false
 	}
 	if w, ok := al.written[k]; ok {
-		if lease.Newer(w.rv, svc.ResourceVersion) && now.Sub(w.at) < s.desired.cfg.LeaseDuration {
-			s.sched.wakeFull(w.at.Add(s.desired.cfg.LeaseDuration))
+		if lease.Newer(w.rv, svc.ResourceVersion) && now.Sub(w.at) < d.cfg.LeaseDuration {
+			al.wakeAt(w.at.Add(d.cfg.LeaseDuration))
 			return false // our status write has not reached the cache yet
 		}
 		delete(al.written, k)
 	}
 	if t, ok := al.retry[k]; ok && now.Before(t) {
-		s.sched.wakeFull(t)
+		al.wakeAt(t)
 		return false
 	}
 	since, ok := al.since[k]
 	if !ok {
 		since, al.since[k] = now, now
 	}
-	at := since.Add(time.Duration(lease.RankFor(string(svc.UID), v.Self, v.Live)) * s.desired.allocStep())
+	at := since.Add(time.Duration(lease.RankFor(string(svc.UID), v.Self, v.Live)) * d.allocStep())
 	if at.After(now) {
-		s.sched.wakeFull(at)
+		al.wakeAt(at)
 		return false
 	}
 	return true
 }
 
-func (s *state) dispatchAlloc(v lease.View, svc *ipset.Service, res alloc.Result) {
+// dispatch hands the writes that give svc the addresses of res to the
+// allocation writers.
+func (al *allocator) dispatch(v lease.View, d *desired, svc *ipset.Service, res alloc.Result) {
 	now := v.Now
 	k := svc.Key()
 	out := *svc
 	out.Ingress = ingress(svc.Ingress, res.IPs)
-	job := allocJob{key: k, svc: &out, timeout: max(s.desired.cfg.LeaseDuration, 2*time.Second)}
+	job := allocJob{key: k, svc: &out, timeout: max(d.cfg.LeaseDuration, 2*time.Second)}
+	node := al.ports.node
 	for _, ip := range res.Reserve {
-		l := lease.NewLockLease(s.a.opt.Namespace, ip, s.a.opt.Node, v.SuccessorOf(ip, s.a.opt.Node), []string{k}, now)
+		l := lease.NewLockLease(al.ports.namespace, ip, node, v.SuccessorOf(ip, node), []string{k}, now)
 		l.Annotations[alloc.AnnotationReservedFor] = k
 		job.reserve = append(job.reserve, l)
 	}
 	select {
-	case s.alloc.jobs <- job:
-		s.alloc.inflight[k] = slices.Clone(res.Reserve)
-		s.log.Debug("allocating", "service", k, "ip", res.IPs, "reserve", res.Reserve)
+	case al.jobs <- job:
+		al.inflight[k] = slices.Clone(res.Reserve)
+		al.ports.log.Debug("allocating", "service", k, "ip", res.IPs, "reserve", res.Reserve)
 	default:
-		s.sched.wakeFull(now.Add(s.desired.cfg.RankStep())) // the queue is full; the next pass tries again
+		al.wakeAt(now.Add(d.cfg.RankStep())) // the queue is full; the next pass tries again
 	}
 }
 
@@ -453,13 +511,12 @@ func ingress(old []corev1.LoadBalancerIngress, ips []netip.Addr) []corev1.LoadBa
 	return out
 }
 
-func (s *state) allocDone(r allocResult) {
-	s.sched.askFull() // allocation weighs every Service
-	al := s.alloc
+// done takes the result of an allocation job at now; the loop notes the
+// locks it created, and passes in full next (allocation weighs every
+// Service).
+func (al *allocator) done(r allocResult, d *desired, now time.Time) {
 	delete(al.inflight, r.key)
-	now := s.a.clk.Now()
-	log := s.log.With("service", r.key)
-	s.book.created(r.created)
+	log := al.ports.log.With("service", r.key)
 	for _, l := range r.created {
 		log.Debug("reserved", "ip", l.Annotations[lease.AnnotationIP], "lease", l.Name)
 	}
@@ -471,59 +528,58 @@ func (s *state) allocDone(r allocResult) {
 			ips = append(ips, ing.IP)
 		}
 		log.Info("allocated", "ip", ips)
-		s.a.recorder.Event(r.out, corev1.EventTypeNormal, "IPAllocated", fmt.Sprintf("assigned %s (by %s)", strings.Join(ips, ", "), s.a.opt.Node))
+		al.ports.recorder.Event(r.out, corev1.EventTypeNormal, "IPAllocated", fmt.Sprintf("assigned %s (by %s)", strings.Join(ips, ", "), al.ports.node))
 	case r.taken.IsValid():
 		al.lost[r.taken] = lostRace{reservedFor: r.takenBy, at: now}
 		log.Debug("address already locked; choosing again", "ip", r.taken, "reservedFor", r.takenBy)
 	case apierrors.IsConflict(r.err) || apierrors.IsNotFound(r.err):
 		log.Debug("service changed while allocating; choosing again", "err", r.err)
 	default:
-		s.a.opt.Metrics.APIError("allocate")
+		al.ports.metrics.APIError("allocate")
 		log.Warn("allocation failed; trying again later", "err", r.err)
-		al.retry[r.key] = now.Add(s.desired.cfg.LeaseDuration)
+		al.retry[r.key] = now.Add(d.cfg.LeaseDuration)
 	}
 }
 
-// reportRefusal logs what a Service cannot have, and records it as a
-// Warning event when it changed. Only the node ranked first for the Service
+// refuse logs what a Service cannot have, and records it as a Warning
+// event when it changed. Only the node ranked first for the Service
 // records the event, so that a cluster does not repeat it once per node.
-func (s *state) reportRefusal(v lease.View, svc *ipset.Service, msg string) {
+func (al *allocator) refuse(v lease.View, svc *ipset.Service, msg string) {
 	k := svc.Key()
-	if s.alloc.refused[k] == msg {
+	if al.refused[k] == msg {
 		return
 	}
-	s.alloc.refused[k] = msg
-	s.log.Warn("cannot allocate", "service", k, "reason", msg)
+	al.refused[k] = msg
+	al.ports.log.Warn("cannot allocate", "service", k, "reason", msg)
 	if lease.RankFor(string(svc.UID), v.Self, v.Live) == 0 {
-		s.a.recorder.Event(svc.Reference(), corev1.EventTypeWarning, "AllocationFailed", truncate(msg, 1000))
+		al.ports.recorder.Event(svc.Reference(), corev1.EventTypeWarning, "AllocationFailed", truncate(msg, 1000))
 	}
 }
 
-// reservationSpared: l is a reservation that the orphan rule must leave
-// alone: the last allocation pass gives its address to the Service it was
-// made for, or that Service is not in this node's cache and the
-// reservation is young.
-func (s *state) reservationSpared(l *lease.Kept, ip netip.Addr, now time.Time) bool {
+// spared: l is a reservation that the orphan rule must leave alone: the
+// last allocation pass gives its address to the Service it was made for,
+// or that Service is not in this node's cache and the reservation is
+// young. While it is spared for its youth, wake is when it stops being.
+func (al *allocator) spared(l *lease.Kept, d *desired, now time.Time) (spared bool, wake time.Time) {
 	k := l.ReservedFor
 	if k == "" {
-		return false
+		return false, time.Time{}
 	}
-	if s.alloc.wanted[ip] == k {
-		return true
+	if al.wanted[l.IP] == k {
+		return true, time.Time{}
 	}
-	if s.a.service(k) != nil {
-		return false
+	if al.ports.service(k) != nil {
+		return false, time.Time{}
 	}
 	// The grace counts from the first sighting, whichever pass made it: an
 	// incremental pass may meet a reservation before allocate does.
-	first, ok := s.alloc.firstSeen[l.Name]
+	first, ok := al.firstSeen[l.Name]
 	if !ok {
 		first = now
-		s.alloc.firstSeen[l.Name] = now
+		al.firstSeen[l.Name] = now
 	}
-	if now.Sub(first) < s.desired.reservationGrace() {
-		s.sched.wakeFull(first.Add(s.desired.reservationGrace()))
-		return true
+	if now.Sub(first) < d.reservationGrace() {
+		return true, first.Add(d.reservationGrace())
 	}
-	return false
+	return false, time.Time{}
 }

@@ -133,6 +133,9 @@ func newAddrConflicts() addrConflicts {
 // probe records the probe run p for ip.
 func (c *addrConflicts) probe(ip netip.Addr, p probeRun) { c.probing[ip] = p }
 
+// endProbe ends the probe run of ip, whose answer was taken.
+func (c *addrConflicts) endProbe(ip netip.Addr) { delete(c.probing, ip) }
+
 // probeFirst: ip was acquired, and is probed before it is bound.
 func (c *addrConflicts) probeFirst(ip netip.Addr) { c.fresh[ip] = true }
 

@@ -70,7 +70,10 @@ func (s *state) decideOrphan(v lease.View, l *lease.Kept, now time.Time) {
 		s.book.warnBadLock(l, "no Service names its IP, so it is ignored")
 		return
 	}
-	if s.reservationSpared(l, l.IP, now) {
+	if spared, wake := s.alloc.spared(l, &s.desired, now); spared {
+		if !wake.IsZero() {
+			s.sched.wakeFull(wake)
+		}
 		return
 	}
 	s.decide(v, l.IP, l.Name, l, false, "")

@@ -106,7 +106,10 @@ func (s *state) handle(i int, v reflect.Value, draining bool) (pass bool) {
 	case inWritten:
 		s.writeDone(v.Interface().(writeResult))
 	case inAllocated:
-		s.allocDone(v.Interface().(allocResult))
+		r := v.Interface().(allocResult)
+		s.sched.askFull()
+		s.book.created(r.created)
+		s.alloc.done(r, &s.desired, now())
 	case inAddress:
 		// It restores what it can at once; what a late loop may not,
 		// its next tick on time decides again (lateBinds).

@@ -55,6 +55,10 @@ type state struct {
 
 func newState(a *Agent) *state {
 	watch := newWatchdog(a.clk, a.opt.Hung)
+	alloc := newAllocator(allocPorts{
+		log: a.log, recorder: a.recorder, metrics: a.opt.Metrics, node: a.opt.Node, namespace: a.opt.Namespace,
+		services: a.allServices, service: a.service,
+	})
 	s := &state{
 		a: a, log: a.log,
 		ports: servedPorts{filter: a.opt.PortFilter},
@@ -98,7 +102,7 @@ func newState(a *Agent) *state {
 		renewReq:  make(chan renewal, 1),
 		renewRes:  make(chan renewResult, 1),
 		hb:        &heartbeater{a: a},
-		alloc:     newAllocator(),
+		alloc:     alloc,
 		conflicts: newAddrConflicts(),
 		wire:      newWireChecks(a.opt.Node, a.opt.WirePace),
 		events:    newEventBudget(a.clk.Now()),
@@ -113,8 +117,8 @@ func (s *state) run(ctx context.Context, stop chan struct{}) error {
 	go s.hb.run(s.renewReq, s.renewRes, stop)
 	for range s.a.opt.Writers {
 		go s.a.runWriter(s.writes.jobs, s.writes.results, stop)
+		go s.a.runAllocWriter(s.alloc.jobs, s.alloc.results, stop)
 	}
-	s.startAllocator(stop)
 	if s.a.opt.LastGood != nil {
 		s.lastGood = newLastGoodSaver(s.a.opt.LastGood, s.log)
 		go s.lastGood.run(ctx, stop)
