@@ -251,6 +251,11 @@ func (s *state) checkWire(now time.Time) {
 		}
 		s.a.opt.Metrics.WireCheck()
 	}
+	// Claims the loop has not read yet may hold the answers: judge once
+	// they are in (the loop wakes for the checks again after reading them).
+	if len(s.binder.claims) > 0 {
+		return
+	}
 	changed := w.sched.Finish(now, func(node string) []string {
 		hb, _ := s.live.Heartbeat(node)
 		return lease.ParseMACs(hb.MACs)

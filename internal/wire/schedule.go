@@ -17,8 +17,16 @@ type Pace struct {
 	// Rate bounds the checks this node sends a second. With more IPs than
 	// Every × Rate, each is checked every IPs ÷ Rate instead.
 	Rate float64
-	// Wait is how long after a probe an answer counts.
+	// Wait is how long after a question its answers are waited for
+	// before the check is judged.
 	Wait time.Duration
+	// Late: a check with no answer that is judged more than Late after
+	// its wait ended proves nothing and is dropped, to be asked again.
+	// The checker was not running when it should have been (a CPU quota
+	// spent, a pause), so answers may still wait unread in its socket;
+	// silence it did not listen for is no verdict on the holder. Zero
+	// judges every check however late.
+	Late time.Duration
 	// Recheck is how soon an IP is checked again after a check that
 	// found it other than answered by its holder, until the verdict
 	// settles either way.
@@ -35,7 +43,7 @@ type Pace struct {
 // DefaultPace checks every IP every 4 s, at most 100 a second per node: a
 // stranger is reported within 5 s, and at 10,000 IPs on three nodes each
 // node verifies about 3,300, every 33 s.
-var DefaultPace = Pace{Every: 4 * time.Second, Rate: 100, Wait: 200 * time.Millisecond, Recheck: 500 * time.Millisecond, Tries: 3, Deaf: time.Minute}
+var DefaultPace = Pace{Every: 4 * time.Second, Rate: 100, Wait: 200 * time.Millisecond, Recheck: 500 * time.Millisecond, Tries: 3, Deaf: time.Minute, Late: 300 * time.Millisecond}
 
 // Schedule is one node's checks: which IPs it verifies, when each is due,
 // the answers to the probes out, and the verdicts. It is not safe for
@@ -145,11 +153,14 @@ func (s *Schedule) Due(now time.Time) []netip.Addr {
 // Unsent takes back the check of ip that Due marked out but that could not
 // be sent: it is no answer and no miss, and is due again after Recheck.
 func (s *Schedule) Unsent(ip netip.Addr, now time.Time) {
-	c, ok := s.ips[ip]
-	if !ok || c.sent.IsZero() {
-		return
+	if c, ok := s.ips[ip]; ok && !c.sent.IsZero() {
+		s.void(c, now)
 	}
-	c.sent, c.due = time.Time{}, now.Add(max(s.pace.Recheck, s.pace.Wait))
+}
+
+// void drops c's check as if never sent.
+func (s *Schedule) void(c *check, now time.Time) {
+	c.sent, c.answers, c.due = time.Time{}, c.answers[:0], now.Add(max(s.pace.Recheck, s.pace.Wait))
 }
 
 // fill adds the tokens earned since the last fill, up to a second's worth.
@@ -162,11 +173,12 @@ func (s *Schedule) fill(now time.Time) {
 	s.filled = now
 }
 
-// Answer records that mac answered for ip at now; it counts only while a
-// probe for ip is out and its wait has not passed.
+// Answer records that mac answered for ip at now; it counts while a check
+// of ip is out, however long after the question it is read: a busy
+// checker reads its answers late, and the holder did answer.
 func (s *Schedule) Answer(ip netip.Addr, mac string, now time.Time) {
 	c, ok := s.ips[ip]
-	if !ok || c.sent.IsZero() || now.Sub(c.sent) > s.pace.Wait {
+	if !ok || c.sent.IsZero() {
 		return
 	}
 	s.heard = now
@@ -181,6 +193,10 @@ func (s *Schedule) Finish(now time.Time, macs func(node string) []string) []neti
 	var changed []netip.Addr
 	for ip, c := range s.ips {
 		if c.sent.IsZero() || now.Sub(c.sent) < s.pace.Wait {
+			continue
+		}
+		if len(c.answers) == 0 && s.pace.Late > 0 && now.Sub(c.sent) > s.pace.Wait+s.pace.Late {
+			s.void(c, now)
 			continue
 		}
 		v := Judge(macs(c.holder), c.answers)
