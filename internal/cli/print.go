@@ -29,9 +29,20 @@ const none = "<none>"
 // printStatus writes st in format. Tables show ages relative to
 // st.ObservedAt; json and yaml show times, never ages.
 func printStatus(w io.Writer, st Status, format string) error {
+	if format == outputJSON || format == outputYAML {
+		return writeDoc(w, st, format)
+	}
+	var buf bytes.Buffer
+	printTables(&buf, st, format == outputWide)
+	_, err := w.Write(buf.Bytes())
+	return err
+}
+
+// writeDoc writes doc as JSON or YAML, every control character escaped.
+func writeDoc(w io.Writer, doc any, format string) error {
 	switch format {
 	case outputJSON:
-		b, err := json.MarshalIndent(st, "", "  ")
+		b, err := json.MarshalIndent(doc, "", "  ")
 		if err != nil {
 			return fmt.Errorf("encode json: %w", err)
 		}
@@ -41,7 +52,7 @@ func printStatus(w io.Writer, st Status, format string) error {
 		// From json, as yaml.Marshal would, escaped: the YAML parser
 		// refuses a raw DEL or C1 character, and its emitter escapes
 		// every control character.
-		b, err := json.Marshal(st)
+		b, err := json.Marshal(doc)
 		if err == nil {
 			b, err = yaml.JSONToYAML(escapeJSON(b))
 		}
@@ -51,10 +62,7 @@ func printStatus(w io.Writer, st Status, format string) error {
 		_, err = w.Write(b)
 		return err
 	}
-	var buf bytes.Buffer
-	printTables(&buf, st, format == outputWide)
-	_, err := w.Write(buf.Bytes())
-	return err
+	return fmt.Errorf("unknown output format %q", format)
 }
 
 func printTables(w *bytes.Buffer, st Status, wide bool) {

@@ -36,6 +36,10 @@ type Status struct {
 	IPs           []IP      `json:"ips"`
 	Nodes         []Node    `json:"nodes"`
 	Warnings      []string  `json:"warnings"`
+
+	// ranges are how full each range is, for --ranges; nil while the
+	// ConfigMap is invalid.
+	ranges []RangeUse
 }
 
 // Config describes the ConfigMap as the plugin read it.
@@ -266,6 +270,9 @@ func buildStatus(s snapshot, now time.Time) Status {
 		}
 		r.lanAnswers(r.nodeOf(nodes))
 		r.fillWire(nodes)
+	}
+	if known {
+		st.ranges = rangeUses(cfg, entries, reserved, st.IPs[:len(entries)])
 	}
 	st.IPs = sortIPs(st.IPs)
 	slices.Sort(st.Warnings)

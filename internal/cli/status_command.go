@@ -28,6 +28,8 @@ type StatusOptions struct {
 	*env
 	Output string
 	Watch  bool
+	// Ranges prints how full each range is instead of the IPs.
+	Ranges bool
 
 	invocation
 	ips []netip.Addr
@@ -55,16 +57,24 @@ endpoint, the only ones that may hold its IP. A Service refused an IP that
 another namespace's Service holds is named in the REASON of its row.
 
 ALIVE means the holder's heartbeat was renewed within its lease duration,
-judged on this machine's clock.`,
+judged on this machine's clock.
+
+With --ranges: one row per range of the ConfigMap, with how many addresses
+it holds (CAPACITY), how many Services were given (ALLOCATED) and of those
+how many a live holder binds (BOUND), how many are left (FREE) and how many
+eip never binds (RESERVED: the network and broadcast addresses of an IPv4
+CIDR, the nodes' and the API server's own addresses).`,
 		Example: `  kubectl eip status
   kubectl eip status 198.18.100.1 -o wide
   kubectl eip status -o json | jq '.ips[] | select(.state != "bound")'
-  kubectl eip status --watch`,
+  kubectl eip status --watch
+  kubectl eip status --ranges`,
 		ValidArgsFunction: e.completeFrom(statusChoices),
 		RunE:              runE(o),
 	}
 	cmd.Flags().StringVarP(&o.Output, "output", "o", "", "output format: wide, json or yaml (schema in docs/status-schema.md)")
 	cmd.Flags().BoolVarP(&o.Watch, "watch", "w", false, "print the status again whenever it changes")
+	cmd.Flags().BoolVar(&o.Ranges, "ranges", false, "print how full each range is instead of the IPs")
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{outputWide, outputJSON, outputYAML}, cobra.ShellCompDirectiveNoFileComp)) // fails only for an unknown flag
 	return cmd
 }
@@ -81,6 +91,9 @@ func (o *StatusOptions) Validate() error {
 	case outputTable, outputWide, outputJSON, outputYAML:
 	default:
 		return fmt.Errorf("unknown output format %q: use wide, json or yaml", o.Output)
+	}
+	if o.Ranges && len(o.args) > 0 {
+		return fmt.Errorf("--ranges takes no IP arguments: it reports every range")
 	}
 	var err error
 	o.ips, err = parseIPs(o.args)
@@ -124,10 +137,18 @@ func (o *StatusOptions) Run(ctx context.Context) error {
 		return err
 	}
 	st, missing := filterIPs(buildStatus(s, o.clock.Now()), o.ips)
-	if err := printStatus(o.Out, st, o.Output); err != nil {
+	if err := o.print(st); err != nil {
 		return err
 	}
 	return missing
+}
+
+// print writes st, or its ranges with --ranges, in the output format.
+func (o *StatusOptions) print(st Status) error {
+	if o.Ranges {
+		return printRanges(o.Out, rangeReport(st), o.Output)
+	}
+	return printStatus(o.Out, st, o.Output)
 }
 
 // watch keeps informers on what status reads and prints the status again
@@ -174,14 +195,14 @@ func (o *StatusOptions) watch(ctx context.Context, c kubernetes.Interface) error
 			}
 		}
 		st, _ := filterIPs(buildStatus(s, o.clock.Now()), o.ips)
-		if key := changeKey(st); key != last {
+		if key := o.changeKey(st); key != last {
 			if last != "" && o.Output != outputJSON && o.Output != outputYAML {
 				fmt.Fprintln(o.Out)
 			}
 			if o.Output == outputYAML && last != "" {
 				fmt.Fprintln(o.Out, "---")
 			}
-			if err := printStatus(o.Out, st, o.Output); err != nil {
+			if err := o.print(st); err != nil {
 				return err
 			}
 			last = key
@@ -195,10 +216,15 @@ func (o *StatusOptions) watch(ctx context.Context, c kubernetes.Interface) error
 	}
 }
 
-// changeKey is st without what changes by itself (the time, renew times),
-// so that --watch prints only when something an operator cares about did.
-func changeKey(st Status) string {
+// changeKey is what o prints of st without what changes by itself (the
+// time, renew times), so that --watch prints only when something an
+// operator cares about did.
+func (o *StatusOptions) changeKey(st Status) string {
 	st.ObservedAt = time.Time{}
+	if o.Ranges {
+		b, _ := json.Marshal(rangeReport(st)) // a RangeReport always encodes
+		return string(b)
+	}
 	st.Nodes = append([]Node(nil), st.Nodes...)
 	for i := range st.Nodes {
 		st.Nodes[i].LastRenewTime = nil

@@ -1,9 +1,11 @@
 package config
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"net/netip"
 	"slices"
 	"sort"
@@ -127,6 +129,40 @@ func plural(n int) string {
 
 // String returns the range as written.
 func (r Range) String() string { return r.Text }
+
+// Addresses returns the range's addresses as written without options: a
+// CIDR, a first-last span, or one address.
+func (r Range) Addresses() string {
+	switch {
+	case r.Prefix.IsValid():
+		return r.Prefix.String()
+	case r.First == r.Last:
+		return r.First.String()
+	}
+	return r.First.String() + "-" + r.Last.String()
+}
+
+// Label names the range in metrics and tables: its name, else its
+// addresses.
+func (r Range) Label() string {
+	if r.Name != "" {
+		return r.Name
+	}
+	return r.Addresses()
+}
+
+// Size is how many addresses r holds, at most math.MaxUint64 (an IPv6 range
+// of a /64 or more saturates).
+func (r Range) Size() uint64 {
+	f, l := r.First.As16(), r.Last.As16()
+	fHi, fLo := binary.BigEndian.Uint64(f[:8]), binary.BigEndian.Uint64(f[8:])
+	lHi, lLo := binary.BigEndian.Uint64(l[:8]), binary.BigEndian.Uint64(l[8:])
+	lo, borrow := bits.Sub64(lLo, fLo, 0)
+	if lHi-fHi-borrow != 0 || lo == math.MaxUint64 {
+		return math.MaxUint64
+	}
+	return lo + 1
+}
 
 // sameEffect reports whether r and o bind the same addresses the same way.
 func (r Range) sameEffect(o Range) bool {

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os"
@@ -17,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/eip-project/eip/internal/alloc"
+	"github.com/eip-project/eip/internal/cli"
 	"github.com/eip-project/eip/internal/ipset"
 	"github.com/eip-project/eip/internal/lease"
 	"github.com/eip-project/eip/testenv"
@@ -322,6 +324,17 @@ func TestRangeByName(t *testing.T) {
 	e.served(b)
 	e.lbService("c", annotated(alloc.AnnotationRange, "nope"))
 	e.eventMessage("c", "AllocationFailed", `no range is named "nope"`)
+
+	// kubectl eip status --ranges counts both addresses in range fixed,
+	// each bound by its live holder.
+	out, err := e.kubectlEip("status", "--ranges", "-o", "json")
+	e.must(err)
+	var rep cli.RangeReport
+	e.must(json.Unmarshal([]byte(out), &rep))
+	i := slices.IndexFunc(rep.Ranges, func(r cli.RangeUse) bool { return r.Name == "fixed" })
+	assert.Assert(t, i >= 0, "no range fixed in %s", out)
+	assert.DeepEqual(t, rep.Ranges[i], cli.RangeUse{Name: "fixed", Addresses: "198.18.102.10-198.18.102.19", Family: "IPv4",
+		Capacity: 10, Allocated: 2, Bound: 2, Free: 8, Namespaces: []string{}, Announce: "arp"})
 }
 
 // A dual-stack Service gets one address of each family, and both answer
