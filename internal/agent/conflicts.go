@@ -428,6 +428,10 @@ func later(a, b time.Time) time.Time {
 // about 80,000 for each node at 10,000 IPs on 3 nodes, and each used to
 // run a pass and decide its IP again.
 func (s *state) claim(c netif.Claim) (changed bool) {
+	if c.Dropped > 0 {
+		s.wire.lost(s.a.clk.Now())
+		return false
+	}
 	if !c.Probe {
 		s.wire.answer(c.IP, c.MAC.String(), s.a.clk.Now())
 	}

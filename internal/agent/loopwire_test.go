@@ -7,20 +7,30 @@ import (
 
 	"gotest.tools/v3/assert"
 
+	"github.com/eip-project/eip/internal/netif"
 	"github.com/eip-project/eip/internal/wire"
 )
 
 // The successor of an IP a live peer holds checks it on the wire by
 // asking for it (Announcer.Ask), never by probing: a holder cut off from
 // the API server reads a peer's probe as a takeover and gives the IP up.
-// Unanswered questions become a verdict; questions that could not be sent
-// (the interface has no address to ask from) are no evidence, and however
-// long that lasts no verdict comes.
+// Unanswered questions become a verdict. Questions that could not be sent
+// (the interface has no address to ask from) are no evidence, nor is
+// silence while the claim watch reports frames dropped unread: however
+// long either lasts, no verdict comes.
 func TestLoopWireChecksAskAndNeverProbe(t *testing.T) {
-	for _, askErr := range []error{nil, errors.New("no address to ask from")} {
+	for name, tc := range map[string]struct {
+		askErr  error
+		dropped bool
+		want    wire.Verdict
+	}{
+		"unanswered":        {want: wire.NoAnswer},
+		"no address to ask": {askErr: errors.New("no address to ask from"), want: wire.Unchecked},
+		"frames dropped":    {dropped: true, want: wire.Unchecked},
+	} {
 		w := newWorld(t, "node-a", defaultTestConfig())
 		w.s.wire = newWireChecks("node-a", wire.DefaultPace)
-		w.askErr = askErr
+		w.askErr = tc.askErr
 		w.addNode("node-b")
 		w.heartbeat("node-b", true)
 		ip := testIP(0)
@@ -30,15 +40,14 @@ func TestLoopWireChecksAskAndNeverProbe(t *testing.T) {
 		var calls []string
 		for range 40 { // 40 renew intervals: several checks' worth
 			w.tick("node-b")
+			if tc.dropped {
+				assert.Assert(t, !w.s.claim(netif.Claim{Iface: testIface, Dropped: 1}), name)
+			}
 			calls = append(calls, w.take()...)
 		}
-		assert.Assert(t, slices.Contains(calls, "ask "+ip.String()), "%v", calls)
-		assert.Assert(t, !slices.Contains(calls, "probe "+ip.String()), "%v", calls)
+		assert.Assert(t, slices.Contains(calls, "ask "+ip.String()), "%s: %v", name, calls)
+		assert.Assert(t, !slices.Contains(calls, "probe "+ip.String()), "%s: %v", name, calls)
 		e, _ := w.s.wire.sched.Verdict(ip)
-		if askErr == nil {
-			assert.Equal(t, e.Verdict, wire.NoAnswer)
-		} else {
-			assert.Equal(t, e.Verdict, wire.Unchecked, "a verdict from questions never sent: %v", e)
-		}
+		assert.Equal(t, e.Verdict, tc.want, name)
 	}
 }

@@ -93,6 +93,14 @@ func (w *wireChecks) answer(ip netip.Addr, mac string, now time.Time) {
 	}
 }
 
+// lost: frames were dropped before this node read them, answers to its
+// checks perhaps among them.
+func (w *wireChecks) lost(now time.Time) {
+	if w.sched != nil {
+		w.sched.Lost(now)
+	}
+}
+
 // wireSlot groups the checks into the loop's wakes: the probes due and
 // the answers judged within one slot are handled at its end. Each IP's own
 // time woke the loop some 200 times a second at 1,000 IPs on three nodes.

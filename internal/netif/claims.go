@@ -23,12 +23,16 @@ const linkCheckInterval = time.Second
 
 // Claim says a machine other than this one announced that it holds IP, from
 // MAC, on Iface; or, with Probe, asked whether anyone holds it before it
-// takes it (an ARP probe or a DAD neighbour solicitation).
+// takes it (an ARP probe or a DAD neighbour solicitation). A Claim with
+// Dropped > 0 names no IP: the kernel dropped that many frames on Iface,
+// its socket full, before the watch could read them, so claims and
+// answers may have gone unseen.
 type Claim struct {
-	Iface string
-	IP    netip.Addr
-	MAC   net.HardwareAddr
-	Probe bool
+	Iface   string
+	IP      netip.Addr
+	MAC     net.HardwareAddr
+	Probe   bool
+	Dropped int
 }
 
 // WatchClaims reports, until ctx ends, every address another machine claims
@@ -109,6 +113,15 @@ func WatchClaims(ctx context.Context, log *slog.Logger, iface string, want func(
 			continue
 		case err != nil:
 			return fmt.Errorf("watch claims on %s: %w", iface, err)
+		}
+		// The counter restarts at each read of it.
+		if st, err := conn.Stats(); err == nil && st.Drops > 0 {
+			log.Debug("frames dropped before the claim watch read them", "iface", iface, "dropped", st.Drops)
+			select {
+			case out <- Claim{Iface: iface, Dropped: int(st.Drops)}:
+			case <-ctx.Done():
+				return nil
+			}
 		}
 		for i := range n {
 			ip, mac, probe, ok := parseClaim(frames.frame(i), own)

@@ -158,6 +158,19 @@ func (s *Schedule) Unsent(ip netip.Addr, now time.Time) {
 	}
 }
 
+// Lost says answers to this node's checks may have been lost before it
+// read them (its socket overflowed): the checks out without an answer are
+// asked again, and the misses counted towards NoAnswer start over. Silence
+// the checker may not have heard is no evidence against a holder.
+func (s *Schedule) Lost(now time.Time) {
+	for _, c := range s.ips {
+		if !c.sent.IsZero() && len(c.answers) == 0 {
+			s.void(c, now)
+		}
+		c.misses = 0
+	}
+}
+
 // void drops c's check as if never sent.
 func (s *Schedule) void(c *check, now time.Time) {
 	c.sent, c.answers, c.due = time.Time{}, c.answers[:0], now.Add(max(s.pace.Recheck, s.pace.Wait))

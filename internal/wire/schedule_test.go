@@ -273,6 +273,37 @@ func TestScheduleLateSilenceIsNoVerdict(t *testing.T) {
 	assert.Equal(t, e.Verdict, NoAnswer)
 }
 
+// Answers that may have been lost (the checker's socket overflowed) make
+// the silence counted so far no evidence: the check out is asked again,
+// and NoAnswer needs Tries unanswered checks after the loss.
+func TestScheduleLostAnswersStartOver(t *testing.T) {
+	s := NewSchedule(DefaultPace, 7)
+	now := t0
+	ip := netip.MustParseAddr("198.18.0.14")
+	set(s, map[netip.Addr]string{ip: "h"}, now)
+	misses := func(k int) {
+		for sent := 0; sent < k; now = now.Add(10 * time.Millisecond) {
+			sent += len(s.Due(now))
+			s.Finish(now, macsOf)
+		}
+		for c := s.ips[ip]; !c.sent.IsZero(); now = now.Add(10 * time.Millisecond) {
+			s.Finish(now, macsOf)
+		}
+	}
+	misses(DefaultPace.Tries - 1)
+	for s.Due(now) == nil {
+		now = now.Add(10 * time.Millisecond)
+	}
+	s.Lost(now)
+	assert.Assert(t, s.ips[ip].sent.IsZero(), "the check out was kept")
+	misses(DefaultPace.Tries - 1)
+	e, _ := s.Verdict(ip)
+	assert.Equal(t, e.Verdict, Unchecked, "misses before the loss counted")
+	misses(1)
+	e, _ = s.Verdict(ip)
+	assert.Equal(t, e.Verdict, NoAnswer)
+}
+
 func TestScheduleNewHolderStartsOver(t *testing.T) {
 	s := NewSchedule(DefaultPace, 6)
 	now := t0
