@@ -92,21 +92,21 @@ func (s *state) bind(ip netip.Addr, e ipset.Entry, why string) refusal {
 		s.log.Error("cannot bind: no interface", "ip", ip, "err", err)
 		return refusal{}
 	}
-	if r := s.mayBind(ip, iface, s.a.clk.Now(), true); r.why != notRefused {
+	if r := s.mayBind(ip, iface, s.clk.Now(), true); r.why != notRefused {
 		return r
 	}
 	p := e.Binding.Prefix(ip)
 	dev, onDevice := iface, s.binder.onDevice(iface, p, e.Binding.Announce)
 	if onDevice {
 		var err error
-		if dev, err = s.binder.pickDevice(s.a.opt.Devices, s.a.clk.Now()); err != nil {
+		if dev, err = s.binder.pickDevice(s.a.opt.Devices, s.clk.Now()); err != nil {
 			s.log.Warn("cannot open another address device; binding on the first until one opens", "ip", ip, "iface", dev, "retryIn", reopenAfter, "err", err)
 		}
 	}
 	s.binder.listenFor(ip) // before the kernel may answer for it
 	if err := s.a.opt.Addresser.Add(dev, p, s.desired.lifetimeOn(onDevice)); err != nil {
 		s.log.Error("bind", "ip", ip, "iface", dev, "err", err)
-		s.event(ip, corev1.EventTypeWarning, "BindFailed", fmt.Sprintf("bind %s on %s/%s: %v", p, s.a.opt.Node, dev, err))
+		s.event(ip, corev1.EventTypeWarning, "BindFailed", fmt.Sprintf("bind %s on %s/%s: %v", p, s.node, dev, err))
 		return refusal{}
 	}
 	b := binding{iface: iface, dev: dev, prefix: p, announce: e.Binding.Announce}
@@ -124,17 +124,17 @@ func (s *state) bind(ip netip.Addr, e ipset.Entry, why string) refusal {
 	}
 	s.binder.hold(ip, b)
 	s.succeeded(ip)
-	s.watch.progressed(s.a.clk.Now())
+	s.watch.progressed(s.clk.Now())
 	s.a.opt.Metrics.Bound()
 	s.log.Info("bound", "ip", ip, "iface", iface, "device", dev, "prefix", p, "reason", why)
-	s.event(ip, corev1.EventTypeNormal, "Bound", fmt.Sprintf("%s bound on %s (%s)", p, s.a.opt.Node, iface))
+	s.event(ip, corev1.EventTypeNormal, "Bound", fmt.Sprintf("%s bound on %s (%s)", p, s.node, iface))
 	return refusal{}
 }
 
 // probeEarly starts probing ip as the write that acquires it is sent (see
 // addrConflicts).
 func (s *state) probeEarly(ip netip.Addr, e ipset.Entry) {
-	if iface, err := s.binder.ifaceFor(ip, e.Binding); err == nil && s.mayBind(ip, iface, s.a.clk.Now(), false).why == notRefused {
+	if iface, err := s.binder.ifaceFor(ip, e.Binding); err == nil && s.mayBind(ip, iface, s.clk.Now(), false).why == notRefused {
 		s.startProbe(ip, iface)
 	}
 }
@@ -159,7 +159,7 @@ func (s *state) unbind(ip netip.Addr, why string) {
 		s.binder.removedOwn(ip)
 	}
 	s.a.opt.Metrics.Unbound()
-	s.watch.progressed(s.a.clk.Now())
+	s.watch.progressed(s.clk.Now())
 	s.log.Info("unbound", "ip", ip, "iface", b.iface, "reason", why)
 }
 
@@ -194,7 +194,7 @@ func (s *state) rebindIfMoved(ip netip.Addr) (waits bool, r refusal) {
 	iface, err := s.binder.ifaceFor(ip, e.Binding)
 	p := e.Binding.Prefix(ip)
 	same := err == nil && iface == b.iface && p == b.prefix && e.Binding.Announce == b.announce && s.binder.onDevice(iface, p, e.Binding.Announce) == b.onDevice()
-	if err != nil || same || s.mayBind(ip, iface, s.a.clk.Now(), false).why != notRefused {
+	if err != nil || same || s.mayBind(ip, iface, s.clk.Now(), false).why != notRefused {
 		if err == nil {
 			if r, changed := s.routes.reannounce(ip, b, e); changed {
 				s.binder.rerouted(ip, r)
@@ -238,7 +238,7 @@ func (s *state) addrMissing(b binding, count bool) {
 		b.missing = true
 		s.binder.update(b)
 	}
-	if s.self.loopLate(s.a.clk.Now(), s.desired.lateAfter()) {
+	if s.self.loopLate(s.clk.Now(), s.desired.lateAfter()) {
 		// Its lifetime ran out because this loop ran late (a long pass, a
 		// starved process): it renewed nothing meanwhile, and a peer may
 		// have taken the IP over. Putting it back now would bind it on two
@@ -356,7 +356,7 @@ func (s *state) resyncIfaces() map[string]int {
 // start-up an address whose lock still names us is left alone; the first
 // pass that may bind will refresh it.
 func (s *state) resync(startup bool) {
-	s.sched.resynced(s.a.clk.Now())
+	s.sched.resynced(s.clk.Now())
 	s.routes.retry(s.desired.cfg)
 	if s.ports.failed {
 		s.sched.inputChanged(inServices) // the next pass applies the port filter again
@@ -415,7 +415,7 @@ func (s *state) resync(startup bool) {
 func (s *state) heldByLock() map[netip.Addr]bool {
 	held := map[netip.Addr]bool{}
 	for _, l := range s.a.allLocks() {
-		if l.Err == nil && l.Holder == s.a.opt.Node {
+		if l.Err == nil && l.Holder == s.node {
 			held[l.IP] = true
 		}
 	}

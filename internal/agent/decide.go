@@ -26,7 +26,7 @@ func (s *state) reconcileSome(now time.Time) {
 	}
 	dirty := s.sched.dirtyInOrder(now)
 	for i, ip := range dirty {
-		if s.sched.sliceOver(s.a.clk.Now(), s.desired.cfg.RenewInterval) {
+		if s.sched.sliceOver(s.clk.Now(), s.desired.cfg.RenewInterval) {
 			// The slice is spent: the rest are decided in the next pass,
 			// once the loop has answered its inputs, as a bind that
 			// yields is. Deciding each of them only for its bind to yield
@@ -81,7 +81,7 @@ func (s *state) decideOrphan(v lease.View, l *lease.Kept, now time.Time) {
 
 // reconcile is one pass over everything; it is idempotent.
 func (s *state) reconcile() {
-	now := s.a.clk.Now()
+	now := s.clk.Now()
 	s.sched.startPass(now)
 	s.book.newPass(s.a.leasesSeen(), true)
 	s.sched.newFullPass()
@@ -328,7 +328,7 @@ func (s *state) apply(v lease.View, ip netip.Addr, name string, l *lease.Kept, l
 func (s *state) lockWrite(v lease.View, ip netip.Addr, name string, l *lease.Kept, lk *lease.Lock, d lease.Decision) (w write, ok bool) {
 	e := s.desired.entries[ip]
 	w = write{ip: ip, name: name, action: d.Action, timeout: s.desired.lockWriteTimeout()}
-	now := s.a.clk.Now()
+	now := s.clk.Now()
 	switch d.Action {
 	case lease.Bind, lease.NameSuccessor:
 		w.action = lease.NameSuccessor

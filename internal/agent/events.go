@@ -138,7 +138,7 @@ func (s *state) serviceEvent(key, kind, reason, msg string) {
 	if svc == nil {
 		return
 	}
-	if !s.events.allow(s.a.clk.Now(), kind, svc.Namespace, reason) {
+	if !s.events.allow(s.clk.Now(), kind, svc.Namespace, reason) {
 		s.a.opt.Metrics.EventSummarised(reason)
 		return
 	}
@@ -154,7 +154,7 @@ func (s *state) postSummary(now time.Time) {
 		return
 	}
 	s.log.Info("Events on Services summarised", "summary", msg)
-	if n, err := s.a.nodes.Get(s.a.opt.Node); err == nil {
+	if n, err := s.a.nodes.Get(s.node); err == nil {
 		s.a.recorder.Event(n, kind, "EventsSummarised", msg)
 	}
 }

@@ -168,9 +168,9 @@ func (s *state) computeEntries() {
 // that has not yet heard any heartbeat counts as first, which at a
 // cluster's start is every node, and the budget bounds that too.
 func (s *state) reportRejections(rejected []ipset.Rejection) {
-	now := s.a.clk.Now()
+	now := s.clk.Now()
 	v := s.view(now)
-	reporter := len(v.Live) == 0 || v.Live[0] == s.a.opt.Node
+	reporter := len(v.Live) == 0 || v.Live[0] == s.node
 	seen := make(map[string]bool, len(rejected))
 	for _, r := range rejected {
 		key := r.Service + " " + r.IP + " " + r.Reason

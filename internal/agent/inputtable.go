@@ -82,7 +82,7 @@ func (in *inputs) waiting() (int, reflect.Value, bool) {
 // pass now. While draining, a pass follows in any case, and a heartbeat's
 // renewal is only noted for it.
 func (s *state) handle(i int, v reflect.Value, draining bool) (pass bool) {
-	now := s.a.clk.Now
+	now := s.clk.Now
 	switch i {
 	case inTimer:
 		s.checkWire(now())

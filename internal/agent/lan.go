@@ -115,7 +115,7 @@ func (s *state) setLANTimings() {
 		s.live.SetTimings(r, 2*r)
 		return
 	}
-	now := s.a.clk.Now()
+	now := s.clk.Now()
 	s.live.SetLAN(s.desired.cfg.LeaseDuration, 2*r, 4*r, s.desired.suspectAfter())
 	slow := r * time.Duration(s.slowFactor())
 	if s.lanSlow(now) {
@@ -158,7 +158,7 @@ func (s *state) takeDatagrams() bool {
 	for _, h := range s.lan.heard() {
 		changed = s.live.Datagram(h.node, h.ages, h.at) || changed
 	}
-	return s.checkUnheard(s.a.clk.Now()) || changed
+	return s.checkUnheard(s.clk.Now()) || changed
 }
 
 // tellSpeaker gives the speaker, on every tick, where this node's
@@ -177,7 +177,7 @@ func (s *state) lanPeers() map[string]lanlive.Peer {
 	out := map[string]lanlive.Peer{}
 	for _, n := range s.live.Nodes() {
 		hb, _ := s.live.Heartbeat(n)
-		if n == s.a.opt.Node || hb.LivenessPort == 0 {
+		if n == s.node || hb.LivenessPort == 0 {
 			continue
 		}
 		if addr, ok := s.peerAddr(n); ok {
@@ -272,7 +272,7 @@ func (s *state) checkUnheard(now time.Time) bool {
 	}
 	s.log.Warn("a peer no longer hears this node over the LAN and will judge it dead; handing its IPs to the peers it hears", "port", s.lan.lanPort)
 	for ip := range s.binder.bound {
-		s.event(ip, corev1.EventTypeWarning, "Unheard", fmt.Sprintf("%s hands %s to a peer: peers do not hear its liveness datagrams (UDP port %d)", s.a.opt.Node, ip, s.lan.lanPort))
+		s.event(ip, corev1.EventTypeWarning, "Unheard", fmt.Sprintf("%s hands %s to a peer: peers do not hear its liveness datagrams (UDP port %d)", s.node, ip, s.lan.lanPort))
 	}
 	return true
 }

@@ -104,14 +104,14 @@ func (r *routing) observe(now time.Time, asn uint32, event func(sess bgp.Session
 // observeSessions reads the BGP sessions, with an event on this node's
 // Node for each change worth one (routing.observe).
 func (s *state) observeSessions() {
-	sessions := s.routes.observe(s.a.clk.Now(), s.desired.cfg.BGP.ASN, s.sessionEvent)
+	sessions := s.routes.observe(s.clk.Now(), s.desired.cfg.BGP.ASN, s.sessionEvent)
 	s.a.opt.Metrics.BGP(sessions, s.routes.announced)
 }
 
 func (s *state) sessionEvent(sess bgp.Session, kind, reason, what string) {
-	msg := fmt.Sprintf("BGP session of %s with %s (AS %d) %s", s.a.opt.Node, sess.Peer, sess.ASN, what)
+	msg := fmt.Sprintf("BGP session of %s with %s (AS %d) %s", s.node, sess.Peer, sess.ASN, what)
 	s.log.Info("BGP session", "peer", sess.Peer, "state", sess.State, "event", reason)
-	if n, err := s.a.nodes.Get(s.a.opt.Node); err == nil {
+	if n, err := s.a.nodes.Get(s.node); err == nil {
 		s.a.recorder.Event(n, kind, reason, msg)
 	}
 }

@@ -118,7 +118,7 @@ func (s *schedule) writableChanged(w bool) {
 // reads that, so the pass is a full one.
 func (s *state) takeLockChanges() bool {
 	names, all, vouched := s.a.takeLeaseChanges()
-	now := s.a.clk.Now()
+	now := s.clk.Now()
 	for _, n := range vouched {
 		if !s.live.Alive(n, now) {
 			s.sched.askFull()
@@ -366,7 +366,7 @@ func (s *state) heartbeatEvent() bool {
 	if s.heartbeatsRenewed() {
 		s.sched.askFull()
 	}
-	return s.sched.needFull || s.writable(s.a.clk.Now()) != s.sched.passWritable
+	return s.sched.needFull || s.writable(s.clk.Now()) != s.sched.passWritable
 }
 
 // heartbeatsRenewed observes the heartbeats after a renewal of one and
@@ -378,7 +378,7 @@ func (s *state) heartbeatEvent() bool {
 // time alone needs no event: the timer wakes the loop at the next expiry
 // (nextWake).
 func (s *state) heartbeatsRenewed() bool {
-	now := s.a.clk.Now()
+	now := s.clk.Now()
 	known, seen := len(s.live.Nodes()), 0
 	for _, l := range s.a.heartbeats() {
 		hb, err := lease.ParseHeartbeat(l)
@@ -425,7 +425,7 @@ func (s *state) verdicts(now time.Time) map[string]verdict {
 // full pass costs tens of milliseconds, and at a cold start or a mass
 // failover every few write results asked for one.
 func (s *state) pass() {
-	now := s.a.clk.Now()
+	now := s.clk.Now()
 	// The acquisitions waiting for a pause's end are decided below.
 	s.writes.endPause(now)
 	delivered := s.takeLockChanges()

@@ -132,7 +132,7 @@ func (s *state) requestRenew() {
 	r := s.renewal()
 	select {
 	case s.renewReq <- r:
-		s.self.asked(r, s.a.clk.Now())
+		s.self.asked(r, s.clk.Now())
 	default: // the previous renewal is still in flight
 	}
 }
@@ -156,8 +156,8 @@ func (s *state) idle() bool {
 
 // renewal is the heartbeat renewal this node's state asks for now.
 func (s *state) renewal() renewal {
-	conflicts, claims := s.conflicts.report(s.a.clk.Now())
-	wireReport, wireChecked, checkDone := s.wire.status(s.a.clk.Now())
+	conflicts, claims := s.conflicts.report(s.clk.Now())
+	wireReport, wireChecked, checkDone := s.wire.status(s.clk.Now())
 	r := renewal{
 		status: lease.HeartbeatStatus{Eligible: s.self.selfEligible && !s.self.shutting, Error: s.statusError(), Held: len(s.binder.bound), BGP: s.routes.bgpSessions,
 			MACs: s.binder.ownMACs(), Conflicts: conflicts, Claims: claims, LivenessPort: s.lan.lanPort, Build: s.a.opt.Build,
@@ -168,7 +168,7 @@ func (s *state) renewal() renewal {
 		duration: s.desired.cfg.LeaseDuration,
 		timeout:  max(s.desired.cfg.LeaseDuration/2, s.desired.cfg.RenewInterval),
 	}
-	factor := s.renewFactor(s.a.clk.Now())
+	factor := s.renewFactor(s.clk.Now())
 	r.duration *= time.Duration(factor)
 	// A slow heartbeat lasts factor lease durations, and nobody judges
 	// this node by it within one: its renewal may take half its own
@@ -272,7 +272,7 @@ func (s *state) renewed(r renewResult) {
 	} else {
 		s.a.opt.Metrics.Renewed(r.took)
 	}
-	s.self.renewed(r, s.a.clk.Now(), s.desired.cfg.RenewInterval)
+	s.self.renewed(r, s.clk.Now(), s.desired.cfg.RenewInterval)
 }
 
 // renewed takes the result of a renewal at now (renew is the renew
@@ -304,7 +304,7 @@ func (s *self) renewed(r renewResult, now time.Time, renew time.Duration) {
 // tick runs every renew interval: have the address lifetimes refreshed
 // (see keeper), renew the heartbeat, and now and then resync.
 func (s *state) tick() {
-	now := s.a.clk.Now()
+	now := s.clk.Now()
 	s.self.ticked(now, s.desired.stallAfter())
 	s.watch.progressed(now)
 	s.checkWire(now)
@@ -362,7 +362,7 @@ func (s *state) fence(now time.Time) {
 	s.log.Warn("fencing: no successful renewal within fence-after; unbinding everything", "fenceAfter", s.desired.cfg.FenceAfter)
 	s.a.opt.Metrics.Fenced()
 	for ip := range s.binder.bound {
-		s.event(ip, corev1.EventTypeWarning, "Fenced", fmt.Sprintf("unbound %s from %s: API server unreachable (api-loss=fence)", ip, s.a.opt.Node))
+		s.event(ip, corev1.EventTypeWarning, "Fenced", fmt.Sprintf("unbound %s from %s: API server unreachable (api-loss=fence)", ip, s.node))
 		s.carryOut(ip, d)
 	}
 	s.self.fence()
@@ -381,7 +381,7 @@ func (s *state) view(now time.Time) lease.View {
 	}
 	slices.Sort(live)
 	return lease.View{
-		Self:       s.a.opt.Node,
+		Self:       s.node,
 		Now:        now,
 		Writable:   s.writable(now),
 		Eligible:   s.self.selfEligible && !s.self.shutting,
@@ -410,7 +410,7 @@ const successorGrace = 10
 
 // eligible: may node hold IPs, as far as this node can tell?
 func (s *state) eligible(node string) bool {
-	if node == s.a.opt.Node {
+	if node == s.node {
 		return s.self.selfEligible && !s.self.shutting
 	}
 	hb, ok := s.live.Heartbeat(node)
@@ -446,14 +446,14 @@ func (s *state) updateEligibility() {
 	s.log.Warn("this node is not eligible to hold IPs", "reason", why)
 	if cm, err := s.a.configMap.Get(s.a.opt.ConfigMap); err == nil && missingIface {
 		s.a.recorder.Event(cm, corev1.EventTypeWarning, "InterfaceMissing",
-			fmt.Sprintf("node %s holds no IPs: %s", s.a.opt.Node, why))
+			fmt.Sprintf("node %s holds no IPs: %s", s.node, why))
 	}
 }
 
 // eligibleSelf says whether this node may hold IPs, why not, and whether
 // the reason is an interface of the configuration missing here.
 func (s *state) eligibleSelf() (ok bool, why string, missingIface bool) {
-	n, _ := s.a.nodes.Get(s.a.opt.Node)
+	n, _ := s.a.nodes.Get(s.node)
 	if ok, why := policy.NodeEligible(n, s.desired.cfg.NodeSelector); !ok {
 		return false, why, false
 	}
@@ -479,7 +479,7 @@ func (s *state) eligibleSelf() (ok bool, why string, missingIface bool) {
 // deletion at shutdown), after any renewal it has in flight, and waits for
 // the answer.
 func (s *state) heartbeatNow(req renewal) error {
-	deadline := s.a.clk.After(2 * s.desired.cfg.LeaseDuration)
+	deadline := s.clk.After(2 * s.desired.cfg.LeaseDuration)
 	for sent := false; ; {
 		var reqs chan renewal
 		if !sent {

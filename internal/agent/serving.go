@@ -148,7 +148,7 @@ func (s *state) eligibility(e ipset.Entry) endpoints.Eligibility {
 // kube-proxy a check from every other.
 func (s *state) asksKubeProxy(ip netip.Addr) bool {
 	k := s.a.lock(lease.NameFor(ip))
-	return k != nil && (k.Holder == s.a.opt.Node || k.Successor == s.a.opt.Node)
+	return k != nil && (k.Holder == s.node || k.Successor == s.node)
 }
 
 // startCheck asks kube-proxy on k's node, at its first address and the
@@ -167,7 +167,7 @@ func (s *state) startCheck(k endpoints.Key, gen uint64) bool {
 	// A Node object naming loopback, a link-local address (a cloud's
 	// metadata service) or a multicast one would send a check from the
 	// host network to the host itself or elsewhere: none can be a node's.
-	if kp == nil || !ok || !addr.IsGlobalUnicast() || port == 0 || k.Node == s.a.opt.Node {
+	if kp == nil || !ok || !addr.IsGlobalUnicast() || port == 0 || k.Node == s.node {
 		return false
 	}
 	return s.serving.ask(kp, k, gen, netip.AddrPortFrom(addr, port))
@@ -255,8 +255,8 @@ func (s *state) updateServing(entries bool) []netip.Addr {
 func (s *state) reportServing(e ipset.Entry, el endpoints.Eligibility, wasNone, first bool) {
 	why := el.Why(e.Local)
 	s.log.Info("where an IP may live changed", "ip", e.IP, "service", strings.Join(e.Local, ","), "reason", why)
-	v := s.view(s.a.clk.Now())
-	if len(v.Live) > 0 && v.Live[0] != s.a.opt.Node {
+	v := s.view(s.clk.Now())
+	if len(v.Live) > 0 && v.Live[0] != s.node {
 		return
 	}
 	switch {
@@ -277,16 +277,16 @@ func (s *state) reportServing(e ipset.Entry, el endpoints.Eligibility, wasNone, 
 func (s *state) reportWait(e ipset.Entry, el endpoints.Eligibility) {
 	var waitsFor []string
 	if _, held := s.binder.bound[e.IP]; held {
-		waitsFor = el.WaitsFor(s.a.opt.Node)
+		waitsFor = el.WaitsFor(s.node)
 	}
-	now := s.a.clk.Now()
+	now := s.clk.Now()
 	wait, was := s.serving.waits[e.IP]
 	svcs := strings.Join(e.Local, ", ")
 	switch {
 	case len(waitsFor) > 0 && !was:
 		s.serving.waitBegan(e.IP, kubeProxyWait{since: now, nodes: slices.Clone(waitsFor)})
 		s.event(e.IP, corev1.EventTypeNormal, "WaitingForKubeProxy", fmt.Sprintf("%s stays on %s, where endpoints of %s still serve, until kube-proxy on %s delivers to the ready ones there",
-			e.IP, s.a.opt.Node, svcs, strings.Join(waitsFor, " or ")))
+			e.IP, s.node, svcs, strings.Join(waitsFor, " or ")))
 	case len(waitsFor) == 0 && was:
 		s.serving.waitEnded(e.IP)
 		waited := now.Sub(wait.since).Round(10 * time.Millisecond)

@@ -8,7 +8,7 @@ import (
 
 func (s *state) shutdown() error {
 	s.self.shutDown()
-	now := s.a.clk.Now()
+	now := s.clk.Now()
 	v := s.view(now)
 	s.log.Info("shutting down: handing off what this node holds")
 	s.book.newPass(s.a.leasesSeen(), false)
@@ -33,7 +33,7 @@ func (s *state) shutdown() error {
 	// up once no write came back for two lease durations; peers then take
 	// what is left as from a dead node.
 	idle := 2 * s.desired.cfg.LeaseDuration
-	quiet := s.a.clk.NewTimer(idle)
+	quiet := s.clk.NewTimer(idle)
 	defer quiet.Stop()
 	for next := 0; next < len(held) || len(s.writes.inflight) > 0; {
 		for ; next < len(held) && s.writes.dropping < s.a.opt.Writers; next++ {

@@ -59,7 +59,7 @@ func (w sliceWatch) slicesOf(key string) []*discoveryv1.EndpointSlice {
 // watchSlices starts or stops the watch of every EndpointSlice for
 // whether an IP of a Local Service exists now.
 func (s *state) watchSlices() {
-	switch started, stopped := s.serving.watch(s.a.clk.Now()); {
+	switch started, stopped := s.serving.watch(s.clk.Now()); {
 	case started:
 		s.log.Info("watching EndpointSlices: a Service with externalTrafficPolicy: Local has an IP", "ips", len(s.serving.local))
 	case stopped:
@@ -81,7 +81,7 @@ func (s *state) heldOnly(ip netip.Addr) lease.Only {
 		return o
 	}
 	_, bound := s.binder.bound[ip]
-	if h := l.Holder; h != s.a.opt.Node || bound {
+	if h := l.Holder; h != s.node || bound {
 		o.Nodes = []string{h}
 	}
 	return o
@@ -96,7 +96,7 @@ func (s *state) heldOnly(ip netip.Addr) lease.Only {
 func (s *state) warmSlices(ctx context.Context) {
 	for _, svc := range s.a.allServices() {
 		if svc.Local {
-			synced := s.serving.warm(s.a.clk.Now())
+			synced := s.serving.warm(s.clk.Now())
 			s.log.Info("watching EndpointSlices: a Service has externalTrafficPolicy: Local")
 			cache.WaitForCacheSync(ctx.Done(), synced)
 			return

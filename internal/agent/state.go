@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"github.com/eip-project/eip/internal/config"
 	"github.com/eip-project/eip/internal/ipset"
 	"github.com/eip-project/eip/internal/lanlive"
@@ -23,8 +25,11 @@ type managed struct {
 
 // state is everything the owner loop knows. Only the loop touches it.
 type state struct {
-	a   *Agent
-	log *slog.Logger
+	a *Agent
+	// The ports the loop itself uses, given when it is built.
+	log  *slog.Logger
+	clk  clock.WithTicker
+	node string // this node's name
 
 	desired desired
 	// lastGood writes the configurations put in force for the next eipd
@@ -60,7 +65,7 @@ func newState(a *Agent) *state {
 		services: a.allServices, service: a.service,
 	})
 	s := &state{
-		a: a, log: a.log,
+		a: a, log: a.log, clk: a.clk, node: a.opt.Node,
 		ports: servedPorts{filter: a.opt.PortFilter},
 		desired: desired{
 			cfg:      config.Default(),
@@ -127,12 +132,12 @@ func (s *state) run(ctx context.Context, stop chan struct{}) error {
 	s.lifetime.configure(s.desired.cfg)
 	go s.lifetime.run(stop)
 	go s.watch.run(stop)
-	s.live = lease.NewLiveness(s.a.opt.Node, s.desired.cfg.RenewInterval, 2*s.desired.cfg.RenewInterval)
+	s.live = lease.NewLiveness(s.node, s.desired.cfg.RenewInterval, 2*s.desired.cfg.RenewInterval)
 	s.configureLAN()
 	s.lan.start(stop)
-	ticker := s.a.clk.NewTicker(s.desired.cfg.RenewInterval)
+	ticker := s.clk.NewTicker(s.desired.cfg.RenewInterval)
 	interval := s.desired.cfg.RenewInterval
-	timer := s.a.clk.NewTimer(time.Hour)
+	timer := s.clk.NewTimer(time.Hour)
 	in := s.newInputs(ctx, ticker.C(), timer.C())
 	s.warmSlices(ctx)
 	s.reconcile()
@@ -148,7 +153,7 @@ func (s *state) run(ctx context.Context, stop chan struct{}) error {
 			return s.shutdown()
 		}
 		pass := s.handle(i, v, false)
-		s.watch.progressed(s.a.clk.Now())
+		s.watch.progressed(s.clk.Now())
 		if pass {
 			s.drain(in)
 			s.pass()
@@ -156,12 +161,12 @@ func (s *state) run(ctx context.Context, stop chan struct{}) error {
 		if s.desired.cfg.RenewInterval != interval {
 			ticker.Stop()
 			interval = s.desired.cfg.RenewInterval
-			ticker = s.a.clk.NewTicker(interval)
+			ticker = s.clk.NewTicker(interval)
 			in.setTick(ticker.C())
 		}
 		timer.Stop()
-		if next := s.nextWake(s.a.clk.Now()); !next.IsZero() {
-			timer.Reset(max(next.Sub(s.a.clk.Now()), time.Millisecond))
+		if next := s.nextWake(s.clk.Now()); !next.IsZero() {
+			timer.Reset(max(next.Sub(s.clk.Now()), time.Millisecond))
 		}
 	}
 }

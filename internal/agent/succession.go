@@ -81,7 +81,7 @@ func (s *state) bindAsSuccessor(ip netip.Addr, lk *lease.Lock, sc succession) (w
 // wakeHeld decides again now the held writes a succession released.
 func (s *state) wakeHeld(released []netip.Addr) {
 	if len(released) > 0 {
-		s.sched.wakeIPs(released, s.a.clk.Now())
+		s.sched.wakeIPs(released, s.clk.Now())
 	}
 }
 
@@ -164,7 +164,7 @@ func (s *state) holdWrite(ip netip.Addr) bool {
 	if _, bound := s.binder.bound[ip]; !bound {
 		return false
 	}
-	until, held := s.succ.hold(ip, s.a.clk.Now(), s.desired.cfg.LeaseDuration)
+	until, held := s.succ.hold(ip, s.clk.Now(), s.desired.cfg.LeaseDuration)
 	if held {
 		s.sched.wakeIP(ip, until)
 	}
@@ -179,9 +179,9 @@ func (s *state) succeeded(ip netip.Addr) {
 		return
 	}
 	s.wakeHeld(s.succ.end(ip))
-	s.sched.wakeIP(ip, s.a.clk.Now())
+	s.sched.wakeIP(ip, s.clk.Now())
 	if !sc.dead.IsZero() {
-		after := s.a.clk.Now().Sub(sc.dead)
+		after := s.clk.Now().Sub(sc.dead)
 		s.a.opt.Metrics.Failover(after)
 		s.log.Info("took over from a dead holder as its successor", "ip", ip, "after", after)
 	}
@@ -207,7 +207,7 @@ func (q *successions) contest(ip netip.Addr) bool {
 func (s *state) probeHeldAtStart(locks map[string]*lease.Kept) {
 	for name, l := range locks {
 		ip, named := s.desired.names[name]
-		if !named || l.Holder != s.a.opt.Node || l.Successor == "" {
+		if !named || l.Holder != s.node || l.Successor == "" {
 			continue
 		}
 		if _, bound := s.binder.bound[ip]; !bound {

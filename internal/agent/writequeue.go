@@ -53,7 +53,7 @@ func (d *desired) lockWriteTimeout() time.Duration {
 // be seconds old by the time a writer gets to them (a thousand free IPs
 // at a cold start, each also raced by the next-ranked node).
 func (s *state) dispatch(w write) {
-	now := s.a.clk.Now()
+	now := s.clk.Now()
 	if s.writes.send(w, now, s.desired.lockWriteTimeout()) == queueFull {
 		// The next pass tries again.
 		s.sched.wakeIP(w.ip, now.Add(s.desired.cfg.RankStep()))
@@ -263,7 +263,7 @@ func (q *writeQueue) newPass() {
 }
 
 func (s *state) writeDone(r writeResult) {
-	now := s.a.clk.Now()
+	now := s.clk.Now()
 	if r.ip.IsValid() {
 		s.sched.markDirty(r.ip)
 	}
@@ -294,11 +294,11 @@ func (s *state) writeDone(r writeResult) {
 		case r.action == lease.Succeed:
 			// Its failover was counted when it was bound (succeed).
 			s.log.Info("wrote the lock as the successor of a dead holder", append(id, "from", r.from, "after", now.Sub(r.dead))...)
-			s.event(r.ip, corev1.EventTypeNormal, "TakenOver", fmt.Sprintf("%s taken over by %s from %s, judged dead", r.ip, s.a.opt.Node, r.from))
+			s.event(r.ip, corev1.EventTypeNormal, "TakenOver", fmt.Sprintf("%s taken over by %s from %s, judged dead", r.ip, s.node, r.from))
 		case takeover:
 			s.a.opt.Metrics.Failover(now.Sub(r.dead))
 			s.log.Info("took over from a dead holder", append(id, "after", now.Sub(r.dead))...)
-			s.event(r.ip, corev1.EventTypeNormal, "TakenOver", fmt.Sprintf("%s taken over by %s from %s, judged dead", r.ip, s.a.opt.Node, r.from))
+			s.event(r.ip, corev1.EventTypeNormal, "TakenOver", fmt.Sprintf("%s taken over by %s from %s, judged dead", r.ip, s.node, r.from))
 		default:
 			s.log.Info("acquired", id...)
 		}
@@ -308,7 +308,7 @@ func (s *state) writeDone(r writeResult) {
 	case lease.Handoff:
 		s.a.opt.Metrics.Handoff()
 		s.log.Info("handed off", append(id, "to", r.target)...)
-		s.event(r.ip, corev1.EventTypeNormal, "Moved", fmt.Sprintf("%s handed from %s to %s", r.ip, s.a.opt.Node, r.target))
+		s.event(r.ip, corev1.EventTypeNormal, "Moved", fmt.Sprintf("%s handed from %s to %s", r.ip, s.node, r.target))
 	case lease.Release:
 		s.log.Info("released", id...)
 	}
