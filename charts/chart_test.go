@@ -130,7 +130,7 @@ func TestChartLints(t *testing.T) {
 func TestChartRendersTheManifests(t *testing.T) {
 	chart := objects(t, helm(t, "template", "eip", "charts/eip"))
 	base := objects(t, kustomize(t, ""))
-	assert.Equal(t, len(base), 14, "%v", keys(base))
+	assert.Equal(t, len(base), 16, "%v", keys(base))
 	assert.DeepEqual(t, chart, base) // on a difference, make charts/eip follow manifests/
 
 	// Installed into eip's own namespace (helm install -n eip-system

@@ -76,6 +76,10 @@ func TestChartServiceAccount(t *testing.T) {
 		b := one[rbacv1.ClusterRoleBinding](t, objs, k)
 		assert.Check(t, is.DeepEqual(b.Subjects, []rbacv1.Subject{{Kind: "ServiceAccount", Name: "edge", Namespace: "eip-system"}}), k)
 	}
+	// The lease policy holds that account to its node.
+	policy, err := yaml.Marshal(objs["ValidatingAdmissionPolicy <nil>/eip-leases"])
+	assert.NilError(t, err)
+	assert.Check(t, is.Contains(string(policy), "'system:serviceaccount:eip-system:edge'"))
 	objs = objects(t, helm(t, "template", "eip", "charts/eip", "--set", "serviceAccount.name=edge"))
 	_, made = objs["ServiceAccount eip-system/edge"]
 	assert.Check(t, made, "created under its name: %v", keys(objs))
@@ -92,7 +96,8 @@ func TestChartNames(t *testing.T) {
 		"ConfigMap eip-system/eip-config", "ConfigMap eip-system/eip-config-last-good", "DaemonSet eip-system/lbd", "Namespace <nil>/eip-system", "PrometheusRule eip-system/lb",
 		"Role eip-system/lb", "RoleBinding eip-system/lb", "Secret eip-system/eip-liveness-key", "Service eip-system/lbd-metrics",
 		"ServiceAccount eip-system/lb", "ServiceMonitor eip-system/lbd",
-		"ValidatingAdmissionPolicy <nil>/eip-config", "ValidatingAdmissionPolicyBinding <nil>/eip-config",
+		"ValidatingAdmissionPolicy <nil>/eip-config", "ValidatingAdmissionPolicy <nil>/eip-leases",
+		"ValidatingAdmissionPolicyBinding <nil>/eip-config", "ValidatingAdmissionPolicyBinding <nil>/eip-leases",
 	}
 	assert.DeepEqual(t, keys(objs), want)
 	binding := one[rbacv1.RoleBinding](t, objs, "RoleBinding eip-system/lb")
@@ -249,6 +254,7 @@ var sampleValues = map[string]struct {
 	"prometheusRule.labels":          {value: map[string]string{"release": "prom"}, needs: map[string]any{"prometheusRule.enabled": true}},
 	"prometheusRule.unboundFor":      {value: "1m", needs: map[string]any{"prometheusRule.enabled": true}},
 	"configPolicy.enabled":           {value: false},
+	"leasePolicy.enabled":            {value: false},
 	"admission.enabled":              {value: true},
 	"admission.externalIPs":          {value: "off", needs: map[string]any{"admission.enabled": true}},
 	"admission.externalIPNamespaces": {value: "team-a", needs: map[string]any{"admission.enabled": true}},

@@ -32,6 +32,7 @@ import (
 	"github.com/eip-project/eip/internal/bgp"
 	"github.com/eip-project/eip/internal/config"
 	"github.com/eip-project/eip/internal/lanlive"
+	"github.com/eip-project/eip/internal/lease"
 )
 
 const (
@@ -173,7 +174,7 @@ func TestEveryObjectIsEips(t *testing.T) {
 	assert.DeepEqual(t, kinds, map[string]int{
 		"Namespace": 1, "ServiceAccount": 1, "ClusterRole": 3, "ClusterRoleBinding": 1,
 		"Role": 1, "RoleBinding": 1, "ConfigMap": 2, "DaemonSet": 1, "Secret": 1,
-		"ValidatingAdmissionPolicy": 1, "ValidatingAdmissionPolicyBinding": 1,
+		"ValidatingAdmissionPolicy": 2, "ValidatingAdmissionPolicyBinding": 2,
 	})
 	assert.Equal(t, one[*corev1.Namespace](t, objs).Name, namespace)
 	assert.Equal(t, one[*corev1.ServiceAccount](t, objs).Name, serviceAccount)
@@ -397,9 +398,8 @@ func TestAdmissionManifests(t *testing.T) {
 // added to one and not the other fails here.
 func TestConfigPolicy(t *testing.T) {
 	objs := decodeAll(t, ".")
-	p := one[*admissionv1.ValidatingAdmissionPolicy](t, objs)
-	b := one[*admissionv1.ValidatingAdmissionPolicyBinding](t, objs)
-	assert.Equal(t, p.Name, configMap)
+	p := named[*admissionv1.ValidatingAdmissionPolicy](t, objs, "", configMap)
+	b := named[*admissionv1.ValidatingAdmissionPolicyBinding](t, objs, "", configMap)
 	assert.Check(t, is.Equal(b.Spec.PolicyName, p.Name))
 	assert.Check(t, is.DeepEqual(b.Spec.ValidationActions, []admissionv1.ValidationAction{admissionv1.Deny}))
 	assert.Check(t, is.Equal(*p.Spec.FailurePolicy, admissionv1.Fail))
@@ -414,6 +414,36 @@ func TestConfigPolicy(t *testing.T) {
 	var keys []string
 	assert.NilError(t, yaml.Unmarshal([]byte(strings.ReplaceAll(known, "'", `"`)), &keys), known)
 	assert.DeepEqual(t, keys, config.Keys())
+}
+
+// The policy that keeps each node to its own Lease writes is on in the base,
+// denies, matches eip's Leases in eip's namespace for every write, names
+// eip's ServiceAccount, and speaks of the names and annotations package
+// lease writes: a rename there fails here.
+func TestLeasePolicy(t *testing.T) {
+	objs := decodeAll(t, ".")
+	p := named[*admissionv1.ValidatingAdmissionPolicy](t, objs, "", "eip-leases")
+	b := named[*admissionv1.ValidatingAdmissionPolicyBinding](t, objs, "", "eip-leases")
+	assert.Check(t, is.Equal(b.Spec.PolicyName, p.Name))
+	assert.Check(t, is.DeepEqual(b.Spec.ValidationActions, []admissionv1.ValidationAction{admissionv1.Deny}))
+	assert.Check(t, is.Equal(*p.Spec.FailurePolicy, admissionv1.Fail))
+	rules := p.Spec.MatchConstraints.ResourceRules
+	assert.Assert(t, is.Len(rules, 1))
+	assert.Check(t, is.DeepEqual(rules[0].Resources, []string{"leases"}))
+	assert.Check(t, is.DeepEqual(rules[0].Operations, []admissionv1.OperationType{admissionv1.Create, admissionv1.Update, admissionv1.Delete}))
+	assert.Check(t, is.Equal(p.Spec.MatchConditions[0].Expression, "request.namespace == '"+namespace+"'"))
+	b2, err := yaml.Marshal(p.Spec)
+	assert.NilError(t, err)
+	text := string(b2)
+	for _, want := range []string{
+		"'system:serviceaccount:" + namespace + ":" + serviceAccount + "'",
+		"'authentication.kubernetes.io/node-name'",
+		"startsWith('" + lease.HeartbeatName("") + "')",
+		"'" + lease.AnnotationMoveTo + "'",
+		"'" + lease.AnnotationCheckRequest + "'",
+	} {
+		assert.Check(t, is.Contains(text, want))
+	}
 }
 
 // The last good configuration ships empty, for eipds to fill with the one

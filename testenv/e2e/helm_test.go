@@ -88,10 +88,16 @@ func newEmptyCluster(t *testing.T) *emptyCluster {
 }
 
 // removeEip deletes what testenv applied of eip's (the namespace, its
-// ServiceAccount, RBAC, liveness key and last good configuration), so that the cluster holds nothing of eip's.
+// ServiceAccount, RBAC, liveness key, last good configuration and the
+// Pods that stand for eipd), so that the cluster holds nothing of eip's.
 func (c *emptyCluster) removeEip() {
 	c.t.Helper()
 	k, ctx, ns := c.Client(), c.ctx, testenv.Namespace
+	// At once: no kubelet confirms a graceful deletion.
+	now := metav1.DeleteOptions{GracePeriodSeconds: new(int64)}
+	for _, n := range c.Nodes() {
+		c.must(k.CoreV1().Pods(ns).Delete(ctx, testenv.DaemonPod(n.Name), now))
+	}
 	c.must(k.CoreV1().ServiceAccounts(ns).Delete(ctx, testenv.ServiceAccount, metav1.DeleteOptions{}))
 	c.must(k.CoreV1().Secrets(ns).Delete(ctx, lanlive.KeySecret, metav1.DeleteOptions{}))
 	c.must(k.CoreV1().ConfigMaps(ns).Delete(ctx, agent.LastGoodName(testenv.ConfigMap), metav1.DeleteOptions{}))
