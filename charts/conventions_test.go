@@ -232,6 +232,7 @@ var sampleValues = map[string]struct {
 	"config.fence-after":             {value: "1500ms"},
 	"config.liveness-port":           {value: "9500"},
 	"config.heartbeat-writes":        {value: "8"},
+	"config.announce-interval":       {value: "5m"},
 	"config.external-ips":            {value: "off"},
 	"config.port-filter":             {value: "off"},
 	"config.load-balancer-class":     {value: "only"},

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/mdlayher/packet"
@@ -120,11 +121,28 @@ func (n *namespace) listenPacket(t packet.Type, proto int) (*packet.Conn, error)
 // Count reads for d and returns the announcements seen since the listener
 // started, per sender MAC, then closes the listener.
 func (a *Announcements) Count(d time.Duration) (map[string]int, error) {
+	heard, err := a.Record(d)
+	out := map[string]int{}
+	for _, h := range heard {
+		out[h.MAC.String()]++
+	}
+	return out, err
+}
+
+// Heard is one announcement: who sent it, and when it was read.
+type Heard struct {
+	MAC net.HardwareAddr
+	At  time.Time
+}
+
+// Record reads for d and returns the announcements seen since the
+// listener started, in order, then closes the listener.
+func (a *Announcements) Record(d time.Duration) ([]Heard, error) {
 	defer a.conn.Close()
 	if err := a.conn.SetReadDeadline(time.Now().Add(d)); err != nil {
 		return nil, err
 	}
-	out := map[string]int{}
+	var out []Heard
 	buf := make([]byte, 1500)
 	for {
 		n, _, err := a.conn.ReadFrom(buf)
@@ -140,7 +158,7 @@ func (a *Announcements) Count(d time.Duration) (map[string]int, error) {
 		}
 		arp := buf[14:n]
 		if [4]byte(arp[14:18]) == a.ip {
-			out[net.HardwareAddr(arp[8:14]).String()]++
+			out = append(out, Heard{MAC: slices.Clone(net.HardwareAddr(arp[8:14])), At: time.Now()})
 		}
 	}
 }

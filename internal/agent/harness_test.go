@@ -502,6 +502,12 @@ func (w *world) AnswersARP(string) (bool, error)   { return !w.arpIgnored, nil }
 func (w *world) Announce(string, netip.Addr) error { return nil }
 func (w *world) Stop(netip.Addr)                   {}
 func (w *world) Defend(string, netip.Addr) error   { return nil }
+func (w *world) Reannounce(_ string, ips ...netip.Addr) error {
+	for _, ip := range ips {
+		w.call("announce again " + ip.String())
+	}
+	return nil
+}
 func (w *world) Probe(_ string, ip netip.Addr) error {
 	w.call("probe " + ip.String())
 	w.step(w.sendTakes)

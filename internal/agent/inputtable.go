@@ -86,6 +86,7 @@ func (s *state) handle(i int, v reflect.Value, draining bool) (pass bool) {
 	switch i {
 	case inTimer:
 		s.checkWire(now())
+		s.reannounce(now())
 		return s.checkUnheard(now()) || s.passDue(now())
 	case inTick:
 		s.tick()

@@ -59,6 +59,9 @@ type Announcer interface {
 	Ask(iface string, ip netip.Addr) error
 	// Defend announces ip once, without repeats.
 	Defend(iface string, ip netip.Addr) error
+	// Reannounce announces each of ips once, without repeats
+	// (announce-interval).
+	Reannounce(iface string, ips ...netip.Addr) error
 }
 
 // LeaseWriter writes Leases (lease.Store).

@@ -74,7 +74,7 @@ func (s *state) passDue(now time.Time) bool {
 func (s *state) nextWake(now time.Time) time.Time {
 	expiry, _ := s.live.NextExpiry(now)
 	next := s.sched.wake
-	for _, t := range []time.Time{s.sched.ipWake.min, expiry, s.self.unheardAt, s.writes.paceUntil, s.wire.next()} {
+	for _, t := range []time.Time{s.sched.ipWake.min, expiry, s.self.unheardAt, s.writes.paceUntil, s.wire.next(), s.reannouncer.next()} {
 		if !t.IsZero() && (next.IsZero() || t.Before(next)) {
 			next = t
 		}

@@ -308,6 +308,7 @@ func (s *state) tick() {
 	s.self.ticked(now, s.desired.stallAfter())
 	s.watch.progressed(now)
 	s.checkWire(now)
+	s.reannounce(now) // starts the rounds, which then set their own wakes
 	if !s.self.loopLate(now, s.desired.lateAfter()) {
 		s.lifetime.loopTicked()
 		s.sched.onTime()

@@ -55,7 +55,9 @@ type state struct {
 	watch     *watchdog
 	conflicts addrConflicts
 	wire      wireChecks
-	events    *eventBudget
+	// reannouncer paces announce-interval's announcements.
+	reannouncer reannouncer
+	events      *eventBudget
 }
 
 func newState(a *Agent) *state {

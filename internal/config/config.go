@@ -204,6 +204,11 @@ type Config struct {
 	// state: each node renews its heartbeat every
 	// SlowFactor(nodes) renew intervals.
 	HeartbeatWrites float64
+	// AnnounceInterval is how often every IP a node holds and announces
+	// on the LAN is announced again, spread over the interval, for
+	// routers that ignore gratuitous ARP and keep an entry until it ages
+	// out; 0 when off (the default): announced only when bound.
+	AnnounceInterval time.Duration
 	// ExternalIPs says whether spec.externalIPs are managed; when false,
 	// only the load-balancer addresses of LoadBalancer Services are.
 	ExternalIPs bool
@@ -345,6 +350,7 @@ func (c Config) Equal(o Config) bool {
 		c.Policy == o.Policy && selectorString(c.NodeSelector) == selectorString(o.NodeSelector) &&
 		c.LeaseDuration == o.LeaseDuration && c.RenewInterval == o.RenewInterval &&
 		c.APILoss == o.APILoss && c.FenceAfter == o.FenceAfter && c.LivenessPort == o.LivenessPort && c.HeartbeatWrites == o.HeartbeatWrites &&
+		c.AnnounceInterval == o.AnnounceInterval &&
 		c.ExternalIPs == o.ExternalIPs && c.PortFilter == o.PortFilter && c.LoadBalancerClass == o.LoadBalancerClass && slices.Equal(c.PreferredNodes, o.PreferredNodes) &&
 		slices.EqualFunc(c.Ranges, o.Ranges, Range.sameEffect) && c.BGP.Equal(o.BGP)
 }

@@ -44,6 +44,12 @@
 //	                a second all nodes together make at most: each node
 //	                renews every max(10, nodes ÷ (this × renew-interval))
 //	                renew intervals. 0.1 to 1000. Default 4.
+//	announce-interval
+//	                "off" (default, also "0"), or a duration from 10s to
+//	                1h: every IP a node holds and announces on the LAN is
+//	                announced again once per interval, spread over it,
+//	                for routers that ignore gratuitous ARP until their
+//	                entry ages out.
 //	external-ips    "on" (default): eip manages the addresses of
 //	                spec.externalIPs and those of LoadBalancer Services;
 //	                "off": LoadBalancer Services only, and a Service's

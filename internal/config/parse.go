@@ -27,6 +27,7 @@ const (
 	keyFenceAfter     = "fence-after"
 	keyLivenessPort   = "liveness-port"
 	keyHBWrites       = "heartbeat-writes"
+	keyAnnounceEvery  = "announce-interval"
 	keyPreferredNodes = "preferred-nodes"
 	keyExternalIPs    = "external-ips"
 	keyPortFilter     = "port-filter"
@@ -67,6 +68,7 @@ func Reference() []Key {
 		{keyFenceAfter, "1500ms"},
 		{keyLivenessPort, strconv.Itoa(DefaultLivenessPort)},
 		{keyHBWrites, strconv.Itoa(DefaultHeartbeatWrites)},
+		{keyAnnounceEvery, "off"},
 		{keyExternalIPs, "on"},
 		{keyPortFilter, "on"},
 		{keyClass, string(ClassAny)},
@@ -162,6 +164,13 @@ func Parse(data map[string]string) (Config, error) {
 			bad(keyHBWrites, v, err)
 		} else {
 			c.HeartbeatWrites = w
+		}
+	}
+	if v, ok := value(keyAnnounceEvery); ok {
+		if d, err := parseAnnounceInterval(v); err != nil {
+			bad(keyAnnounceEvery, v, err)
+		} else {
+			c.AnnounceInterval = d
 		}
 	}
 	if v, ok := value(keyExternalIPs); ok {
@@ -342,6 +351,33 @@ func parseHeartbeatWrites(v string) (float64, error) {
 		return 0, fmt.Errorf("is not a number of writes a second from %g to %g (fewer writes make `kubectl eip status` show a dead node alive longer)", minHBWrites, maxHBWrites)
 	}
 	return w, nil
+}
+
+// Bounds of announce-interval: below a few seconds the re-announcements
+// would be most of what eipd sends (10,000 IPs every 10 s is 1,000
+// announcements a second); above an hour they would refresh no router's
+// cache in time.
+const (
+	minAnnounceEvery = 10 * time.Second
+	maxAnnounceEvery = time.Hour
+)
+
+// parseAnnounceInterval reads announce-interval: "off" (also "0"), or a
+// duration from minAnnounceEvery to maxAnnounceEvery.
+func parseAnnounceInterval(v string) (time.Duration, error) {
+	if v == "off" || v == "0" {
+		return 0, nil
+	}
+	d, err := parseDuration(v)
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("%w, or \"off\"", err)
+	case d < minAnnounceEvery:
+		return 0, fmt.Errorf("must be at least %v: each held IP is announced again once per interval, and a shorter one floods the LAN", minAnnounceEvery)
+	case d > maxAnnounceEvery:
+		return 0, fmt.Errorf("must be at most %v: a router that forgets an entry sooner would not be refreshed in time", maxAnnounceEvery)
+	}
+	return d, nil
 }
 
 // parseLivenessPort reads liveness-port: a UDP port from 1024 to 65535, or

@@ -181,6 +181,10 @@ func TestParseKeys(t *testing.T) {
 				c.Warnings = []string{`liveness-port has no effect with api-loss "fence": fencing is timed against heartbeats renewed every renew-interval, so liveness is judged from them alone`}
 			}},
 
+		// announce-interval
+		{name: "announce interval", data: map[string]string{"announce-interval": "5m"}, want: func(c *config.Config) { c.AnnounceInterval = 5 * time.Minute }},
+		{name: "announce interval in seconds", data: map[string]string{"announce-interval": "30"}, want: func(c *config.Config) { c.AnnounceInterval = 30 * time.Second }},
+		{name: "announce interval off", data: map[string]string{"announce-interval": "off"}, want: func(c *config.Config) {}},
 		// heartbeat-writes
 		{name: "heartbeat writes", data: map[string]string{"heartbeat-writes": "10"}, want: func(c *config.Config) { c.HeartbeatWrites = 10 }},
 		{name: "heartbeat writes fraction", data: map[string]string{"heartbeat-writes": "0.5"}, want: func(c *config.Config) { c.HeartbeatWrites = 0.5 }},
@@ -311,7 +315,7 @@ func TestKeys(t *testing.T) {
 	c, err := config.Parse(data)
 	assert.NilError(t, err)
 	assert.Equal(t, len(c.Warnings), 0, fmt.Sprint(c.Warnings))
-	assert.Equal(t, len(config.Keys()), 19)
+	assert.Equal(t, len(config.Keys()), 20)
 }
 
 func TestReferenceDefaultsAreTheParsers(t *testing.T) {

@@ -134,17 +134,40 @@ func (a *Announcer) Announce(iface string, ip netip.Addr) error {
 // leaving any pending repeats as they are: the one defence RFC 5227 §2.4
 // (b) allows a host whose address another machine claimed.
 func (a *Announcer) Defend(iface string, ip netip.Addr) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.closed {
-		return fmt.Errorf("defend %s on %s: announcer closed", ip, iface)
-	}
-	n, err := a.out.send(iface, ip.Unmap())
-	a.sent.Add(uint64(n))
-	if err != nil {
+	if err := a.once(iface, ip.Unmap()); err != nil {
 		return fmt.Errorf("defend %s on %s: %w", ip, iface, err)
 	}
 	return nil
+}
+
+// Reannounce sends the announcement of each of ips on iface once, in one
+// batch and without repeats, leaving any pending repeats as they are: the
+// periodic announcement of addresses held for some time, for routers that
+// keep a stale entry until it ages out (announce-interval).
+func (a *Announcer) Reannounce(iface string, ips ...netip.Addr) error {
+	if len(ips) == 0 {
+		return nil
+	}
+	out := make([]netip.Addr, len(ips))
+	for i, ip := range ips {
+		out[i] = ip.Unmap()
+	}
+	if err := a.once(iface, out...); err != nil {
+		return fmt.Errorf("announce %d addresses again on %s (%s first): %w", len(ips), iface, ips[0], err)
+	}
+	return nil
+}
+
+// once sends the announcements of ips on iface, once each.
+func (a *Announcer) once(iface string, ips ...netip.Addr) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return errors.New("announcer closed")
+	}
+	n, err := a.out.send(iface, ips...)
+	a.sent.Add(uint64(n))
+	return err
 }
 
 // Probe asks the LAN once whether anyone holds ip, without claiming it (an

@@ -257,3 +257,26 @@ func TestAnnouncerDefendsOnce(t *testing.T) {
 	h.noneQueued()
 	assert.Assert(t, !h.clk.HasWaiters(), "a defence set a timer")
 }
+
+// Reannounce sends each address once, all in one batch, before it returns,
+// and touches no pending repeat: an address announced just before still
+// gets its repeats, and the re-announced ones get none.
+func TestAnnouncerReannouncesOnceInOneBatch(t *testing.T) {
+	h := newAnnouncerHarness(t, 250*time.Millisecond)
+	fresh := netip.MustParseAddr("198.18.0.1")
+	assert.NilError(t, h.a.Announce("eth0", fresh))
+	assert.Equal(t, h.next(), sent{"eth0", fresh})
+	assert.Equal(t, <-h.out.batches, 1)
+	old := []netip.Addr{netip.MustParseAddr("198.18.0.2"), netip.MustParseAddr("::ffff:198.18.0.3")}
+	assert.NilError(t, h.a.Reannounce("eth0", old...))
+	assert.Equal(t, <-h.out.batches, 2)
+	assert.Equal(t, h.next(), sent{"eth0", old[0]})
+	assert.Equal(t, h.next(), sent{"eth0", netip.MustParseAddr("198.18.0.3")}, "IPv4-mapped addresses go out as IPv4")
+	h.advanceTo(250 * time.Millisecond)
+	assert.Equal(t, h.next(), sent{"eth0", fresh}, "the fresh address's repeat")
+	h.clk.SetTime(h.t0.Add(time.Minute))
+	h.noneQueued()
+
+	h.a.Close()
+	assert.ErrorContains(t, h.a.Reannounce("eth0", old[0]), "announce 1 addresses again on eth0 (198.18.0.2 first): announcer closed")
+}
