@@ -230,7 +230,7 @@ func run(o options) error {
 	a, err := agent.New(agent.Options{
 		Node: o.node, Namespace: o.namespace, ConfigMap: o.configMap, Build: build.String(),
 		Client:    client,
-		Leases:    lease.NewStore(client, o.namespace),
+		Leases:    lease.NewStore(client, o.namespace, m.LeaseWrite),
 		Addresser: addrs, Links: addrs, Devices: tuns, Announcer: announcer, PortFilter: ports, Router: router,
 		Hung: func(quiet time.Duration) {
 			log.Error("the owner loop has made no progress; exiting so that this node's addresses go with eipd and peers take its IPs over", "since", quiet)

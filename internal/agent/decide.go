@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/eip-project/eip/internal/config"
+	"github.com/eip-project/eip/internal/ipset"
 	"github.com/eip-project/eip/internal/lease"
 	"github.com/eip-project/eip/internal/policy"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -109,6 +110,10 @@ func (s *state) reconcile() {
 	s.sched.judged(s.verdicts(now))
 	s.a.opt.Metrics.Held(len(s.binder.bound))
 	s.a.opt.Metrics.Managed(len(s.desired.entries))
+	s.a.opt.Metrics.Ranges(ipset.RangeUsage(s.desired.cfg, maps.Values(s.desired.entries), s.desired.reserved, func(ip netip.Addr) bool {
+		_, bound := s.binder.bound[ip]
+		return bound
+	}))
 }
 
 // readInputs reads again, for a full pass at now, what changed of the

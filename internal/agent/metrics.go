@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/eip-project/eip/internal/bgp"
+	"github.com/eip-project/eip/internal/ipset"
 	"github.com/eip-project/eip/internal/wire"
 )
 
@@ -15,6 +16,9 @@ type Metrics interface {
 	// Managed is the number of IPs some node should bind: with Held summed
 	// over the nodes, it shows IPs bound nowhere.
 	Managed(n int)
+	// Ranges is how the addresses of each range are used, Bound counting
+	// the ones bound on this node; after every full pass.
+	Ranges([]ipset.Usage)
 	Bound()
 	Unbound()
 	// Acquired counts a lock taken by this node; takeover is true when it
@@ -68,6 +72,7 @@ type nopMetrics struct{}
 
 func (nopMetrics) Held(int)                          {}
 func (nopMetrics) Managed(int)                       {}
+func (nopMetrics) Ranges([]ipset.Usage)              {}
 func (nopMetrics) Bound()                            {}
 func (nopMetrics) Unbound()                          {}
 func (nopMetrics) Acquired(bool)                     {}

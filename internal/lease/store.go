@@ -13,16 +13,42 @@ import (
 // Store writes Leases in one namespace. It is the only code that sends
 // Lease writes to the API server; reads come from the informer cache.
 type Store struct {
-	leases kubeclient.Resource[*coordinationv1.Lease, *coordinationv1.LeaseList]
+	leases  kubeclient.Resource[*coordinationv1.Lease, *coordinationv1.LeaseList]
+	written Written
 }
 
-// NewStore returns a Store writing Leases of namespace.
-func NewStore(c kubeclient.Interface, namespace string) *Store {
-	return &Store{leases: c.Leases(namespace)}
+// Written is told of every write a Store sends, whatever its outcome: the
+// role of the Lease (RoleLock or RoleHeartbeat) and the operation (OpCreate,
+// OpUpdate or OpDelete).
+type Written func(role, op string)
+
+// The operations a Store tells Written of.
+const (
+	OpCreate = "create"
+	OpUpdate = "update"
+	OpDelete = "delete"
+)
+
+// NewStore returns a Store writing Leases of namespace, telling written
+// (if not nil) of each write.
+func NewStore(c kubeclient.Interface, namespace string, written Written) *Store {
+	if written == nil {
+		written = func(string, string) {}
+	}
+	return &Store{leases: c.Leases(namespace), written: written}
+}
+
+// roleOf is the role of the Lease name: only heartbeats have their prefix.
+func roleOf(name string) string {
+	if _, ok := NodeOf(name); ok {
+		return RoleHeartbeat
+	}
+	return RoleLock
 }
 
 // Create creates l; an AlreadyExists error means another node won.
 func (s *Store) Create(ctx context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+	s.written(roleOf(l.Name), OpCreate)
 	out, err := s.leases.Create(ctx, l, metav1.CreateOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("create lease %s: %w", l.Name, err)
@@ -36,6 +62,7 @@ func (s *Store) Update(ctx context.Context, l *coordinationv1.Lease) (*coordinat
 	if l.ResourceVersion == "" {
 		return nil, fmt.Errorf("update lease %s: no resourceVersion to use as precondition", l.Name)
 	}
+	s.written(roleOf(l.Name), OpUpdate)
 	out, err := s.leases.Update(ctx, l, metav1.UpdateOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("update lease %s: %w", l.Name, err)
@@ -46,6 +73,7 @@ func (s *Store) Update(ctx context.Context, l *coordinationv1.Lease) (*coordinat
 // Delete deletes the Lease name if it is still at resourceVersion rv.
 func (s *Store) Delete(ctx context.Context, name, rv string) error {
 	opts := metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}}
+	s.written(roleOf(name), OpDelete)
 	if err := s.leases.Delete(ctx, name, opts); err != nil {
 		return fmt.Errorf("delete lease %s: %w", name, err)
 	}

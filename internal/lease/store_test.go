@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"strconv"
 	"testing"
+	"time"
 
 	"gotest.tools/v3/assert"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -26,7 +27,29 @@ func newStore(t *testing.T) (*lease.Store, *fake.Clientset) {
 	t.Helper()
 	cs := fake.NewClientset()
 	enforceVersions(cs)
-	return lease.NewStore(clientset.Adapt(cs), ns), cs
+	return lease.NewStore(clientset.Adapt(cs), ns, nil), cs
+}
+
+// The Store tells of every write it sends, a failed one too, by the
+// Lease's role: what eip_lease_writes_total counts.
+func TestStoreTellsEachWrite(t *testing.T) {
+	ctx := context.Background()
+	cs := fake.NewClientset()
+	enforceVersions(cs)
+	var got []string
+	s := lease.NewStore(clientset.Adapt(cs), ns, func(role, op string) { got = append(got, role+" "+op) })
+
+	lk, err := s.Create(ctx, lease.NewLockLease(ns, netip.MustParseAddr("198.18.0.8"), "node-1", "", nil, at(0)))
+	assert.NilError(t, err)
+	hb, err := s.Create(ctx, lease.RenewedHeartbeat(nil, ns, "node-1", 2*time.Second, lease.HeartbeatStatus{}, at(0)))
+	assert.NilError(t, err)
+	_, err = s.Update(ctx, hb)
+	assert.NilError(t, err)
+	_, err = s.Update(ctx, hb) // its version is stale now: a Conflict, counted all the same
+	assert.Assert(t, apierrors.IsConflict(err), "%v", err)
+	assert.NilError(t, s.Delete(ctx, lk.Name, lk.ResourceVersion))
+	assert.NilError(t, s.Delete(ctx, lease.HeartbeatName("node-1"), "3"))
+	assert.DeepEqual(t, got, []string{"lock create", "heartbeat create", "heartbeat update", "heartbeat update", "lock delete", "heartbeat delete"})
 }
 
 // enforceVersions makes the fake clientset behave like the API server for

@@ -11,7 +11,9 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/eip-project/eip/internal/bgp"
+	"github.com/eip-project/eip/internal/ipset"
 	"github.com/eip-project/eip/internal/lanlive"
+	"github.com/eip-project/eip/internal/lease"
 	"github.com/eip-project/eip/internal/wire"
 )
 
@@ -59,6 +61,8 @@ type Metrics struct {
 	bgpReceived  *prometheus.GaugeVec
 
 	configValid prometheus.Gauge
+	leaseWrites *prometheus.CounterVec
+	rangeAddrs  *prometheus.GaugeVec
 
 	mu  sync.Mutex
 	hbt renewals
@@ -68,6 +72,9 @@ type Metrics struct {
 	// updatesSeen is the speaker's UPDATE count per peer at the last BGP
 	// call, so that eip_bgp_updates_sent_total only grows.
 	updatesSeen map[string]uint64
+	// ranges are the range labels of eip_range_addresses, so that a range
+	// no longer configured loses its series.
+	ranges map[string]bool
 }
 
 // Label values of eip_acquisitions_total's kind.
@@ -186,7 +193,16 @@ func New(opt Options) (*Metrics, error) {
 			Name: "eip_bgp_routes_received",
 			Help: "Routes from the peer that the speaker holds, using none; past the peer's max-prefixes it closes the session.",
 		}, []string{"peer"}),
+		leaseWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "eip_lease_writes_total",
+			Help: "Lease writes this node sent to the API server, whatever their outcome, by role (lock, heartbeat) and op (create, update, delete).",
+		}, []string{"role", "op"}),
+		rangeAddrs: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "eip_range_addresses",
+			Help: "Addresses of each range (its name, else its CIDR or span) by state: allocated (named by a Service and served), free, reserved (never bound: network, broadcast, a node's or the API server's address), as this node sees the cluster; bound: those bound on this node.",
+		}, []string{"range", "state"}),
 		updatesSeen: map[string]uint64{},
+		ranges:      map[string]bool{},
 	}
 	announced := opt.Announced
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -198,6 +214,11 @@ func New(opt Options) (*Metrics, error) {
 	// rather than no series.
 	m.acquisitions.WithLabelValues(kindNew)
 	m.acquisitions.WithLabelValues(kindTakeover)
+	for _, role := range []string{lease.RoleLock, lease.RoleHeartbeat} {
+		for _, op := range []string{lease.OpCreate, lease.OpUpdate, lease.OpDelete} {
+			m.leaseWrites.WithLabelValues(role, op)
+		}
+	}
 	m.WireVerdicts(nil)
 
 	ready := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -212,7 +233,7 @@ func New(opt Options) (*Metrics, error) {
 	for _, c := range []prometheus.Collector{ready,
 		m.held, m.managed, m.binds, m.unbinds, m.acquisitions, m.handoffs, m.conflicts, m.fencings,
 		m.failover, m.apiErrors, m.configErrors, m.configValid, m.renew, m.vanished, m.refreshLate, m.conflicted, m.foreign, m.wireChecks, m.wireVerdicts, m.summarised, build,
-		m.bgpUp, m.bgpRoutes, m.bgpUpdates, m.bgpReceived,
+		m.bgpUp, m.bgpRoutes, m.bgpUpdates, m.bgpReceived, m.leaseWrites, m.rangeAddrs,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "eip_announcements_sent_total",
 			Help: "Gratuitous ARP and unsolicited neighbour advertisement packets sent.",
@@ -278,6 +299,31 @@ func (m *Metrics) BGP(sessions []bgp.Session, routes int) {
 			m.bgpReceived.DeleteLabelValues(peer)
 		}
 	}
+}
+
+// LeaseWrite counts a Lease write sent (a lease.Written).
+func (m *Metrics) LeaseWrite(role, op string) { m.leaseWrites.WithLabelValues(role, op).Inc() }
+
+// Ranges sets eip_range_addresses from the usage of every configured
+// range, bound counting this node's addresses. Ranges no longer configured
+// lose their series.
+func (m *Metrics) Ranges(usage []ipset.Usage) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	current := make(map[string]bool, len(usage))
+	for _, u := range usage {
+		label := u.Range.Label()
+		current[label] = true
+		for state, n := range map[string]uint64{"allocated": u.Allocated, "bound": u.Bound, "free": u.Free, "reserved": u.Reserved} {
+			m.rangeAddrs.WithLabelValues(label, state).Set(float64(n))
+		}
+	}
+	for label := range m.ranges {
+		if !current[label] {
+			m.rangeAddrs.DeletePartialMatch(prometheus.Labels{"range": label})
+		}
+	}
+	m.ranges = current
 }
 
 // Held sets eip_ips_held.

@@ -1,6 +1,7 @@
 package metrics_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,9 @@ import (
 	"gotest.tools/v3/assert"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/eip-project/eip/internal/config"
+	"github.com/eip-project/eip/internal/ipset"
+	"github.com/eip-project/eip/internal/lease"
 	"github.com/eip-project/eip/internal/metrics"
 )
 
@@ -20,6 +24,7 @@ var eipMetrics = []string{
 	"eip_config_errors_total", "eip_config_valid", "eip_ready", "eip_heartbeat_renew_duration_seconds", "eip_build_info",
 	"eip_held_addresses_vanished_total", "eip_lifetime_refreshes_late_total",
 	"eip_address_conflicts_total", "eip_foreign_claims_total", "eip_events_summarised_total",
+	"eip_lease_writes_total", "eip_range_addresses",
 }
 
 func newMetrics(t *testing.T, clk *clocktesting.FakeClock, sent *uint64) *metrics.Metrics {
@@ -165,6 +170,14 @@ eip_ips_managed 4
 # HELP eip_lease_conflicts_total Lock writes lost to another node's write (the loser re-reads; normal in small numbers).
 # TYPE eip_lease_conflicts_total counter
 eip_lease_conflicts_total 2
+# HELP eip_lease_writes_total Lease writes this node sent to the API server, whatever their outcome, by role (lock, heartbeat) and op (create, update, delete).
+# TYPE eip_lease_writes_total counter
+eip_lease_writes_total{op="create",role="heartbeat"} 0
+eip_lease_writes_total{op="create",role="lock"} 0
+eip_lease_writes_total{op="delete",role="heartbeat"} 0
+eip_lease_writes_total{op="delete",role="lock"} 0
+eip_lease_writes_total{op="update",role="heartbeat"} 0
+eip_lease_writes_total{op="update",role="lock"} 0
 # HELP eip_lifetime_refreshes_late_total Refreshes of address lifetimes that came more than 1.5 refresh intervals after the previous one.
 # TYPE eip_lifetime_refreshes_late_total counter
 eip_lifetime_refreshes_late_total 2
@@ -182,9 +195,11 @@ func TestMetricsExistFromTheStart(t *testing.T) {
 	m := newMetrics(t, clocktesting.NewFakeClock(time.Now()), &sent)
 	n, err := testutil.GatherAndCount(m.Registry(), eipMetrics...)
 	assert.NilError(t, err)
-	// One series per name, but two for acquisitions (new, takeover) and
-	// none yet for eip_api_errors_total and eip_events_summarised_total.
-	assert.Equal(t, n, len(eipMetrics)-2+1)
+	// One series per name, but two for acquisitions (new, takeover), six
+	// for lease writes (two roles, three operations), and none yet for
+	// eip_api_errors_total, eip_events_summarised_total and
+	// eip_range_addresses.
+	assert.Equal(t, n, len(eipMetrics)-3+1+5)
 }
 
 // The names and help texts follow Prometheus conventions (promlint), and
@@ -194,6 +209,9 @@ func TestMetricsLintAndCollectors(t *testing.T) {
 	m := newMetrics(t, clocktesting.NewFakeClock(time.Now()), &sent)
 	m.APIError("renew")
 	m.EventSummarised("Bound")
+	cfg, err := config.Parse(map[string]string{"ranges": "198.18.100.0/24"})
+	assert.NilError(t, err)
+	m.Ranges(ipset.RangeUsage(cfg, slices.Values([]ipset.Entry(nil)), nil, nil))
 	problems, err := testutil.GatherAndLint(m.Registry())
 	assert.NilError(t, err)
 	assert.Equal(t, len(problems), 0, "%v", problems)
@@ -207,4 +225,60 @@ func TestMetricsLintAndCollectors(t *testing.T) {
 	for _, want := range append([]string{"go_goroutines", "go_memstats_heap_alloc_bytes", "process_resident_memory_bytes"}, eipMetrics...) {
 		assert.Assert(t, names[want], "metric %s is not exposed", want)
 	}
+}
+
+// eip_range_addresses follows the ranges configured: a range removed loses
+// its series, one renamed gets new ones.
+func TestRangeAddresses(t *testing.T) {
+	var sent uint64
+	m := newMetrics(t, clocktesting.NewFakeClock(time.Now()), &sent)
+	cfg, err := config.Parse(map[string]string{"ranges": "198.18.100.0/24 name=lan\n198.18.101.0-198.18.101.9"})
+	assert.NilError(t, err)
+	m.Ranges([]ipset.Usage{
+		{Range: &cfg.Ranges[0], Capacity: 256, Reserved: 2, Allocated: 230, Bound: 100, Free: 24},
+		{Range: &cfg.Ranges[1], Capacity: 10, Allocated: 1, Free: 9},
+	})
+	const both = `
+# HELP eip_range_addresses Addresses of each range (its name, else its CIDR or span) by state: allocated (named by a Service and served), free, reserved (never bound: network, broadcast, a node's or the API server's address), as this node sees the cluster; bound: those bound on this node.
+# TYPE eip_range_addresses gauge
+eip_range_addresses{range="198.18.101.0-198.18.101.9",state="allocated"} 1
+eip_range_addresses{range="198.18.101.0-198.18.101.9",state="bound"} 0
+eip_range_addresses{range="198.18.101.0-198.18.101.9",state="free"} 9
+eip_range_addresses{range="198.18.101.0-198.18.101.9",state="reserved"} 0
+eip_range_addresses{range="lan",state="allocated"} 230
+eip_range_addresses{range="lan",state="bound"} 100
+eip_range_addresses{range="lan",state="free"} 24
+eip_range_addresses{range="lan",state="reserved"} 2
+`
+	assert.NilError(t, testutil.GatherAndCompare(m.Registry(), strings.NewReader(both), "eip_range_addresses"))
+	m.Ranges([]ipset.Usage{{Range: &cfg.Ranges[0], Capacity: 256, Reserved: 2, Allocated: 231, Bound: 101, Free: 23}})
+	const one = `
+# HELP eip_range_addresses Addresses of each range (its name, else its CIDR or span) by state: allocated (named by a Service and served), free, reserved (never bound: network, broadcast, a node's or the API server's address), as this node sees the cluster; bound: those bound on this node.
+# TYPE eip_range_addresses gauge
+eip_range_addresses{range="lan",state="allocated"} 231
+eip_range_addresses{range="lan",state="bound"} 101
+eip_range_addresses{range="lan",state="free"} 23
+eip_range_addresses{range="lan",state="reserved"} 2
+`
+	assert.NilError(t, testutil.GatherAndCompare(m.Registry(), strings.NewReader(one), "eip_range_addresses"))
+}
+
+func TestLeaseWrites(t *testing.T) {
+	var sent uint64
+	m := newMetrics(t, clocktesting.NewFakeClock(time.Now()), &sent)
+	m.LeaseWrite(lease.RoleLock, lease.OpCreate)
+	m.LeaseWrite(lease.RoleLock, lease.OpUpdate)
+	m.LeaseWrite(lease.RoleLock, lease.OpUpdate)
+	m.LeaseWrite(lease.RoleHeartbeat, lease.OpUpdate)
+	const want = `
+# HELP eip_lease_writes_total Lease writes this node sent to the API server, whatever their outcome, by role (lock, heartbeat) and op (create, update, delete).
+# TYPE eip_lease_writes_total counter
+eip_lease_writes_total{op="create",role="heartbeat"} 0
+eip_lease_writes_total{op="create",role="lock"} 1
+eip_lease_writes_total{op="delete",role="heartbeat"} 0
+eip_lease_writes_total{op="delete",role="lock"} 0
+eip_lease_writes_total{op="update",role="heartbeat"} 1
+eip_lease_writes_total{op="update",role="lock"} 2
+`
+	assert.NilError(t, testutil.GatherAndCompare(m.Registry(), strings.NewReader(want), "eip_lease_writes_total"))
 }

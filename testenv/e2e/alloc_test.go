@@ -335,6 +335,21 @@ func TestRangeByName(t *testing.T) {
 	assert.Assert(t, i >= 0, "no range fixed in %s", out)
 	assert.DeepEqual(t, rep.Ranges[i], cli.RangeUse{Name: "fixed", Addresses: "198.18.102.10-198.18.102.19", Family: "IPv4",
 		Capacity: 10, Allocated: 2, Bound: 2, Free: 8, Namespaces: []string{}, Announce: "arp"})
+
+	// Every eipd exports the same counts; bound summed over the nodes.
+	e.eventually("every eipd counts range fixed as kubectl eip does", func() (bool, string) {
+		var bound float64
+		var got []string
+		ok := true
+		for _, n := range e.nodes {
+			m := e.scrape(n).samples
+			allocated, free := m[`eip_range_addresses{range="fixed",state="allocated"}`], m[`eip_range_addresses{range="fixed",state="free"}`]
+			ok = ok && allocated == 2 && free == 8
+			bound += m[`eip_range_addresses{range="fixed",state="bound"}`]
+			got = append(got, fmt.Sprintf("%s: allocated %v free %v", n, allocated, free))
+		}
+		return ok && bound == 2, fmt.Sprintf("%v, bound %v in all", got, bound)
+	})
 }
 
 // A dual-stack Service gets one address of each family, and both answer
