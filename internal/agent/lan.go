@@ -2,12 +2,16 @@ package agent
 
 import (
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/utils/clock"
 
 	"github.com/eip-project/eip/internal/lanlive"
+	"github.com/eip-project/eip/internal/lease"
 )
 
 // lanState is liveness over the LAN (lan.go): the socket and its port,
@@ -20,8 +24,13 @@ type lanState struct {
 	lanIn   chan lanlive.Received
 	speaker *speaker
 	// slowUntil: until then the watch is judged at the pace of slow
-	// heartbeats (setLANTimings).
+	// heartbeats (setTimings).
 	slowUntil time.Time
+	// Given when built: where it logs, this node's name, and where the
+	// nodes hear datagrams.
+	log   *slog.Logger
+	node  string
+	nodes nodeAddrs
 }
 
 // LANConn sends liveness datagrams to peers (lanlive.Conn): one message to
@@ -46,12 +55,13 @@ func (s *state) configureLAN() {
 		want = s.desired.cfg.LivenessPort
 	}
 	if want == s.lan.lanPort && (want == 0) == (s.lan.lanConn == nil) {
-		s.setLANTimings()
+		s.lan.setTimings(&s.desired, s.live, s.self.unheard, s.clk.Now())
 		return
 	}
-	s.closeLAN()
+	s.lan.close()
+	s.self.lanClosed()
 	if want != 0 {
-		conn, err := s.a.opt.ListenLAN(want, s.sentBy, s.lan.lanIn)
+		conn, err := s.a.opt.ListenLAN(want, s.lan.nodes.sentBy, s.lan.lanIn)
 		if err != nil {
 			s.log.Error("liveness over the LAN is off on this node; peers judge it from its heartbeat alone", "port", want, "err", err)
 		} else {
@@ -59,7 +69,11 @@ func (s *state) configureLAN() {
 			s.log.Info("liveness over the LAN", "port", want)
 		}
 	}
-	s.setLANTimings()
+	s.lan.setTimings(&s.desired, s.live, s.self.unheard, s.clk.Now())
+}
+
+func newLANState(node string, clk clock.WithTicker, log *slog.Logger, watch *watchdog, nodes nodeAddrs) lanState {
+	return lanState{lanIn: make(chan lanlive.Received, 256), speaker: newSpeaker(node, clk, log, watch), log: log, node: node, nodes: nodes}
 }
 
 // opened keeps conn, the liveness socket open on port.
@@ -73,80 +87,68 @@ func (l *lanState) configureSpeaker(t lanTimings) { l.speaker.configure(l.lanCon
 
 // slowFor: the heartbeats are renewed slowly, slow apart, as of now; the
 // watch is judged at that pace for two of those periods after they are
-// renewed fast again (setLANTimings).
+// renewed fast again (setTimings).
 func (l *lanState) slowFor(now time.Time, slow time.Duration) { l.slowUntil = now.Add(2 * slow) }
 
 // heard is what the speaker heard since it was last asked.
 func (l *lanState) heard() []heard { return l.speaker.take() }
 
-// tell gives the speaker where this node's datagrams go (peers) and the
-// nodes the loop knows.
-func (l *lanState) tell(peers map[string]lanlive.Peer, nodes []string) {
-	l.speaker.setPeers(peers, nodes)
-}
-
 // sentFirst is when the speaker first sent since the socket opened, if it
 // did (speaker.sentFirst).
 func (l *lanState) sentFirst() time.Time { return l.speaker.sentFirst() }
 
-// closed forgets the liveness port, closed.
-func (l *lanState) closed() { l.lanConn, l.lanPort = nil, 0 }
-
-func (s *state) closeLAN() {
-	if s.lan.lanConn != nil {
-		if err := s.lan.lanConn.Close(); err != nil {
-			s.log.Warn("close the liveness port", "err", err)
+// close closes the liveness socket, if open, and forgets its port.
+func (l *lanState) close() {
+	if l.lanConn != nil {
+		if err := l.lanConn.Close(); err != nil {
+			l.log.Warn("close the liveness port", "err", err)
 		}
 	}
-	s.lan.closed()
-	s.self.lanClosed()
+	l.lanConn, l.lanPort = nil, 0
 }
 
-// setLANTimings tells the liveness tracker what this node's LAN and
-// heartbeat look like now. A peer heard within a lease duration is alive;
+// setTimings tells the liveness tracker live what this node's LAN and
+// heartbeat look like at now under d's configuration (unheard: a peer no
+// longer hears this node). A peer heard within a lease duration is alive;
 // the LAN counts as connected while some peer was heard within two renew
 // intervals. Heartbeats renewed slowly come back through the watch only
 // once per slow period, which is then what "the watch delivers" means.
-func (s *state) setLANTimings() {
-	r := s.desired.cfg.RenewInterval
-	s.lan.configureSpeaker(s.desired.lanTimings())
-	if s.lan.lanConn == nil {
-		s.live.SetLAN(0, 0, 0, 0)
-		s.live.SetTimings(r, 2*r)
+func (l *lanState) setTimings(d *desired, live *lease.Liveness, unheard bool, now time.Time) {
+	r := d.cfg.RenewInterval
+	l.configureSpeaker(d.lanTimings())
+	if l.lanConn == nil {
+		live.SetLAN(0, 0, 0, 0)
+		live.SetTimings(r, 2*r)
 		return
 	}
-	now := s.clk.Now()
-	s.live.SetLAN(s.desired.cfg.LeaseDuration, 2*r, 4*r, s.desired.suspectAfter())
-	slow := r * time.Duration(s.slowFactor())
-	if s.lanSlow(now) {
-		s.lan.slowFor(now, slow)
+	live.SetLAN(d.cfg.LeaseDuration, 2*r, 4*r, d.suspectAfter())
+	slow := r * time.Duration(d.cfg.SlowFactor(len(live.Nodes())))
+	if l.slow(live, unheard, now) {
+		l.slowFor(now, slow)
 	}
 	// Back to renewing every renew interval (a peer died, two are left),
 	// the heartbeats in the watch keep their slow pace for a while yet:
 	// judged against the fast one, their silence would look like a break
 	// of the watch, and a break grants every node a fresh lease duration,
 	// which would delay the very failover that made this node fast.
-	if now.Before(s.lan.slowUntil) {
+	if now.Before(l.slowUntil) {
 		r = slow
 	}
-	s.live.SetTimings(r, 2*r)
+	live.SetTimings(r, 2*r)
 }
 
-// lanSlow: this node's liveness goes over the LAN and it hears at least two
-// peers, so a peer that loses one of them still judges it over the LAN.
-// Its heartbeat is then renewed slowly. With fewer peers (two nodes, or
-// the last survivors) a peer that hears nobody would judge it from its
-// heartbeat alone, so the heartbeat is renewed every renew interval.
-func (s *state) lanSlow(now time.Time) bool {
-	return s.lan.lanConn != nil && !s.self.unheard && s.live.LANPeers(now) >= 2
-}
-
-// slowFactor is how many renew intervals a slow heartbeat lasts: ten, or
-// enough that the nodes together write heartbeat-writes a second (four by
-// default, so beyond twenty nodes). The watch events the writes cause (one
-// per write and eipd) then grow with nodes, not nodes².
-func (s *state) slowFactor() int {
-	return s.desired.cfg.SlowFactor(len(s.live.Nodes()))
+// slow: this node's liveness goes over the LAN and, unless unheard, it
+// hears at least two peers (live), so a peer that loses one of them
+// still judges it over the LAN. Its heartbeat is then renewed slowly,
+// every cfg.SlowFactor renew intervals: ten, or enough that the nodes
+// together write heartbeat-writes a second (four by default, so beyond
+// twenty nodes), so that the watch events the writes cause (one per
+// write and eipd) grow with nodes, not nodes². With fewer peers (two
+// nodes, or the last survivors) a peer that hears nobody would judge it
+// from its heartbeat alone, so the heartbeat is renewed every renew
+// interval.
+func (l *lanState) slow(live *lease.Liveness, unheard bool, now time.Time) bool {
+	return l.lanConn != nil && !unheard && live.LANPeers(now) >= 2
 }
 
 // takeDatagrams takes in the datagrams the speaker heard since the loop
@@ -161,35 +163,33 @@ func (s *state) takeDatagrams() bool {
 	return s.checkUnheard(s.clk.Now()) || changed
 }
 
-// tellSpeaker gives the speaker, on every tick, where this node's
-// datagrams go and which nodes the loop knows.
-func (s *state) tellSpeaker() {
-	s.lan.tell(s.lanPeers(), s.live.Nodes())
+// tellPeers gives the speaker, on every tick, where this node's datagrams
+// go and which nodes live knows: the peers whose heartbeat names a
+// liveness port, with where each hears datagrams (its Node's address),
+// and whether its heartbeat says it speaks only the format before.
+func (l *lanState) tellPeers(live *lease.Liveness) {
+	var peers map[string]lanlive.Peer
+	if l.lanConn != nil {
+		peers = map[string]lanlive.Peer{}
+		for _, n := range live.Nodes() {
+			hb, _ := live.Heartbeat(n)
+			if n == l.node || hb.LivenessPort == 0 {
+				continue
+			}
+			if addr, ok := l.nodes.peerAddr(n); ok {
+				peers[n] = lanlive.Peer{Node: n, Addr: netip.AddrPortFrom(addr, hb.LivenessPort), Legacy: !hb.LivenessCurrent}
+			}
+		}
+	}
+	l.speaker.setPeers(peers, live.Nodes())
 }
 
-// lanPeers are the peers whose heartbeat names a liveness port, with where
-// each hears datagrams (its Node's address), and whether its heartbeat
-// says it speaks only the format before.
-func (s *state) lanPeers() map[string]lanlive.Peer {
-	if s.lan.lanConn == nil {
-		return nil
-	}
-	out := map[string]lanlive.Peer{}
-	for _, n := range s.live.Nodes() {
-		hb, _ := s.live.Heartbeat(n)
-		if n == s.node || hb.LivenessPort == 0 {
-			continue
-		}
-		if addr, ok := s.peerAddr(n); ok {
-			out[n] = lanlive.Peer{Node: n, Addr: netip.AddrPortFrom(addr, hb.LivenessPort), Legacy: !hb.LivenessCurrent}
-		}
-	}
-	return out
-}
+// nodeAddrs reads where nodes may be reached from their Node objects.
+type nodeAddrs struct{ lister corelisters.NodeLister }
 
 // peerAddr is where node hears datagrams: its first InternalIP, IPv4
 // first, or else its first ExternalIP.
-func (s *state) peerAddr(node string) (netip.Addr, bool) {
+func (n nodeAddrs) peerAddr(node string) (netip.Addr, bool) {
 	var best netip.Addr
 	rank := func(t corev1.NodeAddressType, ip netip.Addr) int {
 		r := 0
@@ -202,7 +202,7 @@ func (s *state) peerAddr(node string) (netip.Addr, bool) {
 		return r
 	}
 	bestRank := 4
-	for _, a := range s.nodeAddresses(node) {
+	for _, a := range n.of(node) {
 		if r := rank(a.Type, a.IP); r < bestRank {
 			best, bestRank = a.IP, r
 		}
@@ -215,14 +215,14 @@ type nodeAddr struct {
 	IP   netip.Addr
 }
 
-// nodeAddresses are the InternalIP and ExternalIP addresses of node.
-func (s *state) nodeAddresses(node string) []nodeAddr {
-	n, err := s.a.nodes.Get(node)
+// of is the InternalIP and ExternalIP addresses of node.
+func (n nodeAddrs) of(node string) []nodeAddr {
+	obj, err := n.lister.Get(node)
 	if err != nil {
 		return nil
 	}
 	var out []nodeAddr
-	for _, a := range n.Status.Addresses {
+	for _, a := range obj.Status.Addresses {
 		if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
 			continue
 		}
@@ -236,8 +236,8 @@ func (s *state) nodeAddresses(node string) []nodeAddr {
 // sentBy reports whether source is an address of node's Node object. The
 // liveness socket asks, from its own goroutine, before it keeps anything
 // of a datagram (lanlive.Session.Admit): the Node lister is safe to share.
-func (s *state) sentBy(node string, source netip.Addr) bool {
-	for _, a := range s.nodeAddresses(node) {
+func (n nodeAddrs) sentBy(node string, source netip.Addr) bool {
+	for _, a := range n.of(node) {
 		if a.IP == source {
 			return true
 		}

@@ -99,12 +99,12 @@ func (w *world) hear(node, source string, ages map[string]time.Duration) {
 
 // arrive delivers a datagram to the speaker alone, as while the loop is
 // busy, through a lanlive.Session that vouches for its sender with
-// state.sentBy, as the liveness socket does: one from an address that is
+// nodeAddrs.sentBy, as the liveness socket does: one from an address that is
 // not its Node's is dropped there.
 func (w *world) arrive(node, source string, ages map[string]time.Duration) {
 	const boot = 1
 	if w.lanSession == nil {
-		w.lanSession = lanlive.NewSession(w.a.opt.Node, boot, w.s.sentBy)
+		w.lanSession = lanlive.NewSession(w.a.opt.Node, boot, w.s.lan.nodes.sentBy)
 	}
 	w.lanSeq++
 	d := lanlive.Datagram{Message: lanlive.Message{From: node, Ages: ages}, Boot: boot, Seq: w.lanSeq, To: w.a.opt.Node, ToBoot: boot}
@@ -209,7 +209,7 @@ func TestLoopLANJoinsKeepTheHeartbeatsPace(t *testing.T) {
 	for range 33 {
 		w.lanTick(speak)
 	}
-	assert.Equal(t, w.s.slowFactor(), 35)
+	assert.Equal(t, w.s.desired.cfg.SlowFactor(len(w.s.live.Nodes())), 35)
 	assert.DeepEqual(t, w.renewals, []string{
 		"500ms create eligible=true duration=2s",
 		"1s update eligible=true duration=40s",

@@ -167,7 +167,7 @@ func (p *speaker) counts(node string, now time.Time) bool {
 
 // receive takes in a datagram as it arrives. The socket delivers only
 // those from an address of the Node they name (lanlive.Session.Admit,
-// with state.sentBy): another machine on the LAN cannot speak for a node
+// with nodeAddrs.sentBy): another machine on the LAN cannot speak for a node
 // (it could still keep a dead node alive by forging its source;
 // liveness-port can be closed to the LAN's other hosts, see
 // docs/operating.md). A datagram that shows either side's sign of the

@@ -201,11 +201,11 @@ func (s *self) renewBackoff(factor int, renew time.Duration) time.Duration {
 
 // renewFactor is how many renew intervals this node's heartbeat lasts: one,
 // or more when nobody needs it renewed often: the node is idle, or its
-// liveness goes over the LAN (lanSlow).
+// liveness goes over the LAN (lanState.slow).
 func (s *state) renewFactor(now time.Time) int {
 	switch {
-	case s.lanSlow(now):
-		return s.slowFactor()
+	case s.lan.slow(s.live, s.self.unheard, now):
+		return s.desired.cfg.SlowFactor(len(s.live.Nodes()))
 	case s.idle():
 		return idleRenewFactor
 	}
@@ -317,8 +317,8 @@ func (s *state) tick() {
 	s.watchSlices()
 	s.observeSessions()
 	s.takeDatagrams()
-	s.tellSpeaker()
-	s.setLANTimings()
+	s.lan.tellPeers(s.live)
+	s.lan.setTimings(&s.desired, s.live, s.self.unheard, s.clk.Now())
 	// A stalled loop renews at once, slow heartbeat or not: it binds
 	// nothing until a renewal sent since comes back.
 	if s.renewDue(now) || s.self.stalled && s.self.needBarrier {

@@ -162,7 +162,7 @@ func (s *state) asksKubeProxy(ip netip.Addr) bool {
 // binds no later than before.
 func (s *state) startCheck(k endpoints.Key, gen uint64) bool {
 	kp := s.a.opt.KubeProxy
-	addr, ok := s.peerAddr(k.Node)
+	addr, ok := s.lan.nodes.peerAddr(k.Node)
 	port := s.healthCheckPort(k.Service)
 	// A Node object naming loopback, a link-local address (a cloud's
 	// metadata service) or a multicast one would send a check from the

@@ -58,7 +58,8 @@ func (s *state) shutdown() error {
 	if err := s.heartbeatNow(renewal{remove: true, timeout: s.desired.cfg.LeaseDuration}); err != nil {
 		s.log.Warn("delete heartbeat", "err", err)
 	}
-	s.closeLAN()
+	s.lan.close()
+	s.self.lanClosed()
 	s.log.Info("stopped")
 	return nil
 }

@@ -10,7 +10,6 @@ import (
 
 	"github.com/eip-project/eip/internal/config"
 	"github.com/eip-project/eip/internal/ipset"
-	"github.com/eip-project/eip/internal/lanlive"
 	"github.com/eip-project/eip/internal/lease"
 	"github.com/eip-project/eip/internal/netif"
 )
@@ -104,7 +103,7 @@ func newState(a *Agent) *state {
 		},
 		succ:      successions{succeeding: map[netip.Addr]succession{}, held: map[netip.Addr]bool{}},
 		routes:    routing{router: a.opt.Router, nodes: a.nodes, node: a.opt.Node, log: a.log},
-		lan:       lanState{lanIn: make(chan lanlive.Received, 256), speaker: newSpeaker(a.opt.Node, a.clk, a.log, watch)},
+		lan:       newLANState(a.opt.Node, a.clk, a.log, watch, nodeAddrs{a.nodes}),
 		serving:   newServing(a.watchSlices),
 		renewReq:  make(chan renewal, 1),
 		renewRes:  make(chan renewResult, 1),
