@@ -153,7 +153,7 @@ func TestWireStrangerAnswers(t *testing.T) {
 // once a minute, and checking causes no API write: over a minute no lock
 // is written, the heartbeats are renewed no more often than their pace and
 // none changes what it reports of the wire. It logs each checking node's
-// probes a second and each eipd's CPU over that minute (figures, not
+// questions a second and each eipd's CPU over that minute (figures, not
 // assertions).
 func TestWireThousandIPsQuiet(t *testing.T) {
 	// Runs alone (no t.Parallel), like TestLocalThousandServices: its CPU
@@ -250,7 +250,7 @@ collect:
 	assert.Assert(t, writes[lease.RoleHeartbeat] <= most, "%d heartbeat writes in %s, at most %d at their pace", writes[lease.RoleHeartbeat], took, most)
 	t.Logf("over %s: %d heartbeat writes, %d lock writes", took.Round(time.Second), writes[lease.RoleHeartbeat], writes[lease.RoleLock])
 	for _, node := range e.nodes {
-		t.Logf("%s: %.1f probes/s checking the wire, eipd CPU %.2f %% of a core", node,
+		t.Logf("%s: %.1f questions/s checking the wire, eipd CPU %.2f %% of a core", node,
 			(checks1[node]-checks0[node])/took.Seconds(), 100*float64(cpu1[node]-cpu0[node])/float64(took))
 	}
 }
