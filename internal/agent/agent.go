@@ -309,6 +309,15 @@ func (a *Agent) lock(name string) *lease.Kept {
 	return k
 }
 
+// recordedOwner is the owner the lock of ip in the cache records
+// (ipset.Incumbents).
+func (a *Agent) recordedOwner(ip netip.Addr) ipset.Owner {
+	if k := a.lock(lease.NameFor(ip)); k != nil && k.Err == nil {
+		return ipset.Owner{Service: k.Owner, UID: k.OwnerUID}
+	}
+	return ipset.Owner{}
+}
+
 // heartbeats lists the heartbeat Leases in the cache. The informer watches
 // only the agent's namespace.
 func (a *Agent) heartbeats() []*coordinationv1.Lease {

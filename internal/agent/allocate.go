@@ -477,7 +477,7 @@ func (al *allocator) dispatch(v lease.View, d *desired, svc *ipset.Service, res 
 	job := allocJob{key: k, svc: &out, timeout: max(d.cfg.LeaseDuration, 2*time.Second)}
 	node := al.ports.node
 	for _, ip := range res.Reserve {
-		l := lease.NewLockLease(al.ports.namespace, ip, node, v.SuccessorOf(ip, node), []string{k}, now)
+		l := lease.WithOwner(lease.NewLockLease(al.ports.namespace, ip, node, v.SuccessorOf(ip, node), []string{k}, now), k, svc.UID)
 		l.Annotations[alloc.AnnotationReservedFor] = k
 		job.reserve = append(job.reserve, l)
 	}

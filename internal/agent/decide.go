@@ -232,7 +232,8 @@ func (s *state) decide(v lease.View, ip netip.Addr, name string, l *lease.Kept, 
 	lk := s.book.lockOf(ip, l)
 	freeSince := s.book.free(ip, lk == nil || lk.Holder == "" || !s.live.Known(lk.Holder), v.Now)
 	_, bound := s.binder.bound[ip]
-	in := lease.IP{Addr: ip, Lock: lk, Named: named, Bound: bound, FreeSince: freeSince, Planned: planned, Next: s.desired.next[ip], Only: s.serving.onlyFor(ip)}
+	in := lease.IP{Addr: ip, Lock: lk, Named: named, Bound: bound, FreeSince: freeSince, Planned: planned, Next: s.desired.next[ip], Only: s.serving.onlyFor(ip),
+		Unrecorded: named && lk != nil && !recordsOwner(lk, s.desired.entries[ip].Owner)}
 	s.wireDecide(&in, v.Now)
 	d := lease.Decide(v, in)
 	s.sched.settle(ip, s.carry(v, in, name, l, d))
@@ -291,6 +292,11 @@ func (s *state) carry(v lease.View, in lease.IP, name string, l *lease.Kept, d l
 		s.book.forgetFree(ip)
 	}
 	return st
+}
+
+// recordsOwner says whether lk records o as the owner of its IP.
+func recordsOwner(lk *lease.Lock, o ipset.Owner) bool {
+	return lk.Owner == o.Service && lk.OwnerUID == o.UID
 }
 
 // goesFirst: an acquisition of ip, held by holder ("" if free), is one
@@ -378,6 +384,12 @@ func (s *state) lockWrite(v lease.View, ip netip.Addr, name string, l *lease.Kep
 		w.rv = l.ResourceVersion
 	case lease.ClearMove:
 		w.lease = lease.WithMoveTo(l.Lease(), "")
+	case lease.RecordOwner:
+		w.lease = l.Lease()
+	}
+	if w.lease != nil && e.Owner.Service != "" {
+		// Every write of a named IP's lock records its owner.
+		w.lease = lease.WithOwner(w.lease, e.Owner.Service, e.Owner.UID)
 	}
 	return w, true
 }

@@ -257,6 +257,24 @@ func (w *world) addService(name string, ips ...netip.Addr) {
 	}
 	w.putService(svc)
 	w.s.sched.dirtySvc = true
+	for _, ip := range ips {
+		w.recordOwner(ip)
+	}
+}
+
+// recordOwner records in ip's lock, if it records none, the owner a peer
+// records (not logged): a test makes a lock and its Service in either
+// order, as a setup, and a lock that eipd wrote records its owner.
+func (w *world) recordOwner(ip netip.Addr) {
+	prev := w.get(leaseName(ip))
+	if prev == nil || prev.Annotations[lease.AnnotationOwner] != "" {
+		return
+	}
+	o := w.ownerOf(ip)
+	l := lease.WithOwner(prev, o.Service, o.UID)
+	l.ResourceVersion = w.nextRV()
+	w.must(w.leases.Update(l))
+	w.leaseWritten(prev, l)
 }
 
 // putService writes svc, as the API server would and the informer
@@ -340,13 +358,34 @@ func (w *world) lock(ip netip.Addr, holder string) {
 	w.lockNaming(ip, holder, next)
 }
 
-// lockNaming writes ip's lock naming holder and successor (not logged).
+// lockNaming writes ip's lock naming holder and successor, and the owner
+// a peer records (not logged).
 func (w *world) lockNaming(ip netip.Addr, holder, successor string) {
 	prev := w.get(leaseName(ip))
 	l := lease.NewLockLease(testNS, ip, holder, successor, nil, w.clk.Now())
+	if o := w.ownerOf(ip); o.Service != "" {
+		l = lease.WithOwner(l, o.Service, o.UID)
+	}
 	l.ResourceVersion = w.nextRV()
 	w.must(w.leases.Update(l))
 	w.leaseWritten(prev, l)
+}
+
+// ownerOf is the Service that owns ip as a peer sees it without a lock:
+// of the Services naming ip, the oldest, then the first by name.
+func (w *world) ownerOf(ip netip.Addr) ipset.Owner {
+	var owner *ipset.Service
+	for _, svc := range w.s.a.allServices() {
+		names := false
+		ipset.EachIP(svc, func(c ipset.Claim) { names = names || c.IP == ip.String() })
+		if names && (owner == nil || cmp.Or(svc.Created.Compare(owner.Created), cmp.Compare(svc.Key(), owner.Key())) < 0) {
+			owner = svc
+		}
+	}
+	if owner == nil {
+		return ipset.Owner{}
+	}
+	return ipset.Owner{Service: owner.Key(), UID: owner.UID}
 }
 
 // take returns the calls logged since the last take.

@@ -147,10 +147,11 @@ func (s *state) reservedAddresses() map[netip.Addr]string {
 	return out
 }
 
-// computeEntries recomputes the managed IPs from the Services.
+// computeEntries recomputes the managed IPs from the Services and the
+// owners their locks record.
 func (s *state) computeEntries() {
 	svcs := s.a.allServices()
-	entries, rejected := ipset.Compute(svcs, s.desired.cfg, s.desired.reserved)
+	entries, rejected := ipset.Compute(svcs, s.desired.cfg, s.desired.reserved, s.a.recordedOwner)
 	s.desired.manage(entries)
 	s.book.keepFree(func(ip netip.Addr) bool {
 		_, ok := s.desired.entries[ip]

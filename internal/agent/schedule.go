@@ -131,6 +131,12 @@ func (s *state) takeLockChanges() bool {
 	for name := range names {
 		if ip, ok := s.desired.names[name]; ok {
 			s.sched.markDirty(ip)
+			if l := s.a.lock(name); l != nil && l.Err == nil && l.Owner != "" && !recordsOwner(&l.Lock, s.desired.entries[ip].Owner) {
+				// The owner the lock records is an input of ownership
+				// (ipset.Incumbents), as the Services are.
+				s.sched.inputChanged(inServices)
+				s.sched.askFull()
+			}
 			continue
 		}
 		l := s.a.lock(name)

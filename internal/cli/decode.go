@@ -8,6 +8,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/eip-project/eip/internal/ipset"
 	"github.com/eip-project/eip/internal/lease"
@@ -29,6 +30,7 @@ const (
 
 	metaName            = 1
 	metaNamespace       = 3
+	metaUID             = 5
 	metaResourceVersion = 6
 	metaCreation        = 8
 	metaLabels          = 11
@@ -105,7 +107,7 @@ func readServiceList(r io.Reader) ([]ipset.Claim, error) {
 	add := func(c ipset.Claim) { out = append(out, c) }
 	err := eachItem(r, func(b []byte) error {
 		s.Name, s.Namespace, s.Spec.Type, s.Spec.LoadBalancerClass, s.Spec.ExternalTrafficPolicy = "", "", "", nil, ""
-		s.CreationTimestamp = metav1.Time{}
+		s.CreationTimestamp, s.UID = metav1.Time{}, ""
 		clear(s.Annotations)
 		s.Spec.ExternalIPs, s.Status.LoadBalancer.Ingress = s.Spec.ExternalIPs[:0], s.Status.LoadBalancer.Ingress[:0]
 		err := eachBytesField(b, func(field protowire.Number, v []byte) error {
@@ -189,14 +191,16 @@ func decodeMeta(b []byte, m *metav1.ObjectMeta, in interner, maps bool) error {
 }
 
 // decodeServiceMeta reads what ipset.EachIP reads of a Service's metadata:
-// its name and namespace, creationTimestamp, sharing key and preferred
-// nodes.
+// its name and namespace, UID, creationTimestamp, sharing key and
+// preferred nodes.
 func decodeServiceMeta(b []byte, m *metav1.ObjectMeta, in interner) error {
 	if err := decodeMeta(b, m, in, false); err != nil {
 		return err
 	}
 	return eachBytesField(b, func(field protowire.Number, v []byte) error {
 		switch field {
+		case metaUID:
+			m.UID = types.UID(v)
 		case metaCreation:
 			return m.CreationTimestamp.Unmarshal(v)
 		case metaAnnotations:

@@ -197,7 +197,12 @@ func buildStatus(s snapshot, now time.Time) Status {
 		for _, c := range s.claims {
 			add(c)
 		}
-	}, cfg, reserved)
+	}, cfg, reserved, func(ip netip.Addr) ipset.Owner {
+		if lk := locks[ip]; lk != nil {
+			return ipset.Owner{Service: lk.Owner, UID: lk.OwnerUID}
+		}
+		return ipset.Owner{}
+	})
 	// One row per IP, in a slice that never grows: the entries' first, in
 	// their order (by IP, so that an IP is found among them by binary
 	// search), then those only rejected or locked.

@@ -205,6 +205,28 @@ func TestStatusAcrossNamespaces(t *testing.T) {
 	assert.Equal(t, shared.Reason, "refused for tenant/v6: held for default/api, of another namespace (Services of different namespaces share an address only when both carry annotation eip.io/sharing-key with the same value)")
 }
 
+// Status agrees with the daemons on who owns an address: the Service its
+// lock records, while it names the address, before an older one (here,
+// created in the same second, first by name) of another namespace.
+func TestStatusRecordedOwner(t *testing.T) {
+	objs := fixture()
+	for i, o := range objs {
+		if l, ok := o.(*coordinationv1.Lease); ok && l.Name == lease.NameFor(netip.MustParseAddr("198.18.100.1")) {
+			objs[i] = lease.WithOwner(l, "default/web", "")
+		}
+	}
+	objs = append(objs, externalIPs("a-team", "steal", "198.18.100.1"))
+	h := newHarness(t, objs...)
+	out, err := h.run(context.Background(), "status", "-o", "json", "198.18.100.1")
+	assert.NilError(t, err)
+	var st Status
+	assert.NilError(t, json.Unmarshal([]byte(out), &st))
+	assert.Equal(t, len(st.IPs), 1)
+	assert.DeepEqual(t, st.IPs[0].Services, []string{"default/web"})
+	assert.Equal(t, st.IPs[0].State, StateBound)
+	assert.Assert(t, strings.Contains(st.IPs[0].Reason, "refused for a-team/steal: held for default/web, of another namespace"), st.IPs[0].Reason)
+}
+
 func TestStatusWatch(t *testing.T) {
 	h := newHarness(t, fixture()...)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -10,8 +10,11 @@
 // namespace use. spec.externalIPs count only while the external-ips key is
 // on. An IP named by several Services is one Entry.
 //
-// Several Services naming one IP: the oldest (creationTimestamp, then
-// "namespace/name") owns it, which every node and the plugin compute alike
+// Several Services naming one IP: the Service its lock records as owner
+// (namespace, name and UID) keeps it for as long as it names the IP and
+// may use it, whatever its age; otherwise, or when no lock records one,
+// the oldest (creationTimestamp, then "namespace/name") owns it. Every
+// node and the plugin compute this alike from the Services and the locks,
 // without talking to each other. Services of the owner's namespace share
 // it; a Service of another namespace shares it only when both carry the same
 // eip.io/sharing-key, and is refused otherwise. The placement annotation

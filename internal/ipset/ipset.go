@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/eip-project/eip/internal/config"
 )
@@ -53,10 +54,12 @@ type Entry struct {
 	// endpoints, so the IP lives only where each has one (package
 	// endpoints). Nil when there are none.
 	Local []string
-	// Owner is the oldest Service naming the IP that may use it
-	// (creationTimestamp, then "namespace/name"): every node and
-	// `kubectl eip status` agree on it without talking to each other.
-	Owner string
+	// Owner is the Service that owns the IP: the one its lock records,
+	// while that Service still names the IP and may use it, else the
+	// oldest Service naming the IP that may use it (creationTimestamp,
+	// then "namespace/name"). Every node and `kubectl eip status` agree on
+	// it from the Services and the lock, without talking to each other.
+	Owner Owner
 	// Preferred are the nodes the IP should live on, from the
 	// AnnotationPreferredNodes of the first Service of the Owner's
 	// namespace (in the order of Services) that carries a valid one; nil
@@ -66,6 +69,19 @@ type Entry struct {
 	// given to Compute.
 	Binding config.Binding
 }
+
+// Owner is a Service that owns an IP, as the IP's lock records it: its
+// "namespace/name" and UID. A Service deleted and made again under the
+// same name is another Service: it has another UID.
+type Owner struct {
+	Service string
+	UID     types.UID
+}
+
+// Incumbents says which Service the lock of ip records as its owner; the
+// zero Owner when ip has no lock or its lock records none. A nil
+// Incumbents is a cluster without locks.
+type Incumbents func(ip netip.Addr) Owner
 
 // Reasons of a Rejection that tools recognise: kubectl eip status shows an
 // address rejected for either as out of range (its range was removed, or
@@ -111,8 +127,9 @@ func mayBeOurs(svc *Service) bool {
 // Claim is one IP text a Service names, with what decides whether the
 // Service may have it.
 type Claim struct {
-	// Service is "namespace/name".
+	// Service is "namespace/name", UID the Service's.
 	Service string
+	UID     types.UID
 	// IP is the text the Service gives.
 	IP string
 	// External: the text comes from spec.externalIPs, else from the
@@ -140,8 +157,23 @@ func (c Claim) namespace() string {
 	return ns
 }
 
-// older orders claims by their Service's age, then its name: the first
-// owns an IP they both name.
+// owns says whether c owns an address rather than o, both naming it and
+// allowed it, where the address's lock records rec as its owner: the
+// recorded owner first, whatever its age, so that a Service of another
+// namespace, older, cannot take an address by naming it; else the older.
+func (c Claim) owns(o Claim, rec Owner) bool {
+	switch {
+	case rec.Service == "" || c.is(rec) == o.is(rec):
+		return c.older(o)
+	default:
+		return c.is(rec)
+	}
+}
+
+// is says whether c is a claim of the Service o.
+func (c Claim) is(o Owner) bool { return c.Service == o.Service && c.UID == o.UID }
+
+// older orders claims by their Service's age, then its name.
 func (c Claim) older(o Claim) bool {
 	if !c.Created.Equal(o.Created) {
 		return c.Created.Before(o.Created)
@@ -155,15 +187,16 @@ func (c Claim) older(o Claim) bool {
 // and from status.loadBalancer.ingress[].ip of the Services IsOurs accepts
 // under cfg.LoadBalancerClass.
 // reserved holds the nodes' own addresses, each mapped to its node's name;
-// they are never managed. Cost: O(IPs · log(IPs + ranges)).
-func Compute(services []*Service, cfg config.Config, reserved map[netip.Addr]string) ([]Entry, []Rejection) {
+// they are never managed; incumbents the owners the locks record.
+// Cost: O(IPs · log(IPs + ranges)).
+func Compute(services []*Service, cfg config.Config, reserved map[netip.Addr]string, incumbents Incumbents) ([]Entry, []Rejection) {
 	return ComputeFrom(len(services), func(add func(Claim)) {
 		for _, svc := range services {
 			if svc != nil {
 				EachIP(svc, add)
 			}
 		}
-	}, cfg, reserved)
+	}, cfg, reserved, incumbents)
 }
 
 // EachIP calls add with each IP text svc names as Compute reads them:
@@ -172,7 +205,7 @@ func Compute(services []*Service, cfg config.Config, reserved map[netip.Addr]str
 // svc has no class: ComputeFrom drops those under config.ClassOnly).
 func EachIP(svc *Service, add func(Claim)) {
 	c := Claim{
-		Service: svc.Key(), Created: svc.Created,
+		Service: svc.Key(), UID: svc.UID, Created: svc.Created,
 		SharingKey: strings.TrimSpace(svc.Annotations[AnnotationSharingKey]), Preferred: svc.Annotations[AnnotationPreferredNodes],
 		ShareWith: svc.Annotations[AnnotationShareWith], Ports: svc.Ports, Local: svc.Local,
 	}
@@ -198,15 +231,18 @@ func EachIP(svc *Service, add func(Claim)) {
 // A claim is refused when its text is not an address, when external-ips is
 // off and it comes from spec.externalIPs, when Judge refuses its address,
 // and when the address's range is not for the Service's namespace. Of the
-// claims left for one address, the oldest Service's owns it; another
+// claims left for one address, the Service that incumbents says its lock
+// records owns it, and when that Service is not among them the oldest
+// Service's does; another
 // Service's is served along when it is of the owner's namespace or carries
 // the owner's sharing key, and refused otherwise: whoever may create a
 // Service in one namespace cannot take an address another namespace uses.
-func ComputeFrom(n int, each func(add func(Claim)), cfg config.Config, reserved map[netip.Addr]string) ([]Entry, []Rejection) {
+func ComputeFrom(n int, each func(add func(Claim)), cfg config.Config, reserved map[netip.Addr]string, incumbents Incumbents) ([]Entry, []Rejection) {
 	// Most Services name one IP: size for that to avoid regrowing.
 	var (
 		entries    = make([]Entry, 0, n)
 		owners     = make([]Claim, 0, n) // the owner of each entry so far
+		recorded   = make([]Owner, 0, n) // the owner each entry's lock records
 		others     []pending             // the entries' other claims
 		rejections []Rejection
 		index      = make(map[netip.Addr]int, n)
@@ -238,6 +274,11 @@ func ComputeFrom(n int, each func(add func(Claim)), cfg config.Config, reserved 
 			i, index[ip] = len(entries), len(entries)
 			entries = append(entries, Entry{IP: ip, Binding: b})
 			owners = append(owners, Claim{})
+			var rec Owner
+			if incumbents != nil {
+				rec = incumbents(ip)
+			}
+			recorded = append(recorded, rec)
 		}
 		if r := entries[i].Binding.Range; !r.Allows(c.namespace()) {
 			reject(c, r.NotFor(c.namespace()))
@@ -246,7 +287,7 @@ func ComputeFrom(n int, each func(add func(Claim)), cfg config.Config, reserved 
 		switch {
 		case owners[i].Service == "":
 			owners[i] = c
-		case c.older(owners[i]):
+		case c.owns(owners[i], recorded[i]):
 			others = append(others, pending{i, owners[i]})
 			owners[i] = c
 		default:
@@ -260,7 +301,7 @@ func ComputeFrom(n int, each func(add func(Claim)), cfg config.Config, reserved 
 		if o.Service == "" {
 			continue
 		}
-		entries[i].Owner, entries[i].Services = o.Service, []string{o.Service}
+		entries[i].Owner, entries[i].Services = Owner{Service: o.Service, UID: o.UID}, []string{o.Service}
 		if o.Local {
 			entries[i].Local = []string{o.Service}
 		}
@@ -296,7 +337,7 @@ func ComputeFrom(n int, each func(add func(Claim)), cfg config.Config, reserved 
 	}
 	rejections = append(rejections, preferences(entries, owners, prefs)...)
 
-	entries = slices.DeleteFunc(entries, func(e Entry) bool { return e.Owner == "" })
+	entries = slices.DeleteFunc(entries, func(e Entry) bool { return e.Owner.Service == "" })
 	slices.SortFunc(entries, func(a, b Entry) int { return a.IP.Compare(b.IP) })
 	for i := range entries {
 		entries[i].Services = sortedSet(entries[i].Services)

@@ -12,6 +12,7 @@ import (
 	is "gotest.tools/v3/assert/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/eip-project/eip/internal/config"
 	"github.com/eip-project/eip/internal/ipset"
@@ -410,6 +411,10 @@ func created(t time.Time) option {
 	return func(s *corev1.Service) { s.CreationTimestamp = metav1.NewTime(t) }
 }
 
+func uid(u string) option {
+	return func(s *corev1.Service) { s.UID = types.UID(u) }
+}
+
 func shareWith(namespaces string) option { return annotated(ipset.AnnotationShareWith, namespaces) }
 
 // ports gives s these TCP ports.
@@ -585,9 +590,99 @@ func TestComputeAcrossNamespaces(t *testing.T) {
 			entries, rejections := compute(tc.services, cfg, nil)
 			got, owners := map[string][]string{}, map[string]string{}
 			for _, e := range entries {
-				got[e.IP.String()], owners[e.IP.String()] = e.Services, e.Owner
+				got[e.IP.String()], owners[e.IP.String()] = e.Services, e.Owner.Service
 			}
 			assert.DeepEqual(t, got, tc.want)
+			assert.DeepEqual(t, owners, tc.owners)
+			assert.DeepEqual(t, rejections, tc.rejections)
+		})
+	}
+}
+
+// The Service a lock records as the owner of its address keeps it while it
+// names it, whatever its age: a Service of another namespace, older, edited
+// to name the address is refused. Age decides only when no lock records an
+// owner, or the recorded one no longer names the address or may not use
+// it; a Service deleted and made again under its name is another one.
+func TestComputeIncumbent(t *testing.T) {
+	cfg := mustParse(t, map[string]string{"ranges": "198.18.0.0/24\n198.18.1.0/24 name=team-b namespaces=b"})
+	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	old, young := created(t0), created(t0.Add(time.Second))
+	const ip, kept = "198.18.0.5", "198.18.1.5"
+	web := ipset.Owner{Service: "a/web", UID: "web-1"}
+	steal := service("b/steal", externalIPs(ip, kept), old, uid("steal-1"))
+	stealer := ipset.Owner{Service: "b/steal", UID: "steal-1"}
+	const heldForWeb = "held for a/web, of another namespace (Services of different namespaces share an address only when both carry annotation eip.io/sharing-key with the same value)"
+	const heldForSteal = "held for b/steal, of another namespace (Services of different namespaces share an address only when both carry annotation eip.io/sharing-key with the same value)"
+	const notA = "range team-b is only for namespace b, not a"
+	tests := []struct {
+		name       string
+		services   []*corev1.Service
+		recorded   map[string]ipset.Owner // IP -> the owner its lock records
+		owners     map[string]ipset.Owner
+		rejections []ipset.Rejection
+	}{
+		{
+			name:       "the recorded owner keeps its address against an older Service",
+			services:   []*corev1.Service{steal, service("a/web", externalIPs(ip), young, uid("web-1"))},
+			recorded:   map[string]ipset.Owner{ip: web},
+			owners:     map[string]ipset.Owner{ip: web, kept: stealer},
+			rejections: []ipset.Rejection{{Service: "b/steal", IP: ip, Reason: heldForWeb}},
+		},
+		{
+			name:       "listed first or last",
+			services:   []*corev1.Service{service("a/web", externalIPs(ip), young, uid("web-1")), steal},
+			recorded:   map[string]ipset.Owner{ip: web},
+			owners:     map[string]ipset.Owner{ip: web, kept: stealer},
+			rejections: []ipset.Rejection{{Service: "b/steal", IP: ip, Reason: heldForWeb}},
+		},
+		{
+			name:       "no lock records an owner: the oldest owns it",
+			services:   []*corev1.Service{steal, service("a/web", externalIPs(ip), young, uid("web-1"))},
+			owners:     map[string]ipset.Owner{ip: stealer, kept: stealer},
+			rejections: []ipset.Rejection{{Service: "a/web", IP: ip, Reason: heldForSteal}},
+		},
+		{
+			name:     "the recorded owner no longer names it: the oldest owns it",
+			services: []*corev1.Service{steal, service("a/web", externalIPs("198.18.0.6"), young, uid("web-1"))},
+			recorded: map[string]ipset.Owner{ip: web},
+			owners:   map[string]ipset.Owner{ip: stealer, kept: stealer, "198.18.0.6": web},
+		},
+		{
+			name:       "made again under the recorded owner's name: another Service",
+			services:   []*corev1.Service{steal, service("a/web", externalIPs(ip), young, uid("web-2"))},
+			recorded:   map[string]ipset.Owner{ip: web},
+			owners:     map[string]ipset.Owner{ip: stealer, kept: stealer},
+			rejections: []ipset.Rejection{{Service: "a/web", IP: ip, Reason: heldForSteal}},
+		},
+		{
+			name:       "the recorded owner may no longer use it: the oldest that may owns it",
+			services:   []*corev1.Service{steal, service("a/web", externalIPs(kept), young, uid("web-1"))},
+			recorded:   map[string]ipset.Owner{kept: web},
+			owners:     map[string]ipset.Owner{ip: stealer, kept: stealer},
+			rejections: []ipset.Rejection{{Service: "a/web", IP: kept, Reason: notA}},
+		},
+		{
+			name: "the recorded owner shares as an owner does",
+			services: []*corev1.Service{
+				service("b/steal", externalIPs(ip), old, uid("steal-1"), annotated(ipset.AnnotationSharingKey, "k"), ports(443)),
+				service("a/web", externalIPs(ip), young, uid("web-1"), annotated(ipset.AnnotationSharingKey, "k"), shareWith("b"), ports(80)),
+			},
+			recorded: map[string]ipset.Owner{ip: web},
+			owners:   map[string]ipset.Owner{ip: web},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			kept := make([]*ipset.Service, len(tc.services))
+			for i, svc := range tc.services {
+				kept[i] = ipset.ServiceOf(svc)
+			}
+			entries, rejections := ipset.Compute(kept, cfg, nil, func(ip netip.Addr) ipset.Owner { return tc.recorded[ip.String()] })
+			owners := map[string]ipset.Owner{}
+			for _, e := range entries {
+				owners[e.IP.String()] = e.Owner
+			}
 			assert.DeepEqual(t, owners, tc.owners)
 			assert.DeepEqual(t, rejections, tc.rejections)
 		})
@@ -673,5 +768,5 @@ func compute(services []*corev1.Service, cfg config.Config, reserved map[netip.A
 			kept[i] = ipset.ServiceOf(svc)
 		}
 	}
-	return ipset.Compute(kept, cfg, reserved)
+	return ipset.Compute(kept, cfg, reserved, nil)
 }

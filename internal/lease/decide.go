@@ -35,9 +35,12 @@ const (
 	// NameSuccessor rewrites the successor of a lock this node holds
 	// (Decision.Successor), whose named one is gone.
 	NameSuccessor
+	// RecordOwner writes into a lock this node holds the Service that owns
+	// its IP, which the lock does not record (IP.Unrecorded).
+	RecordOwner
 )
 
-var actionNames = [...]string{"none", "bind", "unbind", "create", "acquire", "handoff", "release", "delete", "clear-move", "succeed", "name-successor"}
+var actionNames = [...]string{"none", "bind", "unbind", "create", "acquire", "handoff", "release", "delete", "clear-move", "succeed", "name-successor", "record-owner"}
 
 func (a Action) String() string { return actionNames[a] }
 
@@ -130,6 +133,10 @@ type IP struct {
 	// without the verdict changing, the IP goes to the successor
 	// (docs/design.md, Checking the wire).
 	Unheard time.Time
+	// Unrecorded: the IP's lock does not record the Service that owns it
+	// (Lock.Owner): none yet, or one that no longer names the IP. Its
+	// holder writes it, as every write of a lock records it.
+	Unrecorded bool
 }
 
 // Only restricts the nodes an IP may live on, when Restricted, to Nodes.
@@ -331,10 +338,12 @@ func (v View) decideHeld(ip IP) Decision {
 			why = "its successor " + c + " is gone"
 		}
 		return Decision{Action: NameSuccessor, Successor: n, Reason: why, ReadWritable: true}
+	case ip.Bound && ip.Unrecorded && v.Writable:
+		return Decision{Action: RecordOwner, Reason: "its lock does not record the Service that owns it", ReadWritable: true}
 	case ip.Bound && !ip.Unheard.IsZero() && ip.Unheard.Add(v.WireRepair).After(v.Now):
 		return Decision{At: earliest(at, ip.Unheard.Add(v.WireRepair)), Reason: "held and bound; announced again as its successor hears no answer", ReadWritable: true}
 	case ip.Bound:
-		return Decision{At: at, Reason: "held and bound", ReadWritable: writes}
+		return Decision{At: at, Reason: "held and bound", ReadWritable: writes || ip.Unrecorded}
 	case !ip.Only.Allows(v.Self):
 		return Decision{Reason: "held, but no ready endpoint of its Service here", ReadWritable: writes}
 	}

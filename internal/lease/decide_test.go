@@ -139,6 +139,11 @@ func TestDecide(t *testing.T) {
 		{name: "held, policy wants it here", ip: lease.IP{Addr: r0, Named: true, Lock: lock("a", ""), Planned: "a"}, action: lease.Bind},
 		{name: "held, policy wants c, not writable", view: notWritable, ip: lease.IP{Addr: r0, Named: true, Lock: lock("a", ""), Bound: true, Planned: "c"}, action: lease.None},
 		{name: "held, not eligible", view: notEligible, ip: lease.IP{Addr: r0, Named: true, Lock: lock("a", ""), Bound: true}, action: lease.Handoff, target: lease.Order(r0, []string{"b", "c"})[0]},
+		{name: "held, bound, owner unrecorded", ip: lease.IP{Addr: r1, Named: true, Lock: lock("a", ""), Bound: true, Unrecorded: true}, action: lease.RecordOwner},
+		{name: "held, bound, owner unrecorded, not writable", view: notWritable, ip: lease.IP{Addr: r1, Named: true, Lock: lock("a", ""), Bound: true, Unrecorded: true}, action: lease.None},
+		{name: "held, unbound, owner unrecorded: bind first", ip: lease.IP{Addr: r1, Named: true, Lock: lock("a", ""), Unrecorded: true}, action: lease.Bind},
+		{name: "held, owner unrecorded, move to live b first", ip: lease.IP{Addr: r0, Named: true, Lock: lock("a", "b"), Bound: true, Unrecorded: true}, action: lease.Handoff, target: "b"},
+		{name: "held by b, owner unrecorded", ip: lease.IP{Addr: r0, Named: true, Lock: lock("b", ""), Unrecorded: true}, action: lease.None},
 		{name: "held, not eligible, no peer", view: func(v *lease.View) { v.Eligible = false; v.Live = nil }, ip: lease.IP{Addr: r0, Named: true, Lock: lock("a", ""), Bound: true}, action: lease.None},
 
 		// Held here, and its successor b hears no answer on the wire.
@@ -225,7 +230,7 @@ func TestActionString(t *testing.T) {
 		lease.None: "none", lease.Bind: "bind", lease.Unbind: "unbind", lease.Create: "create",
 		lease.Acquire: "acquire", lease.Handoff: "handoff", lease.Release: "release",
 		lease.Delete: "delete", lease.ClearMove: "clear-move", lease.Succeed: "succeed",
-		lease.NameSuccessor: "name-successor",
+		lease.NameSuccessor: "name-successor", lease.RecordOwner: "record-owner",
 	} {
 		assert.Equal(t, a.String(), want)
 	}
@@ -306,25 +311,27 @@ func TestDecideSaysWhetherItReadWritable(t *testing.T) {
 			for _, moveTo := range []string{"", "a", "b", "x"} {
 				for _, successor := range []string{"", "a", "b", "x"} {
 					for _, named := range []bool{false, true} {
-						for _, bound := range []bool{false, true} {
-							for _, eligible := range []bool{false, true} {
-								for _, p := range planned {
-									for _, free := range frees {
-										ip := lease.IP{Addr: ipRanked(t, 1), Named: named, Bound: bound, Planned: p, FreeSince: free}
-										if hasLock {
-											ip.Lock = lock(holder, moveTo)
-											ip.Lock.Successor = successor
-										}
-										v := decideView()
-										v.Eligible = eligible
-										d := lease.Decide(v, ip)
-										v.Writable = false
-										o := lease.Decide(v, ip)
-										assert.Equal(t, d.ReadWritable, o.ReadWritable, "%+v", ip)
-										differ := d.Action != o.Action || d.Target != o.Target || d.Successor != o.Successor || !d.At.Equal(o.At)
-										assert.Equal(t, d.ReadWritable, differ, "%+v eligible=%v: %+v against %+v", ip, eligible, d, o)
-										if !differ {
-											n++
+						for _, unrecorded := range []bool{false, true} {
+							for _, bound := range []bool{false, true} {
+								for _, eligible := range []bool{false, true} {
+									for _, p := range planned {
+										for _, free := range frees {
+											ip := lease.IP{Addr: ipRanked(t, 1), Named: named, Bound: bound, Planned: p, FreeSince: free, Unrecorded: unrecorded}
+											if hasLock {
+												ip.Lock = lock(holder, moveTo)
+												ip.Lock.Successor = successor
+											}
+											v := decideView()
+											v.Eligible = eligible
+											d := lease.Decide(v, ip)
+											v.Writable = false
+											o := lease.Decide(v, ip)
+											assert.Equal(t, d.ReadWritable, o.ReadWritable, "%+v", ip)
+											differ := d.Action != o.Action || d.Target != o.Target || d.Successor != o.Successor || !d.At.Equal(o.At)
+											assert.Equal(t, d.ReadWritable, differ, "%+v eligible=%v: %+v against %+v", ip, eligible, d, o)
+											if !differ {
+												n++
+											}
 										}
 									}
 								}

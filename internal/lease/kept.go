@@ -48,7 +48,8 @@ type keptRest struct {
 }
 
 // lockAnnotations are the annotations a Kept holds in its own fields.
-var lockAnnotations = map[string]bool{AnnotationIP: true, AnnotationServices: true, AnnotationMoveTo: true, AnnotationSuccessor: true, AnnotationReservedFor: true}
+var lockAnnotations = map[string]bool{AnnotationIP: true, AnnotationServices: true, AnnotationMoveTo: true, AnnotationSuccessor: true, AnnotationReservedFor: true,
+	AnnotationOwner: true, AnnotationOwnerUID: true}
 
 // Keep is the Kept of lock Lease l. share returns the copy of a string
 // that many locks hold alike (a node's name, the namespace), for them to
@@ -138,7 +139,8 @@ func (k *Kept) Lease() *coordinationv1.Lease {
 	if k.Err == nil {
 		ip, successor = k.IP.String(), k.Successor
 	}
-	for _, a := range [...]struct{ key, v string }{{AnnotationIP, ip}, {AnnotationServices, k.Services}, {AnnotationMoveTo, k.MoveTo}, {AnnotationSuccessor, successor}, {AnnotationReservedFor, k.ReservedFor}} {
+	for _, a := range [...]struct{ key, v string }{{AnnotationIP, ip}, {AnnotationServices, k.Services}, {AnnotationMoveTo, k.MoveTo}, {AnnotationSuccessor, successor}, {AnnotationReservedFor, k.ReservedFor},
+		{AnnotationOwner, k.Owner}, {AnnotationOwnerUID, string(k.OwnerUID)}} {
 		if a.v != "" {
 			l.Annotations[a.key] = a.v
 		}

@@ -22,6 +22,7 @@ func TestKeptWritesBackWhatItKept(t *testing.T) {
 
 	moved := lease.WithMoveTo(lease.WithHolder(plain, ip, "node-c", "", []string{"default/web", "shop/api"}, at(3)), "node-a")
 	moved.Annotations[lease.AnnotationReservedFor] = "shop/api"
+	owned := lease.WithOwner(plain, "default/web", "uid-1")
 
 	theirs := plain.DeepCopy()
 	theirs.Labels["team"] = "net"
@@ -34,7 +35,7 @@ func TestKeptWritesBackWhatItKept(t *testing.T) {
 	free := plain.DeepCopy()
 	free.Spec.HolderIdentity, free.Spec.LeaseTransitions, free.Spec.AcquireTime = nil, nil, nil
 
-	for name, l := range map[string]*coordinationv1.Lease{"plain": plain, "moved": moved, "theirs": theirs, "free": free} {
+	for name, l := range map[string]*coordinationv1.Lease{"plain": plain, "moved": moved, "owned": owned, "theirs": theirs, "free": free} {
 		t.Run(name, func(t *testing.T) {
 			k := lease.Keep(l, nil)
 			assert.DeepEqual(t, k.Lease(), l)

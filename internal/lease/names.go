@@ -20,6 +20,12 @@ const (
 	AnnotationIP = "eip.io/ip"
 	// AnnotationServices lists the Services naming the IP, "ns/name" comma separated.
 	AnnotationServices = "eip.io/services"
+	// AnnotationOwner and AnnotationOwnerUID on a lock record the Service
+	// that owns the IP, "namespace/name", and its UID: while that Service
+	// names the IP it stays the owner, whatever the age of another Service
+	// naming it (package ipset, Incumbents).
+	AnnotationOwner    = "eip.io/owner"
+	AnnotationOwnerUID = "eip.io/owner-uid"
 	// AnnotationMoveTo asks the holder to hand the IP to the named node.
 	AnnotationMoveTo = "eip.io/move-to"
 	// AnnotationSuccessor names the node that holds the IP after its

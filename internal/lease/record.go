@@ -10,6 +10,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // Lock is the content of a per-IP lock Lease.
@@ -21,8 +22,12 @@ type Lock struct {
 	// Successor is the node that holds the IP once Holder is judged dead
 	// (View.succession); empty when the lock names none.
 	Successor string
-	Moves     int32 // ownership changes so far (leaseTransitions)
-	MovedAt   time.Time
+	// Owner is the Service "namespace/name" the lock records as owning IP
+	// (AnnotationOwner), OwnerUID its UID; empty when it records none.
+	Owner    string
+	OwnerUID types.UID
+	Moves    int32 // ownership changes so far (leaseTransitions)
+	MovedAt  time.Time
 	// ResourceVersion is the version the lock was read at; writes use it as
 	// their precondition.
 	ResourceVersion string
@@ -49,7 +54,8 @@ func ParseLock(l *coordinationv1.Lease) (Lock, error) {
 // holder, move and ownership changes, the part the loop honours of a
 // lock whose IP it cannot read (Kept).
 func honoured(l *coordinationv1.Lease) Lock {
-	lk := Lock{Name: l.Name, ResourceVersion: l.ResourceVersion, MoveTo: l.Annotations[AnnotationMoveTo]}
+	lk := Lock{Name: l.Name, ResourceVersion: l.ResourceVersion, MoveTo: l.Annotations[AnnotationMoveTo],
+		Owner: l.Annotations[AnnotationOwner], OwnerUID: types.UID(l.Annotations[AnnotationOwnerUID])}
 	if h := l.Spec.HolderIdentity; h != nil {
 		lk.Holder = *h
 	}
@@ -119,6 +125,23 @@ func WithMoveTo(l *coordinationv1.Lease, node string) *coordinationv1.Lease {
 	} else {
 		c.Annotations[AnnotationMoveTo] = node
 	}
+	return c
+}
+
+// WithOwner returns a copy of l that records service ("namespace/name",
+// "" for none) and its uid as the owner of its IP.
+func WithOwner(l *coordinationv1.Lease, service string, uid types.UID) *coordinationv1.Lease {
+	c := l.DeepCopy()
+	if c.Annotations == nil {
+		c.Annotations = map[string]string{}
+	}
+	if service == "" {
+		delete(c.Annotations, AnnotationOwner)
+		delete(c.Annotations, AnnotationOwnerUID)
+		return c
+	}
+	c.Annotations[AnnotationOwner] = service
+	c.Annotations[AnnotationOwnerUID] = string(uid)
 	return c
 }
 

@@ -11,6 +11,7 @@ import (
 	"gotest.tools/v3/assert"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/eip-project/eip/internal/lease"
 )
@@ -157,6 +158,26 @@ func TestWithMoveTo(t *testing.T) {
 	_, ok := cleared.Annotations[lease.AnnotationMoveTo]
 	assert.Assert(t, !ok)
 	assert.Equal(t, asked.Annotations[lease.AnnotationMoveTo], "node-c")
+}
+
+// A lock records the Service that owns its IP, kept through a change of
+// holder, and reads it back; recording none removes it.
+func TestWithOwner(t *testing.T) {
+	ip := netip.MustParseAddr("10.0.0.5")
+	l := lease.NewLockLease(ns, ip, "node-a", "", []string{"a/web"}, at(0))
+	owned := lease.WithOwner(l, "a/web", "uid-1")
+	_, ok := l.Annotations[lease.AnnotationOwner]
+	assert.Assert(t, !ok, "WithOwner changed its input")
+	moved := lease.WithHolder(owned, ip, "node-b", "", []string{"a/web"}, at(1))
+	lk, err := lease.ParseLock(moved)
+	assert.NilError(t, err)
+	assert.Equal(t, lk.Owner, "a/web")
+	assert.Equal(t, lk.OwnerUID, types.UID("uid-1"))
+
+	lk, err = lease.ParseLock(lease.WithOwner(moved, "", ""))
+	assert.NilError(t, err)
+	assert.Equal(t, lk.Owner, "")
+	assert.Equal(t, lk.OwnerUID, types.UID(""))
 }
 
 // The liveness format counts only with the renewal that wrote it: an

@@ -1,6 +1,9 @@
 package e2e
 
 import (
+	"fmt"
+	"io"
+	"net/http"
 	"net/netip"
 	"testing"
 	"time"
@@ -11,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/eip-project/eip/internal/ipset"
+	"github.com/eip-project/eip/internal/lease"
 	"github.com/eip-project/eip/testenv"
 )
 
@@ -109,6 +113,122 @@ func TestTenantCannotTakeAnotherNamespacesAddress(t *testing.T) {
 	for _, ev := range e.events("Service", tenantB+"/shared", "AddressRejected") {
 		t.Errorf("%s/shared shares %s under the owner's key, yet: %s", tenantB, shared, ev.Message)
 	}
+}
+
+// A Service of another namespace, older than the owner of a served
+// address, edited to name it is refused: the lock records the owner, and
+// the owner keeps its address whatever the other's age. The holder and the
+// owner stay, and the owner's clients are answered throughout, by HTTP on
+// its port (which the port filter would close were the older Service, on
+// another port, the owner) and by ping.
+func TestOlderServiceCannotTakeAServedAddress(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, defaultConfig())
+	e.tenant(tenantA)
+	e.tenant(tenantB)
+	ip := testenv.ServiceIP(184)
+	e.serviceIn(tenantB, "older", nil, withPorts(8080))
+	older, err := e.k.CoreV1().Services(tenantB).Get(e.ctx, "older", metav1.GetOptions{})
+	e.must(err)
+	// A creationTimestamp has whole seconds: web is created in a later one.
+	e.eventually("a second after older was created", func() (bool, string) {
+		return time.Now().After(older.CreationTimestamp.Add(time.Second)), older.CreationTimestamp.String()
+	})
+	for _, n := range e.nodes {
+		e.serveHTTP(n, 8081)
+		e.proxyTCP(n, ip, 80, 8081)
+	}
+	e.serviceIn(tenantA, "web", []netip.Addr{ip}, withPorts(80))
+	holder := e.served(ip)
+	owner := func() string {
+		l := e.lock(ip)
+		return l.Annotations[lease.AnnotationOwner] + " " + l.Annotations[lease.AnnotationOwnerUID]
+	}
+	web, err := e.k.CoreV1().Services(tenantA).Get(e.ctx, "web", metav1.GetOptions{})
+	e.must(err)
+	want := tenantA + "/web " + string(web.UID)
+	assert.Equal(t, owner(), want)
+	client := e.c.ClientHTTP()
+	client.Timeout = time.Second
+	answered := func() string {
+		got, err := httpGet(client, "http://"+ip.String()+"/")
+		switch {
+		case err != nil:
+			return fmt.Sprintf("HTTP to %s: %v", ip, err)
+		case got != holder:
+			return fmt.Sprintf("HTTP to %s answered by %s, not its holder %s", ip, got, holder)
+		}
+		return ""
+	}
+	e.eventually("HTTP to "+ip.String()+" answered by "+holder, func() (bool, string) {
+		msg := answered()
+		return msg == "", msg
+	})
+	p := e.probe(ip)
+	e.answersFrom(p, holder)
+
+	edited := time.Now()
+	older.Spec.ExternalIPs = []string{ip.String()}
+	_, err = e.k.CoreV1().Services(tenantB).Update(e.ctx, older, metav1.UpdateOptions{})
+	e.must(err)
+	msg := e.warningSince("Service", tenantB+"/older", "AddressRejected", edited, ip.String()+" ", "held for "+tenantA+"/web, of another namespace")
+	t.Logf("%s: %s", ip, msg)
+	e.statusShows("refused for "+tenantB+"/older: held for "+tenantA+"/web", "-o", "wide")
+	// Every node has computed ownership again since the edit (one of
+	// them said so): a few renewals more for anything to move.
+	e.throughout("HTTP and ping to "+ip.String()+" answered by "+holder, 3*time.Second, func() string {
+		if msg := answered(); msg != "" {
+			return msg
+		}
+		return e.stillAnswering(map[netip.Addr]*testenv.Probe{ip: p}, map[netip.Addr]string{ip: holder}, 500*time.Millisecond)()
+	})
+	r := p.Stop()
+	e.noTwoMACs(r)
+	assert.Check(t, r.Lost() <= r.Sent/100, "%d of %d pings lost", r.Lost(), r.Sent)
+	assert.Check(t, e.holder(ip) == holder, "%s moved from %s to %s", ip, holder, e.holder(ip))
+	assert.Check(t, owner() == want, "the lock of %s records %s, not %s", ip, owner(), want)
+	for _, ev := range e.events("Service", tenantA+"/web", "AddressRejected") {
+		t.Errorf("%s/web was refused its own address: %s", tenantA, ev.Message)
+	}
+}
+
+// proxyTCP stands in for kube-proxy on node, until the test ends: TCP to
+// ip:port goes to the node's own address at port to (DNAT at dstnat,
+// where kube-proxy's nftables mode puts it). The port filter decides
+// before it, as before kube-proxy's, whether ip:port is served.
+func (e *env) proxyTCP(node string, ip netip.Addr, port, to uint16) {
+	e.t.Helper()
+	n, err := e.c.Node(node)
+	e.must(err)
+	const table = "eip-e2e-proxy"
+	del := func() { _, _ = e.c.Exec(e.ctx, node, "nft", "delete table ip "+table) }
+	del()
+	_, err = e.c.Exec(e.ctx, node, "nft", fmt.Sprintf("add table ip %[1]s; add chain ip %[1]s pre { type nat hook prerouting priority dstnat; }; add rule ip %[1]s pre ip daddr %[2]s tcp dport %[3]d dnat to %[4]s:%[5]d",
+		table, ip, port, n.IPv4, to))
+	e.must(err)
+	e.t.Cleanup(del)
+}
+
+// serveHTTP answers HTTP on every address of node at port with the
+// node's name, until the test ends: a host service bound to all addresses.
+func (e *env) serveHTTP(node string, port uint16) {
+	e.t.Helper()
+	ln, err := e.c.ListenTCP(node, port)
+	e.must(err)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, node) }), ReadHeaderTimeout: time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	e.t.Cleanup(func() { _ = srv.Close() })
+}
+
+// httpGet is the body of a GET of url.
+func httpGet(c *http.Client, url string) (string, error) {
+	resp, err := c.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
 }
 
 // A range kept for some namespaces (namespaces=) serves no other: another
