@@ -131,7 +131,7 @@ func (s *state) readInputs(now time.Time) (all []*lease.Kept, locks map[string]*
 	all = s.a.allLocks()
 	locks = s.observe(all, now)
 	if nodes {
-		reserved := s.reservedAddresses()
+		reserved := s.a.reservedAddresses()
 		if s.desired.reserved != nil && !maps.Equal(reserved, s.desired.reserved) {
 			// A range may now contain an address never to be bound: the
 			// ConfigMap is checked again, and refused if so.

@@ -45,7 +45,7 @@ func (s *state) loadConfig() bool {
 	if !s.desired.read(cm.ResourceVersion) {
 		return false
 	}
-	cfg, err := s.parseConfig(cm.Data)
+	cfg, err := s.a.parseConfig(cm.Data)
 	s.a.opt.Metrics.ConfigValid(err == nil)
 	if err != nil {
 		s.a.opt.Metrics.ConfigError()
@@ -69,10 +69,10 @@ func (s *state) loadConfig() bool {
 
 // parseConfig parses data and checks it against the addresses no range may
 // hold.
-func (s *state) parseConfig(data map[string]string) (config.Config, error) {
+func (a *Agent) parseConfig(data map[string]string) (config.Config, error) {
 	cfg, err := config.Parse(data)
 	if err == nil {
-		err = cfg.CheckReserved(s.reservedAddresses())
+		err = cfg.CheckReserved(a.reservedAddresses())
 	}
 	return cfg, err
 }
@@ -114,7 +114,7 @@ func (s *state) useLastGood(cm *corev1.ConfigMap, why string) bool {
 		s.log.Warn("no last good configuration to fall back on", "configmap", kept, "err", err)
 		return false
 	}
-	cfg, err := s.parseConfig(data)
+	cfg, err := s.a.parseConfig(data)
 	if err != nil {
 		s.log.Error("the last good configuration is not valid either", "configmap", kept, "err", err)
 		return false
@@ -137,11 +137,11 @@ func truncate(s string, n int) string {
 // reservedAddresses are the addresses of every Node and of the API server
 // (those eipd connects to and the kubernetes Service's endpoints), each
 // with what it is: never bound for a Service.
-func (s *state) reservedAddresses() map[netip.Addr]string {
-	nodes, _ := s.a.nodes.List(labels.Everything())
+func (a *Agent) reservedAddresses() map[netip.Addr]string {
+	nodes, _ := a.nodes.List(labels.Everything())
 	out := ipset.NodeAddresses(nodes)
-	maps.Copy(out, ipset.APIEndpoints(s.a.apiSlices()))
-	for _, ip := range s.a.opt.APIServer {
+	maps.Copy(out, ipset.APIEndpoints(a.apiSlices()))
+	for _, ip := range a.opt.APIServer {
 		out[ip] = config.APIServerAddress
 	}
 	return out

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/eip-project/eip/internal/bgp"
 	"github.com/eip-project/eip/internal/config"
@@ -22,10 +23,12 @@ type routing struct {
 	sessions    map[netip.Addr]sessionSeen
 	announced   int // routes announced
 
-	router Router
-	nodes  corelisters.NodeLister // for this node's router ID
-	node   string
-	log    *slog.Logger
+	router   Router
+	nodes    corelisters.NodeLister // for this node's router ID and its Events
+	node     string
+	log      *slog.Logger
+	recorder record.EventRecorder
+	metrics  Metrics
 }
 
 // Router announces host routes for the IPs this node holds in route-mode
@@ -62,11 +65,12 @@ type sessionSeen struct {
 }
 
 // observe reads the BGP sessions for the heartbeat at now, and hands
-// event each session that came up, went down, or did not come up within
-// sessionDownGrace (an unreachable peer, a wrong AS number; asn is this
-// node's, for the message). It returns the sessions.
-func (r *routing) observe(now time.Time, asn uint32, event func(sess bgp.Session, kind, reason, what string)) []bgp.Session {
+// Event on this node's Node for each session that came up, went down, or
+// did not come up within sessionDownGrace (an unreachable peer, a wrong AS
+// number; asn is this node's, for the message), and counts them.
+func (r *routing) observe(now time.Time, asn uint32) {
 	sessions := r.router.Sessions()
+	event := r.sessionEvent
 	out := make([]lease.BGPSession, 0, len(sessions))
 	seen := make(map[netip.Addr]sessionSeen, len(sessions))
 	for _, sess := range sessions {
@@ -98,21 +102,14 @@ func (r *routing) observe(now time.Time, asn uint32, event func(sess bgp.Session
 	}
 	r.sessions = seen
 	r.bgpSessions = lease.FormatBGPSessions(out)
-	return sessions
+	r.metrics.BGP(sessions, r.announced)
 }
 
-// observeSessions reads the BGP sessions, with an event on this node's
-// Node for each change worth one (routing.observe).
-func (s *state) observeSessions() {
-	sessions := s.routes.observe(s.clk.Now(), s.desired.cfg.BGP.ASN, s.sessionEvent)
-	s.a.opt.Metrics.BGP(sessions, s.routes.announced)
-}
-
-func (s *state) sessionEvent(sess bgp.Session, kind, reason, what string) {
-	msg := fmt.Sprintf("BGP session of %s with %s (AS %d) %s", s.node, sess.Peer, sess.ASN, what)
-	s.log.Info("BGP session", "peer", sess.Peer, "state", sess.State, "event", reason)
-	if n, err := s.a.nodes.Get(s.node); err == nil {
-		s.a.recorder.Event(n, kind, reason, msg)
+func (r *routing) sessionEvent(sess bgp.Session, kind, reason, what string) {
+	msg := fmt.Sprintf("BGP session of %s with %s (AS %d) %s", r.node, sess.Peer, sess.ASN, what)
+	r.log.Info("BGP session", "peer", sess.Peer, "state", sess.State, "event", reason)
+	if n, err := r.nodes.Get(r.node); err == nil {
+		r.recorder.Event(n, kind, reason, msg)
 	}
 }
 

@@ -315,7 +315,7 @@ func (s *state) tick() {
 	}
 	s.postSummary(now)
 	s.watchSlices()
-	s.observeSessions()
+	s.routes.observe(s.clk.Now(), s.desired.cfg.BGP.ASN)
 	s.takeDatagrams()
 	s.lan.tellPeers(s.live)
 	s.lan.setTimings(&s.desired, s.live, s.self.unheard, s.clk.Now())

@@ -163,7 +163,7 @@ func (s *state) asksKubeProxy(ip netip.Addr) bool {
 func (s *state) startCheck(k endpoints.Key, gen uint64) bool {
 	kp := s.a.opt.KubeProxy
 	addr, ok := s.lan.nodes.peerAddr(k.Node)
-	port := s.healthCheckPort(k.Service)
+	port := healthCheckPort(s.a.service(k.Service))
 	// A Node object naming loopback, a link-local address (a cloud's
 	// metadata service) or a multicast one would send a check from the
 	// host network to the host itself or elsewhere: none can be a node's.
@@ -173,10 +173,9 @@ func (s *state) startCheck(k endpoints.Key, gen uint64) bool {
 	return s.serving.ask(kp, k, gen, netip.AddrPortFrom(addr, port))
 }
 
-// healthCheckPort is the health check node port of Service key
-// ("namespace/name"), 0 if it has none.
-func (s *state) healthCheckPort(key string) uint16 {
-	svc := s.a.service(key)
+// healthCheckPort is the health check node port of svc, 0 if it has none
+// (or is nil).
+func healthCheckPort(svc *ipset.Service) uint16 {
 	if svc == nil || svc.HealthCheckNodePort <= 0 || svc.HealthCheckNodePort > 65535 {
 		return 0
 	}

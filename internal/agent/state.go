@@ -102,7 +102,7 @@ func newState(a *Agent) *state {
 			claims:      make(chan netif.Claim, 64),
 		},
 		succ:      successions{succeeding: map[netip.Addr]succession{}, held: map[netip.Addr]bool{}},
-		routes:    routing{router: a.opt.Router, nodes: a.nodes, node: a.opt.Node, log: a.log},
+		routes:    routing{router: a.opt.Router, nodes: a.nodes, node: a.opt.Node, log: a.log, recorder: a.recorder, metrics: a.opt.Metrics},
 		lan:       newLANState(a.opt.Node, a.clk, a.log, watch, nodeAddrs{a.nodes}),
 		serving:   newServing(a.watchSlices),
 		renewReq:  make(chan renewal, 1),
