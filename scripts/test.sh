@@ -101,10 +101,11 @@ race() {
 		./internal/lease/... ./internal/bgp/... ./internal/metrics/... ./internal/cli/... ./daemon/...
 }
 
-# helm and promtool test the chart and the alert rules; krew and helm are
+# helm and promtool test the chart and the alert rules, promql the
+# dashboard's queries; krew and helm are
 # also run by the end-to-end suite; k8s is every test cluster's control
 # plane, kubelet, containerd and cni the real nodes'.
-chart_tools=(helm promtool krew)
+chart_tools=(helm promtool promql krew)
 cluster_tools=(k8s kubelet containerd cni)
 
 if [[ $mode == e2e ]]; then
