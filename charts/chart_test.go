@@ -130,7 +130,7 @@ func TestChartLints(t *testing.T) {
 func TestChartRendersTheManifests(t *testing.T) {
 	chart := objects(t, helm(t, "template", "eip", "charts/eip"))
 	base := objects(t, kustomize(t, ""))
-	assert.Equal(t, len(base), 16, "%v", keys(base))
+	assert.Equal(t, len(base), 21, "%v", keys(base))
 	assert.DeepEqual(t, chart, base) // on a difference, make charts/eip follow manifests/
 
 	// Installed into eip's own namespace (helm install -n eip-system
@@ -140,17 +140,23 @@ func TestChartRendersTheManifests(t *testing.T) {
 	assert.DeepEqual(t, inNS, base)
 }
 
-// admission.enabled adds the objects of manifests/admission, and its
-// values reach the policies' parameters and the ServiceAccount they bind.
+// The admission policies of manifests/admission are on by default, as in
+// the base; admission.enabled=false leaves them out; the values reach the
+// policies' parameters and the ServiceAccount they bind; the CIDRs default
+// to those of config.ranges.
 func TestChartAdmission(t *testing.T) {
-	chart := objects(t, helm(t, "template", "eip", "charts/eip", "--set", "admission.enabled=true"))
+	chart := objects(t, helm(t, "template", "eip", "charts/eip", "--set", "admission.enabled=false"))
 	base := objects(t, kustomize(t, ""))
 	admission := objects(t, kustomize(t, "admission"))
 	assert.Equal(t, len(admission), 5, "%v", keys(admission))
-	maps.Copy(base, admission)
-	assert.DeepEqual(t, chart, base) // on a difference, make charts/eip follow manifests/admission
+	for k := range admission {
+		_, kept := chart[k]
+		assert.Check(t, !kept, "admission.enabled=false renders %s", k)
+		delete(base, k)
+	}
+	assert.DeepEqual(t, chart, base) // on a difference, make charts/eip follow manifests/
 
-	chart = objects(t, helm(t, "template", "eip", "charts/eip", "--set", "admission.enabled=true", "--set", "namespace.name=edge-ips",
+	chart = objects(t, helm(t, "template", "eip", "charts/eip", "--set", "namespace.name=edge-ips",
 		"--set", "admission.externalIPs=off", "--set-string", "admission.externalIPNamespaces=team-a\\,team-b", "--set", "admission.cidrs=192.0.2.0/28"))
 	params := chart["ConfigMap edge-ips/eip-admission"]["data"]
 	assert.DeepEqual(t, params, map[string]any{"external-ips": "off", "external-ip-namespaces": "team-a,team-b", "cidrs": "192.0.2.0/28"})
@@ -161,6 +167,13 @@ func TestChartAdmission(t *testing.T) {
 		ref := chart[kind]["spec"].(map[string]any)["paramRef"].(map[string]any)
 		assert.Check(t, is.Equal(ref["namespace"], "edge-ips"), kind)
 	}
+
+	chart = objects(t, helm(t, "template", "eip", "charts/eip", "--set-string",
+		"config.ranges=# pools\n192.0.2.240/28 auto-assign\n\t198.51.100.7 name=one # a single address\n2001:db8:1::/120"))
+	params = chart["ConfigMap eip-system/eip-admission"]["data"]
+	assert.DeepEqual(t, params.(map[string]any)["cidrs"], "192.0.2.240/28, 198.51.100.7/32, 2001:db8:1::/120")
+	_, err = runHelm(t, "template", "eip", "charts/eip", "--set-string", "config.ranges=192.0.2.10-192.0.2.20")
+	assert.Check(t, is.ErrorContains(err, "admission.cidrs: config.ranges has the span 192.0.2.10-192.0.2.20"))
 }
 
 // Every value the chart offers shows in what it renders.

@@ -93,11 +93,13 @@ func TestChartNames(t *testing.T) {
 	objs := objects(t, helm(t, "template", "eip", "charts/eip", "--set", "fullnameOverride=lb,serviceMonitor.enabled=true,prometheusRule.enabled=true"))
 	want := []string{
 		"ClusterRole <nil>/lb", "ClusterRole <nil>/lb-operator", "ClusterRole <nil>/lb-view", "ClusterRoleBinding <nil>/lb",
-		"ConfigMap eip-system/eip-config", "ConfigMap eip-system/eip-config-last-good", "DaemonSet eip-system/lbd", "Namespace <nil>/eip-system", "PrometheusRule eip-system/lb",
+		"ConfigMap eip-system/eip-admission", "ConfigMap eip-system/eip-config", "ConfigMap eip-system/eip-config-last-good", "DaemonSet eip-system/lbd", "Namespace <nil>/eip-system", "PrometheusRule eip-system/lb",
 		"Role eip-system/lb", "RoleBinding eip-system/lb", "Secret eip-system/eip-liveness-key", "Service eip-system/lbd-metrics",
 		"ServiceAccount eip-system/lb", "ServiceMonitor eip-system/lbd",
 		"ValidatingAdmissionPolicy <nil>/eip-config", "ValidatingAdmissionPolicy <nil>/eip-leases",
+		"ValidatingAdmissionPolicy <nil>/eip-services", "ValidatingAdmissionPolicy <nil>/eip-status",
 		"ValidatingAdmissionPolicyBinding <nil>/eip-config", "ValidatingAdmissionPolicyBinding <nil>/eip-leases",
+		"ValidatingAdmissionPolicyBinding <nil>/eip-services", "ValidatingAdmissionPolicyBinding <nil>/eip-status",
 	}
 	assert.DeepEqual(t, keys(objs), want)
 	binding := one[rbacv1.RoleBinding](t, objs, "RoleBinding eip-system/lb")
@@ -259,10 +261,10 @@ var sampleValues = map[string]struct {
 	"grafanaDashboard.annotations":   {value: map[string]string{"grafana_folder": "Network"}, needs: map[string]any{"grafanaDashboard.enabled": true}},
 	"configPolicy.enabled":           {value: false},
 	"leasePolicy.enabled":            {value: false},
-	"admission.enabled":              {value: true},
-	"admission.externalIPs":          {value: "off", needs: map[string]any{"admission.enabled": true}},
-	"admission.externalIPNamespaces": {value: "team-a", needs: map[string]any{"admission.enabled": true}},
-	"admission.cidrs":                {value: "192.0.2.0/28", needs: map[string]any{"admission.enabled": true}},
+	"admission.enabled":              {value: false},
+	"admission.externalIPs":          {value: "off"},
+	"admission.externalIPNamespaces": {value: "team-a"},
+	"admission.cidrs":                {value: "192.0.2.0/28"},
 }
 
 // valuesFile writes values, keyed by dotted path, as a values file.

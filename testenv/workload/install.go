@@ -68,7 +68,32 @@ func InstallEIPFrom(ctx context.Context, c *testenv.Cluster, dir string) error {
 	if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
 		return err
 	}
+	if err := allowAddresses(ctx, c); err != nil {
+		return err
+	}
 	return WaitDaemonSet(ctx, c)
+}
+
+// allowAddresses sets the parameters of the admission policies, as an
+// administrator would: the ranges' addresses, and the web application's
+// namespace may set spec.externalIPs. A release from before the policies
+// were part of the base has no parameters to set.
+func allowAddresses(ctx context.Context, c *testenv.Cluster) error {
+	cms := c.Client().CoreV1().ConfigMaps(testenv.Namespace)
+	cm, err := cms.Get(ctx, "eip-admission", metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if cm.Data == nil {
+		cm.Data = map[string]string{}
+	}
+	cm.Data["cidrs"] = ExternalIP.String() + "/32, " + LBPool.String()
+	cm.Data["external-ip-namespaces"] = AppNamespace
+	_, err = cms.Update(ctx, cm, metav1.UpdateOptions{})
+	return err
 }
 
 // WaitDaemonSet waits until eipd's DaemonSet has rolled out.

@@ -51,3 +51,30 @@ again.
 {{ fail (printf "prometheusRule.unboundFor: cannot add 5s to config.lease-duration %q; set prometheusRule.unboundFor" $lease) }}
 {{- end -}}
 {{- end }}
+
+{{/*
+The CIDRs the admission policies allow: admission.cidrs, or else those of
+config.ranges, each line's CIDR or single address (as a /32 or /128). A
+first-last span has no one CIDR: then admission.cidrs must be set.
+*/}}
+{{- define "eip.admissionCIDRs" -}}
+{{- if .Values.admission.cidrs -}}
+{{- .Values.admission.cidrs -}}
+{{- else -}}
+{{- $cidrs := list -}}
+{{- range splitList "\n" .Values.config.ranges -}}
+{{- $line := trim (first (splitList "#" .)) | replace "\t" " " -}}
+{{- if $line -}}
+{{- $addr := first (splitList " " $line) -}}
+{{- if contains "-" $addr -}}
+{{- fail (printf "admission.cidrs: config.ranges has the span %s, which no one CIDR covers; set admission.cidrs to CIDRs that cover every range, comma separated" $addr) -}}
+{{- end -}}
+{{- if not (contains "/" $addr) -}}
+{{- $addr = printf "%s/%s" $addr (ternary "128" "32" (contains ":" $addr)) -}}
+{{- end -}}
+{{- $cidrs = append $cidrs $addr -}}
+{{- end -}}
+{{- end -}}
+{{- join ", " $cidrs -}}
+{{- end -}}
+{{- end -}}
