@@ -36,3 +36,13 @@ func (c *Cluster) registerNode(ctx context.Context, n *endpoint) error {
 	}
 	return nil
 }
+
+// RegisterNode creates the Node object of node namespace name again, as
+// its kubelet does when it starts and finds none: after a test deleted it.
+func (c *Cluster) RegisterNode(ctx context.Context, name string) error {
+	n, err := c.endpoint(name)
+	if err != nil {
+		return err
+	}
+	return c.registerNode(ctx, n)
+}

@@ -307,7 +307,7 @@ func recordsOwner(lk *lease.Lock, o ipset.Owner) bool {
 // for the others' only when its own are under way, rather than spending
 // its writers on Lease conflicts.
 func goesFirst(v lease.View, ip netip.Addr, holder, planned string) bool {
-	free := holder == "" || !v.Alive(holder)
+	free := holder == "" || !v.Keeps(holder)
 	return planned == v.Self || free && lease.Rank(ip, v.Self, v.Live) == 0
 }
 
@@ -354,7 +354,7 @@ func (s *state) lockWrite(v lease.View, ip netip.Addr, name string, l *lease.Kep
 			s.probeEarly(ip, e)
 		}
 		if lk.Holder != "" {
-			w.dead, _ = v.DeadSince(lk.Holder)
+			w.dead, _ = v.LostSince(lk.Holder)
 			w.from = lk.Holder
 		}
 		w.lease = lease.WithHolder(l.Lease(), ip, v.Self, d.Successor, e.Services, now)

@@ -370,8 +370,13 @@ func (s *state) fence(now time.Time) {
 }
 
 func (s *state) view(now time.Time) lease.View {
+	nodes := s.live.Nodes()
+	if !slices.Contains(nodes, s.node) {
+		nodes = append(nodes, s.node)
+	}
+	s.gone.observe(nodes, s.nodeObject, now)
 	var live []string
-	for _, n := range s.live.Nodes() {
+	for _, n := range nodes {
 		// Live takes only nodes seen renewing: it is whom IPs are given
 		// to. A node merely not judged dead (a quiet stream, a break)
 		// keeps its IPs through View.Alive.
@@ -400,7 +405,17 @@ func (s *state) view(now time.Time) lease.View {
 		SuccessorGrace: successorGrace * s.desired.cfg.LeaseDuration,
 		SuccessorWait:  s.desired.cfg.LeaseDuration + s.a.opt.ProbeWait,
 		WireRepair:     wireRepair,
+		Gone:           s.gone.gone,
 	}
+}
+
+// nodeObject is node's Node object as the cache has it, or nil.
+func (s *state) nodeObject(node string) *corev1.Node {
+	n, err := s.a.nodes.Get(node)
+	if err != nil {
+		return nil
+	}
+	return n
 }
 
 // successorGrace, in lease durations, is how long a lock's successor may

@@ -66,8 +66,15 @@ func (s *state) shutdown() error {
 
 // heldAtStop are the IPs to hand off at a stop, by their index in order:
 // those whose lock, as seen, names this node, with no write in flight,
-// while it may write.
+// while it may write and is not out of service.
 func (s *state) heldAtStop(v lease.View, seen []*lease.Kept) []int {
+	if _, gone := s.gone.gone(v.Self); gone {
+		// Out of service (lease.View.Gone): its successors are taking
+		// its IPs over, binding before they write. A hand-off now would
+		// have its target bind without a probe beside one of them. Its
+		// addresses went already; the rest are theirs.
+		return nil
+	}
 	var held []int
 	for i, m := range s.desired.order {
 		lk := s.book.lockOf(m.ip, seen[i])

@@ -30,32 +30,7 @@ func TestShutdownHandsOffEveryIP(t *testing.T) {
 	w.take()
 	assert.Equal(t, len(w.addrs), n, "bound before the stop")
 
-	// The heartbeat writer and the lock writers, as goroutines: the loop
-	// blocks on them during a stop. They touch the world only while the
-	// loop waits for their answer (a renewal); a lock write is answered
-	// without it.
-	stop, handedOff := make(chan struct{}), make(chan []string)
-	go func() {
-		var out []string
-		for {
-			select {
-			case r := <-w.s.renewReq:
-				sent := w.clk.Now()
-				w.s.renewRes <- renewResult{renewal: r, sent: sent, err: w.s.hb.renew(r)}
-			case j := <-w.s.writes.jobs:
-				l := j.lease.DeepCopy()
-				l.ResourceVersion = "x" + j.name
-				out = append(out, fmt.Sprintf("%s %s", j.action, j.name))
-				w.s.writes.results <- writeResult{write: j, out: l}
-			case <-stop:
-				handedOff <- out
-				return
-			}
-		}
-	}()
-	assert.NilError(t, w.s.shutdown())
-	close(stop)
-	writes := <-handedOff
+	writes := shutdownAnswered(t, w)
 
 	unbound := map[string]bool{}
 	for _, c := range w.take() {
@@ -75,4 +50,35 @@ func TestShutdownHandsOffEveryIP(t *testing.T) {
 			t.Fatalf("%d of %d IPs handed off; %s was unbound without a hand-off", len(handed), n, testIP(i))
 		}
 	}
+}
+
+// shutdownAnswered stops w's loop (shutdown) with the heartbeat writer and
+// the lock writers as goroutines, each write answered at once, and returns
+// the lock writes made, as "ACTION NAME". The loop blocks on them during a
+// stop. They touch the world only while the loop waits for their answer (a
+// renewal); a lock write is answered without it.
+func shutdownAnswered(t *testing.T, w *world) []string {
+	t.Helper()
+	stop, written := make(chan struct{}), make(chan []string)
+	go func() {
+		var out []string
+		for {
+			select {
+			case r := <-w.s.renewReq:
+				sent := w.clk.Now()
+				w.s.renewRes <- renewResult{renewal: r, sent: sent, err: w.s.hb.renew(r)}
+			case j := <-w.s.writes.jobs:
+				l := j.lease.DeepCopy()
+				l.ResourceVersion = "x" + j.name
+				out = append(out, fmt.Sprintf("%s %s", j.action, j.name))
+				w.s.writes.results <- writeResult{write: j, out: l}
+			case <-stop:
+				written <- out
+				return
+			}
+		}
+	}()
+	assert.NilError(t, w.s.shutdown())
+	close(stop)
+	return <-written
 }

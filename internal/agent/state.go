@@ -54,6 +54,8 @@ type state struct {
 	watch     *watchdog
 	conflicts addrConflicts
 	wire      wireChecks
+	// gone are the nodes out of service, whose IPs are free at once.
+	gone goneNodes
 	// reannouncer paces announce-interval's announcements.
 	reannouncer reannouncer
 	events      *eventBudget
@@ -110,6 +112,7 @@ func newState(a *Agent) *state {
 		hb:        &heartbeater{a: a},
 		alloc:     alloc,
 		conflicts: newAddrConflicts(),
+		gone:      newGoneNodes(a.log),
 		wire:      newWireChecks(a.opt.Node, a.opt.WirePace),
 		events:    newEventBudget(a.clk.Now()),
 		watch:     watch,

@@ -90,7 +90,7 @@ func (s *state) wakeHeld(released []netip.Addr) {
 func (q *successions) begin(ip netip.Addr, v lease.View, holder string) (sc succession, begun bool) {
 	sc, ok := q.succeeding[ip]
 	if !ok {
-		sc.dead, _ = v.DeadSince(holder)
+		sc.dead, _ = v.LostSince(holder)
 		q.succeeding[ip] = sc
 	}
 	return sc, !ok

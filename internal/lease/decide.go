@@ -86,6 +86,13 @@ type View struct {
 	// restarting, or flapping, costs no write per IP.
 	LiveUntil      func(node string) (time.Time, bool)
 	SuccessorGrace time.Duration
+	// Gone says whether a node is out of service, and since when this node
+	// saw it so: its Node object was deleted, or tainted
+	// node.kubernetes.io/out-of-service (kubelet's non-graceful shutdown).
+	// A gone node keeps no IP, whatever its heartbeat says: its locks are
+	// free at once (Keeps, LostSince), and a gone node unbinds what it
+	// holds without writing (decideGone). nil: no node is gone.
+	Gone func(node string) (since time.Time, gone bool)
 	// WireRepair is how long an IP whose successor hears no answer from
 	// this node stays after this node announced it again (IP.Unheard):
 	// the successor checks it again meanwhile, several times.
@@ -241,17 +248,17 @@ func (v View) decide(ip IP) Decision {
 		return Decision{Action: Unbind, Reason: "lock names " + holderText(lk.Holder)}
 	case lk.Holder == "":
 		return v.race(ip, ip.FreeSince, Acquire, "free")
-	case v.Alive(lk.Holder):
+	case v.Keeps(lk.Holder):
 		return Decision{Reason: "held by a live node"}
 	default:
-		since, ok := v.DeadSince(lk.Holder)
+		since, ok := v.LostSince(lk.Holder)
 		if !ok {
 			// A holder never seen alive (a lock edited by hand, a node
 			// gone before we started): count from when we first saw the
 			// IP without a live holder, so ranks still apply.
 			since = ip.FreeSince
 		}
-		return v.race(ip, since, Acquire, "holder "+lk.Holder+" is dead")
+		return v.race(ip, since, Acquire, "holder "+v.lostWhy(lk.Holder))
 	}
 }
 
@@ -319,6 +326,9 @@ func (v View) rankWait(rank int) time.Duration {
 }
 
 func (v View) decideHeld(ip IP) Decision {
+	if _, gone := v.gone(v.Self); gone {
+		return v.decideGone(ip)
+	}
 	w, writes := v.heldWrite(ip)
 	if writes && v.Writable {
 		w.ReadWritable = true
@@ -434,7 +444,7 @@ func orphanRule(v View, ip IP) Decision {
 		return Decision{Action: Delete, Reason: "not named by any Service"}
 	}
 	unbind := Decision{Action: Unbind, Reason: "not named by any Service"}
-	if lk.Holder != "" && v.Alive(lk.Holder) {
+	if lk.Holder != "" && v.Keeps(lk.Holder) {
 		if ip.Bound {
 			return unbind
 		}
@@ -497,6 +507,9 @@ func (v View) best(ip netip.Addr, except string) string {
 // thousands of IPs at once on a loaded API server, and took them again.
 func (v View) holderBack(ip IP) bool {
 	h := ip.Lock.Holder
+	if _, gone := v.gone(h); gone {
+		return false
+	}
 	if ip.Bound && ip.Lock.Successor == v.Self && v.Renewing != nil {
 		return v.Renewing(h)
 	}

@@ -6,7 +6,7 @@ import "time"
 // its lock names: SuccessorWait after its holder was judged dead, or after
 // this node saw the IP without a live holder when it never saw the holder.
 func (v View) successorDeadline(ip IP) time.Time {
-	since, ok := v.DeadSince(ip.Lock.Holder)
+	since, ok := v.LostSince(ip.Lock.Holder)
 	if !ok {
 		since = ip.FreeSince
 	}
@@ -50,7 +50,7 @@ func (v View) successorWrite(ip IP) (n string, at time.Time, ok bool) {
 }
 
 // succession decides an IP whose lock names a successor, when its holder,
-// another node, is judged dead (docs/design.md, Succession). The
+// another node, is judged dead or is gone (docs/design.md, Succession). The
 // successor holds it by the lock's own terms: it binds, then writes the
 // lock naming itself. The others leave the IP to it while it is a live
 // node the IP may go to, for SuccessorWait; then they race behind it. A pending move, a successor that is not live,
@@ -62,7 +62,7 @@ func (v View) succession(ip IP) (d Decision, ok bool) {
 	if s == "" || lk.Holder == "" || s == lk.Holder || lk.MoveTo != "" || v.holderBack(ip) {
 		return Decision{}, false
 	}
-	why := "holder " + lk.Holder + " is dead"
+	why := "holder " + v.lostWhy(lk.Holder)
 	switch {
 	case s != v.Self:
 		if ip.Bound || !v.isLive(s) {

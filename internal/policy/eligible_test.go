@@ -32,6 +32,12 @@ func TestNodeEligible(t *testing.T) {
 		{name: "nil selector means every node", node: node(nil), ok: true},
 		{name: "missing", sel: labels.Everything(), why: "no Node object"},
 		{name: "deleting", node: node(func(n *corev1.Node) { n.DeletionTimestamp = &now }), sel: labels.Everything(), why: "Node is being deleted"},
+		{name: "out of service", node: node(func(n *corev1.Node) {
+			n.Spec.Taints = []corev1.Taint{{Key: "other", Effect: corev1.TaintEffectNoSchedule}, {Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}}
+		}), sel: labels.Everything(), why: "Node is tainted node.kubernetes.io/out-of-service"},
+		{name: "another taint", node: node(func(n *corev1.Node) {
+			n.Spec.Taints = []corev1.Taint{{Key: "node.kubernetes.io/unreachable", Effect: corev1.TaintEffectNoExecute}}
+		}), sel: labels.Everything(), ok: true},
 		{name: "cordoned", node: node(func(n *corev1.Node) { n.Spec.Unschedulable = true }), sel: labels.Everything(), why: "Node is cordoned"},
 		{name: "excluded", node: node(func(n *corev1.Node) { n.Labels[ExcludeLabel] = "" }), sel: labels.Everything(), why: "Node is labelled " + ExcludeLabel},
 		{name: "selector does not match", node: node(func(n *corev1.Node) { n.Labels["zone"] = "b" }), sel: sel, why: "Node does not match node-selector zone=a"},
@@ -40,6 +46,10 @@ func TestNodeEligible(t *testing.T) {
 			ok, why := NodeEligible(tc.node, tc.sel)
 			assert.Equal(t, ok, tc.ok)
 			assert.Equal(t, why, tc.why)
+			// Gone are the missing, deleting and out-of-service ones
+			// alone: a cordoned node hands its IPs off by itself.
+			gone, _ := NodeGone(tc.node)
+			assert.Equal(t, gone, tc.node == nil || tc.node.DeletionTimestamp != nil || tc.name == "out of service")
 		})
 	}
 }
