@@ -314,7 +314,7 @@ func (s *state) tick() {
 		s.sched.onTime()
 	}
 	s.postSummary(now)
-	s.watchSlices()
+	s.serving.watch(s.clk.Now())
 	s.routes.observe(s.clk.Now(), s.desired.cfg.BGP.ASN)
 	s.takeDatagrams()
 	s.lan.tellPeers(s.live)

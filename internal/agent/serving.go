@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net/netip"
 	"slices"
@@ -44,6 +45,7 @@ type serving struct {
 	// serve, until kube-proxy delivers on a node they may move to
 	// (reportWait).
 	waits map[netip.Addr]kubeProxyWait
+	log   *slog.Logger
 }
 
 // kubeProxyWait is a holder's wait for kube-proxy on nodes, since when.
@@ -63,8 +65,8 @@ const (
 
 // newServing is serving with open to start the watch of every
 // EndpointSlice (Agent.watchSlices).
-func newServing(open func(context.Context) (cache.Indexer, cache.InformerSynced)) serving {
-	return serving{
+func newServing(open func(context.Context) (cache.Indexer, cache.InformerSynced), log *slog.Logger) serving {
+	return serving{log: log,
 		proxied: make(chan endpoints.Result, 64), checkCtx: context.Background(),
 		slices: sliceWatch{open: open}, unjudged: map[netip.Addr]bool{}, waits: map[netip.Addr]kubeProxyWait{},
 	}
@@ -77,16 +79,31 @@ func (sv *serving) onlyFor(ip netip.Addr) lease.Only { return sv.only[ip] }
 func (sv *serving) begin(ctx context.Context) { sv.checkCtx = ctx }
 
 // watch starts or stops the watch of every EndpointSlice at now, for
-// whether an IP of a Local Service exists now, and says which it did.
-func (sv *serving) watch(now time.Time) (started, stopped bool) {
-	return sv.slices.update(sv.checkCtx, len(sv.local) > 0, now)
+// whether an IP of a Local Service exists now.
+func (sv *serving) watch(now time.Time) {
+	switch started, stopped := sv.slices.update(sv.checkCtx, len(sv.local) > 0, now); {
+	case started:
+		sv.log.Info("watching EndpointSlices: a Service with externalTrafficPolicy: Local has an IP", "ips", len(sv.local))
+	case stopped:
+		sv.log.Info("stopped watching EndpointSlices: no Service with externalTrafficPolicy: Local has had an IP", "for", endpoints.WatchGrace)
+	}
 }
 
-// warm starts the watch of every EndpointSlice at now, before the IPs of
-// Local Services are known, and returns whether it synced.
-func (sv *serving) warm(now time.Time) cache.InformerSynced {
-	sv.slices.update(sv.checkCtx, true, now)
-	return sv.slices.synced
+// warm starts the watch of every EndpointSlice at now before the first
+// pass when one of svcs has externalTrafficPolicy: Local, and waits
+// until it has synced or ctx ends: the IPs this node held before a
+// restart are judged before they are bound again, not pinned to it
+// unjudged (heldOnly). If no such Service turns out to have an IP, the
+// watch stops after its grace.
+func (sv *serving) warm(ctx context.Context, svcs []*ipset.Service, now time.Time) {
+	for _, svc := range svcs {
+		if svc.Local {
+			sv.slices.update(sv.checkCtx, true, now)
+			sv.log.Info("watching EndpointSlices: a Service has externalTrafficPolicy: Local")
+			cache.WaitForCacheSync(ctx.Done(), sv.slices.synced)
+			return
+		}
+	}
 }
 
 // localIPs takes the IPs a Local Service names, from order and entries,
@@ -203,7 +220,7 @@ func (s *state) proxiedResult(r endpoints.Result) bool {
 func (s *state) updateServing(entries bool) []netip.Addr {
 	if entries {
 		s.serving.localIPs(s.desired.order, s.desired.entries)
-		s.watchSlices()
+		s.serving.watch(s.clk.Now())
 	}
 	judge := s.serving.slices.ready()
 	var changed []netip.Addr

@@ -56,24 +56,13 @@ func (w sliceWatch) slicesOf(key string) []*discoveryv1.EndpointSlice {
 	return slicesOf(w.idx, key)
 }
 
-// watchSlices starts or stops the watch of every EndpointSlice for
-// whether an IP of a Local Service exists now.
-func (s *state) watchSlices() {
-	switch started, stopped := s.serving.watch(s.clk.Now()); {
-	case started:
-		s.log.Info("watching EndpointSlices: a Service with externalTrafficPolicy: Local has an IP", "ips", len(s.serving.local))
-	case stopped:
-		s.log.Info("stopped watching EndpointSlices: no Service with externalTrafficPolicy: Local has had an IP", "for", endpoints.WatchGrace)
-	}
-}
-
 // heldOnly is where the IP of a Local Service may live before the watch
 // has synced: where it is, with its lock's holder when that is another
 // node or this one has it bound; else nowhere. An empty cache would say no
 // node has an endpoint: the holder would give the IP up, or a node
 // without an endpoint would take it. An IP this node holds unbound (one
 // it just auto-assigned) is released rather than bound where no endpoint
-// may be; at a start, warmSlices judges those this node held before.
+// may be; at a start, serving.warm judges those this node held before.
 func (s *state) heldOnly(ip netip.Addr) lease.Only {
 	o := lease.Only{Restricted: true}
 	l := s.a.lock(lease.NameFor(ip))
@@ -85,21 +74,4 @@ func (s *state) heldOnly(ip netip.Addr) lease.Only {
 		o.Nodes = []string{h}
 	}
 	return o
-}
-
-// warmSlices starts the watch of every EndpointSlice before the first
-// pass when a Service has externalTrafficPolicy: Local, and waits until
-// it has synced or ctx ends: the IPs this node held before a restart are
-// judged before they are bound again, not pinned to it unjudged
-// (heldOnly). If no such Service turns out to have an IP, the watch stops
-// after its grace.
-func (s *state) warmSlices(ctx context.Context) {
-	for _, svc := range s.a.allServices() {
-		if svc.Local {
-			synced := s.serving.warm(s.clk.Now())
-			s.log.Info("watching EndpointSlices: a Service has externalTrafficPolicy: Local")
-			cache.WaitForCacheSync(ctx.Done(), synced)
-			return
-		}
-	}
 }

@@ -114,13 +114,13 @@ func TestLoopLocalIPsWaitForTheWatchToSync(t *testing.T) {
 // EndpointSlice before its first pass; with none, it does not.
 func TestLoopWarmsTheSliceWatchAtAStartWithALocalService(t *testing.T) {
 	w := loneNodeWithIP(t)
-	w.s.warmSlices(context.Background())
+	w.s.serving.warm(context.Background(), w.a.allServices(), w.clk.Now())
 	running, n := w.slicesWatched()
 	assert.Assert(t, !running && n == 0)
 
 	w = newWorld(t, "node-a", defaultTestConfig())
 	w.addLocalService("web", testIP(0))
-	w.s.warmSlices(context.Background())
+	w.s.serving.warm(context.Background(), w.a.allServices(), w.clk.Now())
 	running, n = w.slicesWatched()
 	assert.Assert(t, running && n == 1)
 	w.pass()

@@ -106,7 +106,7 @@ func newState(a *Agent) *state {
 		succ:      successions{succeeding: map[netip.Addr]succession{}, held: map[netip.Addr]bool{}},
 		routes:    routing{router: a.opt.Router, nodes: a.nodes, node: a.opt.Node, log: a.log, recorder: a.recorder, metrics: a.opt.Metrics},
 		lan:       newLANState(a.opt.Node, a.clk, a.log, watch, nodeAddrs{a.nodes}),
-		serving:   newServing(a.watchSlices),
+		serving:   newServing(a.watchSlices, a.log),
 		renewReq:  make(chan renewal, 1),
 		renewRes:  make(chan renewResult, 1),
 		hb:        &heartbeater{a: a},
@@ -143,7 +143,7 @@ func (s *state) run(ctx context.Context, stop chan struct{}) error {
 	interval := s.desired.cfg.RenewInterval
 	timer := s.clk.NewTimer(time.Hour)
 	in := s.newInputs(ctx, ticker.C(), timer.C())
-	s.warmSlices(ctx)
+	s.serving.warm(ctx, s.a.allServices(), s.clk.Now())
 	s.reconcile()
 	s.resync(true)
 	s.requestRenew()
