@@ -372,6 +372,10 @@ hostnameOverride: %[2]s
 clusterCIDR: %[3]s
 healthzBindAddress: 127.0.0.1:10256
 metricsBindAddress: 127.0.0.1:10249
+# Every local address, as in iptables mode by default (nftables mode's
+# default is the node's primary addresses): NodePorts then open on
+# external IPs too, unless eip's port filter closes them.
+nodePortAddresses: ["0.0.0.0/0", "::/0"]
 # nf_conntrack_max and the conntrack timeouts are the host's, not the
 # namespace's: leave them alone.
 conntrack:
