@@ -34,7 +34,7 @@ import (
 // the resourceVersion it was read at. The holder binds the address as soon
 // as its cache shows the status. A reservation nobody wants any more (the
 // status write lost a race, the Service went away or asks for something
-// else) is an orphan lock and is deleted as such; reservationSpared keeps
+// else) is an orphan lock and is deleted as such; allocator.spared keeps
 // the orphan rule off reservations still wanted.
 
 // allocator is the allocation state and its rules; only the owner loop

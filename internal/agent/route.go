@@ -70,7 +70,6 @@ type sessionSeen struct {
 // number; asn is this node's, for the message), and counts them.
 func (r *routing) observe(now time.Time, asn uint32) {
 	sessions := r.router.Sessions()
-	event := r.sessionEvent
 	out := make([]lease.BGPSession, 0, len(sessions))
 	seen := make(map[netip.Addr]sessionSeen, len(sessions))
 	for _, sess := range sessions {
@@ -86,16 +85,16 @@ func (r *routing) observe(now time.Time, asn uint32) {
 		case sess.Up():
 			next.downSince, next.warned = time.Time{}, false
 			if !was.up {
-				event(sess, corev1.EventTypeNormal, "BGPSessionUp", "established")
+				r.sessionEvent(sess, corev1.EventTypeNormal, "BGPSessionUp", "established")
 			}
 		case was.up:
 			next.downSince, next.warned = now, true
-			event(sess, corev1.EventTypeWarning, "BGPSessionDown", "went down ("+sess.State+"): this node's routes no longer reach that router")
+			r.sessionEvent(sess, corev1.EventTypeWarning, "BGPSessionDown", "went down ("+sess.State+"): this node's routes no longer reach that router")
 		case !known:
 			next.downSince = now
 		case !was.warned && now.Sub(was.downSince) >= sessionDownGrace:
 			next.warned = true
-			event(sess, corev1.EventTypeWarning, "BGPSessionDown", fmt.Sprintf("not established after %s (%s): check the peer's address and port, its AS number and this node's (bgp-asn %d), the password, and that the router accepts this node",
+			r.sessionEvent(sess, corev1.EventTypeWarning, "BGPSessionDown", fmt.Sprintf("not established after %s (%s): check the peer's address and port, its AS number and this node's (bgp-asn %d), the password, and that the router accepts this node",
 				sessionDownGrace, sess.State, asn))
 		}
 		seen[sess.Peer] = next
