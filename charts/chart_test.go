@@ -159,7 +159,7 @@ func TestChartAdmission(t *testing.T) {
 	chart = objects(t, helm(t, "template", "eip", "charts/eip", "--set", "namespace.name=edge-ips",
 		"--set", "admission.externalIPs=off", "--set-string", "admission.externalIPNamespaces=team-a\\,team-b", "--set", "admission.cidrs=192.0.2.0/28"))
 	params := chart["ConfigMap edge-ips/eip-admission"]["data"]
-	assert.DeepEqual(t, params, map[string]any{"external-ips": "off", "external-ip-namespaces": "team-a,team-b", "cidrs": "192.0.2.0/28"})
+	assert.DeepEqual(t, params, map[string]any{"external-ips": "off", "external-ip-namespaces": "team-a,team-b", "cidrs": "192.0.2.0/28", "max-external-ips": "64"})
 	b, err := yaml.Marshal(chart["ValidatingAdmissionPolicy <nil>/eip-status"])
 	assert.NilError(t, err)
 	assert.Check(t, is.Contains(string(b), "system:serviceaccount:edge-ips:eip"))

@@ -237,6 +237,8 @@ var sampleValues = map[string]struct {
 	"config.announce-interval":       {value: "5m"},
 	"config.external-ips":            {value: "off"},
 	"config.port-filter":             {value: "off"},
+	"config.max-ips-per-service":     {value: "8"},
+	"config.max-ips-per-namespace":   {value: "500"},
 	"config.load-balancer-class":     {value: "only"},
 	"config.preferred-nodes":         {value: "node-a"},
 	"config.ranges":                  {value: "192.0.2.240/28 auto-assign"},
@@ -265,6 +267,7 @@ var sampleValues = map[string]struct {
 	"admission.externalIPs":          {value: "off"},
 	"admission.externalIPNamespaces": {value: "team-a"},
 	"admission.cidrs":                {value: "192.0.2.0/28"},
+	"admission.maxExternalIPs":       {value: "8"},
 }
 
 // valuesFile writes values, keyed by dotted path, as a values file.

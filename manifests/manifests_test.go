@@ -379,7 +379,7 @@ func TestAdmissionManifests(t *testing.T) {
 	objs := decodeAll(t, "admission")
 	params := one[*corev1.ConfigMap](t, objs)
 	assert.Check(t, is.Equal(params.Namespace, namespace))
-	assert.Check(t, is.DeepEqual(slices.Sorted(maps.Keys(params.Data)), []string{"cidrs", "external-ip-namespaces", "external-ips"}))
+	assert.Check(t, is.DeepEqual(slices.Sorted(maps.Keys(params.Data)), []string{"cidrs", "external-ip-namespaces", "external-ips", "max-external-ips"}))
 	policies := only[*admissionv1.ValidatingAdmissionPolicy](t, objs)
 	bindings := only[*admissionv1.ValidatingAdmissionPolicyBinding](t, objs)
 	assert.Equal(t, len(policies), 2)

@@ -215,6 +215,8 @@ type Config struct {
 	// PortFilter says whether eipd filters traffic to its addresses down
 	// to their Services' ports (netif.PortFilter).
 	PortFilter bool
+	// Caps bound the addresses Services may name.
+	Caps Caps
 	// LoadBalancerClass says whether LoadBalancer Services without a
 	// spec.loadBalancerClass are eip's. It does not touch spec.externalIPs,
 	// which have no class: ExternalIPs decides for them.
@@ -247,12 +249,31 @@ func Default() Config {
 		LivenessPort:  DefaultLivenessPort,
 		ExternalIPs:   true,
 		PortFilter:    true,
+		Caps:          Caps{PerService: DefaultMaxIPsPerService},
 
 		LoadBalancerClass: ClassAny,
 
 		HeartbeatWrites: DefaultHeartbeatWrites,
 	}
 }
+
+// Caps bound how many addresses Services may name, 0 meaning no bound:
+// every eipd keeps a lock, and binds, each address a Service names, so
+// whoever may create Services could otherwise make every node hold tens of
+// thousands. Package ipset applies them, older Services first.
+type Caps struct {
+	// PerService is how many addresses one Service may name
+	// (max-ips-per-service), counted in the order the Service names them.
+	PerService int
+	// PerNamespace is how many the Services of one namespace may name
+	// together (max-ips-per-namespace).
+	PerNamespace int
+}
+
+// DefaultMaxIPsPerService is the default of Caps.PerService: far more
+// than a Service needs (one address a family, a few more for
+// spec.externalIPs), far fewer than a tenant could ask for.
+const DefaultMaxIPsPerService = 64
 
 // DefaultHeartbeatWrites is the default of HeartbeatWrites. Every eipd
 // receives every heartbeat write through its watch, so the watch events the
@@ -351,7 +372,7 @@ func (c Config) Equal(o Config) bool {
 		c.LeaseDuration == o.LeaseDuration && c.RenewInterval == o.RenewInterval &&
 		c.APILoss == o.APILoss && c.FenceAfter == o.FenceAfter && c.LivenessPort == o.LivenessPort && c.HeartbeatWrites == o.HeartbeatWrites &&
 		c.AnnounceInterval == o.AnnounceInterval &&
-		c.ExternalIPs == o.ExternalIPs && c.PortFilter == o.PortFilter && c.LoadBalancerClass == o.LoadBalancerClass && slices.Equal(c.PreferredNodes, o.PreferredNodes) &&
+		c.ExternalIPs == o.ExternalIPs && c.PortFilter == o.PortFilter && c.Caps == o.Caps && c.LoadBalancerClass == o.LoadBalancerClass && slices.Equal(c.PreferredNodes, o.PreferredNodes) &&
 		slices.EqualFunc(c.Ranges, o.Ranges, Range.sameEffect) && c.BGP.Equal(o.BGP)
 }
 

@@ -31,6 +31,8 @@ const (
 	keyPreferredNodes = "preferred-nodes"
 	keyExternalIPs    = "external-ips"
 	keyPortFilter     = "port-filter"
+	keyPerService     = "max-ips-per-service"
+	keyPerNamespace   = "max-ips-per-namespace"
 	keyClass          = "load-balancer-class"
 	keyRanges         = "ranges"
 )
@@ -71,6 +73,8 @@ func Reference() []Key {
 		{keyAnnounceEvery, "off"},
 		{keyExternalIPs, "on"},
 		{keyPortFilter, "on"},
+		{keyPerService, strconv.Itoa(DefaultMaxIPsPerService)},
+		{keyPerNamespace, "off"},
 		{keyClass, string(ClassAny)},
 		{keyPreferredNodes, ""},
 		{keyRanges, ""},
@@ -185,6 +189,18 @@ func Parse(data map[string]string) (Config, error) {
 			c.PortFilter = on
 		} else {
 			bad(keyPortFilter, v, errors.New(`is not a switch: use "on" (an external IP opens only its Services' ports) or "off" (every port of the node)`))
+		}
+	}
+	for _, k := range [...]struct {
+		name string
+		cap  *int
+	}{{keyPerService, &c.Caps.PerService}, {keyPerNamespace, &c.Caps.PerNamespace}} {
+		if v, ok := value(k.name); ok {
+			if n, err := parseCap(v); err != nil {
+				bad(k.name, v, err)
+			} else {
+				*k.cap = n
+			}
 		}
 	}
 	if v, ok := value(keyClass); ok {

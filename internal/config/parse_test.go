@@ -315,7 +315,7 @@ func TestKeys(t *testing.T) {
 	c, err := config.Parse(data)
 	assert.NilError(t, err)
 	assert.Equal(t, len(c.Warnings), 0, fmt.Sprint(c.Warnings))
-	assert.Equal(t, len(config.Keys()), 20)
+	assert.Equal(t, len(config.Keys()), 22)
 }
 
 func TestReferenceDefaultsAreTheParsers(t *testing.T) {
@@ -334,4 +334,18 @@ func TestReferenceDefaultsAreTheParsers(t *testing.T) {
 	c, err := config.Parse(map[string]string{"lease-duration": "3s"})
 	assert.NilError(t, err)
 	assert.Check(t, !c.Equal(config.Default()))
+}
+
+// The caps of addresses read as counts, "off" as none, and default to 64
+// addresses a Service and none a namespace.
+func TestParseCaps(t *testing.T) {
+	c, err := config.Parse(nil)
+	assert.NilError(t, err)
+	assert.Equal(t, c.Caps, config.Caps{PerService: 64})
+	c, err = config.Parse(map[string]string{"max-ips-per-service": "off", "max-ips-per-namespace": " 500"})
+	assert.NilError(t, err)
+	assert.Equal(t, c.Caps, config.Caps{PerNamespace: 500})
+	c, err = config.Parse(map[string]string{"max-ips-per-service": "0000008"})
+	assert.NilError(t, err)
+	assert.Equal(t, c.Caps, config.Caps{PerService: 8})
 }

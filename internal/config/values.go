@@ -143,3 +143,20 @@ func didYouMean(word string, candidates []string) string {
 	}
 	return ""
 }
+
+// MaxCap is the highest cap of addresses max-ips-per-service and
+// max-ips-per-namespace take.
+const MaxCap = 1_000_000
+
+// parseCap reads a cap of addresses: a count from 1 to MaxCap, or "off"
+// (0: no cap).
+func parseCap(v string) (int, error) {
+	if v == "off" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || len(v) > 7 || strings.Trim(v, "0123456789") != "" || n < 1 || n > MaxCap {
+		return 0, fmt.Errorf(`is not a number of addresses: use a count from 1 to %d, or "off"`, MaxCap)
+	}
+	return n, nil
+}

@@ -229,7 +229,8 @@ func EachIP(svc *Service, add func(Claim)) {
 // EachIP gives them; about n IPs are expected.
 //
 // A claim is refused when its text is not an address, when external-ips is
-// off and it comes from spec.externalIPs, when Judge refuses its address,
+// off and it comes from spec.externalIPs, when it is beyond its Service's
+// or namespace's cap (config.Caps, see capped), when Judge refuses its address,
 // and when the address's range is not for the Service's namespace. Of the
 // claims left for one address, the Service that incumbents says its lock
 // records owns it, and when that Service is not among them the oldest
@@ -294,7 +295,7 @@ func ComputeFrom(n int, each func(add func(Claim)), cfg config.Config, reserved 
 			others = append(others, pending{i, c})
 		}
 	}
-	each(add)
+	capped(each, cfg, reject)(add)
 
 	var prefs []pending // the claims let in that state a preference
 	for i, o := range owners {

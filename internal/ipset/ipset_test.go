@@ -689,6 +689,54 @@ func TestComputeIncumbent(t *testing.T) {
 	}
 }
 
+// The caps refuse the addresses a Service names beyond its own, in the
+// order it names them, and those the Services of a namespace name beyond
+// the namespace's, older Services first, whatever the order the Services
+// are read in; text that is not an address and another load balancer's
+// addresses count against neither.
+func TestComputeCaps(t *testing.T) {
+	cfg := mustParse(t, map[string]string{"ranges": "198.18.0.0/24", "load-balancer-class": "only",
+		"max-ips-per-service": "2", "max-ips-per-namespace": "3"})
+	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	services := []*corev1.Service{
+		service("a/young", externalIPs("198.18.0.20", "198.18.0.21"), created(t0.Add(time.Hour))),
+		service("a/many", externalIPs("198.18.0.12", "198.18.0.11", "not an IP", "198.18.0.10"), loadBalancer("", "198.18.0.13"), created(t0)),
+		service("a/old", externalIPs("198.18.0.30"), created(t0.Add(time.Minute))),
+		service("b/other", externalIPs("198.18.0.40", "198.18.0.41"), created(t0.Add(time.Hour))),
+	}
+	const perService = "the Service names more than 2 addresses (max-ips-per-service in the ConfigMap)"
+	const perNamespace = "the Services of namespace a name more than 3 addresses (max-ips-per-namespace in the ConfigMap); older Services' go first"
+	wantEntries := []string{"198.18.0.11", "198.18.0.12", "198.18.0.30", "198.18.0.40", "198.18.0.41"}
+	wantRejections := []ipset.Rejection{
+		{Service: "a/many", IP: "198.18.0.10", Reason: perService},
+		{Service: "a/many", IP: "not an IP", Reason: "not a valid IP address"},
+		{Service: "a/young", IP: "198.18.0.20", Reason: perNamespace},
+		{Service: "a/young", IP: "198.18.0.21", Reason: perNamespace},
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 10 {
+		rng.Shuffle(len(services), func(i, j int) { services[i], services[j] = services[j], services[i] })
+		entries, rejections := compute(services, cfg, nil)
+		var got []string
+		for _, e := range entries {
+			got = append(got, e.IP.String())
+		}
+		assert.DeepEqual(t, got, wantEntries)
+		assert.DeepEqual(t, rejections, wantRejections)
+	}
+
+	// Under load-balancer-class any, a/many's class-less address is eip's
+	// and counts; without a namespace cap, a/young keeps its two.
+	cfg = mustParse(t, map[string]string{"ranges": "198.18.0.0/24", "max-ips-per-service": "2"})
+	entries, rejections := compute(services, cfg, nil)
+	assert.Equal(t, len(entries), 7)
+	assert.DeepEqual(t, rejections, []ipset.Rejection{
+		{Service: "a/many", IP: "198.18.0.10", Reason: perService},
+		{Service: "a/many", IP: "198.18.0.13", Reason: perService},
+		{Service: "a/many", IP: "not an IP", Reason: "not a valid IP address"},
+	})
+}
+
 // eip.io/preferred-nodes is read only from the namespace that owns the
 // address, and only when it lists node names.
 func TestComputePreferredNodes(t *testing.T) {

@@ -125,7 +125,7 @@ func TestAdmissionPolicy(t *testing.T) {
 	e.tenant(tenantA)
 	e.tenant(tenantB)
 	e.grantServices(tenantUser, tenantA, tenantB)
-	e.admission(map[string]string{"external-ips": "on", "external-ip-namespaces": tenantA, "cidrs": "198.18.100.0/22, 2001:db8::100:0/112"})
+	e.admission(map[string]string{"external-ips": "on", "external-ip-namespaces": tenantA, "cidrs": "198.18.100.0/22, 2001:db8::100:0/112", "max-external-ips": "2"})
 	tenant := e.impersonating(tenantUser)
 	create := func(svc *corev1.Service, dryRun bool) error {
 		opts := metav1.CreateOptions{}
@@ -150,6 +150,8 @@ func TestAdmissionPolicy(t *testing.T) {
 	assert.NilError(t, create(tenantService(tenantA, "web", []string{testenv.ServiceIP(190).String(), "2001:db8::100:90"}), false))
 	refused(t, create(tenantService(tenantA, "gateway", []string{"198.18.0.1", testenv.ServiceIP(191).String()}), false),
 		"spec.externalIPs 198.18.0.1: outside the addresses eip serves")
+	refused(t, create(tenantService(tenantA, "many", []string{testenv.ServiceIP(191).String(), testenv.ServiceIP(192).String(), testenv.ServiceIP(193).String()}), false),
+		"spec.externalIPs names 3 addresses: at most 2 (eip-admission max-external-ips)")
 	refused(t, create(tenantService(tenantA, "picky", nil, annotated(ipset.AnnotationPreferredNodes, "node-1,Node_X")), false),
 		"annotation eip.io/preferred-nodes must list node names")
 	assert.NilError(t, create(tenantService(tenantA, "placed", nil, annotated(ipset.AnnotationPreferredNodes, "node-1, node-2")), false))

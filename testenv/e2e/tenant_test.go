@@ -231,6 +231,41 @@ func httpGet(c *http.Client, url string) (string, error) {
 	return string(b), err
 }
 
+// The caps of eip-config refuse, with an Event that names the cap, the
+// addresses a Service names beyond max-ips-per-service (the last it
+// names) and those a namespace's Services name beyond
+// max-ips-per-namespace (the youngest Service's), which are never bound,
+// while the others are served; another namespace is not counted.
+func TestCapsRefuseAddressesBeyondThem(t *testing.T) {
+	t.Parallel()
+	cfg := defaultConfig()
+	cfg["max-ips-per-service"], cfg["max-ips-per-namespace"] = "2", "3"
+	e := newEnv(t, cfg)
+	e.tenant(tenantA)
+	e.tenant(tenantB)
+	ip := func(i int) netip.Addr { return testenv.ServiceIP(185 + i) }
+	created := time.Now()
+	e.serviceIn(tenantA, "many", []netip.Addr{ip(0), ip(1), ip(2)})
+	e.served(ip(0))
+	e.served(ip(1))
+	many, err := e.k.CoreV1().Services(tenantA).Get(e.ctx, "many", metav1.GetOptions{})
+	e.must(err)
+	// A creationTimestamp has whole seconds: more is created in a later one.
+	e.eventually("a second after many was created", func() (bool, string) {
+		return time.Now().After(many.CreationTimestamp.Add(time.Second)), many.CreationTimestamp.String()
+	})
+	e.serviceIn(tenantA, "more", []netip.Addr{ip(3), ip(4)})
+	e.serviceIn(tenantB, "other", []netip.Addr{ip(5), ip(6)})
+	e.served(ip(3))
+	e.served(ip(5))
+	e.served(ip(6))
+	msg := e.warningSince("Service", tenantA+"/many", "AddressRejected", created, ip(2).String()+" ", "more than 2 addresses (max-ips-per-service")
+	t.Logf("%s: %s", ip(2), msg)
+	msg = e.warningSince("Service", tenantA+"/more", "AddressRejected", created, ip(4).String()+" ", "namespace "+tenantA+" name more than 3 addresses (max-ips-per-namespace")
+	t.Logf("%s: %s", ip(4), msg)
+	e.neverBound(tenantA+"/many and more", []netip.Addr{ip(2), ip(4)})
+}
+
 // A range kept for some namespaces (namespaces=) serves no other: another
 // namespace's Service naming one of its addresses is refused with an Event
 // that says why, and the address is never bound.
