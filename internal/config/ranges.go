@@ -1,8 +1,10 @@
 package config
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -95,6 +97,9 @@ func parseRange(line string, c Config) (Range, error) {
 	}
 	if what := specialOverlap(r.First, r.Last); what != "" {
 		return Range{}, fmt.Errorf("includes %s: a range may only hold addresses a node can answer for on the LAN", what)
+	}
+	if !spanAtMost(r.First, r.Last, MaxRangeBits) {
+		return Range{}, fmt.Errorf("holds more than %d addresses (an IPv4 /%d, an IPv6 /%d): write only the addresses eip may serve", 1<<MaxRangeBits, 32-MaxRangeBits, 128-MaxRangeBits)
 	}
 
 	r.Iface = c.Iface
@@ -270,4 +275,18 @@ func parseAddr(s string) (netip.Addr, error) {
 		return netip.Addr{}, fmt.Errorf("%s is an IPv4-mapped IPv6 address: write %s", s, a.Unmap())
 	}
 	return a, nil
+}
+
+// MaxRangeBits bounds a range to 2^MaxRangeBits addresses, an IPv4 /8 or
+// an IPv6 /104: far more than one LAN serves, and a typo such as a /64
+// for a /120 is refused rather than opened to every tenant.
+const MaxRangeBits = 24
+
+// spanAtMost says whether first..last, of one family with first not after
+// last, holds at most 2^n addresses.
+func spanAtMost(first, last netip.Addr, n int) bool {
+	a, b := first.As16(), last.As16()
+	lo, borrow := bits.Sub64(binary.BigEndian.Uint64(b[8:]), binary.BigEndian.Uint64(a[8:]), 0)
+	hi, _ := bits.Sub64(binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(a[:8]), borrow)
+	return hi == 0 && lo < 1<<n
 }

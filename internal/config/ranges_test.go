@@ -113,11 +113,11 @@ func TestParseRanges(t *testing.T) {
 		},
 		{
 			name: "huge ranges are fine",
-			text: "10.0.0.0/8\n2001:db8::/32 auto-assign",
+			text: "10.0.0.0/8\n2001:db8::/104 auto-assign",
 			want: []config.Range{
 				{Text: "10.0.0.0/8", Line: 1, First: a("10.0.0.0"), Last: a("10.255.255.255"), Prefix: pf("10.0.0.0/8"), Bits: 32, Iface: "auto"},
-				{Text: "2001:db8::/32 auto-assign", Line: 2, First: a("2001:db8::"), Last: a("2001:db8:ffff:ffff:ffff:ffff:ffff:ffff"),
-					Prefix: pf("2001:db8::/32"), Bits: 128, Iface: "auto", AutoAssign: true},
+				{Text: "2001:db8::/104 auto-assign", Line: 2, First: a("2001:db8::"), Last: a("2001:db8::ff:ffff"),
+					Prefix: pf("2001:db8::/104"), Bits: 128, Iface: "auto", AutoAssign: true},
 			},
 		},
 
@@ -156,8 +156,8 @@ func TestParseRanges(t *testing.T) {
 		{name: "bad name", text: "198.18.0.0/24 name=Pool_A", errors: []string{`name "Pool_A" is not a valid name: a lowercase RFC 1123 label`}},
 		{name: "empty name", text: "198.18.0.0/24 name=", errors: []string{`name "" is not a valid name`}},
 		{name: "bad netmask", text: "198.18.0.0/24 netmask=4", errors: []string{`netmask "4" is out of range: use a prefix length from 8 to 32`}},
-		{name: "dotted netmask on v6", text: "2001:db8::/64 netmask=255.255.255.0", errors: []string{`netmask "255.255.255.0" is not a netmask: use a prefix length from 1 to 128`}},
-		{name: "bad netmask v6", text: "2001:db8::/64 netmask=129", errors: []string{`netmask "129" is out of range`}},
+		{name: "dotted netmask on v6", text: "2001:db8::/120 netmask=255.255.255.0", errors: []string{`netmask "255.255.255.0" is not a netmask: use a prefix length from 1 to 128`}},
+		{name: "bad netmask v6", text: "2001:db8::/120 netmask=129", errors: []string{`netmask "129" is out of range`}},
 		{name: "bad iface", text: "198.18.0.0/24 iface=averyveryverylongname", errors: []string{`iface "averyveryverylongname" is longer than 15 bytes`}},
 		{name: "bad auto-assign", text: "198.18.0.0/24 auto-assign=yes", errors: []string{`auto-assign "yes" is not a boolean: use true or false`}},
 		{name: "namespaces empty", text: "198.18.0.0/24 namespaces=",

@@ -365,7 +365,7 @@ func BenchmarkCompute(b *testing.B) {
 		198.18.96.0/19 name=bench
 		198.18.128.0/22 iface=eth1
 		198.19.0.0-198.19.0.255
-		2001:db8:100::/48 name=bench6
+		2001:db8:100::/104 name=bench6
 		2001:db8:200::/120
 	`})
 	reserved := map[netip.Addr]string{
