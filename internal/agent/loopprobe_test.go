@@ -103,9 +103,12 @@ func takingOver(t *testing.T) (*world, netip.Addr) {
 	return takingOverAll(t, ip), ip
 }
 
-// takingOverAll is takingOver for each of ips, one Service's.
+// takingOverAll is takingOver for each of ips, one Service's: as many as
+// the test needs, past the default cap of addresses per Service.
 func takingOverAll(t testing.TB, ips ...netip.Addr) *world {
-	w := newWorld(t, "node-a", defaultTestConfig())
+	cfg := defaultTestConfig()
+	cfg["max-ips-per-service"] = "off"
+	w := newWorld(t, "node-a", cfg)
 	w.a.opt.ProbeWait = 60 * time.Millisecond
 	w.addNode("node-b")
 	w.heartbeat("node-b", true)
