@@ -236,8 +236,8 @@ func run(o options) error {
 			log.Error("the owner loop has made no progress; exiting so that this node's addresses go with eipd and peers take its IPs over", "since", quiet)
 			os.Exit(3)
 		},
-		Claims: func(ctx context.Context, iface string, want func(netip.Addr) bool, out chan<- netif.Claim) error {
-			return netif.WatchClaims(ctx, log, iface, want, out)
+		Claims: func(ctx context.Context, iface string, want func(netip.Addr) bool, out chan<- netif.Claim, backlog *netif.Backlog) error {
+			return netif.WatchClaims(ctx, log, iface, want, out, backlog)
 		},
 		AddrEvents: addrEvents, LinkEvents: linkEvents, APIServer: apiServer, ProbeWait: probeWait, WirePace: wire.DefaultPace,
 		KubeProxy: endpoints.NewKubeProxy(clk),

@@ -30,6 +30,7 @@ type binder struct {
 	ownRemovals map[netip.Addr]int
 	linkDown    map[string]bool
 	claimWatch  map[string]context.CancelFunc
+	backlogs    []*netif.Backlog // one per claim watch
 	claimed     *claimedSet
 	autoIface   map[netip.Addr]string // "auto" resolved, see ifaceFor
 	arpAnswers  map[string]bool       // per LAN interface, see placeOnDevice
@@ -195,13 +196,30 @@ func (b *binder) watchClaimsOn(iface string) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	b.claimWatch[iface] = cancel
+	backlog := new(netif.Backlog)
+	b.backlogs = append(b.backlogs, backlog)
 	// The watch reads nothing of b: the loop's goroutine owns it.
 	watch, has, claims, log := b.watchClaims, b.claimed.has, b.claims, b.log
 	go func() {
-		if err := watch(ctx, iface, has, claims); err != nil && ctx.Err() == nil {
+		if err := watch(ctx, iface, has, claims, backlog); err != nil && ctx.Err() == nil {
 			log.Error("watching announcements failed", "iface", iface, "err", err)
 		}
 	}()
+}
+
+// unheard says whether claims may wait that the loop has not read: in its
+// queue, or in a watch that fell behind. Silence is no answer until none
+// do: a frame received before now may still be on its way.
+func (b *binder) unheard() bool {
+	if len(b.claims) > 0 {
+		return true
+	}
+	for _, bl := range b.backlogs {
+		if bl.Unread() {
+			return true
+		}
+	}
+	return false
 }
 
 // ownMACs is lease.FormatMACs of this node's interfaces, listed again

@@ -244,6 +244,10 @@ func (s *state) probed(ip netip.Addr, iface string) (ok bool, next time.Time) {
 	if done := p.done(wait); now.Before(done) {
 		return false, done
 	}
+	// An answer received in time may not have been read yet.
+	if s.binder.unheard() {
+		return false, now.Add(recheckWait)
+	}
 	return s.probeDone(ip, iface), time.Time{}
 }
 

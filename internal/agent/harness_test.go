@@ -211,7 +211,7 @@ func newWorld(t testing.TB, self string, cfg map[string]string) *world {
 		Node: self, Namespace: testNS, ConfigMap: testCM,
 		Client: clientset.Adapt(fake.NewClientset()), Leases: w, Addresser: w, Links: w, Devices: w, Announcer: w, PortFilter: &w.filter,
 		Hung: func(quiet time.Duration) { w.hung = quiet },
-		Claims: func(ctx context.Context, _ string, _ func(netip.Addr) bool, _ chan<- netif.Claim) error {
+		Claims: func(ctx context.Context, _ string, _ func(netip.Addr) bool, _ chan<- netif.Claim, _ *netif.Backlog) error {
 			<-ctx.Done()
 			return nil
 		},

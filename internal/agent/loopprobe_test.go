@@ -162,6 +162,31 @@ func TestLoopTakeoverProbesUntilTheDeadHolderStopsAnswering(t *testing.T) {
 	assert.Equal(t, len(w.s.conflicts.claimed), 0, "an eip node's announcement is not a stranger's claim")
 }
 
+// Silence is no answer while a claim waits unread: when the recheck's wait
+// ends with the dead holder's answer still queued for the loop (its claim
+// watch fell behind), the takeover does not bind; once the answer is read
+// it probes again, and binds only when a probe truly goes unanswered.
+func TestLoopTakeoverWaitsForClaimsUnread(t *testing.T) {
+	w, ip := takingOver(t)
+	w.s.claim(netif.Claim{Iface: testIface, IP: ip, MAC: peerMAC("node-b")})
+	w.pass()
+	assert.DeepEqual(t, w.take(), []string{"update eip-198-18-100-1 holder=node-a"})
+	w.step(10 * time.Millisecond)
+	w.pass()
+	assert.DeepEqual(t, w.take(), []string{"probe 198.18.100.1"})
+	w.step(60 * time.Millisecond) // the first probe wait and the recheck's are over
+	w.s.binder.claims <- netif.Claim{Iface: testIface, IP: ip, MAC: peerMAC("node-b")}
+	w.pass()
+	assert.DeepEqual(t, w.take(), []string(nil)) // not bound: an answer waits unread
+	w.s.claim(<-w.s.binder.claims)
+	w.step(recheckEvery)
+	w.pass()
+	assert.DeepEqual(t, w.take(), []string{"probe 198.18.100.1"})
+	w.step(recheckWait)
+	w.pass()
+	assert.DeepEqual(t, w.take(), []string{"bind 198.18.100.1"})
+}
+
 // Another node's frames for an address this node neither probes nor holds
 // (its announcements and probes of the IPs it acquires) change nothing
 // here: they ask for no pass and leave the IP undecided, while one for an

@@ -73,5 +73,6 @@ type LeaseWriter interface {
 }
 
 // ClaimWatcher reports other machines announcing addresses on iface
-// (netif.WatchClaims), those want accepts; it blocks until ctx ends.
-type ClaimWatcher func(ctx context.Context, iface string, want func(netip.Addr) bool, out chan<- netif.Claim) error
+// (netif.WatchClaims), those want accepts, and keeps backlog telling
+// whether it holds frames not yet reported; it blocks until ctx ends.
+type ClaimWatcher func(ctx context.Context, iface string, want func(netip.Addr) bool, out chan<- netif.Claim, backlog *netif.Backlog) error

@@ -38,6 +38,8 @@ type wireChecks struct {
 	// askedAt when it was seen, done the last one answered.
 	request, done string
 	askedAt       time.Time
+	// deferred: judging waits, for claims not yet read, until then.
+	deferred time.Time
 	// reports caches the successors' reports by their text.
 	reports map[string]parsedReport
 	// unheard: IPs this node holds that its successor hears no answer
@@ -119,7 +121,7 @@ func (w *wireChecks) next() time.Time {
 	if r := t.Sub(t.Truncate(wireSlot)); r > 0 {
 		t = t.Add(wireSlot - r)
 	}
-	return t
+	return later(t, w.deferred)
 }
 
 // ask takes a check request read from this node's heartbeat.
@@ -260,8 +262,10 @@ func (s *state) checkWire(now time.Time) {
 		s.a.opt.Metrics.WireCheck()
 	}
 	// Claims the loop has not read yet may hold the answers: judge once
-	// they are in (the loop wakes for the checks again after reading them).
-	if len(s.binder.claims) > 0 {
+	// they are in (the loop wakes for the checks again after reading them,
+	// or at the next wire slot).
+	if s.binder.unheard() {
+		w.deferred = now.Add(wireSlot)
 		return
 	}
 	changed := w.sched.Finish(now, func(node string) []string {

@@ -19,8 +19,8 @@ func TestAskIsAnsweredAndClaimsNothingOfTheHolders(t *testing.T) {
 	n := newTestNet(t)
 	log := testLogger(t)
 	atA, atB := make(chan Claim, 64), make(chan Claim, 64)
-	n.goIn(t, n.a, func(ctx context.Context) error { return WatchClaims(ctx, log, vethIface, nil, atA) })
-	n.goIn(t, n.b, func(ctx context.Context) error { return WatchClaims(ctx, log, vethIface, nil, atB) })
+	n.goIn(t, n.a, func(ctx context.Context) error { return WatchClaims(ctx, log, vethIface, nil, atA, nil) })
+	n.goIn(t, n.b, func(ctx context.Context) error { return WatchClaims(ctx, log, vethIface, nil, atB, nil) })
 	var ann *Announcer
 	n.in(t, n.a, func() { ann = NewAnnouncer(log, clocktesting.NewFakeClock(time.Now()), nil) })
 	t.Cleanup(ann.Close)

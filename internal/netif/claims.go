@@ -47,8 +47,9 @@ type Claim struct {
 // wants every claim. It keeps watching
 // while the link is down and after it comes back up. It returns nil when ctx
 // ends, and an error if it cannot listen or the interface is deleted or
-// replaced.
-func WatchClaims(ctx context.Context, log *slog.Logger, iface string, want func(netip.Addr) bool, out chan<- Claim) error {
+// replaced. backlog, if not nil, says while the watch runs whether it has
+// frames not yet reported.
+func WatchClaims(ctx context.Context, log *slog.Logger, iface string, want func(netip.Addr) bool, out chan<- Claim, backlog *Backlog) error {
 	ifi, err := net.InterfaceByName(iface)
 	if err != nil {
 		return fmt.Errorf("watch claims on %s: %w", iface, err)
@@ -80,10 +81,12 @@ func WatchClaims(ctx context.Context, log *slog.Logger, iface string, want func(
 	}
 
 	own := ifi.HardwareAddr
-	frames, err := newFrameReader(conn)
+	frames, err := newFrameReader(conn, backlog)
 	if err != nil {
 		return fmt.Errorf("watch claims on %s: %w", iface, err)
 	}
+	backlog.attach(frames.rc)
+	defer backlog.detach()
 	linkDown := false
 	for {
 		n, err := frames.read()
@@ -147,18 +150,19 @@ const claimBatch = 32
 // frameReader reads the frames waiting on a packet socket with recvmmsg,
 // each into a buffer of claimSnapLen bytes.
 type frameReader struct {
-	rc   syscall.RawConn
-	bufs [][claimSnapLen]byte
-	iovs []unix.Iovec
-	msgs []mmsghdr
+	rc      syscall.RawConn
+	backlog *Backlog
+	bufs    [][claimSnapLen]byte
+	iovs    []unix.Iovec
+	msgs    []mmsghdr
 }
 
-func newFrameReader(c *packet.Conn) (*frameReader, error) {
+func newFrameReader(c *packet.Conn, backlog *Backlog) (*frameReader, error) {
 	rc, err := c.SyscallConn()
 	if err != nil {
 		return nil, err
 	}
-	r := &frameReader{rc: rc, bufs: make([][claimSnapLen]byte, claimBatch), iovs: make([]unix.Iovec, claimBatch), msgs: make([]mmsghdr, claimBatch)}
+	r := &frameReader{rc: rc, backlog: backlog, bufs: make([][claimSnapLen]byte, claimBatch), iovs: make([]unix.Iovec, claimBatch), msgs: make([]mmsghdr, claimBatch)}
 	for i := range r.msgs {
 		r.iovs[i].Base = &r.bufs[i][0]
 		r.iovs[i].SetLen(claimSnapLen)
@@ -175,6 +179,7 @@ func (r *frameReader) read() (int, error) {
 	var rerr error
 	err := r.rc.Read(func(fd uintptr) bool {
 		for {
+			r.backlog.setReading(true)
 			got, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&r.msgs[0])), uintptr(len(r.msgs)), unix.MSG_DONTWAIT, 0, 0)
 			switch errno {
 			case 0:
@@ -182,8 +187,10 @@ func (r *frameReader) read() (int, error) {
 				return true
 			case unix.EINTR:
 			case unix.EAGAIN:
+				r.backlog.setReading(false)
 				return false // wait until the socket is readable
 			default:
+				r.backlog.setReading(false)
 				rerr = os.NewSyscallError("recvmmsg", errno)
 				return true
 			}

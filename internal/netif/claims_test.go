@@ -17,7 +17,7 @@ func TestWatchClaimsReportsDroppedFrames(t *testing.T) {
 	n := newTestNet(t)
 	log := testLogger(t)
 	claims := make(chan Claim) // nobody reads it until the frames are sent
-	n.goIn(t, n.b, func(ctx context.Context) error { return WatchClaims(ctx, log, vethIface, nil, claims) })
+	n.goIn(t, n.b, func(ctx context.Context) error { return WatchClaims(ctx, log, vethIface, nil, claims, nil) })
 	var s *rawSender
 	n.in(t, n.a, func() { s = newRawSender(log) })
 	t.Cleanup(s.close)
@@ -46,4 +46,41 @@ func TestWatchClaimsReportsDroppedFrames(t *testing.T) {
 			t.Fatal("no report of dropped frames within 10s")
 		}
 	}
+}
+
+// A watch's backlog counts the frames it has not reported: while its
+// consumer reads nothing, frames wait (in the socket, or read and not yet
+// sent on) and Unread says so; once every claim is consumed and the
+// socket is empty, it says none. A backlog with no watch has none.
+func TestBacklogCountsWhatTheWatchHasNotReported(t *testing.T) {
+	var idle Backlog
+	assert.Assert(t, !idle.Unread())
+	assert.Assert(t, !(*Backlog)(nil).Unread())
+
+	n := newTestNet(t)
+	log := testLogger(t)
+	claims := make(chan Claim) // read only below
+	backlog := new(Backlog)
+	n.goIn(t, n.b, func(ctx context.Context) error { return WatchClaims(ctx, log, vethIface, nil, claims, backlog) })
+	var s *rawSender
+	n.in(t, n.a, func() { s = newRawSender(log) })
+	t.Cleanup(s.close)
+	first := netip.MustParseAddr("198.18.10.1")
+	awaitClaim(t, claims, first, func() error { _, err := s.send(vethIface, first); return err })
+
+	ips := []netip.Addr{netip.MustParseAddr("198.18.10.2"), netip.MustParseAddr("198.18.10.3")}
+	_, err := s.send(vethIface, ips...)
+	assert.NilError(t, err)
+	waitUntil(t, "the frames wait unreported", backlog.Unread)
+	seen := map[netip.Addr]bool{}
+	deadline := time.After(10 * time.Second)
+	for len(seen) < len(ips) || backlog.Unread() {
+		select {
+		case c := <-claims:
+			seen[c.IP] = true
+		case <-deadline:
+			t.Fatalf("saw %v, backlog %v", seen, backlog.Unread())
+		}
+	}
+	assert.Assert(t, seen[ips[0]] && seen[ips[1]], "%v", seen)
 }

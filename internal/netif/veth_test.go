@@ -349,7 +349,7 @@ func TestWatchClaimsOnVeth(t *testing.T) {
 	n := newTestNet(t)
 	claims := make(chan Claim, 64)
 	log := testLogger(t)
-	n.goIn(t, n.a, func(ctx context.Context) error { return WatchClaims(ctx, log, vethIface, nil, claims) })
+	n.goIn(t, n.a, func(ctx context.Context) error { return WatchClaims(ctx, log, vethIface, nil, claims, nil) })
 	clk := clocktesting.NewFakeClock(time.Now())
 	var annA, annB *Announcer
 	n.in(t, n.a, func() { annA = NewAnnouncer(log, clk, nil) })
@@ -419,7 +419,7 @@ func TestWatchClaimsEndsWhenLinkDeleted(t *testing.T) {
 	errs := make(chan error, 1)
 	log := testLogger(t)
 	n.goIn(t, n.a, func(ctx context.Context) error {
-		errs <- WatchClaims(ctx, log, "other0", nil, claims)
+		errs <- WatchClaims(ctx, log, "other0", nil, claims, nil)
 		return nil
 	})
 	// Its socket is open once it reports a claim from the other end.
@@ -444,7 +444,7 @@ func TestFirstAnnouncementLatency(t *testing.T) {
 	n := newTestNet(t)
 	claims := make(chan Claim, 256)
 	log := testLogger(t)
-	n.goIn(t, n.b, func(ctx context.Context) error { return WatchClaims(ctx, log, vethIface, nil, claims) })
+	n.goIn(t, n.b, func(ctx context.Context) error { return WatchClaims(ctx, log, vethIface, nil, claims, nil) })
 	var addrs *Addresses
 	var ann *Announcer
 	n.in(t, n.a, func() {
@@ -515,7 +515,7 @@ func TestProbeIsAnsweredByHolder(t *testing.T) {
 	n := newTestNet(t)
 	claims := make(chan Claim, 64)
 	log := testLogger(t)
-	n.goIn(t, n.a, func(ctx context.Context) error { return WatchClaims(ctx, log, vethIface, nil, claims) })
+	n.goIn(t, n.a, func(ctx context.Context) error { return WatchClaims(ctx, log, vethIface, nil, claims, nil) })
 	var ann *Announcer
 	n.in(t, n.a, func() { ann = NewAnnouncer(log, clocktesting.NewFakeClock(time.Now()), nil) })
 	t.Cleanup(ann.Close)
@@ -558,9 +558,9 @@ func TestBatchedAnnouncementsReachThePeer(t *testing.T) {
 	// The kernel's own IPv6 frames (a link-local address's duplicate
 	// detection) reach the watches too, whenever the links come up.
 	isEven := func(ip netip.Addr) bool { return ip.Is4() && ip.As4()[3]%2 == 0 }
-	n.goIn(t, n.b, func(ctx context.Context) error { return WatchClaims(ctx, log, vethIface, nil, theirs) })
-	n.goIn(t, n.b, func(ctx context.Context) error { return WatchClaims(ctx, log, vethIface, isEven, even) })
-	n.goIn(t, n.a, func(ctx context.Context) error { return WatchClaims(ctx, log, vethIface, nil, ours) })
+	n.goIn(t, n.b, func(ctx context.Context) error { return WatchClaims(ctx, log, vethIface, nil, theirs, nil) })
+	n.goIn(t, n.b, func(ctx context.Context) error { return WatchClaims(ctx, log, vethIface, isEven, even, nil) })
+	n.goIn(t, n.a, func(ctx context.Context) error { return WatchClaims(ctx, log, vethIface, nil, ours, nil) })
 	var s *rawSender
 	n.in(t, n.a, func() { s = newRawSender(log) })
 	t.Cleanup(s.close)
@@ -654,7 +654,7 @@ func TestFrameReaderTakesWhatWaits(t *testing.T) {
 		c, err := packet.Listen(ifi, packet.Raw, unix.ETH_P_ALL, &packet.Config{Filter: filter})
 		assert.NilError(t, err)
 		t.Cleanup(func() { c.Close() })
-		r, err = newFrameReader(c)
+		r, err = newFrameReader(c, nil)
 		assert.NilError(t, err)
 	})
 	ips := make([]netip.Addr, claimBatch/2)
@@ -684,7 +684,7 @@ func BenchmarkClaimWatch(b *testing.B) {
 	var tid atomic.Int64
 	n.goIn(b, n.b, func(ctx context.Context) error {
 		tid.Store(int64(unix.Gettid()))
-		return WatchClaims(ctx, slog.New(slog.DiscardHandler), vethIface, nil, claims)
+		return WatchClaims(ctx, slog.New(slog.DiscardHandler), vethIface, nil, claims, nil)
 	})
 	var s *rawSender
 	n.in(b, n.a, func() { s = newRawSender(slog.New(slog.DiscardHandler)) })
