@@ -172,7 +172,9 @@ func TestColdStartInterrupted(t *testing.T) {
 	t.Parallel()
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
 		t.Run(sig.String(), func(t *testing.T) {
-			e := newEnv(t, defaultConfig())
+			cfg := defaultConfig()
+			cfg["max-ips-per-service"] = "off" // one Service names all 150
+			e := newEnv(t, cfg)
 			for _, n := range e.nodes {
 				e.must(e.c.StopDaemon(n, syscall.SIGTERM))
 			}
