@@ -74,13 +74,23 @@ func TestBacklogCountsWhatTheWatchHasNotReported(t *testing.T) {
 	waitUntil(t, "the frames wait unreported", backlog.Unread)
 	seen := map[netip.Addr]bool{}
 	deadline := time.After(10 * time.Second)
-	for len(seen) < len(ips) || backlog.Unread() {
+	for !seen[ips[0]] || !seen[ips[1]] {
 		select {
 		case c := <-claims:
 			seen[c.IP] = true
 		case <-deadline:
-			t.Fatalf("saw %v, backlog %v", seen, backlog.Unread())
+			t.Fatalf("saw only %v", seen)
 		}
 	}
-	assert.Assert(t, seen[ips[0]] && seen[ips[1]], "%v", seen)
+	// Claims of other frames (the kernel's own IPv6) may follow: read
+	// them as the consumer would until nothing waits.
+	waitUntil(t, "the backlog read", func() bool {
+		for {
+			select {
+			case <-claims:
+			default:
+				return !backlog.Unread()
+			}
+		}
+	})
 }
