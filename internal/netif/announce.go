@@ -373,11 +373,10 @@ func newRawSender(log *slog.Logger) *rawSender {
 // parsed, cost more than the frames (seven per IP bound: probes and
 // announcements) at a cold start of thousands.
 func (s *rawSender) linkOf(iface string) (int, net.HardwareAddr, error) {
-	var req ifreq
-	if len(iface) >= len(req.name) {
-		return 0, nil, fmt.Errorf("interface name %q too long", iface)
+	req, err := newIfreq(iface)
+	if err != nil {
+		return 0, nil, err
 	}
-	copy(req.name[:], iface)
 	if err := s.ioctl(unix.SIOCGIFINDEX, &req); err != nil {
 		return 0, nil, err
 	}
@@ -397,6 +396,16 @@ func (s *rawSender) linkOf(iface string) (int, net.HardwareAddr, error) {
 type ifreq struct {
 	name  [unix.IFNAMSIZ]byte
 	union [24]byte
+}
+
+// newIfreq is a request naming iface.
+func newIfreq(iface string) (ifreq, error) {
+	var req ifreq
+	if len(iface) >= len(req.name) {
+		return req, fmt.Errorf("interface name %q too long", iface)
+	}
+	copy(req.name[:], iface)
+	return req, nil
 }
 
 func (s *rawSender) ioctl(req uint, r *ifreq) error {

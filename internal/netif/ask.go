@@ -100,11 +100,10 @@ func (s *rawSender) source(iface string, v4 bool) (netip.Addr, error) {
 // primaryIPv4 is the first IPv4 address of iface (SIOCGIFADDR): the
 // node's own address where eip's addresses were added after it.
 func (s *rawSender) primaryIPv4(iface string) (netip.Addr, error) {
-	var req ifreq
-	if len(iface) >= len(req.name) {
-		return netip.Addr{}, fmt.Errorf("interface name %q too long", iface)
+	req, err := newIfreq(iface)
+	if err != nil {
+		return netip.Addr{}, err
 	}
-	copy(req.name[:], iface)
 	if err := s.ioctl(unix.SIOCGIFADDR, &req); err != nil {
 		if errors.Is(err, unix.EADDRNOTAVAIL) {
 			return netip.Addr{}, errNoSource
