@@ -39,6 +39,7 @@ const (
 	mapKey   = 1
 	mapValue = 2
 
+	serviceSpecPorts             = 1
 	serviceSpecType              = 4
 	serviceSpecExternalIPs       = 5
 	serviceSpecLoadBalancerClass = 21
@@ -46,6 +47,8 @@ const (
 	serviceStatusLoadBalancer    = 1
 	loadBalancerIngress          = 1
 	ingressIP                    = 1
+	servicePortProtocol          = 2
+	servicePortPort              = 3
 )
 
 // readLeaseList reads a list of eip's Leases. Each is decoded into one
@@ -95,9 +98,10 @@ func readLeaseList(r io.Reader) ([]*coordinationv1.Lease, map[netip.Addr]*lease.
 
 // readServiceList reads a list of Services as the claims each makes,
 // decoding each into one Service used again for the next: its name,
-// namespace, creationTimestamp and sharing key, type, externalIPs,
-// loadBalancerClass and externalTrafficPolicy, and the IPs of its load
-// balancer's ingress.
+// namespace, creationTimestamp, sharing key and consent to share, type,
+// ports (protocol and number), externalIPs, loadBalancerClass and
+// externalTrafficPolicy, and the IPs of its load balancer's ingress:
+// whatever ipset.EachIP puts in a claim.
 func readServiceList(r io.Reader) ([]ipset.Claim, error) {
 	var (
 		out []ipset.Claim
@@ -110,6 +114,7 @@ func readServiceList(r io.Reader) ([]ipset.Claim, error) {
 		s.CreationTimestamp, s.UID = metav1.Time{}, ""
 		clear(s.Annotations)
 		s.Spec.ExternalIPs, s.Status.LoadBalancer.Ingress = s.Spec.ExternalIPs[:0], s.Status.LoadBalancer.Ingress[:0]
+		s.Spec.Ports = s.Spec.Ports[:0]
 		err := eachBytesField(b, func(field protowire.Number, v []byte) error {
 			switch field {
 			case objectMetadata:
@@ -117,6 +122,10 @@ func readServiceList(r io.Reader) ([]ipset.Claim, error) {
 			case objectSpec:
 				return eachBytesField(v, func(field protowire.Number, v []byte) error {
 					switch field {
+					case serviceSpecPorts:
+						p, err := decodePort(v, in)
+						s.Spec.Ports = append(s.Spec.Ports, p)
+						return err
 					case serviceSpecType:
 						s.Spec.Type = corev1.ServiceType(in.get(v))
 					case serviceSpecExternalIPs:
@@ -150,6 +159,22 @@ func readServiceList(r io.Reader) ([]ipset.Claim, error) {
 		return err
 	})
 	return out, err
+}
+
+// decodePort reads the protocol and port of a Service's port, all that
+// sharing an address across namespaces compares.
+func decodePort(b []byte, in interner) (corev1.ServicePort, error) {
+	var p corev1.ServicePort
+	err := eachMessageField(b, func(field protowire.Number, wire protowire.Type, v []byte, x uint64) error {
+		switch {
+		case field == servicePortProtocol && wire == protowire.BytesType:
+			p.Protocol = corev1.Protocol(in.get(v))
+		case field == servicePortPort && wire == protowire.VarintType:
+			p.Port = int32(x)
+		}
+		return nil
+	})
+	return p, err
 }
 
 // eachNested calls fn with each value of the field path names, a field
@@ -191,8 +216,8 @@ func decodeMeta(b []byte, m *metav1.ObjectMeta, in interner, maps bool) error {
 }
 
 // decodeServiceMeta reads what ipset.EachIP reads of a Service's metadata:
-// its name and namespace, UID, creationTimestamp, sharing key and
-// preferred nodes.
+// its name and namespace, UID, creationTimestamp, sharing key, consent
+// to share and preferred nodes.
 func decodeServiceMeta(b []byte, m *metav1.ObjectMeta, in interner) error {
 	if err := decodeMeta(b, m, in, false); err != nil {
 		return err
@@ -205,7 +230,7 @@ func decodeServiceMeta(b []byte, m *metav1.ObjectMeta, in interner) error {
 			return m.CreationTimestamp.Unmarshal(v)
 		case metaAnnotations:
 			k, val, err := mapEntry(v)
-			if key := string(k); err == nil && (key == ipset.AnnotationSharingKey || key == ipset.AnnotationPreferredNodes) {
+			if key := string(k); err == nil && (key == ipset.AnnotationSharingKey || key == ipset.AnnotationShareWith || key == ipset.AnnotationPreferredNodes) {
 				if m.Annotations == nil {
 					m.Annotations = map[string]string{}
 				}
@@ -252,25 +277,41 @@ func copyString(b []byte) string { return string(b) }
 // length-delimited field of the message b, in order, and skips the others.
 // The value is b's own memory.
 func eachBytesField(b []byte, fn func(field protowire.Number, v []byte) error) error {
+	return eachMessageField(b, func(field protowire.Number, wire protowire.Type, v []byte, _ uint64) error {
+		if wire != protowire.BytesType {
+			return nil
+		}
+		return fn(field, v)
+	})
+}
+
+// eachMessageField calls fn with each field of the message b: with its bytes
+// when it is length-delimited, with its value when it is a varint, and
+// with neither otherwise.
+func eachMessageField(b []byte, fn func(field protowire.Number, wire protowire.Type, v []byte, x uint64) error) error {
 	for len(b) > 0 {
 		field, wire, n := protowire.ConsumeTag(b)
 		if n < 0 {
 			return protowire.ParseError(n)
 		}
 		b = b[n:]
-		if wire != protowire.BytesType {
-			if n = protowire.ConsumeFieldValue(field, wire, b); n < 0 {
-				return protowire.ParseError(n)
-			}
-			b = b[n:]
-			continue
+		var (
+			v []byte
+			x uint64
+		)
+		switch wire {
+		case protowire.BytesType:
+			v, n = protowire.ConsumeBytes(b)
+		case protowire.VarintType:
+			x, n = protowire.ConsumeVarint(b)
+		default:
+			n = protowire.ConsumeFieldValue(field, wire, b)
 		}
-		v, n := protowire.ConsumeBytes(b)
 		if n < 0 {
 			return protowire.ParseError(n)
 		}
 		b = b[n:]
-		if err := fn(field, v); err != nil {
+		if err := fn(field, wire, v, x); err != nil {
 			return err
 		}
 	}

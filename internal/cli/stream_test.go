@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 
@@ -121,11 +122,15 @@ func TestReadServiceList(t *testing.T) {
 		}
 		if i%3 == 0 {
 			s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+			s.Annotations[ipset.AnnotationShareWith] = "team-b, team-c"
 		}
-		ipset.EachIP(ipset.ServiceOf(s), func(c ipset.Claim) { want = append(want, c) })
 		s.Spec.ClusterIP, s.Spec.ClusterIPs = "10.96.0.10", []string{"10.96.0.10"}
-		s.Spec.Ports = []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}
+		s.Spec.Ports = []corev1.ServicePort{
+			{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(8080), NodePort: 30080},
+			{Name: "dns", Port: 53 + int32(i), Protocol: corev1.ProtocolUDP},
+		}
 		s.Spec.Selector = map[string]string{"app": "web"}
+		ipset.EachIP(ipset.ServiceOf(s), func(c ipset.Claim) { want = append(want, c) })
 		list.Items = append(list.Items, *s)
 	}
 	assert.Equal(t, len(want), 9)
