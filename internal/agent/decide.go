@@ -150,7 +150,7 @@ func (s *state) readInputs(now time.Time) (all []*lease.Kept, locks map[string]*
 	if nodes || changed {
 		s.routes.configure(s.desired.cfg)
 	}
-	s.updateEligibility()
+	s.elig.judge(&s.desired, s.self.unheard, s.lan.lanPort)
 	if recomputed || eps {
 		// Every IP is decided below.
 		s.updateServing(recomputed)

@@ -46,7 +46,7 @@ func (w *world) restart(kept LastGood, m Metrics) {
 	w.a.recorder = record.NewFakeRecorder(16)
 	w.s = newState(w.a)
 	w.s.loadConfig()
-	w.s.updateEligibility()
+	w.s.elig.judge(&w.s.desired, w.s.self.unheard, w.s.lan.lanPort)
 }
 
 // An eipd that starts while the ConfigMap is invalid serves with the last

@@ -5,7 +5,7 @@ import (
 	"maps"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
 
 	"github.com/eip-project/eip/internal/policy"
 )
@@ -18,19 +18,25 @@ import (
 type goneNodes struct {
 	since map[string]time.Time
 	log   *slog.Logger
+	nodes corelisters.NodeLister
 }
 
-func newGoneNodes(log *slog.Logger) goneNodes {
-	return goneNodes{since: map[string]time.Time{}, log: log}
+func newGoneNodes(log *slog.Logger, nodes corelisters.NodeLister) goneNodes {
+	return goneNodes{since: map[string]time.Time{}, log: log, nodes: nodes}
 }
 
-// observe judges each of nodes again at now, node giving its Node object
-// (nil when there is none), and forgets the nodes not among them.
-func (g *goneNodes) observe(nodes []string, node func(string) *corev1.Node, now time.Time) {
+// observe judges each of nodes again at now by its Node object as the
+// cache has it (none: policy.NodeGone's nil), and forgets the nodes not
+// among them.
+func (g *goneNodes) observe(nodes []string, now time.Time) {
 	known := make(map[string]bool, len(nodes))
 	for _, n := range nodes {
 		known[n] = true
-		gone, why := policy.NodeGone(node(n))
+		obj, err := g.nodes.Get(n)
+		if err != nil {
+			obj = nil
+		}
+		gone, why := policy.NodeGone(obj)
 		if !gone {
 			if _, was := g.since[n]; was {
 				g.log.Info("node is in service again", "node", n)

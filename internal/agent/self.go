@@ -4,18 +4,16 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/eip-project/eip/internal/config"
 	"github.com/eip-project/eip/internal/lease"
-	"github.com/eip-project/eip/internal/policy"
 	corev1 "k8s.io/api/core/v1"
 )
 
 // self is what this node knows of its own standing: whether it may write,
 // bind and hold (its renewals, the barrier after a break, a stalled loop,
-// fencing), and whether it is eligible.
+// fencing).
 type self struct {
 	lastRenewOK time.Time // when the last successful renewal was sent
 	// lastRenewFor is the lease duration that renewal wrote.
@@ -36,9 +34,6 @@ type self struct {
 	lastTick, stallAt time.Time
 	stalled           bool
 	fenced            bool
-	shutting          bool
-	selfEligible      bool
-	selfReason        string
 	// peersKnownAt: until then this node has not watched heartbeats for a
 	// renew interval since it (re)connected, so it may not know every live
 	// peer, nor its rank among them, and races for no IP.
@@ -64,16 +59,6 @@ func (s *state) writable(now time.Time) bool {
 // writesAgain: this node may write (a pass read so), which ends a fence
 // and a stall.
 func (s *self) writesAgain() { s.fenced, s.stalled = false, false }
-
-// judgedEligible records whether this node may hold IPs, and why not; it
-// says whether that changed.
-func (s *self) judgedEligible(ok bool, why string) (changed bool) {
-	if ok == s.selfEligible && why == s.selfReason {
-		return false
-	}
-	s.selfEligible, s.selfReason = ok, why
-	return true
-}
 
 // sawLive records that node n was counted live at now
 // (lease.View.LiveUntil).
@@ -102,9 +87,6 @@ func (s *self) fence() { s.fenced = true }
 // reread: this node binds nothing new until a renewal sent now comes back
 // through the watch (the barrier), with every lock change made before it.
 func (s *self) reread() { s.needBarrier = true }
-
-// shutDown: this node is stopping; its heartbeat says so.
-func (s *self) shutDown() { s.shutting = true }
 
 // apiOK: the last renewal succeeded, recently enough: within half of the
 // duration it was renewed with (a slow heartbeat lasts renewFactor lease
@@ -151,7 +133,7 @@ const idleRenewFactor = 10
 
 // idle: this node may hold no IP, holds none and writes none.
 func (s *state) idle() bool {
-	return !(s.self.selfEligible && !s.self.shutting) && len(s.binder.bound) == 0 && len(s.writes.inflight) == 0
+	return !s.elig.mayHold() && len(s.binder.bound) == 0 && len(s.writes.inflight) == 0
 }
 
 // renewal is the heartbeat renewal this node's state asks for now.
@@ -159,7 +141,7 @@ func (s *state) renewal() renewal {
 	conflicts, claims := s.conflicts.report(s.clk.Now())
 	wireReport, wireChecked, checkDone := s.wire.status(s.clk.Now())
 	r := renewal{
-		status: lease.HeartbeatStatus{Eligible: s.self.selfEligible && !s.self.shutting, Error: s.statusError(), Held: len(s.binder.bound), BGP: s.routes.bgpSessions,
+		status: lease.HeartbeatStatus{Eligible: s.elig.mayHold(), Error: s.elig.statusError(s.desired.cfgErr, s.routes.routerErr), Held: len(s.binder.bound), BGP: s.routes.bgpSessions,
 			MACs: s.binder.ownMACs(), Conflicts: conflicts, Claims: claims, LivenessPort: s.lan.lanPort, Build: s.a.opt.Build,
 			Wire: wireReport, WireChecked: wireChecked, CheckDone: checkDone},
 		// Neither the duration nor the timeout may be shorter than what
@@ -247,23 +229,6 @@ func sameStatus(a, b lease.HeartbeatStatus) bool {
 	a.Held, b.Held = 0, 0
 	a.WireChecked, b.WireChecked = time.Time{}, time.Time{}
 	return a == b
-}
-
-func (s *state) statusError() string {
-	var parts []string
-	if s.desired.cfgErr != "" {
-		parts = append(parts, s.desired.cfgErr)
-	}
-	if s.routes.routerErr != "" {
-		parts = append(parts, s.routes.routerErr)
-	}
-	if !s.self.selfEligible && s.self.selfReason != "" {
-		parts = append(parts, s.self.selfReason)
-	}
-	if s.self.shutting {
-		parts = append(parts, "shutting down")
-	}
-	return strings.Join(parts, "; ")
 }
 
 func (s *state) renewed(r renewResult) {
@@ -374,13 +339,13 @@ func (s *state) view(now time.Time) lease.View {
 	if !slices.Contains(nodes, s.node) {
 		nodes = append(nodes, s.node)
 	}
-	s.gone.observe(nodes, s.nodeObject, now)
+	s.gone.observe(nodes, now)
 	var live []string
 	for _, n := range nodes {
 		// Live takes only nodes seen renewing: it is whom IPs are given
 		// to. A node merely not judged dead (a quiet stream, a break)
 		// keeps its IPs through View.Alive.
-		if s.live.Renewing(n, now) && s.eligible(n) {
+		if s.live.Renewing(n, now) && s.elig.of(n, s.live, s.desired.cfg.NodeSelector) {
 			live = append(live, n)
 			s.self.sawLive(n, now)
 		}
@@ -390,7 +355,7 @@ func (s *state) view(now time.Time) lease.View {
 		Self:       s.node,
 		Now:        now,
 		Writable:   s.writable(now),
-		Eligible:   s.self.selfEligible && !s.self.shutting,
+		Eligible:   s.elig.mayHold(),
 		Live:       live,
 		Alive:      func(n string) bool { return s.live.Alive(n, now) },
 		DeadSince:  func(n string) (time.Time, bool) { return s.live.DeadSince(n, now) },
@@ -409,87 +374,11 @@ func (s *state) view(now time.Time) lease.View {
 	}
 }
 
-// nodeObject is node's Node object as the cache has it, or nil.
-func (s *state) nodeObject(node string) *corev1.Node {
-	n, err := s.a.nodes.Get(node)
-	if err != nil {
-		return nil
-	}
-	return n
-}
-
 // successorGrace, in lease durations, is how long a lock's successor may
 // not be live before its holder names another (lease.View.SuccessorGrace):
 // longer than a restart of eipd or of its node's kubelet, so that a
 // rollout or a flapping node costs no write per IP.
 const successorGrace = 10
-
-// eligible: may node hold IPs, as far as this node can tell?
-func (s *state) eligible(node string) bool {
-	if node == s.node {
-		return s.self.selfEligible && !s.self.shutting
-	}
-	hb, ok := s.live.Heartbeat(node)
-	if !ok || !hb.Eligible {
-		return false
-	}
-	n, _ := s.a.nodes.Get(node)
-	ok, _ = policy.NodeEligible(n, s.desired.cfg.NodeSelector)
-	return ok
-}
-
-// updateEligibility judges again whether this node may hold IPs and says so
-// whenever the answer or its reason changes: in the log, and, when the
-// configuration names an interface this node lacks (which only an operator
-// can fix), in a Warning event on the ConfigMap.
-func (s *state) updateEligibility() {
-	ok, why, missingIface := s.eligibleSelf()
-	// Not being eligible by the node selector or for want of ranges is as
-	// configured; the other reasons are faults, and a DaemonSet rollout
-	// must stop on them (readiness).
-	notServing := ""
-	if !ok && (missingIface || !s.desired.cfgLoaded || s.self.unheard) {
-		notServing = why
-	}
-	s.a.opt.Metrics.NotServing(notServing)
-	if !s.self.judgedEligible(ok, why) {
-		return
-	}
-	if ok {
-		s.log.Info("this node is eligible to hold IPs")
-		return
-	}
-	s.log.Warn("this node is not eligible to hold IPs", "reason", why)
-	if cm, err := s.a.configMap.Get(s.a.opt.ConfigMap); err == nil && missingIface {
-		s.a.recorder.Event(cm, corev1.EventTypeWarning, "InterfaceMissing",
-			fmt.Sprintf("node %s holds no IPs: %s", s.node, why))
-	}
-}
-
-// eligibleSelf says whether this node may hold IPs, why not, and whether
-// the reason is an interface of the configuration missing here.
-func (s *state) eligibleSelf() (ok bool, why string, missingIface bool) {
-	n, _ := s.a.nodes.Get(s.node)
-	if ok, why := policy.NodeEligible(n, s.desired.cfg.NodeSelector); !ok {
-		return false, why, false
-	}
-	if !s.desired.cfgLoaded {
-		return false, "no valid configuration", false
-	}
-	if s.self.unheard {
-		return false, fmt.Sprintf("peers do not hear this node's liveness datagrams (UDP port %d)", s.lan.lanPort), false
-	}
-	if len(s.desired.cfg.Ranges) == 0 {
-		// Without ranges this node manages no IP: peers must not hand it any.
-		return false, "no ranges are configured", false
-	}
-	for _, iface := range s.desired.configuredIfaces() {
-		if _, err := s.a.opt.Links.Up(iface); err != nil {
-			return false, fmt.Sprintf("interface %q from the configuration: %v", iface, err), true
-		}
-	}
-	return true, "", false
-}
 
 // heartbeatNow asks the heartbeat writer for req (a renewal, or the
 // deletion at shutdown), after any renewal it has in flight, and waits for

@@ -7,7 +7,7 @@ import (
 )
 
 func (s *state) shutdown() error {
-	s.self.shutDown()
+	s.elig.shutDown()
 	now := s.clk.Now()
 	v := s.view(now)
 	s.log.Info("shutting down: handing off what this node holds")

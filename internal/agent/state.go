@@ -35,6 +35,7 @@ type state struct {
 	// to start (nil without Options.LastGood).
 	lastGood *lastGoodSaver
 	self     self
+	elig     eligibility
 	book     lockBook
 	writes   writeQueue
 	sched    schedule
@@ -77,6 +78,8 @@ func newState(a *Agent) *state {
 			rejected: map[string]bool{},
 		},
 		self: self{needBarrier: true, liveUntil: map[string]time.Time{}, log: a.log, node: a.opt.Node},
+		elig: eligibility{node: a.opt.Node, log: a.log, nodes: a.nodes, links: a.opt.Links, metrics: a.opt.Metrics,
+			recorder: a.recorder, configMaps: a.configMap, configMap: a.opt.ConfigMap},
 		book: newLockBook(a.log),
 		writes: writeQueue{
 			jobs:        make(chan write, 4096),
@@ -112,7 +115,7 @@ func newState(a *Agent) *state {
 		hb:        &heartbeater{a: a},
 		alloc:     alloc,
 		conflicts: newAddrConflicts(),
-		gone:      newGoneNodes(a.log),
+		gone:      newGoneNodes(a.log, a.nodes),
 		wire:      newWireChecks(a.opt.Node, a.opt.WirePace),
 		events:    newEventBudget(a.clk.Now()),
 		watch:     watch,
