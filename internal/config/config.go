@@ -260,13 +260,14 @@ func Default() Config {
 // Caps bound how many addresses Services may name, 0 meaning no bound:
 // every eipd keeps a lock, and binds, each address a Service names, so
 // whoever may create Services could otherwise make every node hold tens of
-// thousands. Package ipset applies them, older Services first.
+// thousands. Package ipset applies them in the order of ownership.
 type Caps struct {
 	// PerService is how many addresses one Service may name
 	// (max-ips-per-service), counted in the order the Service names them.
 	PerService int
 	// PerNamespace is how many the Services of one namespace may name
-	// together (max-ips-per-namespace).
+	// together (max-ips-per-namespace), counted in the order of ownership:
+	// the addresses' recorded owners first, then older Services.
 	PerNamespace int
 }
 

@@ -295,7 +295,7 @@ func ComputeFrom(n int, each func(add func(Claim)), cfg config.Config, reserved 
 			others = append(others, pending{i, c})
 		}
 	}
-	capped(each, cfg, reject)(add)
+	capped(each, cfg, incumbents, reject)(add)
 
 	var prefs []pending // the claims let in that state a preference
 	for i, o := range owners {

@@ -705,7 +705,7 @@ func TestComputeCaps(t *testing.T) {
 		service("b/other", externalIPs("198.18.0.40", "198.18.0.41"), created(t0.Add(time.Hour))),
 	}
 	const perService = "the Service names more than 2 addresses (max-ips-per-service in the ConfigMap)"
-	const perNamespace = "the Services of namespace a name more than 3 addresses (max-ips-per-namespace in the ConfigMap); older Services' go first"
+	const perNamespace = "the Services of namespace a name more than 3 addresses (max-ips-per-namespace in the ConfigMap); the addresses' recorded owners go first, then older Services"
 	wantEntries := []string{"198.18.0.11", "198.18.0.12", "198.18.0.30", "198.18.0.40", "198.18.0.41"}
 	wantRejections := []ipset.Rejection{
 		{Service: "a/many", IP: "198.18.0.10", Reason: perService},
@@ -817,4 +817,65 @@ func compute(services []*corev1.Service, cfg config.Config, reserved map[netip.A
 		}
 	}
 	return ipset.Compute(kept, cfg, reserved, nil)
+}
+
+// A namespace's cap counts its claims in the order of ownership: those of
+// the Service each address's lock records as its owner first, whatever
+// their age, then the others by age. A Service of the namespace, older,
+// edited to name new addresses is refused them, not the addresses the
+// namespace already serves; without recorded owners, age alone decides.
+func TestComputeNamespaceCapServesOwnersFirst(t *testing.T) {
+	cfg := mustParse(t, map[string]string{"ranges": "198.18.0.0/24", "max-ips-per-namespace": "2"})
+	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	web := ipset.Owner{Service: "a/web", UID: "web-1"}
+	services := []*corev1.Service{
+		service("a/web", externalIPs("198.18.0.20", "198.18.0.21"), created(t0.Add(time.Hour)), uid("web-1")),
+		service("a/old", externalIPs("198.18.0.30"), created(t0), uid("old-1")),
+	}
+	const perNamespace = "the Services of namespace a name more than 2 addresses (max-ips-per-namespace in the ConfigMap); the addresses' recorded owners go first, then older Services"
+	tests := []struct {
+		name       string
+		recorded   map[string]ipset.Owner
+		served     []string
+		rejections []ipset.Rejection
+	}{{
+		name:     "the locks record a/web",
+		recorded: map[string]ipset.Owner{"198.18.0.20": web, "198.18.0.21": web},
+		served:   []string{"198.18.0.20", "198.18.0.21"},
+		rejections: []ipset.Rejection{
+			{Service: "a/old", IP: "198.18.0.30", Reason: perNamespace},
+		},
+	}, {
+		name:   "no lock records an owner",
+		served: []string{"198.18.0.20", "198.18.0.30"},
+		rejections: []ipset.Rejection{
+			{Service: "a/web", IP: "198.18.0.21", Reason: perNamespace},
+		},
+	}, {
+		name:     "a/web made again under its name is another Service",
+		recorded: map[string]ipset.Owner{"198.18.0.20": {Service: "a/web", UID: "web-0"}, "198.18.0.21": {Service: "a/web", UID: "web-0"}},
+		served:   []string{"198.18.0.20", "198.18.0.30"},
+		rejections: []ipset.Rejection{
+			{Service: "a/web", IP: "198.18.0.21", Reason: perNamespace},
+		},
+	}}
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			for range 4 {
+				rng.Shuffle(len(services), func(i, j int) { services[i], services[j] = services[j], services[i] })
+				kept := make([]*ipset.Service, len(services))
+				for i, svc := range services {
+					kept[i] = ipset.ServiceOf(svc)
+				}
+				entries, rejections := ipset.Compute(kept, cfg, nil, func(ip netip.Addr) ipset.Owner { return tc.recorded[ip.String()] })
+				var served []string
+				for _, e := range entries {
+					served = append(served, e.IP.String())
+				}
+				assert.DeepEqual(t, served, tc.served)
+				assert.DeepEqual(t, rejections, tc.rejections)
+			}
+		})
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"gotest.tools/v3/assert"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/eip-project/eip/internal/lease"
@@ -412,14 +413,7 @@ func (e *env) warningSince(kind, name, reason string, since time.Time, parts ...
 	e.eventually(fmt.Sprintf("Warning %s on %s %s mentioning %q", reason, kind, name, parts), func() (bool, string) {
 		evs := e.events(kind, name, reason)
 		for _, ev := range evs {
-			last := ev.LastTimestamp.Time
-			if ev.Series != nil {
-				last = ev.Series.LastObservedTime.Time
-			}
-			if ev.EventTime.After(last) {
-				last = ev.EventTime.Time
-			}
-			if ev.Type != "Warning" || last.Before(since.Truncate(time.Second)) {
+			if ev.Type != "Warning" || lastSeen(ev).Before(since.Truncate(time.Second)) {
 				continue
 			}
 			ok := true
@@ -434,6 +428,19 @@ func (e *env) warningSince(kind, name, reason string, since time.Time, parts ...
 		return false, fmt.Sprintf("%d %s events", len(evs), reason)
 	})
 	return msg
+}
+
+// lastSeen is when ev was last reported, whichever of the Event APIs
+// reported it.
+func lastSeen(ev corev1.Event) time.Time {
+	last := ev.LastTimestamp.Time
+	if ev.Series != nil {
+		last = ev.Series.LastObservedTime.Time
+	}
+	if ev.EventTime.After(last) {
+		last = ev.EventTime.Time
+	}
+	return last
 }
 
 // Guards that undo a fault when a test ends early, so that the next test's

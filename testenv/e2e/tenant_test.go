@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -239,7 +240,10 @@ func httpGet(c *http.Client, url string) (string, error) {
 // addresses a Service names beyond max-ips-per-service (the last it
 // names) and those a namespace's Services name beyond
 // max-ips-per-namespace (the youngest Service's), which are never bound,
-// while the others are served; another namespace is not counted.
+// while the others are served; another namespace is not counted. The
+// namespace's cap counts the addresses its Services own first: an older
+// Service of the namespace edited to name a new address is refused it,
+// and the younger one's served address is answered throughout.
 func TestCapsRefuseAddressesBeyondThem(t *testing.T) {
 	t.Parallel()
 	cfg := defaultConfig()
@@ -250,6 +254,7 @@ func TestCapsRefuseAddressesBeyondThem(t *testing.T) {
 	ip := func(i int) netip.Addr { return testenv.ServiceIP(185 + i) }
 	created := time.Now()
 	e.serviceIn(tenantA, "many", []netip.Addr{ip(0), ip(1), ip(2)})
+	e.serviceIn(tenantA, "idle", nil)
 	e.served(ip(0))
 	e.served(ip(1))
 	many, err := e.k.CoreV1().Services(tenantA).Get(e.ctx, "many", metav1.GetOptions{})
@@ -268,6 +273,29 @@ func TestCapsRefuseAddressesBeyondThem(t *testing.T) {
 	msg = e.warningSince("Service", tenantA+"/more", "AddressRejected", created, ip(4).String()+" ", "namespace "+tenantA+" name more than 3 addresses (max-ips-per-namespace")
 	t.Logf("%s: %s", ip(4), msg)
 	e.neverBound(tenantA+"/many and more", []netip.Addr{ip(2), ip(4)})
+
+	served, fresh := e.holder(ip(3)), testenv.ServiceIP(195)
+	p := e.probe(ip(3))
+	e.answersFrom(p, served)
+	edited := time.Now()
+	idle, err := e.k.CoreV1().Services(tenantA).Get(e.ctx, "idle", metav1.GetOptions{})
+	e.must(err)
+	idle.Spec.ExternalIPs = []string{fresh.String()}
+	_, err = e.k.CoreV1().Services(tenantA).Update(e.ctx, idle, metav1.UpdateOptions{})
+	e.must(err)
+	e.throughout(ip(3).String()+", owned by "+tenantA+"/more, answered by "+served, 2*leaseDuration, e.stillAnswering(map[netip.Addr]*testenv.Probe{ip(3): p}, map[netip.Addr]string{ip(3): served}, 500*time.Millisecond))
+	msg = e.warningSince("Service", tenantA+"/idle", "AddressRejected", edited, fresh.String()+" ", "namespace "+tenantA+" name more than 3 addresses (max-ips-per-namespace")
+	t.Logf("%s: %s", fresh, msg)
+	r := p.Stop()
+	e.noTwoMACs(r)
+	assert.Check(t, r.Lost() <= r.Sent/100, "%d of %d pings to %s lost", r.Lost(), r.Sent, ip(3))
+	assert.Check(t, e.holder(ip(3)) == served, "%s moved from %s to %s", ip(3), served, e.holder(ip(3)))
+	e.neverBound(tenantA+"/more and idle", []netip.Addr{ip(4), fresh})
+	for _, ev := range e.events("Service", tenantA+"/more", "AddressRejected") {
+		if strings.Contains(ev.Message, ip(3).String()+" ") && !lastSeen(ev).Before(edited.Truncate(time.Second)) {
+			t.Errorf("%s/more was refused its served address after the edit: %s", tenantA, ev.Message)
+		}
+	}
 }
 
 // A range kept for some namespaces (namespaces=) serves no other: another
