@@ -7,7 +7,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/eip-project/eip/internal/config"
 	"github.com/eip-project/eip/internal/ipset"
 	"github.com/eip-project/eip/internal/lease"
 	"github.com/eip-project/eip/internal/netif"
@@ -99,7 +98,7 @@ func (s *state) bind(ip netip.Addr, e ipset.Entry, why string) refusal {
 	dev, onDevice := iface, s.binder.onDevice(iface, p, e.Binding.Announce)
 	if onDevice {
 		var err error
-		if dev, err = s.binder.pickDevice(s.a.opt.Devices, s.clk.Now()); err != nil {
+		if dev, err = s.binder.pickDevice(s.clk.Now()); err != nil {
 			s.log.Warn("cannot open another address device; binding on the first until one opens", "ip", ip, "iface", dev, "retryIn", reopenAfter, "err", err)
 		}
 	}
@@ -266,8 +265,7 @@ func (s *state) addrMissing(b binding, count bool) {
 // linkEvent: a link that loses carrier loses its addresses at once, and
 // binds nothing again until this node re-read the locks after it returned.
 func (s *state) linkEvent(ev netif.LinkEvent) {
-	if s.a.opt.Devices.Owns(ev.Iface) {
-		s.deviceEvent(ev)
+	if s.binder.restoreDevice(ev) {
 		return
 	}
 	s.binder.linkChanged()
@@ -291,66 +289,6 @@ func (s *state) linkEvent(ev netif.LinkEvent) {
 	}
 }
 
-// deviceEvent: one of eipd's own devices went down or away, by hand; it is
-// brought back, and the addresses it lost are bound again. Each is counted as
-// vanished by its own removal event, which the kernel sends before or
-// after the link's (addrEvent).
-func (s *state) deviceEvent(ev netif.LinkEvent) {
-	if ev.Up {
-		return
-	}
-	again, err := s.a.opt.Devices.Ensure(ev.Iface)
-	if err != nil {
-		s.log.Error("restore eipd's address device", "iface", ev.Iface, "err", err)
-		return
-	}
-	if !again {
-		return
-	}
-	n := 0
-	for ip, b := range s.binder.bound {
-		if b.dev != ev.Iface {
-			continue
-		}
-		if err := s.a.opt.Addresser.Add(b.dev, b.prefix, 0); err != nil {
-			s.log.Error("restore address", "ip", ip, "iface", b.dev, "err", err)
-			continue
-		}
-		b.missing = false
-		s.binder.update(b)
-		n++
-	}
-	s.log.Info("restored eipd's address device and its addresses", "iface", ev.Iface, "addresses", n)
-}
-
-// resyncIfaces are the interfaces a resync lists, each with the bindings
-// on it: those bound on, and those of the managed IPs.
-func (s *state) resyncIfaces() map[string]int {
-	ifaces := map[string]int{} // to list, with the bindings on each
-	for _, b := range s.binder.bound {
-		ifaces[b.dev]++
-	}
-	// Resolving "auto" for an IP not resolved before lists every address
-	// of the node; one IP per range finds that range's interface.
-	resolved := map[*config.Range]bool{}
-	for _, m := range s.desired.order {
-		ip := m.ip
-		b := s.desired.entries[ip].Binding
-		if _, cached := s.binder.autoIface[ip]; !cached && (b.Iface == "" || b.Iface == "auto") {
-			if resolved[b.Range] {
-				continue
-			}
-			resolved[b.Range] = true
-		}
-		if iface, err := s.binder.ifaceFor(ip, b); err == nil {
-			if _, listed := ifaces[iface]; !listed {
-				ifaces[iface] = 0
-			}
-		}
-	}
-	return ifaces
-}
-
 // resync compares the interfaces with what we hold: restores missing
 // addresses and removes addresses inside our ranges that we do not hold. At
 // start-up an address whose lock still names us is left alone; the first
@@ -364,10 +302,10 @@ func (s *state) resync(startup bool) {
 	if s.binder.checkARP() {
 		s.sched.askFull()
 	}
-	ifaces := s.resyncIfaces()
+	ifaces := s.binder.resyncIfaces(&s.desired)
 	var heldByLock map[netip.Addr]bool // read at start-up only
 	if startup {
-		heldByLock = s.heldByLock()
+		heldByLock = heldBy(s.a.allLocks(), s.node)
 	}
 	for iface, bound := range ifaces {
 		have, err := s.a.opt.Addresser.List(iface)
@@ -409,13 +347,13 @@ func (s *state) resync(startup bool) {
 	}
 }
 
-// heldByLock returns the IPs whose lock names this node. Reading every lock
-// is most of a resync's own work at 10,000 IPs, and only the one at
+// heldBy returns the IPs whose lock among locks names node. Reading every
+// lock is most of a resync's own work at 10,000 IPs, and only the one at
 // start-up needs it.
-func (s *state) heldByLock() map[netip.Addr]bool {
+func heldBy(locks []*lease.Kept, node string) map[netip.Addr]bool {
 	held := map[netip.Addr]bool{}
-	for _, l := range s.a.allLocks() {
-		if l.Err == nil && l.Holder == s.node {
+	for _, l := range locks {
+		if l.Err == nil && l.Holder == node {
 			held[l.IP] = true
 		}
 	}

@@ -39,6 +39,8 @@ type binder struct {
 
 	log         *slog.Logger
 	links       Links
+	devs        Devices   // eipd's own address devices
+	addresser   Addresser // puts back a device's addresses (restoreDevice)
 	watchClaims ClaimWatcher
 	claims      chan netif.Claim // what the claim watches see
 }
@@ -99,8 +101,8 @@ func (b *binder) checkARP() (changed bool) {
 
 // pickDevice is the address device for the next address on one
 // (addressDevices.pick).
-func (b *binder) pickDevice(devs Devices, now time.Time) (string, error) {
-	return b.devices.pick(devs, now)
+func (b *binder) pickDevice(now time.Time) (string, error) {
+	return b.devices.pick(b.devs, now)
 }
 
 // listenFor watches the claims for ip: before the kernel may answer for
@@ -258,3 +260,68 @@ func placeOnDevice(p netip.Prefix, a config.Announce, arpAnswered bool) bool {
 
 // onDevice: the address is on one of eipd's devices, not on its interface.
 func (b binding) onDevice() bool { return b.dev != b.iface }
+
+// resyncIfaces are the interfaces a resync lists, each with the bindings
+// on it: those bound on, and those of the IPs d manages.
+func (b *binder) resyncIfaces(d *desired) map[string]int {
+	ifaces := map[string]int{} // to list, with the bindings on each
+	for _, bd := range b.bound {
+		ifaces[bd.dev]++
+	}
+	// Resolving "auto" for an IP not resolved before lists every address
+	// of the node; one IP per range finds that range's interface.
+	resolved := map[*config.Range]bool{}
+	for _, m := range d.order {
+		ip := m.ip
+		on := d.entries[ip].Binding
+		if _, cached := b.autoIface[ip]; !cached && (on.Iface == "" || on.Iface == "auto") {
+			if resolved[on.Range] {
+				continue
+			}
+			resolved[on.Range] = true
+		}
+		if iface, err := b.ifaceFor(ip, on); err == nil {
+			if _, listed := ifaces[iface]; !listed {
+				ifaces[iface] = 0
+			}
+		}
+	}
+	return ifaces
+}
+
+// restoreDevice answers ev if it is about one of eipd's own devices
+// (ours): one that went down or away, by hand, is brought back, and the
+// addresses it lost are bound again. Each is counted as vanished by its
+// own removal event, which the kernel sends before or after the link's
+// (addrEvent).
+func (b *binder) restoreDevice(ev netif.LinkEvent) (ours bool) {
+	if !b.devs.Owns(ev.Iface) {
+		return false
+	}
+	if ev.Up {
+		return true
+	}
+	again, err := b.devs.Ensure(ev.Iface)
+	if err != nil {
+		b.log.Error("restore eipd's address device", "iface", ev.Iface, "err", err)
+		return true
+	}
+	if !again {
+		return true
+	}
+	n := 0
+	for ip, bd := range b.bound {
+		if bd.dev != ev.Iface {
+			continue
+		}
+		if err := b.addresser.Add(bd.dev, bd.prefix, 0); err != nil {
+			b.log.Error("restore address", "ip", ip, "iface", bd.dev, "err", err)
+			continue
+		}
+		bd.missing = false
+		b.update(bd)
+		n++
+	}
+	b.log.Info("restored eipd's address device and its addresses", "iface", ev.Iface, "addresses", n)
+	return true
+}

@@ -3,13 +3,11 @@ package agent
 import (
 	"maps"
 	"net/netip"
-	"slices"
 	"time"
 
-	"github.com/eip-project/eip/internal/config"
 	"github.com/eip-project/eip/internal/ipset"
 	"github.com/eip-project/eip/internal/lease"
-	"github.com/eip-project/eip/internal/policy"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
 
@@ -49,7 +47,7 @@ func (s *state) decideOne(v lease.View, ip netip.Addr, now time.Time) {
 	cached := s.a.lock(name)
 	if _, named := s.desired.entries[ip]; named {
 		l := s.book.effective(name, cached)
-		s.decide(v, ip, name, l, true, s.planOne(v, ip, name, l))
+		s.decide(v, ip, name, l, true, s.desired.planOne(v, ip, name, l, s.serving.only, s.writes.pending))
 		return
 	}
 	s.writes.unwait(ip)
@@ -107,7 +105,7 @@ func (s *state) reconcile() {
 	if v.Writable {
 		s.collectHeartbeats(v)
 	}
-	s.sched.judged(s.verdicts(now))
+	s.sched.judged(verdictsOf(s.live, now))
 	s.a.opt.Metrics.Held(len(s.binder.bound))
 	s.a.opt.Metrics.Managed(len(s.desired.entries))
 	s.a.opt.Metrics.Ranges(ipset.RangeUsage(s.desired.cfg, maps.Values(s.desired.entries), s.desired.reserved, func(ip netip.Addr) bool {
@@ -129,7 +127,7 @@ func (s *state) readInputs(now time.Time) (all []*lease.Kept, locks map[string]*
 		s.configureLAN()
 	}
 	all = s.a.allLocks()
-	locks = s.observe(all, now)
+	locks = observe(s.live, s.a.heartbeats(), all, now)
 	if nodes {
 		reserved := s.a.reservedAddresses()
 		if s.desired.reserved != nil && !maps.Equal(reserved, s.desired.reserved) {
@@ -164,7 +162,7 @@ func (s *state) readInputs(now time.Time) (all []*lease.Kept, locks map[string]*
 func (s *state) decideAll(v lease.View, all []*lease.Kept, locks map[string]*lease.Kept, now time.Time) {
 	seen := s.book.resolvePass(s.desired.order, s.desired.names, locks)
 	defer s.book.passDone()
-	plan := s.plan(v, seen)
+	plan := s.desired.plan(v, seen, s.serving.only, s.writes.pending)
 	s.allocate(v, locks)
 	// Acquisitions in flight are bounded (see dispatch), so the IPs the
 	// policy gives this node, or free ones it ranks first for, go first:
@@ -199,25 +197,26 @@ func (s *state) decideAll(v lease.View, all []*lease.Kept, locks map[string]*lea
 	}
 }
 
-// observe feeds the cached heartbeats to the liveness tracker and returns
-// the locks of all by name.
-func (s *state) observe(all []*lease.Kept, now time.Time) map[string]*lease.Kept {
+// observe feeds the heartbeats hbs to the liveness tracker live at now,
+// marks gone the nodes it knows without one, and returns the locks of all
+// by name.
+func observe(live *lease.Liveness, hbs []*coordinationv1.Lease, all []*lease.Kept, now time.Time) map[string]*lease.Kept {
 	locks := make(map[string]*lease.Kept, len(all))
 	for _, l := range all {
 		locks[l.Name] = l
 	}
 	seen := map[string]bool{}
-	for _, l := range s.a.heartbeats() {
+	for _, l := range hbs {
 		hb, err := lease.ParseHeartbeat(l)
 		if err != nil {
 			continue
 		}
-		s.live.Observe(hb, now)
+		live.Observe(hb, now)
 		seen[hb.Node] = true
 	}
-	for _, n := range s.live.Nodes() {
+	for _, n := range live.Nodes() {
 		if !seen[n] {
-			s.live.Gone(n, now)
+			live.Gone(n, now)
 		}
 	}
 	return locks
@@ -392,57 +391,6 @@ func (s *state) lockWrite(v lease.View, ip netip.Addr, name string, l *lease.Kep
 		w.lease = lease.WithOwner(w.lease, e.Owner.Service, e.Owner.UID)
 	}
 	return w, true
-}
-
-// plan asks the policy where IPs should be. It also keeps, in next, where
-// the policy would put the IPs this node holds or takes were this node
-// gone: the successors their locks name (lease.IP.Next), so that a dead
-// node's IPs go where the policy wants them without a second move.
-func (s *state) plan(v lease.View, seen []*lease.Kept) map[netip.Addr]string {
-	holders := map[netip.Addr]string{}
-	for i, m := range s.desired.order {
-		if s.desired.cfg.Policy != config.PolicySpread && len(s.desired.preferred[m.ip]) == 0 {
-			// The sticky plan moves only IPs with a preferred node.
-			continue
-		}
-		holders[m.ip] = s.plannedHolder(v, m.name, seen[i])
-	}
-	in := policy.Input{Policy: s.desired.cfg.Policy, Live: v.Live, Holders: holders, Preferred: s.desired.preferred, Only: s.serving.only}
-	plan := policy.Plan(in)
-	for ip, h := range holders {
-		if h == v.Self {
-			holders[ip] = ""
-		}
-	}
-	in.Live = slices.DeleteFunc(slices.Clone(v.Live), func(n string) bool { return n == v.Self })
-	s.desired.plannedNext(policy.Plan(in))
-	return plan
-}
-
-// plannedHolder is the holder the policy plans from: the lock's, or the
-// one an ownership write in flight names (planning again from the old
-// holder would hand off other IPs for a move already under way); "" when
-// not live.
-func (s *state) plannedHolder(v lease.View, name string, l *lease.Kept) string {
-	h, moving := s.writes.pending[name]
-	if !moving && l != nil {
-		h = l.Holder
-	}
-	if !slices.Contains(v.Live, h) {
-		return ""
-	}
-	return h
-}
-
-// planOne is plan for one IP. Only the sticky plan of an IP depends on
-// that IP alone; under spread every pass is a full one (fullDue).
-func (s *state) planOne(v lease.View, ip netip.Addr, name string, l *lease.Kept) string {
-	in := policy.Input{Policy: s.desired.cfg.Policy, Live: v.Live,
-		Holders: map[netip.Addr]string{ip: s.plannedHolder(v, name, l)}, Preferred: map[netip.Addr][]string{ip: s.desired.preferred[ip]}}
-	if o, ok := s.serving.only[ip]; ok {
-		in.Only = map[netip.Addr]lease.Only{ip: o}
-	}
-	return policy.Plan(in)[ip]
 }
 
 // collectHeartbeats deletes the heartbeats of nodes that are dead and whose

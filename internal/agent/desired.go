@@ -9,6 +9,7 @@ import (
 	"github.com/eip-project/eip/internal/config"
 	"github.com/eip-project/eip/internal/ipset"
 	"github.com/eip-project/eip/internal/lease"
+	"github.com/eip-project/eip/internal/policy"
 )
 
 // desired is what this node is asked to manage: the configuration in
@@ -149,9 +150,6 @@ func (d *desired) recheck() { d.cfgRV = "" }
 // control plane's).
 func (d *desired) reserve(r map[netip.Addr]string) { d.reserved = r }
 
-// plannedNext keeps where the policy puts each IP were this node gone.
-func (d *desired) plannedNext(next map[netip.Addr]string) { d.next = next }
-
 // manage takes entries, the IPs the Services name within the
 // configuration in force, as those to manage.
 func (d *desired) manage(entries []ipset.Entry) {
@@ -189,4 +187,58 @@ func (d *desired) keepRejected(seen map[string]bool) {
 			delete(d.rejected, key)
 		}
 	}
+}
+
+// plan asks the policy where the IPs should be, their locks seen as seen
+// (by index in order), only where a Local Service's IPs may live, and
+// pending the holders the ownership writes in flight name. It also keeps,
+// in next, where the policy would put the IPs this node holds or takes
+// were this node gone: the successors their locks name (lease.IP.Next),
+// so that a dead node's IPs go where the policy wants them without a
+// second move.
+func (d *desired) plan(v lease.View, seen []*lease.Kept, only map[netip.Addr]lease.Only, pending map[string]string) map[netip.Addr]string {
+	holders := map[netip.Addr]string{}
+	for i, m := range d.order {
+		if d.cfg.Policy != config.PolicySpread && len(d.preferred[m.ip]) == 0 {
+			// The sticky plan moves only IPs with a preferred node.
+			continue
+		}
+		holders[m.ip] = plannedHolder(v, pending, m.name, seen[i])
+	}
+	in := policy.Input{Policy: d.cfg.Policy, Live: v.Live, Holders: holders, Preferred: d.preferred, Only: only}
+	plan := policy.Plan(in)
+	for ip, h := range holders {
+		if h == v.Self {
+			holders[ip] = ""
+		}
+	}
+	in.Live = slices.DeleteFunc(slices.Clone(v.Live), func(n string) bool { return n == v.Self })
+	d.next = policy.Plan(in)
+	return plan
+}
+
+// plannedHolder is the holder the policy plans from: the lock's, or the
+// one an ownership write in flight names (planning again from the old
+// holder would hand off other IPs for a move already under way); "" when
+// not live.
+func plannedHolder(v lease.View, pending map[string]string, name string, l *lease.Kept) string {
+	h, moving := pending[name]
+	if !moving && l != nil {
+		h = l.Holder
+	}
+	if !slices.Contains(v.Live, h) {
+		return ""
+	}
+	return h
+}
+
+// planOne is plan for one IP. Only the sticky plan of an IP depends on
+// that IP alone; under spread every pass is a full one (fullDue).
+func (d *desired) planOne(v lease.View, ip netip.Addr, name string, l *lease.Kept, only map[netip.Addr]lease.Only, pending map[string]string) string {
+	in := policy.Input{Policy: d.cfg.Policy, Live: v.Live,
+		Holders: map[netip.Addr]string{ip: plannedHolder(v, pending, name, l)}, Preferred: map[netip.Addr][]string{ip: d.preferred[ip]}}
+	if o, ok := only[ip]; ok {
+		in.Only = map[netip.Addr]lease.Only{ip: o}
+	}
+	return policy.Plan(in)[ip]
 }

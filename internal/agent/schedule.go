@@ -64,7 +64,7 @@ func (s *state) passDue(now time.Time) bool {
 		!s.sched.ipWake.min.IsZero() && !now.Before(s.sched.ipWake.min) || len(s.sched.dirty) > 0 ||
 		!s.writes.paceUntil.IsZero() && !now.Before(s.writes.paceUntil) ||
 		s.writable(now) != s.sched.passWritable ||
-		!maps.Equal(s.sched.passVerdicts, s.verdicts(now)) ||
+		!maps.Equal(s.sched.passVerdicts, verdictsOf(s.live, now)) ||
 		now.Sub(s.sched.lastPass) >= s.a.opt.Resync
 }
 
@@ -85,7 +85,7 @@ func (s *state) nextWake(now time.Time) time.Time {
 func (s *state) fullDue(now time.Time) bool {
 	return s.sched.needFull || s.sched.dirtySvc || s.sched.dirtyNodes || s.sched.dirtyCM || s.desired.cfg.Policy == config.PolicySpread ||
 		!s.sched.wake.IsZero() && !now.Before(s.sched.wake) ||
-		!maps.Equal(s.sched.passVerdicts, s.verdicts(now)) ||
+		!maps.Equal(s.sched.passVerdicts, verdictsOf(s.live, now)) ||
 		now.Sub(s.sched.lastPass) >= s.a.opt.Resync
 }
 
@@ -397,13 +397,14 @@ func (s *state) heartbeatsRenewed() bool {
 		s.live.Observe(hb, now)
 		seen++
 	}
-	return seen != known || !maps.Equal(s.sched.passVerdicts, s.verdicts(now))
+	return seen != known || !maps.Equal(s.sched.passVerdicts, verdictsOf(s.live, now))
 }
 
-func (s *state) verdicts(now time.Time) map[string]verdict {
+// verdictsOf is what live judges of each node at now that a pass reads.
+func verdictsOf(live *lease.Liveness, now time.Time) map[string]verdict {
 	out := map[string]verdict{}
-	for _, n := range s.live.Nodes() {
-		hb, _ := s.live.Heartbeat(n)
+	for _, n := range live.Nodes() {
+		hb, _ := live.Heartbeat(n)
 		// Held is read by kubectl eip status, never by a pass, and during
 		// a cold start or a mass failover it changes with every renewal
 		// of every node: it made each a pass over every IP. Duration is
@@ -416,7 +417,7 @@ func (s *state) verdicts(now time.Time) map[string]verdict {
 		// alone (wirecheck.go); a report that changes is read by the
 		// holders' decisions.
 		hb.WireChecked, hb.CheckRequest, hb.CheckDone = time.Time{}, "", ""
-		out[n] = verdict{alive: s.live.Alive(n, now), renewing: s.live.Renewing(n, now), status: hb}
+		out[n] = verdict{alive: live.Alive(n, now), renewing: live.Renewing(n, now), status: hb}
 	}
 	return out
 }

@@ -12,7 +12,7 @@ func (s *state) shutdown() error {
 	v := s.view(now)
 	s.log.Info("shutting down: handing off what this node holds")
 	s.book.newPass(s.a.leasesSeen(), false)
-	locks := s.observe(s.a.allLocks(), now)
+	locks := observe(s.live, s.a.heartbeats(), s.a.allLocks(), now)
 	if v.Writable {
 		// Peers must see this node leave before they see its handoffs
 		// (the watch delivers Leases in the order they were written), or
@@ -24,7 +24,7 @@ func (s *state) shutdown() error {
 	// This node is out of v.Live now: the policy places its IPs as if
 	// they were free (spread: in balance), and rank decides the rest.
 	seen := s.book.resolvePass(s.desired.order, s.desired.names, locks)
-	plan := s.plan(v, seen)
+	plan := s.desired.plan(v, seen, s.serving.only, s.writes.pending)
 	held := s.heldAtStop(v, seen)
 	// Each IP is unbound just before its hand-off is sent, and no more are
 	// in flight than there are writers: queued all at once, the last of

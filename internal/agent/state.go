@@ -103,6 +103,8 @@ func newState(a *Agent) *state {
 			devices:     addressDevices{count: map[string]int{}},
 			log:         a.log,
 			links:       a.opt.Links,
+			devs:        a.opt.Devices,
+			addresser:   a.opt.Addresser,
 			watchClaims: a.opt.Claims,
 			claims:      make(chan netif.Claim, 64),
 		},

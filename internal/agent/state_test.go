@@ -28,29 +28,29 @@ func TestVerdictsIgnoreRenewals(t *testing.T) {
 	renewAt("node-b", t0, true)
 
 	now := t0.Add(renew)
-	before := s.verdicts(now)
+	before := verdictsOf(s.live, now)
 	renewAt("node-a", now, true)
 	renewAt("node-b", now, true)
-	assert.Check(t, maps.Equal(before, s.verdicts(now)), "a renewal changed a verdict: %v → %v", before, s.verdicts(now))
+	assert.Check(t, maps.Equal(before, verdictsOf(s.live, now)), "a renewal changed a verdict: %v → %v", before, verdictsOf(s.live, now))
 
 	now = now.Add(renew)
-	before = s.verdicts(now)
+	before = verdictsOf(s.live, now)
 	renewAt("node-b", now, false)
-	assert.Check(t, !maps.Equal(before, s.verdicts(now)), "node-b becoming ineligible changed no verdict")
+	assert.Check(t, !maps.Equal(before, verdictsOf(s.live, now)), "node-b becoming ineligible changed no verdict")
 
-	before = s.verdicts(now)
+	before = verdictsOf(s.live, now)
 	renewAt("node-c", now, true)
-	assert.Check(t, !maps.Equal(before, s.verdicts(now)), "a new node changed no verdict")
+	assert.Check(t, !maps.Equal(before, verdictsOf(s.live, now)), "a new node changed no verdict")
 
 	// node-b stops renewing while node-a's renewals keep the stream fresh:
 	// a lease duration later it is dead.
-	before = s.verdicts(now)
+	before = verdictsOf(s.live, now)
 	for range int(duration / renew) {
 		now = now.Add(renew)
 		renewAt("node-a", now, true)
 		renewAt("node-c", now, true)
 	}
-	after := s.verdicts(now)
+	after := verdictsOf(s.live, now)
 	assert.Check(t, before["node-b"].alive && !after["node-b"].alive, "node-b: %v → %v", before["node-b"], after["node-b"])
 	assert.Check(t, after["node-c"].alive && after["node-c"].renewing)
 }
