@@ -3,6 +3,7 @@ module github.com/eip-project/eip
 go 1.26.8
 
 require (
+	github.com/godbus/dbus/v5 v5.2.2
 	github.com/google/go-cmp v0.7.0
 	github.com/google/go-containerregistry v0.22.1
 	github.com/google/nftables v0.3.0

@@ -10,8 +10,9 @@
 #   EIP_PREREQS_POLICY_RC   the policy-rc.d written during the install (/usr/sbin/policy-rc.d)
 set -euo pipefail
 
-# One command a line: the command, the Debian/Ubuntu package that provides
-# it, and what needs it. A test that needs a new tool adds its line here.
+# One command a line: the command (or the absolute path of a program not on
+# PATH), the Debian/Ubuntu package that provides it, and what needs it. A
+# test that needs a new tool adds its line here.
 requirements='
 ip       iproute2      network namespaces, veth pairs and bridges of the test cluster
 nft      nftables      cutting a node off the API server (testenv faults)
@@ -20,6 +21,8 @@ unshare  util-linux    the kernel check below
 nsenter  util-linux    starting real kubelet nodes inside a node namespace
 setpriv  util-linux    running eipd with exactly the DaemonSet privileges
 runc     runc          the container runtime of real kubelet nodes
+dbus-daemon  dbus-daemon  the system bus of each real kubelet node (graceful node shutdown)
+/usr/lib/systemd/systemd-logind  systemd  the login manager that announces a shutdown to the kubelet of a real node
 sysctl   procps        turning on forwarding inside real kubelet nodes
 bird     bird2         the BGP router of the route-mode tests
 birdc    bird2         querying that router

@@ -62,6 +62,9 @@ type Options struct {
 	// RealNodeBins are the real nodes' binaries. Default: where
 	// scripts/build-tool.sh builds the tools kubelet, containerd and cni.
 	RealNodeBins realnode.Bins
+	// GracefulShutdown, with RealNodes, turns on the kubelet's graceful
+	// node shutdown on every node (Cluster.ShutdownNode).
+	GracefulShutdown *realnode.GracefulShutdown
 	// Images are imported into every real node's containerd at start,
 	// besides realnode.WebImage (and the pause image).
 	Images []realnode.Image

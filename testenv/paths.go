@@ -11,6 +11,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/eip-project/eip/testenv/realnode"
 )
 
 const (
@@ -130,6 +132,9 @@ func Prerequisites(opts Options) error {
 	}
 	if opts.RealNodes {
 		errs = errors.Join(errs, opts.RealNodeBins.Check())
+	}
+	if opts.RealNodes && opts.GracefulShutdown != nil {
+		errs = errors.Join(errs, realnode.CheckShutdownTools())
 	}
 	return errs
 }

@@ -80,7 +80,7 @@ func (c *Cluster) startRealNodes(ctx context.Context) error {
 			PodCIDR: nodePodCIDR(i + 1), ClusterCIDR: podCIDR,
 			Dir: filepath.Join(c.dir, e.name), Kubeconfig: c.AdminKubeconfig(),
 			Bins: c.opts.RealNodeBins, Pause: pause, Images: append([]realnode.Image{web}, c.opts.Images...),
-			Registry: c.nodeRegistry(),
+			Registry: c.nodeRegistry(), Shutdown: c.opts.GracefulShutdown,
 		})
 		if err != nil {
 			return err
@@ -140,8 +140,8 @@ func (c *Cluster) waitNodesReady(ctx context.Context) error {
 			return nil
 		}
 		for name, n := range c.realNodeMap() {
-			if len(n.Running()) < 3 {
-				return fmt.Errorf("node %s: a daemon exited (running: %v); see %s", name, n.Running(), filepath.Dir(n.Log("kubelet")))
+			if exited := n.Exited(); len(exited) > 0 {
+				return fmt.Errorf("node %s: %v exited; see %s", name, exited, filepath.Dir(n.Log("kubelet")))
 			}
 		}
 		select {
@@ -200,6 +200,22 @@ func (c *Cluster) FailNode(ctx context.Context, name string) error {
 		return err
 	}
 	return errors.Join(n.Kill(), c.CutLink(ctx, name))
+}
+
+// ShutdownNode shuts a real node down gracefully, as `systemctl poweroff`
+// on it would, in a cluster started with Options.GracefulShutdown: logind
+// announces the shutdown, the kubelet stops the node's pods, then logind
+// asks the init system to power off, and the node goes down as in
+// FailNode: every process killed, its link cut. ReviveNode boots it again.
+func (c *Cluster) ShutdownNode(ctx context.Context, name string) error {
+	n, err := c.RealNode(name)
+	if err != nil {
+		return err
+	}
+	if err := n.Shutdown(ctx); err != nil {
+		return err
+	}
+	return c.FailNode(ctx, name)
 }
 
 // ReviveNode restores the link of a failed node and starts its containerd,

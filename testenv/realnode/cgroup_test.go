@@ -31,7 +31,7 @@ func TestSpawnIntoCgroupAndRemove(t *testing.T) {
 	if err := group.create(); err != nil {
 		t.Fatal(err)
 	}
-	p, err := spawn(name, group, filepath.Join(t.TempDir(), "log"), "/bin/sh", "-c", "sleep 60 & wait")
+	p, err := spawn(name, group, filepath.Join(t.TempDir(), "log"), nil, "/bin/sh", "-c", "sleep 60 & wait")
 	if err != nil {
 		t.Fatal(err)
 	}

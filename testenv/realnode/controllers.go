@@ -41,7 +41,7 @@ func StartControllers(cfg ControllersConfig) (*Controllers, error) {
 			"--use-service-account-credentials=false"}, auth...),
 		append([]string{"kube-scheduler", "--secure-port=10259"}, auth...),
 	} {
-		p, err := spawn(cfg.Netns, &c.group, filepath.Join(cfg.Dir, cmd[0]+".log"), filepath.Join(cfg.Bins.Kubelet, cmd[0]), cmd[1:]...)
+		p, err := spawn(cfg.Netns, &c.group, filepath.Join(cfg.Dir, cmd[0]+".log"), nil, filepath.Join(cfg.Bins.Kubelet, cmd[0]), cmd[1:]...)
 		if err != nil {
 			return nil, errors.Join(fmt.Errorf("start controllers: %w", err), c.Stop())
 		}

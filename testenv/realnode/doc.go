@@ -4,6 +4,9 @@
 // host-local, loopback), plus kube-controller-manager and kube-scheduler for
 // the control plane. testenv.Options.RealNodes starts a cluster of them; the
 // binaries come from scripts/build-tool.sh (tools kubelet, containerd, cni).
+// With GracefulShutdown a node also runs Debian's dbus-daemon and
+// systemd-logind, so that its kubelet's graceful node shutdown works
+// (Node.Shutdown).
 //
 // Every process is started with `nsenter --net`, which switches only the
 // network namespace: `ip netns exec` would also give it a private mount

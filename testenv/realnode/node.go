@@ -37,6 +37,9 @@ type NodeConfig struct {
 	Images []Image
 	// Registry, when set, is a registry the node pulls from.
 	Registry *Registry
+	// Shutdown, when set, turns on the kubelet's graceful node shutdown,
+	// with the system bus and logind it needs (see Node.Shutdown).
+	Shutdown *GracefulShutdown
 }
 
 // Registry is a container registry the node's containerd pulls from, over
@@ -63,14 +66,20 @@ type Node struct {
 	root    cgroup    // the kubelet's cgroupRoot
 	daemon  cgroup    // containerd, its shims, the kubelet, kube-proxy
 
-	mu    sync.Mutex
-	procs []*proc
+	mu      sync.Mutex
+	procs   []*proc
+	standIn *initStandIn // with cfg.Shutdown: while the node runs
 }
 
 // StartNode prepares the node's directory and cgroups, starts containerd,
 // imports the images, then starts the kubelet and kube-proxy. It does not
 // wait for the Node to be Ready. On error the node is stopped again.
 func StartNode(ctx context.Context, cfg NodeConfig) (*Node, error) {
+	if cfg.Shutdown != nil {
+		if err := cfg.Shutdown.validate(); err != nil {
+			return nil, fmt.Errorf("start node %s: %w", cfg.Name, err)
+		}
+	}
 	n := &Node{cfg: cfg, started: time.Now().Add(-time.Second), root: cgroup{"/" + cfg.Netns}, daemon: cgroup{"/" + cfg.Netns + "/daemons"}}
 	if err := n.prepare(ctx); err != nil {
 		return nil, errors.Join(fmt.Errorf("start node %s: %w", cfg.Name, err), n.Stop())
@@ -102,6 +111,9 @@ func (n *Node) prepare(ctx context.Context) error {
 		"kubelet.yaml":               n.kubeletConfig(),
 		"kube-proxy.yaml":            n.kubeProxyConfig(),
 		"cni/net.d/10-pods.conflist": n.cniConfig(),
+	}
+	if n.cfg.Shutdown != nil {
+		files["dbus.conf"] = busConfig(n.path("system_bus_socket"))
 	}
 	if r := n.cfg.Registry; r != nil {
 		for _, host := range append([]string{r.Host}, r.Mirrored...) {
@@ -152,14 +164,23 @@ func (n *Node) Route(ctx context.Context, dst netip.Prefix, gw netip.Addr) error
 }
 
 // Start starts containerd, imports the images, and starts the kubelet and
-// kube-proxy: at first, and again after Kill (a node coming back).
+// kube-proxy: at first, and again after Kill (a node coming back). With
+// Shutdown, the system bus and logind start first, as on a host they run
+// before the kubelet.
 func (n *Node) Start(ctx context.Context) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if len(n.procs) > 0 {
 		return fmt.Errorf("start node %s: already running", n.cfg.Name)
 	}
-	ctrd, err := spawn(n.cfg.Netns, &n.daemon, n.path("containerd.log"),
+	var kubeletEnv []string
+	if g := n.cfg.Shutdown; g != nil {
+		if err := n.startLogin(ctx, *g); err != nil {
+			return fmt.Errorf("start node %s: %w", n.cfg.Name, err)
+		}
+		kubeletEnv = []string{"DBUS_SYSTEM_BUS_ADDRESS=" + n.busAddress()}
+	}
+	ctrd, err := spawn(n.cfg.Netns, &n.daemon, n.path("containerd.log"), nil,
 		filepath.Join(n.cfg.Bins.Containerd, "containerd"), "--config", n.path("containerd.toml"))
 	if err != nil {
 		return fmt.Errorf("start node %s: %w", n.cfg.Name, err)
@@ -173,14 +194,14 @@ func (n *Node) Start(ctx context.Context) error {
 			return fmt.Errorf("start node %s: %w", n.cfg.Name, err)
 		}
 	}
-	kubelet, err := spawn(n.cfg.Netns, &n.daemon, n.path("kubelet.log"), filepath.Join(n.cfg.Bins.Kubelet, "kubelet"),
+	kubelet, err := spawn(n.cfg.Netns, &n.daemon, n.path("kubelet.log"), kubeletEnv, filepath.Join(n.cfg.Bins.Kubelet, "kubelet"),
 		"--config="+n.path("kubelet.yaml"), "--kubeconfig="+n.cfg.Kubeconfig, "--root-dir="+n.path("kubelet"),
 		"--hostname-override="+n.cfg.Name, "--node-ip="+n.cfg.IP.String(), "--v=2")
 	if err != nil {
 		return fmt.Errorf("start node %s: %w", n.cfg.Name, err)
 	}
 	n.procs = append(n.procs, kubelet)
-	proxy, err := spawn(n.cfg.Netns, &n.daemon, n.path("kube-proxy.log"), filepath.Join(n.cfg.Bins.Kubelet, "kube-proxy"),
+	proxy, err := spawn(n.cfg.Netns, &n.daemon, n.path("kube-proxy.log"), nil, filepath.Join(n.cfg.Bins.Kubelet, "kube-proxy"),
 		"--config="+n.path("kube-proxy.yaml"), "--v=2")
 	if err != nil {
 		return fmt.Errorf("start node %s: %w", n.cfg.Name, err)
@@ -248,16 +269,18 @@ func (n *Node) Kill() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.procs = nil
+	n.standIn.close()
+	n.standIn = nil
 	return n.root.killAll()
 }
 
-// Running reports which of the node's daemons still run.
-func (n *Node) Running() []string {
+// Exited reports which of the node's daemons have exited.
+func (n *Node) Exited() []string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	var names []string
 	for _, p := range n.procs {
-		if !p.exited() {
+		if p.exited() {
 			names = append(names, p.name)
 		}
 	}
@@ -272,6 +295,8 @@ func (n *Node) Stop() error {
 	n.mu.Lock()
 	procs := n.procs
 	n.procs = nil
+	n.standIn.close()
+	n.standIn = nil
 	n.mu.Unlock()
 	var errs error
 	for _, p := range procs {
@@ -359,7 +384,14 @@ evictionHard: {memory.available: "100Mi", nodefs.available: "1%%", imagefs.avail
 resolvConf: /etc/resolv.conf
 nodeStatusUpdateFrequency: 2s
 syncFrequency: 10s
-`, n.root.path, n.socket(), n.path("pod-logs"))
+%[4]s`, n.root.path, n.socket(), n.path("pod-logs"), n.shutdownConfig())
+}
+
+func (n *Node) shutdownConfig() string {
+	if n.cfg.Shutdown == nil {
+		return ""
+	}
+	return n.cfg.Shutdown.kubeletConfig()
 }
 
 func (n *Node) kubeProxyConfig() string {

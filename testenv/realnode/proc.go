@@ -25,8 +25,9 @@ type proc struct {
 // cgroups before it runs, so every child it starts is too.
 const joinThenExec = `while [ "$1" != -- ]; do echo $$ > "$1" || exit 1; shift; done; shift; exec "$@"`
 
-// spawn starts bin in the network namespace netns and in the cgroup group.
-func spawn(netns string, group *cgroup, logPath, bin string, args ...string) (*proc, error) {
+// spawn starts bin in the network namespace netns and in the cgroup group,
+// with env added to this process's environment.
+func spawn(netns string, group *cgroup, logPath string, env []string, bin string, args ...string) (*proc, error) {
 	name := filepath.Base(bin)
 	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -42,6 +43,9 @@ func spawn(netns string, group *cgroup, logPath, bin string, args ...string) (*p
 	argv = append(argv, "--", "nsenter", "--net=/run/netns/"+netns, "--", bin)
 	cmd := exec.Command("/bin/sh", append(argv, args...)...)
 	cmd.Stdout, cmd.Stderr = f, f
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
