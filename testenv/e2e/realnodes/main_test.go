@@ -51,7 +51,7 @@ func run(m *testing.M) int {
 		fmt.Println("realnodes: skipped with -short")
 		return 0
 	}
-	opts := testenv.Options{Nodes: 3, RealNodes: true, Manifests: []string{},
+	opts := testenv.Options{Nodes: 3, RealNodes: true, Manifests: []string{}, GracefulShutdown: &gracefulShutdown,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
 	if err := testenv.Prerequisites(opts); err != nil {
 		return testenv.Unavailable("realnodes", err)

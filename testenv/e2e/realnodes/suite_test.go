@@ -242,6 +242,15 @@ func failNode(t *testing.T, after func(node string), bound time.Duration, before
 	}
 
 	before(h)
+	revive(ctx, t, h, old, p)
+}
+
+// revive brings a failed or shut down node back, waits until its kubelet
+// runs eipd again (old, the pod before, restarted or replaced) and the
+// DaemonSet is rolled out, then stops p, the probe of externalIP, 2 s later
+// and fails the test if two MACs ever answered it.
+func revive(ctx context.Context, t *testing.T, h string, old corev1.Pod, p *testenv.Probe) {
+	t.Helper()
 	if err := cluster.ReviveNode(ctx, h); err != nil {
 		t.Fatal(err)
 	}
