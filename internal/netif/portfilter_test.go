@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net"
 	"net/netip"
 	"slices"
@@ -161,7 +162,9 @@ func answers(addr string) bool {
 // serving TCP 80 and 443, in a namespace of its own: written whole (a
 // start, or the first apply after a failure), and one Service's change
 // (an IP and its two ports added, then removed: two applies per op). It
-// reports the table's rules and set elements as the kernel lists them.
+// reports the table's rules and set elements as the kernel lists them,
+// and the median and 99th percentile of one apply's wall time (run with
+// -benchtime 50x, say, for enough applies to rank).
 func BenchmarkPortFilter(b *testing.B) {
 	n := newTestNet(b)
 	const ips = 10000
@@ -176,11 +179,11 @@ func BenchmarkPortFilter(b *testing.B) {
 	b.Run("whole", func(b *testing.B) {
 		n.in(b, n.a, func() {
 			b.ReportAllocs()
+			var took []time.Duration
 			for b.Loop() {
-				if err := NewPortFilter().Set(addrs, served); err != nil {
-					b.Fatal(err)
-				}
+				took = append(took, timed(b, func() error { return NewPortFilter().Set(addrs, served) }))
 			}
+			reportQuantiles(b, took)
 		})
 		reportTable(b, n)
 	})
@@ -194,17 +197,33 @@ func BenchmarkPortFilter(b *testing.B) {
 			more := append(slices.Clone(served), Served{Addr: extra, Proto: unix.IPPROTO_TCP, Port: 80}, Served{Addr: extra, Proto: unix.IPPROTO_TCP, Port: 443})
 			moreAddrs := append(slices.Clone(addrs), extra)
 			b.ReportAllocs()
+			var took []time.Duration
 			for b.Loop() {
-				if err := f.Set(moreAddrs, more); err != nil {
-					b.Fatal(err)
-				}
-				if err := f.Set(addrs, served); err != nil {
-					b.Fatal(err)
-				}
+				took = append(took, timed(b, func() error { return f.Set(moreAddrs, more) }), timed(b, func() error { return f.Set(addrs, served) }))
 			}
+			reportQuantiles(b, took)
 		})
 		reportTable(b, n)
 	})
+}
+
+// timed is the wall time of apply, which must succeed.
+func timed(b *testing.B, apply func() error) time.Duration {
+	start := time.Now()
+	if err := apply(); err != nil {
+		b.Fatal(err)
+	}
+	return time.Since(start)
+}
+
+// reportQuantiles reports the median and the 99th percentile (nearest
+// rank) of took, in milliseconds, and how many there are.
+func reportQuantiles(b *testing.B, took []time.Duration) {
+	slices.Sort(took)
+	rank := func(p float64) time.Duration { return took[max(0, int(math.Ceil(p*float64(len(took))))-1)] }
+	b.ReportMetric(float64(rank(0.5).Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(rank(0.99).Microseconds())/1000, "p99-ms")
+	b.ReportMetric(float64(len(took)), "applies")
 }
 
 // reportTable reports the rules and set elements of the filter's table.
