@@ -79,11 +79,7 @@ func (o *CheckOptions) Validate() error {
 // Run asks for a fresh check, waits for it, prints the verdicts and fails
 // unless each IP is answered by its holder alone.
 func (o *CheckOptions) Run(ctx context.Context) error {
-	c, err := o.newClient()
-	if err != nil {
-		return err
-	}
-	s, err := readSnapshot(ctx, c, o.lists(c), o.namespace, o.configMap)
+	c, s, err := o.connect(ctx, o.namespace)
 	if err != nil {
 		return err
 	}
@@ -102,7 +98,7 @@ func (o *CheckOptions) Run(ctx context.Context) error {
 	if err := o.awaitChecks(ctx, leases, checkers, token); err != nil {
 		return err
 	}
-	s, err = readSnapshot(ctx, c, o.lists(c), o.namespace, o.configMap)
+	s, err = o.read(ctx, c, o.namespace)
 	if err != nil {
 		return err
 	}

@@ -71,6 +71,22 @@ func (e *env) eipNamespace() string {
 	return DefaultNamespace
 }
 
+// connect builds the API client and reads the state of eip installed in
+// namespace through it.
+func (e *env) connect(ctx context.Context, namespace string) (kubernetes.Interface, snapshot, error) {
+	c, err := e.newClient()
+	if err != nil {
+		return nil, snapshot{}, err
+	}
+	s, err := e.read(ctx, c, namespace)
+	return c, s, err
+}
+
+// read reads the state of eip installed in namespace through c.
+func (e *env) read(ctx context.Context, c kubernetes.Interface, namespace string) (snapshot, error) {
+	return readSnapshot(ctx, c, e.lists(c), namespace, e.configMap)
+}
+
 // invocation is what every subcommand takes from its command line before
 // validating: the arguments and eip's namespace.
 type invocation struct {

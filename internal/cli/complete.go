@@ -40,11 +40,7 @@ func (e *env) completeFrom(choices func(st Status, args []string) []string) cobr
 
 // readStatus reads the cluster and builds the status as of now.
 func (e *env) readStatus(ctx context.Context) (Status, error) {
-	c, err := e.newClient()
-	if err != nil {
-		return Status{}, err
-	}
-	s, err := readSnapshot(ctx, c, e.lists(c), e.eipNamespace(), e.configMap)
+	_, s, err := e.connect(ctx, e.eipNamespace())
 	if err != nil {
 		return Status{}, err
 	}

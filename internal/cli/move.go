@@ -94,11 +94,7 @@ func (o *MoveOptions) Validate() error {
 // Run checks the IP and the node against the cluster, requests the move and
 // waits for it.
 func (o *MoveOptions) Run(ctx context.Context) error {
-	c, err := o.newClient()
-	if err != nil {
-		return err
-	}
-	s, err := readSnapshot(ctx, c, o.lists(c), o.namespace, o.configMap)
+	c, s, err := o.connect(ctx, o.namespace)
 	if err != nil {
 		return err
 	}

@@ -132,7 +132,7 @@ func (o *StatusOptions) Run(ctx context.Context) error {
 	if o.Watch {
 		return o.watch(ctx, c)
 	}
-	s, err := readSnapshot(ctx, c, o.lists(c), o.namespace, o.configMap)
+	s, err := o.read(ctx, c, o.namespace)
 	if err != nil {
 		return err
 	}
