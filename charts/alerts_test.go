@@ -11,13 +11,15 @@ import (
 
 	"gotest.tools/v3/assert"
 	"sigs.k8s.io/yaml"
+
+	"github.com/eip-project/eip/testenv"
 )
 
 // The chart's PrometheusRule, with default values, holds exactly the
 // groups of docs/alerts.rules.yaml, which Prometheus users load directly.
 func TestAlertRulesMatchTheDocs(t *testing.T) {
 	objs := objects(t, helm(t, "template", "eip", "charts/eip", "--set", "prometheusRule.enabled=true"))
-	chart := path(objs["PrometheusRule eip-system/eip"], "spec")
+	chart := testenv.Path(objs["PrometheusRule eip-system/eip"], "spec")
 	b, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "alerts.rules.yaml"))
 	assert.NilError(t, err)
 	var docs map[string]any

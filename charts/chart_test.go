@@ -71,25 +71,14 @@ func runHelm(t *testing.T, args ...string) (string, error) {
 }
 
 // object is one rendered Kubernetes object, as plain data.
-type object = map[string]any
+type object = testenv.Rendered
 
 // objects decodes a YAML stream into its objects, keyed by kind, namespace
 // and name; a key seen twice fails the test.
 func objects(t *testing.T, stream string) map[string]object {
 	t.Helper()
-	out := map[string]object{}
-	for _, doc := range strings.Split(stream, "\n---") {
-		var o object
-		assert.NilError(t, yaml.Unmarshal([]byte(doc), &o), doc)
-		if len(o) == 0 {
-			continue
-		}
-		meta, _ := o["metadata"].(map[string]any)
-		key := fmt.Sprintf("%v %v/%v", o["kind"], meta["namespace"], meta["name"])
-		_, dup := out[key]
-		assert.Assert(t, !dup, "%s rendered twice", key)
-		out[key] = o
-	}
+	out, err := testenv.DecodeRendered(stream)
+	assert.NilError(t, err)
 	return out
 }
 
@@ -222,20 +211,20 @@ func TestChartValues(t *testing.T) {
 	assert.Check(t, is.Equal(svc.Spec.Ports[0].Port, int32(9500)))
 	assert.Check(t, is.DeepEqual(svc.Spec.Selector, ds.Spec.Selector.MatchLabels))
 	sm := objs["ServiceMonitor edge-ips/eipd"]
-	assert.Check(t, is.Equal(path(sm, "metadata", "labels", "release"), "prom"))
-	assert.Check(t, is.Equal(path(sm, "spec", "endpoints", 0, "interval"), "30s"))
-	assert.Check(t, is.Equal(path(sm, "spec", "endpoints", 0, "port"), "metrics"))
-	assert.Check(t, is.DeepEqual(path(sm, "spec", "namespaceSelector", "matchNames"), []any{"edge-ips"}))
+	assert.Check(t, is.Equal(testenv.Path(sm, "metadata", "labels", "release"), "prom"))
+	assert.Check(t, is.Equal(testenv.Path(sm, "spec", "endpoints", 0, "interval"), "30s"))
+	assert.Check(t, is.Equal(testenv.Path(sm, "spec", "endpoints", 0, "port"), "metrics"))
+	assert.Check(t, is.DeepEqual(testenv.Path(sm, "spec", "namespaceSelector", "matchNames"), []any{"edge-ips"}))
 	rule := objs["PrometheusRule edge-ips/eip"]
-	assert.Check(t, is.Equal(path(rule, "metadata", "labels", "release"), "prom"))
-	assert.Check(t, is.Equal(path(rule, "spec", "groups", 0, "rules", 0, "alert"), "EipIPUnbound"))
-	assert.Check(t, is.Equal(path(rule, "spec", "groups", 0, "rules", 0, "for"), "9s"), "4s lease + 5s")
+	assert.Check(t, is.Equal(testenv.Path(rule, "metadata", "labels", "release"), "prom"))
+	assert.Check(t, is.Equal(testenv.Path(rule, "spec", "groups", 0, "rules", 0, "alert"), "EipIPUnbound"))
+	assert.Check(t, is.Equal(testenv.Path(rule, "spec", "groups", 0, "rules", 0, "for"), "9s"), "4s lease + 5s")
 	for _, k := range []string{"Namespace <nil>/edge-ips", "ServiceAccount edge-ips/eip", "Role edge-ips/eip", "RoleBinding edge-ips/eip"} {
 		_, ok := objs[k]
 		assert.Check(t, ok, "no %s", k)
 	}
-	assert.Check(t, is.Equal(path(objs["ClusterRoleBinding <nil>/eip"], "subjects", 0, "namespace"), "edge-ips"))
-	assert.Check(t, is.Equal(path(objs["ValidatingAdmissionPolicy <nil>/eip-config"], "spec", "matchConditions", 0, "expression"),
+	assert.Check(t, is.Equal(testenv.Path(objs["ClusterRoleBinding <nil>/eip"], "subjects", 0, "namespace"), "edge-ips"))
+	assert.Check(t, is.Equal(testenv.Path(objs["ValidatingAdmissionPolicy <nil>/eip-config"], "spec", "matchConditions", 0, "expression"),
 		"request.namespace == 'edge-ips' && object.metadata.name == 'eip-config'"))
 
 	// configPolicy.enabled=false leaves the policy and its binding out, and nothing else.
@@ -252,30 +241,12 @@ func TestChartValues(t *testing.T) {
 func TestChartUnboundFor(t *testing.T) {
 	for lease, want := range map[string]string{"2s": "7s", "1500ms": "6500ms", "10s": "15s"} {
 		objs := objects(t, helm(t, "template", "eip", "charts/eip", "--set", "prometheusRule.enabled=true", "--set", "config.lease-duration="+lease))
-		assert.Check(t, is.Equal(path(objs["PrometheusRule eip-system/eip"], "spec", "groups", 0, "rules", 0, "for"), want), lease)
+		assert.Check(t, is.Equal(testenv.Path(objs["PrometheusRule eip-system/eip"], "spec", "groups", 0, "rules", 0, "for"), want), lease)
 	}
 	objs := objects(t, helm(t, "template", "eip", "charts/eip", "--set", "prometheusRule.enabled=true,prometheusRule.unboundFor=1m"))
-	assert.Check(t, is.Equal(path(objs["PrometheusRule eip-system/eip"], "spec", "groups", 0, "rules", 0, "for"), "1m"))
+	assert.Check(t, is.Equal(testenv.Path(objs["PrometheusRule eip-system/eip"], "spec", "groups", 0, "rules", 0, "for"), "1m"))
 	_, err := runHelm(t, "template", "eip", "charts/eip", "--set", "prometheusRule.enabled=true", "--set", "config.lease-duration=1m")
 	assert.ErrorContains(t, err, `cannot add 5s to config.lease-duration "1m"; set prometheusRule.unboundFor`)
-}
-
-// path walks maps by key and lists by index.
-func path(v any, steps ...any) any {
-	for _, s := range steps {
-		switch k := s.(type) {
-		case string:
-			m, _ := v.(map[string]any)
-			v = m[k]
-		case int:
-			l, _ := v.([]any)
-			if k >= len(l) {
-				return nil
-			}
-			v = l[k]
-		}
-	}
-	return v
 }
 
 // eipd's Role may write every Lease in eip's namespace (its locks are

@@ -103,7 +103,7 @@ func TestReleaseCrossReferences(t *testing.T) {
 	assert.NilError(t, err)
 	installed := decodeObjects(t, string(manifest))
 	ds := installed["DaemonSet eip-system/eipd"]
-	assert.Equal(t, lookup(ds, "spec", "template", "spec", "containers", 0, "image"), ref)
+	assert.Equal(t, testenv.Path(ds, "spec", "template", "spec", "containers", 0, "image"), ref)
 	chartFile := filepath.Join(out, "eip-"+strings.TrimPrefix(version, "v")+".tgz")
 	shown := run(t, helm, "show", "chart", chartFile)
 	assert.Check(t, is.Contains(shown, "\nversion: "+strings.TrimPrefix(version, "v")+"\n"))
@@ -189,37 +189,11 @@ func run(t *testing.T, name string, args ...string) string {
 
 // decodeObjects decodes a YAML stream into its objects, keyed by kind,
 // namespace and name.
-func decodeObjects(t *testing.T, stream string) map[string]map[string]any {
+func decodeObjects(t *testing.T, stream string) map[string]testenv.Rendered {
 	t.Helper()
-	out := map[string]map[string]any{}
-	for _, doc := range strings.Split(stream, "\n---") {
-		var o map[string]any
-		assert.NilError(t, yaml.Unmarshal([]byte(doc), &o), doc)
-		if len(o) == 0 {
-			continue
-		}
-		meta, _ := o["metadata"].(map[string]any)
-		out[fmt.Sprintf("%v %v/%v", o["kind"], meta["namespace"], meta["name"])] = o
-	}
+	out, err := testenv.DecodeRendered(stream)
+	assert.NilError(t, err)
 	return out
-}
-
-// lookup walks maps by key and lists by index.
-func lookup(v any, steps ...any) any {
-	for _, s := range steps {
-		switch k := s.(type) {
-		case string:
-			m, _ := v.(map[string]any)
-			v = m[k]
-		case int:
-			l, _ := v.([]any)
-			if k >= len(l) {
-				return nil
-			}
-			v = l[k]
-		}
-	}
-	return v
 }
 
 // imageBinaries returns /eipd of each platform's image in the index.
