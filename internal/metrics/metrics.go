@@ -3,7 +3,6 @@ package metrics
 import (
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,7 +33,6 @@ type Options struct {
 // methods may be called from any goroutine.
 type Metrics struct {
 	reg *prometheus.Registry
-	clk clock.PassiveClock
 
 	held         prometheus.Gauge
 	managed      prometheus.Gauge
@@ -47,34 +45,17 @@ type Metrics struct {
 	failover     prometheus.Histogram
 	apiErrors    *prometheus.CounterVec
 	configErrors prometheus.Counter
+	configValid  prometheus.Gauge
 	renew        prometheus.Histogram
 	vanished     prometheus.Counter
 	refreshLate  prometheus.Counter
-	conflicted   prometheus.Counter
-	foreign      prometheus.Counter
-	wireChecks   prometheus.Counter
-	wireVerdicts *prometheus.GaugeVec
 	summarised   *prometheus.CounterVec
-	bgpUp        *prometheus.GaugeVec
-	bgpRoutes    prometheus.Gauge
-	bgpUpdates   *prometheus.CounterVec
-	bgpReceived  *prometheus.GaugeVec
+	leaseWrites  *prometheus.CounterVec
 
-	configValid prometheus.Gauge
-	leaseWrites *prometheus.CounterVec
-	rangeAddrs  *prometheus.GaugeVec
-
-	mu  sync.Mutex
-	hbt renewals
-	// notServing is why this node would not take over an IP it should;
-	// "" when it would.
-	notServing string
-	// updatesSeen is the speaker's UPDATE count per peer at the last BGP
-	// call, so that eip_bgp_updates_sent_total only grows.
-	updatesSeen map[string]uint64
-	// ranges are the range labels of eip_range_addresses, so that a range
-	// no longer configured loses its series.
-	ranges map[string]bool
+	wire   *wireMetrics
+	bgp    *bgpMetrics
+	ranges *rangeMetrics
+	ready  *readiness
 }
 
 // Label values of eip_acquisitions_total's kind.
@@ -94,7 +75,6 @@ func New(opt Options) (*Metrics, error) {
 	}
 	m := &Metrics{
 		reg: prometheus.NewRegistry(),
-		clk: opt.Clock,
 		held: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "eip_ips_held",
 			Help: "External IPs bound on this node.",
@@ -157,52 +137,18 @@ func New(opt Options) (*Metrics, error) {
 			Name: "eip_lifetime_refreshes_late_total",
 			Help: "Refreshes of address lifetimes that came more than 1.5 refresh intervals after the previous one.",
 		}),
-		conflicted: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "eip_address_conflicts_total",
-			Help: "Probes before a bind, or before a load-balancer address is assigned, answered by a machine that is not an eip node: the address is in use on the LAN and was not bound or assigned.",
-		}),
-		foreign: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "eip_foreign_claims_total",
-			Help: "Announcements or replies from a machine that is not an eip node for an address this node holds.",
-		}),
-		wireChecks: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "eip_wire_checks_total",
-			Help: "Probes this node sent to check, as an IP's successor, that its holder answers for it on the LAN.",
-		}),
-		wireVerdicts: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "eip_wire_verdicts",
-			Help: "IPs this node checks on the LAN, by the last verdict: holder (answered by its holder alone), none, stranger, two-macs, unchecked.",
-		}, []string{"verdict"}),
 		summarised: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "eip_events_summarised_total",
 			Help: "Events on Services that this node's Event budget left out, by reason; each is counted in an EventsSummarised Event on the Node.",
 		}, []string{"reason"}),
-		bgpUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "eip_bgp_session_up",
-			Help: "1 while the BGP session with the peer is established, else 0 (route mode).",
-		}, []string{"peer"}),
-		bgpRoutes: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "eip_bgp_routes_announced",
-			Help: "Host routes this node announces over BGP: the route-mode IPs it holds.",
-		}),
-		bgpUpdates: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "eip_bgp_updates_sent_total",
-			Help: "BGP UPDATE messages sent to the peer.",
-		}, []string{"peer"}),
-		bgpReceived: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "eip_bgp_routes_received",
-			Help: "Routes from the peer that the speaker holds, using none; past the peer's max-prefixes it closes the session.",
-		}, []string{"peer"}),
 		leaseWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "eip_lease_writes_total",
 			Help: "Lease writes this node sent to the API server, whatever their outcome, by role (lock, heartbeat) and op (create, update, delete).",
 		}, []string{"role", "op"}),
-		rangeAddrs: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "eip_range_addresses",
-			Help: "Addresses of each range (its name, else its CIDR or span) by state: allocated (named by a Service and served), free, reserved (never bound: network, broadcast, a node's or the API server's address), as this node sees the cluster; bound: those bound on this node.",
-		}, []string{"range", "state"}),
-		updatesSeen: map[string]uint64{},
-		ranges:      map[string]bool{},
+		wire:   newWireMetrics(),
+		bgp:    newBGPMetrics(),
+		ranges: newRangeMetrics(),
+		ready:  &readiness{clk: opt.Clock},
 	}
 	announced := opt.Announced
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -219,7 +165,7 @@ func New(opt Options) (*Metrics, error) {
 			m.leaseWrites.WithLabelValues(role, op)
 		}
 	}
-	m.WireVerdicts(nil)
+	m.wire.setVerdicts(nil)
 
 	ready := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "eip_ready",
@@ -230,10 +176,12 @@ func New(opt Options) (*Metrics, error) {
 		}
 		return 1
 	})
-	for _, c := range []prometheus.Collector{ready,
+	collectors := []prometheus.Collector{ready,
 		m.held, m.managed, m.binds, m.unbinds, m.acquisitions, m.handoffs, m.conflicts, m.fencings,
-		m.failover, m.apiErrors, m.configErrors, m.configValid, m.renew, m.vanished, m.refreshLate, m.conflicted, m.foreign, m.wireChecks, m.wireVerdicts, m.summarised, build,
-		m.bgpUp, m.bgpRoutes, m.bgpUpdates, m.bgpReceived, m.leaseWrites, m.rangeAddrs,
+		m.failover, m.apiErrors, m.configErrors, m.configValid, m.renew, m.vanished, m.refreshLate, m.summarised, build,
+		m.leaseWrites, m.ranges.addrs,
+		m.wire.conflicted, m.wire.foreign, m.wire.checks, m.wire.verdicts,
+		m.bgp.up, m.bgp.routes, m.bgp.updates, m.bgp.received,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "eip_announcements_sent_total",
 			Help: "Gratuitous ARP and unsolicited neighbour advertisement packets sent.",
@@ -245,7 +193,8 @@ func New(opt Options) (*Metrics, error) {
 		lanDropped(opt.LANDrops, "implausible", func(d *lanlive.Drops) uint64 { return d.Implausible.Load() }),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-	} {
+	}
+	for _, c := range collectors {
 		if err := m.reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register metrics: %w", err)
 		}
@@ -272,34 +221,7 @@ func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
 // BGP sets the route-mode metrics from the speaker's sessions and the
 // number of routes announced. Peers no longer configured lose their series.
-func (m *Metrics) BGP(sessions []bgp.Session, routes int) {
-	m.bgpRoutes.Set(float64(routes))
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	current := make(map[string]bool, len(sessions))
-	for _, s := range sessions {
-		peer := s.Peer.String()
-		current[peer] = true
-		up := 0.0
-		if s.Up() {
-			up = 1
-		}
-		m.bgpUp.WithLabelValues(peer).Set(up)
-		m.bgpReceived.WithLabelValues(peer).Set(float64(s.Received))
-		if seen := m.updatesSeen[peer]; s.UpdatesSent > seen {
-			m.bgpUpdates.WithLabelValues(peer).Add(float64(s.UpdatesSent - seen))
-		}
-		m.updatesSeen[peer] = s.UpdatesSent
-	}
-	for peer := range m.updatesSeen {
-		if !current[peer] {
-			delete(m.updatesSeen, peer)
-			m.bgpUp.DeleteLabelValues(peer)
-			m.bgpUpdates.DeleteLabelValues(peer)
-			m.bgpReceived.DeleteLabelValues(peer)
-		}
-	}
-}
+func (m *Metrics) BGP(sessions []bgp.Session, routes int) { m.bgp.observe(sessions, routes) }
 
 // LeaseWrite counts a Lease write sent (a lease.Written).
 func (m *Metrics) LeaseWrite(role, op string) { m.leaseWrites.WithLabelValues(role, op).Inc() }
@@ -307,24 +229,7 @@ func (m *Metrics) LeaseWrite(role, op string) { m.leaseWrites.WithLabelValues(ro
 // Ranges sets eip_range_addresses from the usage of every configured
 // range, bound counting this node's addresses. Ranges no longer configured
 // lose their series.
-func (m *Metrics) Ranges(usage []ipset.Usage) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	current := make(map[string]bool, len(usage))
-	for _, u := range usage {
-		label := u.Range.Label()
-		current[label] = true
-		for state, n := range map[string]uint64{"allocated": u.Allocated, "bound": u.Bound, "free": u.Free, "reserved": u.Reserved} {
-			m.rangeAddrs.WithLabelValues(label, state).Set(float64(n))
-		}
-	}
-	for label := range m.ranges {
-		if !current[label] {
-			m.rangeAddrs.DeletePartialMatch(prometheus.Labels{"range": label})
-		}
-	}
-	m.ranges = current
-}
+func (m *Metrics) Ranges(usage []ipset.Usage) { m.ranges.observe(usage) }
 
 // Held sets eip_ips_held.
 func (m *Metrics) Held(n int) { m.held.Set(float64(n)) }
@@ -364,9 +269,7 @@ func (m *Metrics) Failover(d time.Duration) { m.failover.Observe(d.Seconds()) }
 func (m *Metrics) APIError(op string) {
 	m.apiErrors.WithLabelValues(op).Inc()
 	if op == renewOp {
-		m.mu.Lock()
-		m.hbt = m.hbt.failed()
-		m.mu.Unlock()
+		m.ready.failed()
 	}
 }
 
@@ -381,10 +284,7 @@ func (m *Metrics) ConfigError() { m.configErrors.Inc() }
 // it for Ready.
 func (m *Metrics) Renewed(d time.Duration) {
 	m.renew.Observe(d.Seconds())
-	now := m.clk.Now()
-	m.mu.Lock()
-	m.hbt = m.hbt.renewed(now)
-	m.mu.Unlock()
+	m.ready.renewed()
 }
 
 // Vanished counts a held address removed by someone other than eipd.
@@ -394,21 +294,17 @@ func (m *Metrics) Vanished() { m.vanished.Inc() }
 func (m *Metrics) RefreshLate() { m.refreshLate.Inc() }
 
 // AddressConflict counts a probe answered by a stranger.
-func (m *Metrics) AddressConflict() { m.conflicted.Inc() }
+func (m *Metrics) AddressConflict() { m.wire.conflicted.Inc() }
 
 // ForeignClaim counts a stranger claiming an address this node holds.
-func (m *Metrics) ForeignClaim() { m.foreign.Inc() }
+func (m *Metrics) ForeignClaim() { m.wire.foreign.Inc() }
 
 // WireCheck counts a probe checking an IP on the wire.
-func (m *Metrics) WireCheck() { m.wireChecks.Inc() }
+func (m *Metrics) WireCheck() { m.wire.checks.Inc() }
 
 // WireVerdicts sets how many IPs this node checks, by verdict; every
 // verdict has a series, zero when no IP has it.
-func (m *Metrics) WireVerdicts(counts map[wire.Verdict]int) {
-	for v := wire.Unchecked; v <= wire.TwoMACs; v++ {
-		m.wireVerdicts.WithLabelValues(v.String()).Set(float64(counts[v]))
-	}
-}
+func (m *Metrics) WireVerdicts(counts map[wire.Verdict]int) { m.wire.setVerdicts(counts) }
 
 // ConfigValid sets eip_config_valid.
 func (m *Metrics) ConfigValid(ok bool) {
@@ -421,21 +317,8 @@ func (m *Metrics) ConfigValid(ok bool) {
 
 // NotServing records why this node would not take over an IP it should,
 // "" when it would.
-func (m *Metrics) NotServing(why string) {
-	m.mu.Lock()
-	m.notServing = why
-	m.mu.Unlock()
-}
+func (m *Metrics) NotServing(why string) { m.ready.notServing(why) }
 
 // Ready returns nil when this node would serve and its heartbeat is
 // renewing, or why not.
-func (m *Metrics) Ready() error {
-	now := m.clk.Now()
-	m.mu.Lock()
-	r, why := m.hbt, m.notServing
-	m.mu.Unlock()
-	if why != "" {
-		return fmt.Errorf("would not take over the IPs it should: %s", why)
-	}
-	return r.check(now)
-}
+func (m *Metrics) Ready() error { return m.ready.check() }

@@ -3,7 +3,10 @@ package metrics
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"time"
+
+	"k8s.io/utils/clock"
 )
 
 // renewOp is the operation the agent reports for a failed heartbeat renewal.
@@ -54,4 +57,48 @@ func (r renewals) check(now time.Time) error {
 		return fmt.Errorf("heartbeat not renewed for %v (limit %v)", age.Round(time.Millisecond), stale)
 	}
 	return nil
+}
+
+// readiness is what Ready judges: the heartbeat's renewals, stamped on the
+// local clock, and why this node would not take over an IP it should.
+type readiness struct {
+	clk clock.PassiveClock
+
+	mu  sync.Mutex
+	hbt renewals
+	// why is why this node would not take over an IP it should; "" when
+	// it would.
+	why string
+}
+
+func (r *readiness) renewed() {
+	now := r.clk.Now()
+	r.mu.Lock()
+	r.hbt = r.hbt.renewed(now)
+	r.mu.Unlock()
+}
+
+func (r *readiness) failed() {
+	r.mu.Lock()
+	r.hbt = r.hbt.failed()
+	r.mu.Unlock()
+}
+
+func (r *readiness) notServing(why string) {
+	r.mu.Lock()
+	r.why = why
+	r.mu.Unlock()
+}
+
+// check returns nil when this node would serve and its heartbeat renews,
+// or why not.
+func (r *readiness) check() error {
+	now := r.clk.Now()
+	r.mu.Lock()
+	hbt, why := r.hbt, r.why
+	r.mu.Unlock()
+	if why != "" {
+		return fmt.Errorf("would not take over the IPs it should: %s", why)
+	}
+	return hbt.check(now)
 }
