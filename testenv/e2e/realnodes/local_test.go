@@ -21,11 +21,14 @@ import (
 )
 
 // deployLocal deploys workload.LocalApp, deleted at the test's end, and
-// returns its IP once its pods are ready, on distinct nodes.
+// returns its IP once its pods are ready, on distinct nodes. The deletion
+// waits until its pods are gone (foreground): a pod serves for seconds
+// after SIGTERM, and the Service of a test run again under the same name
+// would otherwise count the last run's terminating pods as its endpoints.
 func deployLocal(t *testing.T, name string, replicas int) netip.Addr {
 	t.Helper()
 	t.Cleanup(func() {
-		kubectl(t, "-n", workload.AppNamespace, "delete", "deployment/"+name, "service/"+name, "--wait=true")
+		kubectl(t, "-n", workload.AppNamespace, "delete", "deployment/"+name, "service/"+name, "--cascade=foreground", "--wait=true")
 	})
 	ip, err := workload.DeployLocal(ctxFor(t, 4*time.Minute), cluster, name, replicas)
 	must(t, err)
