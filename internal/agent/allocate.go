@@ -376,7 +376,7 @@ func (s *state) candidatesFree(svc *ipset.Service, ips []netip.Addr, now time.Ti
 	al.forgetProbes(now)
 	free := true
 	for _, ip := range ips {
-		if _, ok := al.probedFree[ip]; ok || s.a.opt.ProbeWait <= 0 {
+		if _, ok := al.probedFree[ip]; ok || s.conflicts.off() {
 			continue
 		}
 		b, inRange := s.desired.cfg.Lookup(ip)
@@ -385,29 +385,16 @@ func (s *state) candidatesFree(svc *ipset.Service, ips []netip.Addr, now time.Ti
 			continue // not bindable either: the holder reports that
 		}
 		free = false
-		p, ok := s.conflicts.probing[ip]
-		if !ok || p.iface != iface {
-			s.startProbe(ip, iface)
-			continue
-		}
-		if mac := cmp.Or(p.stranger, p.answeredBy); mac != "" {
-			s.conflicts.endProbe(ip)
+		mac, isFree, next := s.conflicts.candidate(ip, iface, &s.binder, now)
+		switch {
+		case mac != "":
 			al.answered(svc, ip, mac, now)
-			s.sched.wakeFull(now)
-			continue
+		case isFree:
+			al.probedAsFree(ip, now)
 		}
-		p = s.probeStep(ip, p)
-		if n, gap := p.wants(s.a.opt.ProbeWait); p.sent < n {
-			s.sched.wakeFull(p.started.Add(time.Duration(p.sent) * gap))
-			continue
+		if !next.IsZero() {
+			s.sched.wakeFull(next)
 		}
-		if done := p.done(s.a.opt.ProbeWait); now.Before(done) {
-			s.sched.wakeFull(done)
-			continue
-		}
-		s.conflicts.endProbe(ip)
-		al.probedAsFree(ip, now)
-		s.sched.wakeFull(now)
 	}
 	return free
 }

@@ -74,7 +74,7 @@ func (s *state) mayBind(ip netip.Addr, iface string, now time.Time, binding bool
 		return refusal{refusedUnwritable, notNow}
 	}
 	if binding {
-		if ok, next := s.probed(ip, iface); !ok {
+		if ok, next := s.conflicts.probed(ip, iface, &s.binder); !ok {
 			return refusal{refusedProbing, next}
 		}
 	}
@@ -105,7 +105,7 @@ func (s *state) bind(ip netip.Addr, e ipset.Entry, why string) refusal {
 	s.binder.listenFor(ip) // before the kernel may answer for it
 	if err := s.a.opt.Addresser.Add(dev, p, s.desired.lifetimeOn(onDevice)); err != nil {
 		s.log.Error("bind", "ip", ip, "iface", dev, "err", err)
-		s.event(ip, corev1.EventTypeWarning, "BindFailed", fmt.Sprintf("bind %s on %s/%s: %v", p, s.node, dev, err))
+		s.events.onIP(ip, corev1.EventTypeWarning, "BindFailed", fmt.Sprintf("bind %s on %s/%s: %v", p, s.node, dev, err))
 		return refusal{}
 	}
 	b := binding{iface: iface, dev: dev, prefix: p, announce: e.Binding.Announce}
@@ -126,7 +126,7 @@ func (s *state) bind(ip netip.Addr, e ipset.Entry, why string) refusal {
 	s.watch.progressed(s.clk.Now())
 	s.a.opt.Metrics.Bound()
 	s.log.Info("bound", "ip", ip, "iface", iface, "device", dev, "prefix", p, "reason", why)
-	s.event(ip, corev1.EventTypeNormal, "Bound", fmt.Sprintf("%s bound on %s (%s)", p, s.node, iface))
+	s.events.onIP(ip, corev1.EventTypeNormal, "Bound", fmt.Sprintf("%s bound on %s (%s)", p, s.node, iface))
 	return refusal{}
 }
 
@@ -134,7 +134,7 @@ func (s *state) bind(ip netip.Addr, e ipset.Entry, why string) refusal {
 // addrConflicts).
 func (s *state) probeEarly(ip netip.Addr, e ipset.Entry) {
 	if iface, err := s.binder.ifaceFor(ip, e.Binding); err == nil && s.mayBind(ip, iface, s.clk.Now(), false).why == notRefused {
-		s.startProbe(ip, iface)
+		s.conflicts.start(ip, iface, &s.binder)
 	}
 }
 

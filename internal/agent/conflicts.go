@@ -1,7 +1,9 @@
 package agent
 
 import (
+	"cmp"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net/netip"
 	"slices"
@@ -9,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/clock"
 
 	"github.com/eip-project/eip/internal/lease"
 	"github.com/eip-project/eip/internal/netif"
@@ -78,6 +81,16 @@ type addrConflicts struct {
 	inUse   map[netip.Addr]inUse
 	// claimed: strangers claiming an address this node binds.
 	claimed map[netip.Addr]claim
+
+	// What it is handed: the announcer that probes and defends, how long
+	// a probe waits (0: none), and where it reports.
+	announcer Announcer
+	probeWait time.Duration
+	clk       clock.PassiveClock
+	log       *slog.Logger
+	metrics   Metrics
+	events    *eventPoster
+	node      string
 }
 
 type probeRun struct {
@@ -126,15 +139,14 @@ type claim struct {
 // that both defend exchange one announcement each, not a ping-pong.
 const defendInterval = 10 * time.Second
 
-func newAddrConflicts() addrConflicts {
-	return addrConflicts{fresh: map[netip.Addr]bool{}, probing: map[netip.Addr]probeRun{}, inUse: map[netip.Addr]inUse{}, claimed: map[netip.Addr]claim{}}
+// newAddrConflicts is the conflicts of node, which probes through
+// announcer for probeWait and reports to log, metrics and events.
+func newAddrConflicts(node string, announcer Announcer, probeWait time.Duration, clk clock.PassiveClock, log *slog.Logger, metrics Metrics, events *eventPoster) addrConflicts {
+	return addrConflicts{
+		fresh: map[netip.Addr]bool{}, probing: map[netip.Addr]probeRun{}, inUse: map[netip.Addr]inUse{}, claimed: map[netip.Addr]claim{},
+		announcer: announcer, probeWait: probeWait, clk: clk, log: log, metrics: metrics, events: events, node: node,
+	}
 }
-
-// probe records the probe run p for ip.
-func (c *addrConflicts) probe(ip netip.Addr, p probeRun) { c.probing[ip] = p }
-
-// endProbe ends the probe run of ip, whose answer was taken.
-func (c *addrConflicts) endProbe(ip netip.Addr) { delete(c.probing, ip) }
 
 // probeFirst: ip was acquired, and is probed before it is bound.
 func (c *addrConflicts) probeFirst(ip netip.Addr) { c.fresh[ip] = true }
@@ -164,19 +176,29 @@ func (c *addrConflicts) report(now time.Time) (conflicts, claims string) {
 	return lease.FormatAnswers(in), lease.FormatAnswers(cl)
 }
 
-// startProbe probes ip on iface unless a probe is under way: called when a
+// claimListener is what a probe or a check of the wire needs of the
+// binder: the claims on its interface watched and its address read before
+// the frame that may be answered goes out, and whether claims wait that
+// the loop has not read (silence is no answer until none do).
+type claimListener interface {
+	watchClaimsOn(iface string)
+	listenFor(ip netip.Addr)
+	unheard() bool
+}
+
+// start probes ip on iface unless a probe is under way: called when a
 // lock write that acquires ip is sent, so that the probe overlaps it.
-func (s *state) startProbe(ip netip.Addr, iface string) {
-	if s.a.opt.ProbeWait <= 0 {
+func (c *addrConflicts) start(ip netip.Addr, iface string, l claimListener) {
+	if c.probeWait <= 0 {
 		return
 	}
-	if p, ok := s.conflicts.probing[ip]; ok && p.iface == iface {
+	if p, ok := c.probing[ip]; ok && p.iface == iface {
 		return
 	}
-	if _, ok := s.conflicts.inUse[ip]; ok {
+	if _, ok := c.inUse[ip]; ok {
 		return // probed again when its backoff ends
 	}
-	s.probeStep(ip, newProbeRun(iface, s.a.clk.Now()))
+	c.step(ip, newProbeRun(iface, c.clk.Now()), l)
 }
 
 func newProbeRun(iface string, now time.Time) probeRun {
@@ -200,33 +222,32 @@ func (p probeRun) done(wait time.Duration) time.Time {
 	return later(p.started.Add(wait), p.last.Add(wait/2))
 }
 
-// probeStep sends the probe of run p that is due, if any, and records p.
-func (s *state) probeStep(ip netip.Addr, p probeRun) probeRun {
-	n, gap := p.wants(s.a.opt.ProbeWait)
-	now := s.a.clk.Now()
+// step sends the probe of run p that is due, if any, and records p.
+func (c *addrConflicts) step(ip netip.Addr, p probeRun, l claimListener) probeRun {
+	n, gap := p.wants(c.probeWait)
+	now := c.clk.Now()
 	if p.sent < n && !now.Before(p.started.Add(time.Duration(p.sent)*gap)) {
-		s.binder.watchClaimsOn(p.iface)
-		s.binder.listenFor(ip) // before an answer may come
-		if err := s.a.opt.Announcer.Probe(p.iface, ip); err != nil {
-			s.log.Warn("probe", "ip", ip, "iface", p.iface, "err", err)
+		l.watchClaimsOn(p.iface)
+		l.listenFor(ip) // before an answer may come
+		if err := c.announcer.Probe(p.iface, ip); err != nil {
+			c.log.Warn("probe", "ip", ip, "iface", p.iface, "err", err)
 		}
 		p.sent++
 		p.last = now
 	}
-	s.conflicts.probe(ip, p)
+	c.probing[ip] = p
 	return p
 }
 
 // probed says whether ip may be bound on iface now: it needs no probe, or
 // a probe wait passed without an answer. Otherwise it sends the probes
 // that are due and says when the next step is.
-func (s *state) probed(ip netip.Addr, iface string) (ok bool, next time.Time) {
-	wait := s.a.opt.ProbeWait
-	c := &s.conflicts
+func (c *addrConflicts) probed(ip netip.Addr, iface string, l claimListener) (ok bool, next time.Time) {
+	wait := c.probeWait
 	if wait <= 0 || !c.fresh[ip] {
 		return true, time.Time{}
 	}
-	now := s.a.clk.Now()
+	now := c.clk.Now()
 	if u, ok := c.inUse[ip]; ok && now.Before(u.retry) {
 		return false, u.retry
 	}
@@ -235,9 +256,9 @@ func (s *state) probed(ip netip.Addr, iface string) (ok bool, next time.Time) {
 		p = newProbeRun(iface, now)
 	}
 	if p.stranger != "" {
-		return false, s.inUseBy(ip, p)
+		return false, c.inUseBy(ip, p)
 	}
-	p = s.probeStep(ip, p)
+	p = c.step(ip, p, l)
 	if n, gap := p.wants(wait); p.sent < n {
 		return false, p.started.Add(time.Duration(p.sent) * gap)
 	}
@@ -245,120 +266,154 @@ func (s *state) probed(ip netip.Addr, iface string) (ok bool, next time.Time) {
 		return false, done
 	}
 	// An answer received in time may not have been read yet.
-	if s.binder.unheard() {
+	if l.unheard() {
 		return false, now.Add(recheckWait)
 	}
-	return s.probeDone(ip, iface), time.Time{}
+	c.foundFree(ip, iface)
+	return true, time.Time{}
 }
 
-func (s *state) probeDone(ip netip.Addr, iface string) bool {
-	c := &s.conflicts
+// foundFree: a probe wait passed without an answer, and ip is bound.
+func (c *addrConflicts) foundFree(ip netip.Addr, iface string) {
 	delete(c.probing, ip)
 	delete(c.fresh, ip)
 	if u, ok := c.inUse[ip]; ok {
 		delete(c.inUse, ip)
-		s.log.Info("address no longer in use on the LAN; binding it", "ip", ip, "iface", iface, "mac", u.mac)
-		s.event(ip, corev1.EventTypeNormal, "AddressFree", fmt.Sprintf("%s is no longer answered by %s; %s binds it", ip, u.mac, s.a.opt.Node))
+		c.log.Info("address no longer in use on the LAN; binding it", "ip", ip, "iface", iface, "mac", u.mac)
+		c.events.onIP(ip, corev1.EventTypeNormal, "AddressFree", fmt.Sprintf("%s is no longer answered by %s; %s binds it", ip, u.mac, c.node))
 	}
-	return true
 }
 
 // inUseBy records that a stranger answered probe run p for ip: not bound,
 // reported, probed again after a backoff, at the time it returns.
-func (s *state) inUseBy(ip netip.Addr, p probeRun) time.Time {
-	c := &s.conflicts
+func (c *addrConflicts) inUseBy(ip netip.Addr, p probeRun) time.Time {
 	delete(c.probing, ip)
 	prev := c.inUse[ip]
 	u := inUse{mac: p.stranger, attempts: prev.attempts + 1}
-	u.retry = s.a.clk.Now().Add(min(time.Second<<(u.attempts-1), maxProbeBackoff))
+	u.retry = c.clk.Now().Add(min(time.Second<<(u.attempts-1), maxProbeBackoff))
 	c.inUse[ip] = u
-	s.a.opt.Metrics.AddressConflict()
+	c.metrics.AddressConflict()
 	if prev.mac != u.mac {
-		s.log.Warn("address in use on the LAN by a machine that is not an eip node; not binding it", "ip", ip, "iface", p.iface, "mac", u.mac)
-		s.event(ip, corev1.EventTypeWarning, "AddressConflict",
-			fmt.Sprintf("%s is in use on the LAN by %s: %s does not bind it and probes again until it is free", ip, u.mac, s.a.opt.Node))
+		c.log.Warn("address in use on the LAN by a machine that is not an eip node; not binding it", "ip", ip, "iface", p.iface, "mac", u.mac)
+		c.events.onIP(ip, corev1.EventTypeWarning, "AddressConflict",
+			fmt.Sprintf("%s is in use on the LAN by %s: %s does not bind it and probes again until it is free", ip, u.mac, c.node))
 	}
 	return u.retry
 }
 
-// lingeringMAC reports that mac, an eip node's, still answers for ip
+// lingering reports that mac, an eip node's, still answers for ip
 // after it was judged dead and for longer than it could by dying.
-func (s *state) lingeringMAC(ip netip.Addr, iface, mac string, answering time.Duration) {
-	s.a.opt.Metrics.AddressConflict()
-	s.log.Warn("an eip node judged dead still answers for an address being taken over; not binding it", "ip", ip, "iface", iface, "mac", mac, "for", answering)
-	s.event(ip, corev1.EventTypeWarning, "AddressConflict",
+func (c *addrConflicts) lingering(ip netip.Addr, iface, mac string, answering time.Duration) {
+	c.metrics.AddressConflict()
+	c.log.Warn("an eip node judged dead still answers for an address being taken over; not binding it", "ip", ip, "iface", iface, "mac", mac, "for", answering)
+	c.events.onIP(ip, corev1.EventTypeWarning, "AddressConflict",
 		fmt.Sprintf("%s is still answered by %s, the MAC of an eip node judged dead, after %s: %s does not bind it while that MAC answers (a machine on the LAN answering with it keeps the address dark)",
-			ip, mac, answering.Round(time.Second), s.a.opt.Node))
+			ip, mac, answering.Round(time.Second), c.node))
 }
 
-// conflictClaim handles a claim for an address being probed or held, and
-// says whether it did.
-func (s *state) conflictClaim(cl netif.Claim) bool {
-	c := &s.conflicts
-	now := s.a.clk.Now()
-	mac := cl.MAC.String()
-	peer := s.eipMAC(mac)
-	if p, ok := c.probing[cl.IP]; ok && p.iface == cl.Iface {
-		if cl.Probe && peer {
-			// Another eip node probes too: the lock decides which of
-			// us binds, not the wire.
-			if s.succ.contest(cl.IP) {
-				s.log.Info("another eip node probes for an IP this node succeeds to; binding it only once the lock names this node", "ip", cl.IP)
-			}
-			return true
-		}
-		if peer {
-			// A holder judged dead whose kernel still has the address:
-			// probe again once it may have let go.
-			p.answeredBy = mac
-			if p.peerSince.IsZero() {
-				p.peerSince = now
-				s.log.Info("an eip node still answers for an address being taken over; probing again", "ip", cl.IP, "iface", cl.Iface, "mac", mac)
-			}
-			p.rechecking, p.started, p.sent = true, now.Add(recheckAfter(now.Sub(p.peerSince))), 0
-			if !p.lingering && now.Sub(p.peerSince) >= s.desired.cfg.LeaseDuration+deadMACGrace {
-				p.lingering = true
-				s.lingeringMAC(cl.IP, cl.Iface, mac, now.Sub(p.peerSince))
-			}
-			// Only this IP's decision waits for it: a full pass for
-			// each, in a mass failover, held every takeover back.
-			s.sched.wakeIP(cl.IP, p.started)
-		} else {
-			p.stranger = mac
-		}
-		c.probing[cl.IP] = p
-		return true
-	}
-	if _, bound := s.binder.bound[cl.IP]; !bound || peer || cl.Probe || !s.self.apiOK(now) {
-		return false
-	}
-	s.defend(cl, mac, now)
-	return true
+// probeAnswer is what a claim comes to for a probe of its address.
+type probeAnswer struct {
+	// taken: the claim answers a probe under way on its interface; else
+	// it is about an address this node may hold.
+	taken bool
+	// contest: another eip node probes for the address too; the lock
+	// decides which of the two binds, not the wire.
+	contest bool
+	// recheck is when an eip node that still answers is probed again,
+	// and the IP decided again.
+	recheck time.Time
 }
 
-// defend answers a stranger's claim for an address this node holds while
-// its renewals succeed. eipd keeps serving it and defends it once (RFC
-// 5227 §2.4 (b)): one announcement, so that hosts the claim misled
-// find the holder again, and no more within defendInterval, which a
-// stranger that defends its address would answer in turn.
-func (s *state) defend(cl netif.Claim, mac string, now time.Time) {
-	c := &s.conflicts
-	s.a.opt.Metrics.ForeignClaim()
+// answered takes a claim by mac (peer: an eip node's) for an address
+// being probed; a peer judged dead a lease duration plus deadMACGrace ago
+// that still answers is reported once.
+func (c *addrConflicts) answered(cl netif.Claim, mac string, peer bool, leaseDuration time.Duration, now time.Time) probeAnswer {
+	p, ok := c.probing[cl.IP]
+	if !ok || p.iface != cl.Iface {
+		return probeAnswer{}
+	}
+	if cl.Probe && peer {
+		return probeAnswer{taken: true, contest: true}
+	}
+	var a probeAnswer
+	if peer {
+		// A holder judged dead whose kernel still has the address:
+		// probe again once it may have let go.
+		p.answeredBy = mac
+		if p.peerSince.IsZero() {
+			p.peerSince = now
+			c.log.Info("an eip node still answers for an address being taken over; probing again", "ip", cl.IP, "iface", cl.Iface, "mac", mac)
+		}
+		p.rechecking, p.started, p.sent = true, now.Add(recheckAfter(now.Sub(p.peerSince))), 0
+		if !p.lingering && now.Sub(p.peerSince) >= leaseDuration+deadMACGrace {
+			p.lingering = true
+			c.lingering(cl.IP, cl.Iface, mac, now.Sub(p.peerSince))
+		}
+		a.recheck = p.started
+	} else {
+		p.stranger = mac
+	}
+	c.probing[cl.IP] = p
+	a.taken = true
+	return a
+}
+
+// defend answers a stranger's claim for an address this node holds on
+// iface while its renewals succeed. eipd keeps serving it and defends it
+// once (RFC 5227 §2.4 (b)): one announcement, so that hosts the claim
+// misled find the holder again, and no more within defendInterval, which
+// a stranger that defends its address would answer in turn.
+func (c *addrConflicts) defend(cl netif.Claim, mac, iface string, now time.Time) {
+	c.metrics.ForeignClaim()
 	prev, ok := c.claimed[cl.IP]
 	if !ok || prev.mac != mac || now.Sub(prev.seen) >= claimMemory {
-		s.log.Warn("a machine that is not an eip node claims an address this node holds", "ip", cl.IP, "iface", cl.Iface, "mac", mac)
-		s.event(cl.IP, corev1.EventTypeWarning, "AddressClaimed",
-			fmt.Sprintf("%s, bound on %s, is also claimed on the LAN by %s: %s defended it once; two machines answer for it until that one lets go", cl.IP, s.a.opt.Node, mac, s.a.opt.Node))
+		c.log.Warn("a machine that is not an eip node claims an address this node holds", "ip", cl.IP, "iface", cl.Iface, "mac", mac)
+		c.events.onIP(cl.IP, corev1.EventTypeWarning, "AddressClaimed",
+			fmt.Sprintf("%s, bound on %s, is also claimed on the LAN by %s: %s defended it once; two machines answer for it until that one lets go", cl.IP, c.node, mac, c.node))
 	}
 	k := claim{mac: mac, seen: now, defended: prev.defended}
 	if k.defended.IsZero() || now.Sub(k.defended) >= defendInterval {
-		if err := s.a.opt.Announcer.Defend(s.binder.bound[cl.IP].iface, cl.IP); err != nil {
-			s.log.Warn("defend", "ip", cl.IP, "iface", cl.Iface, "err", err)
+		if err := c.announcer.Defend(iface, cl.IP); err != nil {
+			c.log.Warn("defend", "ip", cl.IP, "iface", cl.Iface, "err", err)
 		}
 		k.defended = now
 	}
 	c.claimed[cl.IP] = k
 }
+
+// candidate probes ip, a new address for a Service, on iface, as before a
+// bind (allocator.probedFree): it sends the probes due, and says who
+// answered, or that nobody did within a probe wait, and when to look
+// again (zero: at an answer).
+func (c *addrConflicts) candidate(ip netip.Addr, iface string, l claimListener, now time.Time) (mac string, free bool, next time.Time) {
+	p, ok := c.probing[ip]
+	if !ok || p.iface != iface {
+		c.start(ip, iface, l)
+		return "", false, time.Time{}
+	}
+	if mac := cmp.Or(p.stranger, p.answeredBy); mac != "" {
+		delete(c.probing, ip)
+		return mac, false, now
+	}
+	p = c.step(ip, p, l)
+	if n, gap := p.wants(c.probeWait); p.sent < n {
+		return "", false, p.started.Add(time.Duration(p.sent) * gap)
+	}
+	if done := p.done(c.probeWait); now.Before(done) {
+		return "", false, done
+	}
+	delete(c.probing, ip)
+	return "", true, now
+}
+
+// probes says whether ip is probed, and before binding it is.
+func (c *addrConflicts) probes(ip netip.Addr) bool {
+	_, ok := c.probing[ip]
+	return ok
+}
+
+// off: nothing is probed (Options.ProbeWait is 0).
+func (c *addrConflicts) off() bool { return c.probeWait <= 0 }
 
 // claimedSet is the addresses whose claims on the wire this node reads:
 // those it probes or binds, and, until the next full pass, those it
@@ -396,17 +451,17 @@ func (c *claimedSet) keepOnly(keep func(netip.Addr) bool) {
 }
 
 // eipMAC says whether mac is one an eip node publishes in its heartbeat,
-// this node's included.
-func (s *state) eipMAC(mac string) bool {
-	if s.live == nil {
+// as live has them (nil: none yet), or one of own, this node's.
+func eipMAC(live *lease.Liveness, own func() string, mac string) bool {
+	if live == nil {
 		return false
 	}
-	for _, n := range s.live.Nodes() {
-		if hb, ok := s.live.Heartbeat(n); ok && slices.Contains(lease.ParseMACs(hb.MACs), mac) {
+	for _, n := range live.Nodes() {
+		if hb, ok := live.Heartbeat(n); ok && slices.Contains(lease.ParseMACs(hb.MACs), mac) {
 			return true
 		}
 	}
-	return slices.Contains(lease.ParseMACs(s.binder.ownMACs()), mac)
+	return slices.Contains(lease.ParseMACs(own()), mac)
 }
 
 func later(a, b time.Time) time.Time {
@@ -432,28 +487,44 @@ func later(a, b time.Time) time.Time {
 // about 80,000 for each node at 10,000 IPs on 3 nodes, and each used to
 // run a pass and decide its IP again.
 func (s *state) claim(c netif.Claim) (changed bool) {
+	now := s.clk.Now()
 	if c.Dropped > 0 {
-		s.wire.lost(s.a.clk.Now())
+		s.wire.lost(now)
 		return false
 	}
+	mac := c.MAC.String()
 	if !c.Probe {
-		s.wire.answer(c.IP, c.MAC.String(), s.a.clk.Now())
+		s.wire.answer(c.IP, mac, now)
 	}
-	_, probing := s.conflicts.probing[c.IP]
-	_, bound := s.binder.bound[c.IP]
-	if !probing && !bound {
+	b, bound := s.binder.bound[c.IP]
+	if !s.conflicts.probes(c.IP) && !bound {
 		return false
 	}
 	s.sched.markDirty(c.IP)
-	now := s.a.clk.Now()
-	if s.conflictClaim(c) || !bound {
+	peer := eipMAC(s.live, s.binder.ownMACs, mac)
+	switch a := s.conflicts.answered(c, mac, peer, s.desired.cfg.LeaseDuration, now); {
+	case a.contest:
+		if s.succ.contest(c.IP) {
+			s.log.Info("another eip node probes for an IP this node succeeds to; binding it only once the lock names this node", "ip", c.IP)
+		}
+		return true
+	case a.taken:
+		if !a.recheck.IsZero() {
+			// Only this IP's decision waits for it: a full pass for
+			// each, in a mass failover, held every takeover back.
+			s.sched.wakeIP(c.IP, a.recheck)
+		}
+		return true
+	case !bound:
 		return true
 	}
-	mac, apiOK := c.MAC.String(), s.self.apiOK(now)
-	// Whose MAC it is matters only to a probe while cut off: looked up
-	// then alone, as it reads every peer's heartbeat.
-	peer := !apiOK && c.Probe && s.eipMAC(mac)
-	d := lease.DecideClaim(lease.Claim{MAC: mac, Probe: c.Probe, Peer: peer}, apiOK, s.self.mayBeJudgedDead(now))
+	apiOK := s.self.apiOK(now)
+	if !peer && !c.Probe && apiOK {
+		s.conflicts.defend(c, mac, b.iface, now)
+		return true
+	}
+	// Whose MAC it is matters to a probe only while cut off.
+	d := lease.DecideClaim(lease.Claim{MAC: mac, Probe: c.Probe, Peer: !apiOK && c.Probe && peer}, apiOK, s.self.mayBeJudgedDead(now))
 	if d.Action == lease.Unbind {
 		s.log.Warn("another node claimed an address we hold while the API is unreachable; unbinding", "ip", c.IP, "iface", c.Iface, "mac", mac, "probe", c.Probe)
 	}

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"log/slog"
 	"maps"
 	"net/netip"
 	"slices"
@@ -10,6 +11,11 @@ import (
 
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
+
+	"github.com/eip-project/eip/internal/ipset"
 )
 
 // Events on a Service (Bound, TakenOver, Moved, Unheard, …) tell its owner,
@@ -118,43 +124,65 @@ func (b *eventBudget) forgetFull(now time.Time) {
 	})
 }
 
-// event posts an Event on each Service of ip, within the node's budget
-// (events.go); the rest are summarised.
-func (s *state) event(ip netip.Addr, kind, reason, msg string) {
-	e, ok := s.desired.entries[ip]
+// eventPoster posts the loop's Events on Services, within the node's
+// budget, and the summary of what the budget left out on this node's Node
+// object. It is handed the recorder, the Services' cache and the Node
+// lister; the loop hands it the managed IPs each time it computes them.
+type eventPoster struct {
+	budget   *eventBudget
+	recorder record.EventRecorder
+	service  func(key string) *ipset.Service // the Services' cache
+	nodes    corelisters.NodeLister
+	node     string
+	clk      clock.PassiveClock
+	log      *slog.Logger
+	metrics  Metrics
+	// entries are the managed IPs and their Services, as the loop last
+	// computed them: desired.manage makes a new map each time and never
+	// changes one it handed out.
+	entries map[netip.Addr]ipset.Entry
+}
+
+// managed takes the IPs whose Services an Event about an IP goes to.
+func (p *eventPoster) managed(entries map[netip.Addr]ipset.Entry) { p.entries = entries }
+
+// onIP posts an Event on each Service of ip, within the node's budget;
+// the rest are summarised.
+func (p *eventPoster) onIP(ip netip.Addr, kind, reason, msg string) {
+	e, ok := p.entries[ip]
 	if !ok {
 		return
 	}
 	for _, key := range e.Services {
-		s.serviceEvent(key, kind, reason, msg)
+		p.onService(key, kind, reason, msg)
 	}
 }
 
-// serviceEvent posts an Event on the Service key ("namespace/name"), if
+// onService posts an Event on the Service key ("namespace/name"), if
 // the node's budget allows it; otherwise it is counted for the next
 // summary.
-func (s *state) serviceEvent(key, kind, reason, msg string) {
-	svc := s.a.service(key)
+func (p *eventPoster) onService(key, kind, reason, msg string) {
+	svc := p.service(key)
 	if svc == nil {
 		return
 	}
-	if !s.events.allow(s.clk.Now(), kind, svc.Namespace, reason) {
-		s.a.opt.Metrics.EventSummarised(reason)
+	if !p.budget.allow(p.clk.Now(), kind, svc.Namespace, reason) {
+		p.metrics.EventSummarised(reason)
 		return
 	}
-	s.a.recorder.Event(svc.Reference(), kind, reason, msg)
+	p.recorder.Event(svc.Reference(), kind, reason, msg)
 }
 
-// postSummary posts the summary of the Events the budget left out, when
+// summarise posts the summary of the Events the budget left out, when
 // one is due, on this node's Node object, where `kubectl describe node`
 // shows it.
-func (s *state) postSummary(now time.Time) {
-	kind, msg, ok := s.events.summary(now)
+func (p *eventPoster) summarise(now time.Time) {
+	kind, msg, ok := p.budget.summary(now)
 	if !ok {
 		return
 	}
-	s.log.Info("Events on Services summarised", "summary", msg)
-	if n, err := s.a.nodes.Get(s.node); err == nil {
-		s.a.recorder.Event(n, kind, "EventsSummarised", msg)
+	p.log.Info("Events on Services summarised", "summary", msg)
+	if n, err := p.nodes.Get(p.node); err == nil {
+		p.recorder.Event(n, kind, "EventsSummarised", msg)
 	}
 }

@@ -588,3 +588,9 @@ func testIP(n int) netip.Addr {
 func defaultTestConfig() map[string]string {
 	return map[string]string{"ranges": "198.18.96.0/19", "iface": testIface}
 }
+
+// probeWait has the world's eipd probe for d before binding (0: never).
+func (w *world) probeWait(d time.Duration) {
+	w.a.opt.ProbeWait = d
+	w.s.conflicts.probeWait = d
+}

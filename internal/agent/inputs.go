@@ -153,6 +153,7 @@ func (s *state) computeEntries() {
 	svcs := s.a.allServices()
 	entries, rejected := ipset.Compute(svcs, s.desired.cfg, s.desired.reserved, s.a.recordedOwner)
 	s.desired.manage(entries)
+	s.events.managed(s.desired.entries)
 	s.book.keepFree(func(ip netip.Addr) bool {
 		_, ok := s.desired.entries[ip]
 		return ok
@@ -184,10 +185,10 @@ func (s *state) reportRejections(rejected []ipset.Rejection) {
 			continue
 		}
 		if r.Preference {
-			s.serviceEvent(r.Service, corev1.EventTypeWarning, "PreferenceIgnored", fmt.Sprintf("%s does not decide where %s lives: %s", ipset.AnnotationPreferredNodes, r.IP, r.Reason))
+			s.events.onService(r.Service, corev1.EventTypeWarning, "PreferenceIgnored", fmt.Sprintf("%s does not decide where %s lives: %s", ipset.AnnotationPreferredNodes, r.IP, r.Reason))
 			continue
 		}
-		s.serviceEvent(r.Service, corev1.EventTypeWarning, "AddressRejected", fmt.Sprintf("%s is not bound by eip: %s", r.IP, r.Reason))
+		s.events.onService(r.Service, corev1.EventTypeWarning, "AddressRejected", fmt.Sprintf("%s is not bound by eip: %s", r.IP, r.Reason))
 	}
 	s.desired.keepRejected(seen)
 }

@@ -272,7 +272,7 @@ func (s *state) checkUnheard(now time.Time) bool {
 	}
 	s.log.Warn("a peer no longer hears this node over the LAN and will judge it dead; handing its IPs to the peers it hears", "port", s.lan.lanPort)
 	for ip := range s.binder.bound {
-		s.event(ip, corev1.EventTypeWarning, "Unheard", fmt.Sprintf("%s hands %s to a peer: peers do not hear its liveness datagrams (UDP port %d)", s.node, ip, s.lan.lanPort))
+		s.events.onIP(ip, corev1.EventTypeWarning, "Unheard", fmt.Sprintf("%s hands %s to a peer: peers do not hear its liveness datagrams (UDP port %d)", s.node, ip, s.lan.lanPort))
 	}
 	return true
 }

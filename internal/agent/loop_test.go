@@ -213,7 +213,7 @@ func TestLoopReservationKeptFromItsFirstSighting(t *testing.T) {
 // tail.
 func TestLoopLockChangesKeepTheDeadDead(t *testing.T) {
 	w := newWorld(t, "node-a", defaultTestConfig())
-	w.a.opt.ProbeWait = 0
+	w.probeWait(0)
 	for _, n := range []string{"node-b", "node-c"} {
 		w.addNode(n)
 		w.heartbeat(n, true)
@@ -251,7 +251,7 @@ func TestLoopLockChangesKeepTheDeadDead(t *testing.T) {
 // Lease conflicts.
 func TestLoopTakeoverOwnShareFirst(t *testing.T) {
 	w := newWorld(t, "node-a", defaultTestConfig())
-	w.a.opt.ProbeWait = 0
+	w.probeWait(0)
 	w.setWriters(1)
 	for _, n := range []string{"node-b", "node-c"} {
 		w.addNode(n)

@@ -38,7 +38,7 @@ func TestLoopRefusedBindIsRetried(t *testing.T) {
 // first for wait for one: it would race the node that ranks first for it.
 func TestLoopRankTurnWaitsForOwnShare(t *testing.T) {
 	w := newWorld(t, "node-a", defaultTestConfig())
-	w.a.opt.ProbeWait = 0
+	w.probeWait(0)
 	w.setWriters(1)
 	w.addNode("node-b")
 	w.heartbeat("node-b", true)
@@ -182,7 +182,7 @@ func TestLoopOwnLockDeletedBeforeTheWatchDeliveredIt(t *testing.T) {
 // the create back.
 func lateLockOfRankTwo(t *testing.T) (*world, netip.Addr) {
 	w := newWorld(t, "node-a", defaultTestConfig())
-	w.a.opt.ProbeWait = 0
+	w.probeWait(0)
 	w.addNode("node-b")
 	w.heartbeat("node-b", true)
 	w.pass()
@@ -233,7 +233,7 @@ func TestLoopAcquisitionsStartSlowAfterAQuietSpell(t *testing.T) {
 // its Services.
 func nodeWithWriters(t *testing.T, writers, n int) (*world, []netip.Addr) {
 	w := newWorld(t, "node-a", defaultTestConfig())
-	w.a.opt.ProbeWait = 0
+	w.probeWait(0)
 	w.setWriters(writers)
 	ips := make([]netip.Addr, n)
 	for i := range ips {

@@ -27,7 +27,7 @@ func TestLoopGoneHolderLosesItsIPsAtOnce(t *testing.T) {
 	for _, how := range []string{"tainted", "deleted"} {
 		t.Run(how, func(t *testing.T) {
 			w := newWorld(t, "node-a", defaultTestConfig())
-			w.a.opt.ProbeWait = 60 * time.Millisecond
+			w.probeWait(60 * time.Millisecond)
 			w.addNode("node-b")
 			w.heartbeat("node-b", true)
 			ip := testIP(0)

@@ -22,7 +22,7 @@ import (
 // again a second later, and binds once the probes go unanswered.
 func TestLoopProbesBeforeBindingAndBacksOffOnConflict(t *testing.T) {
 	w := newWorld(t, "node-a", defaultTestConfig())
-	w.a.opt.ProbeWait = 60 * time.Millisecond
+	w.probeWait(60 * time.Millisecond)
 	ip := testIP(0)
 	w.addService("web", ip)
 	w.pass()
@@ -109,7 +109,7 @@ func takingOverAll(t testing.TB, ips ...netip.Addr) *world {
 	cfg := defaultTestConfig()
 	cfg["max-ips-per-service"] = "off"
 	w := newWorld(t, "node-a", cfg)
-	w.a.opt.ProbeWait = 60 * time.Millisecond
+	w.probeWait(60 * time.Millisecond)
 	w.addNode("node-b")
 	w.heartbeat("node-b", true)
 	var probes []string
@@ -221,7 +221,7 @@ func TestLoopOthersClaimsAskForNoPass(t *testing.T) {
 // any answer may come, and until the full pass after it was let go.
 func TestLoopClaimWatchWantsProbedAndBoundAddresses(t *testing.T) {
 	w := newWorld(t, "node-a", defaultTestConfig())
-	w.a.opt.ProbeWait = 60 * time.Millisecond
+	w.probeWait(60 * time.Millisecond)
 	w.addNode("node-b")
 	w.heartbeat("node-b", true)
 	mine, theirs := testIP(0), testIP(1)
@@ -277,7 +277,7 @@ func TestLoopTakeoverNeverBindsWhileAnEipNodeAnswers(t *testing.T) {
 // bound IP is reported there too.
 func TestLoopConflictsAndClaimsAreInTheHeartbeat(t *testing.T) {
 	w := newWorld(t, "node-a", defaultTestConfig())
-	w.a.opt.ProbeWait = 60 * time.Millisecond
+	w.probeWait(60 * time.Millisecond)
 	a, b := testIP(0), testIP(1)
 	w.addService("web", a, b)
 	w.pass()
@@ -309,7 +309,7 @@ func TestLoopConflictsAndClaimsAreInTheHeartbeat(t *testing.T) {
 // probes it.
 func TestLoopMoveOfAnIPInConflictReleasesIt(t *testing.T) {
 	w := newWorld(t, "node-a", defaultTestConfig())
-	w.a.opt.ProbeWait = 60 * time.Millisecond
+	w.probeWait(60 * time.Millisecond)
 	ip := testIP(0)
 	w.addNode("node-b")
 	w.heartbeat("node-b", true)

@@ -22,7 +22,7 @@ import (
 // takes the IP a lease duration after the write.
 func TestLoopHandOffToANodeJudgedDeadVouchesForIt(t *testing.T) {
 	w := newWorld(t, "node-a", defaultTestConfig())
-	w.a.opt.ProbeWait = 0
+	w.probeWait(0)
 	for _, n := range []string{"node-b", "node-c"} {
 		w.addNode(n)
 		w.heartbeat(n, true)
@@ -143,7 +143,7 @@ func TestLoopSuccessorKeepsAnIPWhoseHolderComesBack(t *testing.T) {
 // it stayed live.
 func TestLoopSuccessorThatNeverBindsIsRaced(t *testing.T) {
 	w := newWorld(t, "node-a", defaultTestConfig())
-	w.a.opt.ProbeWait = 60 * time.Millisecond
+	w.probeWait(60 * time.Millisecond)
 	for _, n := range []string{"node-b", "node-c"} {
 		w.addNode(n)
 		w.heartbeat(n, true)

@@ -278,7 +278,7 @@ func (s *state) tick() {
 		s.lifetime.loopTicked()
 		s.sched.onTime()
 	}
-	s.postSummary(now)
+	s.events.summarise(now)
 	s.serving.watch(s.clk.Now())
 	s.routes.observe(s.clk.Now(), s.desired.cfg.BGP.ASN)
 	s.takeDatagrams()
@@ -328,7 +328,7 @@ func (s *state) fence(now time.Time) {
 	s.log.Warn("fencing: no successful renewal within fence-after; unbinding everything", "fenceAfter", s.desired.cfg.FenceAfter)
 	s.a.opt.Metrics.Fenced()
 	for ip := range s.binder.bound {
-		s.event(ip, corev1.EventTypeWarning, "Fenced", fmt.Sprintf("unbound %s from %s: API server unreachable (api-loss=fence)", ip, s.node))
+		s.events.onIP(ip, corev1.EventTypeWarning, "Fenced", fmt.Sprintf("unbound %s from %s: API server unreachable (api-loss=fence)", ip, s.node))
 		s.carryOut(ip, d)
 	}
 	s.self.fence()

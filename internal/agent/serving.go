@@ -277,9 +277,9 @@ func (s *state) reportServing(e ipset.Entry, el endpoints.Eligibility, wasNone, 
 	}
 	switch {
 	case len(el.Nodes) == 0 && !wasNone:
-		s.event(e.IP, corev1.EventTypeWarning, "NoEndpoints", fmt.Sprintf("%s is not bound: %s", e.IP, why))
+		s.events.onIP(e.IP, corev1.EventTypeWarning, "NoEndpoints", fmt.Sprintf("%s is not bound: %s", e.IP, why))
 	case len(el.Nodes) > 0 && wasNone && !first:
-		s.event(e.IP, corev1.EventTypeNormal, "EndpointsReady", fmt.Sprintf("%s may be bound again: %s", e.IP, why))
+		s.events.onIP(e.IP, corev1.EventTypeNormal, "EndpointsReady", fmt.Sprintf("%s may be bound again: %s", e.IP, why))
 	}
 }
 
@@ -301,7 +301,7 @@ func (s *state) reportWait(e ipset.Entry, el endpoints.Eligibility) {
 	switch {
 	case len(waitsFor) > 0 && !was:
 		s.serving.waitBegan(e.IP, kubeProxyWait{since: now, nodes: slices.Clone(waitsFor)})
-		s.event(e.IP, corev1.EventTypeNormal, "WaitingForKubeProxy", fmt.Sprintf("%s stays on %s, where endpoints of %s still serve, until kube-proxy on %s delivers to the ready ones there",
+		s.events.onIP(e.IP, corev1.EventTypeNormal, "WaitingForKubeProxy", fmt.Sprintf("%s stays on %s, where endpoints of %s still serve, until kube-proxy on %s delivers to the ready ones there",
 			e.IP, s.node, svcs, strings.Join(waitsFor, " or ")))
 	case len(waitsFor) == 0 && was:
 		s.serving.waitEnded(e.IP)
@@ -309,12 +309,12 @@ func (s *state) reportWait(e ipset.Entry, el endpoints.Eligibility) {
 		to := slices.DeleteFunc(slices.Clone(wait.nodes), func(n string) bool { return !slices.Contains(el.Nodes, n) })
 		switch node, v := s.serving.checks.Outcome(e.Local, to); v {
 		case endpoints.Delivers:
-			s.event(e.IP, corev1.EventTypeNormal, "KubeProxyDelivers", fmt.Sprintf("kube-proxy on %s delivers to %s after %s: %s moves there", node, svcs, waited, e.IP))
+			s.events.onIP(e.IP, corev1.EventTypeNormal, "KubeProxyDelivers", fmt.Sprintf("kube-proxy on %s delivers to %s after %s: %s moves there", node, svcs, waited, e.IP))
 		case endpoints.Unknown:
-			s.event(e.IP, corev1.EventTypeWarning, "KubeProxyUnverified", fmt.Sprintf("kube-proxy on %s did not say it delivers to %s within %s, or could not be asked: %s moves there on its EndpointSlices' word",
+			s.events.onIP(e.IP, corev1.EventTypeWarning, "KubeProxyUnverified", fmt.Sprintf("kube-proxy on %s did not say it delivers to %s within %s, or could not be asked: %s moves there on its EndpointSlices' word",
 				node, svcs, waited, e.IP))
 		default:
-			s.event(e.IP, corev1.EventTypeNormal, "KubeProxyWaitEnded", fmt.Sprintf("%s waits for kube-proxy no more after %s: %s", e.IP, waited, el.Why(e.Local)))
+			s.events.onIP(e.IP, corev1.EventTypeNormal, "KubeProxyWaitEnded", fmt.Sprintf("%s waits for kube-proxy no more after %s: %s", e.IP, waited, el.Why(e.Local)))
 		}
 	}
 }

@@ -59,7 +59,7 @@ type state struct {
 	gone goneNodes
 	// reannouncer paces announce-interval's announcements.
 	reannouncer reannouncer
-	events      *eventBudget
+	events      *eventPoster
 }
 
 func newState(a *Agent) *state {
@@ -68,6 +68,10 @@ func newState(a *Agent) *state {
 		log: a.log, recorder: a.recorder, metrics: a.opt.Metrics, node: a.opt.Node, namespace: a.opt.Namespace,
 		services: a.allServices, service: a.service,
 	})
+	events := &eventPoster{
+		budget: newEventBudget(a.clk.Now()), recorder: a.recorder, service: a.service, nodes: a.nodes,
+		node: a.opt.Node, clk: a.clk, log: a.log, metrics: a.opt.Metrics,
+	}
 	s := &state{
 		a: a, log: a.log, clk: a.clk, node: a.opt.Node,
 		ports: servedPorts{filter: a.opt.PortFilter},
@@ -116,10 +120,10 @@ func newState(a *Agent) *state {
 		renewRes:  make(chan renewResult, 1),
 		hb:        &heartbeater{a: a},
 		alloc:     alloc,
-		conflicts: newAddrConflicts(),
+		conflicts: newAddrConflicts(a.opt.Node, a.opt.Announcer, a.opt.ProbeWait, a.clk, a.log, a.opt.Metrics, events),
 		gone:      newGoneNodes(a.log, a.nodes),
 		wire:      newWireChecks(a.opt.Node, a.opt.WirePace),
-		events:    newEventBudget(a.clk.Now()),
+		events:    events,
 		watch:     watch,
 	}
 	s.lifetime = newKeeper(a.log, a.clk, a.opt.Addresser, a.opt.Metrics.RefreshLate, s.watch.quiet)

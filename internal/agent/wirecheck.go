@@ -234,7 +234,7 @@ func (s *state) wireDecide(in *lease.IP, now time.Time) {
 		s.log.Warn("announce again", "ip", in.Addr, "iface", b.iface, "err", err)
 	}
 	s.log.Warn("the IP's successor hears no answer for it; announced it again", "ip", in.Addr, "iface", b.iface, "node", lk.Successor)
-	s.event(in.Addr, corev1.EventTypeWarning, "AddressUnanswered",
+	s.events.onIP(in.Addr, corev1.EventTypeWarning, "AddressUnanswered",
 		fmt.Sprintf("%s, bound on %s, is not answered on the LAN as %s hears it: %s announced it again and hands it to %s if it still hears nothing in %s",
 			in.Addr, self, lk.Successor, self, lk.Successor, wireRepair))
 }
@@ -290,7 +290,7 @@ func (s *state) wireChanged(ip netip.Addr, e wire.Entry) {
 		return
 	}
 	s.a.opt.Metrics.AddressConflict()
-	s.event(ip, corev1.EventTypeWarning, "AddressConflict",
+	s.events.onIP(ip, corev1.EventTypeWarning, "AddressConflict",
 		fmt.Sprintf("%s is answered on the LAN by %s (%s, as %s hears it), not by its holder alone: eip neither moves it nor announces back; take the address off the other machine",
 			ip, strings.Join(e.MACs, " and "), e.Verdict, s.a.opt.Node))
 }

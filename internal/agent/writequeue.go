@@ -294,11 +294,11 @@ func (s *state) writeDone(r writeResult) {
 		case r.action == lease.Succeed:
 			// Its failover was counted when it was bound (succeed).
 			s.log.Info("wrote the lock as the successor of a dead holder", append(id, "from", r.from, "after", now.Sub(r.dead))...)
-			s.event(r.ip, corev1.EventTypeNormal, "TakenOver", fmt.Sprintf("%s taken over by %s from %s, judged dead", r.ip, s.node, r.from))
+			s.events.onIP(r.ip, corev1.EventTypeNormal, "TakenOver", fmt.Sprintf("%s taken over by %s from %s, judged dead", r.ip, s.node, r.from))
 		case takeover:
 			s.a.opt.Metrics.Failover(now.Sub(r.dead))
 			s.log.Info("took over from a dead holder", append(id, "after", now.Sub(r.dead))...)
-			s.event(r.ip, corev1.EventTypeNormal, "TakenOver", fmt.Sprintf("%s taken over by %s from %s, judged dead", r.ip, s.node, r.from))
+			s.events.onIP(r.ip, corev1.EventTypeNormal, "TakenOver", fmt.Sprintf("%s taken over by %s from %s, judged dead", r.ip, s.node, r.from))
 		default:
 			s.log.Info("acquired", id...)
 		}
@@ -308,7 +308,7 @@ func (s *state) writeDone(r writeResult) {
 	case lease.Handoff:
 		s.a.opt.Metrics.Handoff()
 		s.log.Info("handed off", append(id, "to", r.target)...)
-		s.event(r.ip, corev1.EventTypeNormal, "Moved", fmt.Sprintf("%s handed from %s to %s", r.ip, s.node, r.target))
+		s.events.onIP(r.ip, corev1.EventTypeNormal, "Moved", fmt.Sprintf("%s handed from %s to %s", r.ip, s.node, r.target))
 	case lease.Release:
 		s.log.Info("released", id...)
 	}
