@@ -122,7 +122,7 @@ func (s *state) bind(ip netip.Addr, e ipset.Entry, why string) refusal {
 		b.route = s.routes.announce(ip, e, s.movesOf(ip))
 	}
 	s.binder.hold(ip, b)
-	s.succeeded(ip)
+	s.sched.wakeIPs(s.succ.bound(ip, s.clk.Now()), s.clk.Now())
 	s.watch.progressed(s.clk.Now())
 	s.a.opt.Metrics.Bound()
 	s.log.Info("bound", "ip", ip, "iface", iface, "device", dev, "prefix", p, "reason", why)
@@ -282,7 +282,7 @@ func (s *state) linkEvent(ev netif.LinkEvent) {
 		return
 	}
 	if s.binder.cameUp(ev.Iface) {
-		if s.lanLink(ev.Iface) {
+		if lanLink(ev.Iface, s.desired.cfg.Ranges, &s.binder, s.binder.bound) {
 			s.self.reread()
 			s.log.Info("link has carrier again; re-reading locks before binding", "iface", ev.Iface)
 		}

@@ -151,6 +151,24 @@ func newAddrConflicts(node string, announcer Announcer, probeWait time.Duration,
 // probeFirst: ip was acquired, and is probed before it is bound.
 func (c *addrConflicts) probeFirst(ip netip.Addr) { c.fresh[ip] = true }
 
+// probeHeldAtStart makes the first bind of each IP whose lock names this
+// node, found so at start, wait for a probe: a successor may have bound
+// it while this node was dead and not yet written the lock
+// (docs/design.md, Succession). It binds at the first unanswered probe,
+// and never while an eip node answers. locks are the cached locks by
+// name, names the managed IPs by lock name, bound those bound here.
+func (c *addrConflicts) probeHeldAtStart(locks map[string]*lease.Kept, names map[string]netip.Addr, bound map[netip.Addr]binding) {
+	for name, l := range locks {
+		ip, named := names[name]
+		if !named || l.Holder != c.node || l.Successor == "" {
+			continue
+		}
+		if _, ok := bound[ip]; !ok {
+			c.probeFirst(ip)
+		}
+	}
+}
+
 // forget drops everything known about ip: it is no longer this node's.
 func (c *addrConflicts) forget(ip netip.Addr) {
 	delete(c.fresh, ip)

@@ -143,7 +143,7 @@ func (s *state) readInputs(now time.Time) (all []*lease.Kept, locks map[string]*
 		s.computeEntries()
 	}
 	if s.sched.lastPass.IsZero() {
-		s.probeHeldAtStart(locks)
+		s.conflicts.probeHeldAtStart(locks, s.desired.names, s.binder.bound)
 	}
 	if nodes || changed {
 		s.routes.configure(s.desired.cfg)
@@ -151,7 +151,7 @@ func (s *state) readInputs(now time.Time) (all []*lease.Kept, locks map[string]*
 	s.elig.judge(&s.desired, s.self.unheard, s.lan.lanPort)
 	if recomputed || eps {
 		// Every IP is decided below.
-		s.updateServing(recomputed)
+		s.serving.update(recomputed, &s.desired, s.binder.bound, s.view)
 	}
 	return all, locks
 }
@@ -233,7 +233,7 @@ func (s *state) decide(v lease.View, ip netip.Addr, name string, l *lease.Kept, 
 	_, bound := s.binder.bound[ip]
 	in := lease.IP{Addr: ip, Lock: lk, Named: named, Bound: bound, FreeSince: freeSince, Planned: planned, Next: s.desired.next[ip], Only: s.serving.onlyFor(ip),
 		Unrecorded: named && lk != nil && !recordsOwner(lk, s.desired.entries[ip].Owner)}
-	s.wireDecide(&in, v.Now)
+	s.wire.decide(&in, s.desired.entries[ip].Binding, s.binder.bound[ip].iface, s.live, &s.binder, v.Now)
 	d := lease.Decide(v, in)
 	s.sched.settle(ip, s.carry(v, in, name, l, d))
 }
@@ -243,7 +243,7 @@ func (s *state) decide(v lease.View, ip netip.Addr, name string, l *lease.Kept, 
 func (s *state) carry(v lease.View, in lease.IP, name string, l *lease.Kept, d lease.Decision) settling {
 	ip, lk := in.Addr, in.Lock
 	if d.Action != lease.Succeed {
-		s.wakeHeld(s.succ.end(ip))
+		s.sched.wakeIPs(s.succ.end(ip), v.Now)
 	}
 	if s.writes.inflight[name] {
 		// A successor binds while its write is on its way.

@@ -158,7 +158,7 @@ func (s *state) computeEntries() {
 		_, ok := s.desired.entries[ip]
 		return ok
 	})
-	s.filterPorts(entries, svcs)
+	s.ports.apply(s.desired.cfg.PortFilter, entries, svcs)
 	s.reportRejections(rejected)
 }
 

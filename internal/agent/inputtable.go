@@ -85,7 +85,7 @@ func (s *state) handle(i int, v reflect.Value, draining bool) (pass bool) {
 	now := s.clk.Now
 	switch i {
 	case inTimer:
-		s.checkWire(now())
+		s.wire.check(now(), s.self.apiOK(now()), s.live, &s.binder)
 		s.reannounce(now())
 		return s.checkUnheard(now()) || s.passDue(now())
 	case inTick:
@@ -95,7 +95,7 @@ func (s *state) handle(i int, v reflect.Value, draining bool) (pass bool) {
 		s.sched.inputChanged(i)
 	case inLeases:
 	case inHeartbeats:
-		s.wireRequests(now())
+		s.wire.requested(now())
 		if draining {
 			s.sched.inputChanged(i)
 			return true
@@ -123,7 +123,10 @@ func (s *state) handle(i int, v reflect.Value, draining bool) (pass bool) {
 	case inDatagrams:
 		return s.takeDatagrams()
 	case inProxied:
-		return s.proxiedResult(v.Interface().(endpoints.Result))
+		if !s.serving.verdict(v.Interface().(endpoints.Result)) {
+			return false
+		}
+		s.sched.inputChanged(inEndpoints)
 	}
 	return true
 }

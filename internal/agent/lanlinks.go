@@ -1,6 +1,10 @@
 package agent
 
-import "github.com/eip-project/eip/internal/config"
+import (
+	"net/netip"
+
+	"github.com/eip-project/eip/internal/config"
+)
 
 // lanLink says whether iface is a link eipd binds on: a range's
 // interface, or, for a range whose interface is auto, the one its first
@@ -11,13 +15,16 @@ import "github.com/eip-project/eip/internal/config"
 // lock write on a node starting a pod until its next renewal came back,
 // up to a renew interval, and every race a renew interval more, just when
 // an IP of the pod's Local Service was handed there.
-func (s *state) lanLink(iface string) bool {
-	for _, r := range s.desired.cfg.Ranges {
-		if i, err := s.binder.ifaceFor(r.First, config.Binding{Iface: r.Iface}); err == nil && i == iface {
+//
+// ranges are the configured ranges, ifaces resolves their interfaces,
+// bound is what is bound.
+func lanLink(iface string, ranges []config.Range, ifaces ifaceResolver, bound map[netip.Addr]binding) bool {
+	for _, r := range ranges {
+		if i, err := ifaces.ifaceFor(r.First, config.Binding{Iface: r.Iface}); err == nil && i == iface {
 			return true
 		}
 	}
-	for _, b := range s.binder.bound {
+	for _, b := range bound {
 		if b.iface == iface {
 			return true
 		}

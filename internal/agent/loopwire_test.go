@@ -29,7 +29,7 @@ func TestLoopWireChecksAskAndNeverProbe(t *testing.T) {
 		"frames dropped":    {dropped: true, want: wire.Unchecked},
 	} {
 		w := newWorld(t, "node-a", defaultTestConfig())
-		w.s.wire = newWireChecks("node-a", wire.DefaultPace)
+		w.s.wire = newWireChecks("node-a", wire.DefaultPace, w.a.opt.Announcer, w.a.heartbeats, w.a.log, w.a.opt.Metrics, w.s.events)
 		w.askErr = tc.askErr
 		w.addNode("node-b")
 		w.heartbeat("node-b", true)

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"log/slog"
 	"net/netip"
 
 	"golang.org/x/sys/unix"
@@ -23,6 +24,7 @@ type PortFilter interface {
 // again at each resync after an apply failed.
 type servedPorts struct {
 	filter PortFilter
+	log    *slog.Logger
 	// failed: the last apply failed, so the filter may be behind.
 	failed bool
 	// removed: the filter is off (port-filter: off) and was removed.
@@ -30,21 +32,24 @@ type servedPorts struct {
 }
 
 // apply sets the filter for entries, whose Services are among svcs, or
-// removes it when off.
-func (p *servedPorts) apply(on bool, entries []ipset.Entry, svcs []*ipset.Service) error {
+// removes it when off. A failure is logged: resync tries again.
+func (p *servedPorts) apply(on bool, entries []ipset.Entry, svcs []*ipset.Service) {
+	var err error
 	if !on {
 		if p.removed {
-			return nil
+			return
 		}
-		err := p.filter.Remove()
+		err = p.filter.Remove()
 		p.failed, p.removed = err != nil, err == nil
-		return err
+	} else {
+		p.removed = false
+		addrs, served := filterOf(entries, svcs)
+		err = p.filter.Set(addrs, served)
+		p.failed = err != nil
 	}
-	p.removed = false
-	addrs, served := filterOf(entries, svcs)
-	err := p.filter.Set(addrs, served)
-	p.failed = err != nil
-	return err
+	if err != nil {
+		p.log.Warn("port filter: external IPs may answer on every port of this node until it applies", "err", err)
+	}
 }
 
 // filterOf is what the filter lets through: to each IP, the protocols and
@@ -83,12 +88,4 @@ func ipProto(p corev1.Protocol) (uint8, bool) {
 		return unix.IPPROTO_SCTP, true
 	}
 	return 0, false
-}
-
-// filterPorts applies the port filter of the managed IPs, logging a
-// failure: resync tries again.
-func (s *state) filterPorts(entries []ipset.Entry, svcs []*ipset.Service) {
-	if err := s.ports.apply(s.desired.cfg.PortFilter, entries, svcs); err != nil {
-		s.log.Warn("port filter: external IPs may answer on every port of this node until it applies", "err", err)
-	}
 }

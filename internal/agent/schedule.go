@@ -450,7 +450,7 @@ func (s *state) pass() {
 	// fullDue only then: it reads every node's verdict, a map a call.
 	if s.sched.dirtyEps && !s.fullDue(now) {
 		s.sched.endpointsRead()
-		s.sched.markDirty(s.updateServing(false)...)
+		s.sched.markDirty(s.serving.update(false, &s.desired, s.binder.bound, s.view)...)
 	}
 	if s.fullDue(now) {
 		s.reconcile()

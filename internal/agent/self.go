@@ -272,7 +272,7 @@ func (s *state) tick() {
 	now := s.clk.Now()
 	s.self.ticked(now, s.desired.stallAfter())
 	s.watch.progressed(now)
-	s.checkWire(now)
+	s.wire.check(now, s.self.apiOK(now), s.live, &s.binder)
 	s.reannounce(now) // starts the rounds, which then set their own wakes
 	if !s.self.loopLate(now, s.desired.lateAfter()) {
 		s.lifetime.loopTicked()

@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
 
 	"github.com/eip-project/eip/internal/endpoints"
 	"github.com/eip-project/eip/internal/ipset"
@@ -45,7 +46,18 @@ type serving struct {
 	// serve, until kube-proxy delivers on a node they may move to
 	// (reportWait).
 	waits map[netip.Addr]kubeProxyWait
-	log   *slog.Logger
+
+	// What it is handed: the caches of the locks, the Services and the
+	// Nodes (where a node's kube-proxy is asked), kube-proxy's checker
+	// (nil: none), and where it reports.
+	lock      func(name string) *lease.Kept
+	service   func(key string) *ipset.Service
+	nodes     nodeAddrs
+	kubeProxy KubeProxy
+	node      string
+	clk       clock.PassiveClock
+	log       *slog.Logger
+	events    *eventPoster
 }
 
 // kubeProxyWait is a holder's wait for kube-proxy on nodes, since when.
@@ -63,12 +75,26 @@ const (
 	checkQueue = 4096
 )
 
-// newServing is serving with open to start the watch of every
-// EndpointSlice (Agent.watchSlices).
-func newServing(open func(context.Context) (cache.Indexer, cache.InformerSynced), log *slog.Logger) serving {
-	return serving{log: log,
+// servingPorts are what serving is handed: open starts the watch of
+// every EndpointSlice (Agent.watchSlices); the rest as in serving.
+type servingPorts struct {
+	open      func(context.Context) (cache.Indexer, cache.InformerSynced)
+	lock      func(name string) *lease.Kept
+	service   func(key string) *ipset.Service
+	nodes     nodeAddrs
+	kubeProxy KubeProxy
+	node      string
+	clk       clock.PassiveClock
+	log       *slog.Logger
+	events    *eventPoster
+}
+
+// newServing is serving with what it is handed.
+func newServing(p servingPorts) serving {
+	return serving{
+		lock: p.lock, service: p.service, nodes: p.nodes, kubeProxy: p.kubeProxy, node: p.node, clk: p.clk, log: p.log, events: p.events,
 		proxied: make(chan endpoints.Result, 64), checkCtx: context.Background(),
-		slices: sliceWatch{open: open}, unjudged: map[netip.Addr]bool{}, waits: map[netip.Addr]kubeProxyWait{},
+		slices: sliceWatch{open: p.open}, unjudged: map[netip.Addr]bool{}, waits: map[netip.Addr]kubeProxyWait{},
 	}
 }
 
@@ -149,11 +175,11 @@ func (sv *serving) ask(kp endpoints.Checker, k endpoints.Key, gen uint64, addr n
 
 // eligibility is where the IP of e may live, from the EndpointSlices of
 // its Local Services and what kube-proxy said of their ready nodes.
-func (s *state) eligibility(e ipset.Entry) endpoints.Eligibility {
+func (sv *serving) eligibility(e ipset.Entry) endpoints.Eligibility {
 	per := make([]map[string]endpoints.Readiness, len(e.Local))
-	ask := s.asksKubeProxy(e.IP)
+	ask := sv.asksKubeProxy(e.IP)
 	for i, svc := range e.Local {
-		per[i] = s.serving.checks.Judge(svc, endpoints.Nodes(s.serving.slices.slicesOf(svc)), ask, s.startCheck)
+		per[i] = sv.checks.Judge(svc, endpoints.Nodes(sv.slices.slicesOf(svc)), ask, sv.startCheck)
 	}
 	return endpoints.Eligible(per)
 }
@@ -163,9 +189,9 @@ func (s *state) eligibility(e ipset.Entry) endpoints.Eligibility {
 // (the holder keeps it until kube-proxy delivers where it may move; the
 // successor takes it over). Every node asking would send each node's
 // kube-proxy a check from every other.
-func (s *state) asksKubeProxy(ip netip.Addr) bool {
-	k := s.a.lock(lease.NameFor(ip))
-	return k != nil && (k.Holder == s.node || k.Successor == s.node)
+func (sv *serving) asksKubeProxy(ip netip.Addr) bool {
+	k := sv.lock(lease.NameFor(ip))
+	return k != nil && (k.Holder == sv.node || k.Successor == sv.node)
 }
 
 // startCheck asks kube-proxy on k's node, at its first address and the
@@ -177,17 +203,17 @@ func (s *state) asksKubeProxy(ip netip.Addr) bool {
 // kube-proxy before; were it to wait for its own verdict, it would refuse
 // what the holder already gave up. Racing for an IP no node serves, it
 // binds no later than before.
-func (s *state) startCheck(k endpoints.Key, gen uint64) bool {
-	kp := s.a.opt.KubeProxy
-	addr, ok := s.lan.nodes.peerAddr(k.Node)
-	port := healthCheckPort(s.a.service(k.Service))
+func (sv *serving) startCheck(k endpoints.Key, gen uint64) bool {
+	kp := sv.kubeProxy
+	addr, ok := sv.nodes.peerAddr(k.Node)
+	port := healthCheckPort(sv.service(k.Service))
 	// A Node object naming loopback, a link-local address (a cloud's
 	// metadata service) or a multicast one would send a check from the
 	// host network to the host itself or elsewhere: none can be a node's.
-	if kp == nil || !ok || !addr.IsGlobalUnicast() || port == 0 || k.Node == s.node {
+	if kp == nil || !ok || !addr.IsGlobalUnicast() || port == 0 || k.Node == sv.node {
 		return false
 	}
-	return s.serving.ask(kp, k, gen, netip.AddrPortFrom(addr, port))
+	return sv.ask(kp, k, gen, netip.AddrPortFrom(addr, port))
 }
 
 // healthCheckPort is the health check node port of svc, 0 if it has none
@@ -199,66 +225,64 @@ func healthCheckPort(svc *ipset.Service) uint16 {
 	return uint16(svc.HealthCheckNodePort)
 }
 
-// proxiedResult takes a verdict of kube-proxy's and says whether where
-// an IP may live is to be judged again.
-func (s *state) proxiedResult(r endpoints.Result) bool {
-	s.serving.runner.Finished(r)
-	if !s.serving.checks.Done(r) {
-		return false
-	}
-	s.sched.inputChanged(inEndpoints)
-	return true
+// verdict takes a verdict of kube-proxy's and says whether where an IP
+// may live is to be judged again.
+func (sv *serving) verdict(r endpoints.Result) (judgeAgain bool) {
+	sv.runner.Finished(r)
+	return sv.checks.Done(r)
 }
 
-// updateServing judges again where the IPs of Local Services may live and
+// update judges again where the IPs of Local Services may live and
 // returns those whose answer changed. With entries it first takes the IPs
 // anew from the entries (they were recomputed), and starts or stops the
 // watch of EndpointSlices; otherwise only EndpointSlices changed, and only
 // the IPs of Local Services are judged. Until the watch has synced, an IP
 // judged before keeps its answer, and one not yet judged stays with its
-// holder (heldOnly).
-func (s *state) updateServing(entries bool) []netip.Addr {
+// holder (heldOnly). d is what the loop manages, bound what it binds,
+// and view the loop's (whether this node is the first live one, which
+// reports).
+func (sv *serving) update(entries bool, d *desired, bound map[netip.Addr]binding, view func(time.Time) lease.View) []netip.Addr {
 	if entries {
-		s.serving.localIPs(s.desired.order, s.desired.entries)
-		s.serving.watch(s.clk.Now())
+		sv.localIPs(d.order, d.entries)
+		sv.watch(sv.clk.Now())
 	}
-	judge := s.serving.slices.ready()
+	judge := sv.slices.ready()
 	var changed []netip.Addr
-	next := make(map[netip.Addr]lease.Only, len(s.serving.local))
-	for _, ip := range s.serving.local {
-		e := s.desired.entries[ip]
-		old, was := s.serving.only[ip]
-		unjudged := s.serving.unjudged[ip]
+	next := make(map[netip.Addr]lease.Only, len(sv.local))
+	for _, ip := range sv.local {
+		e := d.entries[ip]
+		old, was := sv.only[ip]
+		unjudged := sv.unjudged[ip]
 		var o lease.Only
 		switch {
 		case judge:
-			s.serving.judged(ip)
-			el := s.eligibility(e)
+			sv.judged(ip)
+			el := sv.eligibility(e)
 			o = lease.Only{Restricted: true, Nodes: el.Nodes}
 			if !was || unjudged || !slices.Equal(old.Nodes, o.Nodes) {
-				s.reportServing(e, el, was && !unjudged && len(old.Nodes) == 0, !was || unjudged)
+				sv.reportServing(view, e, el, was && !unjudged && len(old.Nodes) == 0, !was || unjudged)
 			}
-			s.reportWait(e, el)
+			sv.reportWait(e, el, bound)
 		case was && !unjudged:
 			o = old
 		default:
-			s.serving.unjudge(ip)
-			o = s.heldOnly(ip)
+			sv.unjudge(ip)
+			o = sv.heldOnly(ip, bound)
 		}
 		next[ip] = o
 		if !was || !slices.Equal(old.Nodes, o.Nodes) {
 			changed = append(changed, ip)
 		}
 	}
-	for ip := range s.serving.only {
+	for ip := range sv.only {
 		if _, ok := next[ip]; !ok {
 			changed = append(changed, ip)
 		}
 	}
-	s.serving.decided(next)
+	sv.decided(next)
 	if judge {
-		if gone := s.serving.checks.Sweep(); s.serving.runner != nil {
-			s.serving.runner.Cancel(gone)
+		if gone := sv.checks.Sweep(); sv.runner != nil {
+			sv.runner.Cancel(gone)
 		}
 	}
 	return changed
@@ -268,18 +292,18 @@ func (s *state) updateServing(entries bool) []netip.Addr {
 // live node (as reportRejections), posts an Event on its Services when no
 // node may hold it any more (Warning NoEndpoints; at a start too) and when
 // one may again (Normal EndpointsReady). wasNone: no node could hold it.
-func (s *state) reportServing(e ipset.Entry, el endpoints.Eligibility, wasNone, first bool) {
+func (sv *serving) reportServing(view func(time.Time) lease.View, e ipset.Entry, el endpoints.Eligibility, wasNone, first bool) {
 	why := el.Why(e.Local)
-	s.log.Info("where an IP may live changed", "ip", e.IP, "service", strings.Join(e.Local, ","), "reason", why)
-	v := s.view(s.clk.Now())
-	if len(v.Live) > 0 && v.Live[0] != s.node {
+	sv.log.Info("where an IP may live changed", "ip", e.IP, "service", strings.Join(e.Local, ","), "reason", why)
+	v := view(sv.clk.Now())
+	if len(v.Live) > 0 && v.Live[0] != sv.node {
 		return
 	}
 	switch {
 	case len(el.Nodes) == 0 && !wasNone:
-		s.events.onIP(e.IP, corev1.EventTypeWarning, "NoEndpoints", fmt.Sprintf("%s is not bound: %s", e.IP, why))
+		sv.events.onIP(e.IP, corev1.EventTypeWarning, "NoEndpoints", fmt.Sprintf("%s is not bound: %s", e.IP, why))
 	case len(el.Nodes) > 0 && wasNone && !first:
-		s.events.onIP(e.IP, corev1.EventTypeNormal, "EndpointsReady", fmt.Sprintf("%s may be bound again: %s", e.IP, why))
+		sv.events.onIP(e.IP, corev1.EventTypeNormal, "EndpointsReady", fmt.Sprintf("%s may be bound again: %s", e.IP, why))
 	}
 }
 
@@ -290,31 +314,31 @@ func (s *state) reportServing(e ipset.Entry, el endpoints.Eligibility, wasNone, 
 // not within its time (Warning KubeProxyUnverified: the IP moves on the
 // EndpointSlices' word), or the endpoints changed (Normal
 // KubeProxyWaitEnded). Once per wait: the checks themselves write nothing.
-func (s *state) reportWait(e ipset.Entry, el endpoints.Eligibility) {
+func (sv *serving) reportWait(e ipset.Entry, el endpoints.Eligibility, bound map[netip.Addr]binding) {
 	var waitsFor []string
-	if _, held := s.binder.bound[e.IP]; held {
-		waitsFor = el.WaitsFor(s.node)
+	if _, held := bound[e.IP]; held {
+		waitsFor = el.WaitsFor(sv.node)
 	}
-	now := s.clk.Now()
-	wait, was := s.serving.waits[e.IP]
+	now := sv.clk.Now()
+	wait, was := sv.waits[e.IP]
 	svcs := strings.Join(e.Local, ", ")
 	switch {
 	case len(waitsFor) > 0 && !was:
-		s.serving.waitBegan(e.IP, kubeProxyWait{since: now, nodes: slices.Clone(waitsFor)})
-		s.events.onIP(e.IP, corev1.EventTypeNormal, "WaitingForKubeProxy", fmt.Sprintf("%s stays on %s, where endpoints of %s still serve, until kube-proxy on %s delivers to the ready ones there",
-			e.IP, s.node, svcs, strings.Join(waitsFor, " or ")))
+		sv.waitBegan(e.IP, kubeProxyWait{since: now, nodes: slices.Clone(waitsFor)})
+		sv.events.onIP(e.IP, corev1.EventTypeNormal, "WaitingForKubeProxy", fmt.Sprintf("%s stays on %s, where endpoints of %s still serve, until kube-proxy on %s delivers to the ready ones there",
+			e.IP, sv.node, svcs, strings.Join(waitsFor, " or ")))
 	case len(waitsFor) == 0 && was:
-		s.serving.waitEnded(e.IP)
+		sv.waitEnded(e.IP)
 		waited := now.Sub(wait.since).Round(10 * time.Millisecond)
 		to := slices.DeleteFunc(slices.Clone(wait.nodes), func(n string) bool { return !slices.Contains(el.Nodes, n) })
-		switch node, v := s.serving.checks.Outcome(e.Local, to); v {
+		switch node, v := sv.checks.Outcome(e.Local, to); v {
 		case endpoints.Delivers:
-			s.events.onIP(e.IP, corev1.EventTypeNormal, "KubeProxyDelivers", fmt.Sprintf("kube-proxy on %s delivers to %s after %s: %s moves there", node, svcs, waited, e.IP))
+			sv.events.onIP(e.IP, corev1.EventTypeNormal, "KubeProxyDelivers", fmt.Sprintf("kube-proxy on %s delivers to %s after %s: %s moves there", node, svcs, waited, e.IP))
 		case endpoints.Unknown:
-			s.events.onIP(e.IP, corev1.EventTypeWarning, "KubeProxyUnverified", fmt.Sprintf("kube-proxy on %s did not say it delivers to %s within %s, or could not be asked: %s moves there on its EndpointSlices' word",
+			sv.events.onIP(e.IP, corev1.EventTypeWarning, "KubeProxyUnverified", fmt.Sprintf("kube-proxy on %s did not say it delivers to %s within %s, or could not be asked: %s moves there on its EndpointSlices' word",
 				node, svcs, waited, e.IP))
 		default:
-			s.events.onIP(e.IP, corev1.EventTypeNormal, "KubeProxyWaitEnded", fmt.Sprintf("%s waits for kube-proxy no more after %s: %s", e.IP, waited, el.Why(e.Local)))
+			sv.events.onIP(e.IP, corev1.EventTypeNormal, "KubeProxyWaitEnded", fmt.Sprintf("%s waits for kube-proxy no more after %s: %s", e.IP, waited, el.Why(e.Local)))
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -110,7 +111,7 @@ func TestLoopLocalIPLivesWhereItsEndpointIs(t *testing.T) {
 // is on node-a: node-a holds its IP.
 func holdingLocalWorld(t *testing.T, kp KubeProxy) *world {
 	w := newWorld(t, "node-a", defaultTestConfig())
-	w.a.opt.KubeProxy = kp
+	w.a.opt.KubeProxy, w.s.serving.kubeProxy = kp, kp
 	for i, n := range []string{"node-a", "node-b"} {
 		if n != "node-a" {
 			w.addNode(n)
@@ -246,7 +247,7 @@ func (w *world) kubeProxySays(kp fakeKubeProxy, addr string, v endpoints.Verdict
 		w.t.Fatalf("kube-proxy at %s was not asked", addr)
 	}
 	kp.answer <- v
-	w.s.proxiedResult(<-w.s.serving.proxied)
+	w.s.handle(inProxied, reflect.ValueOf(<-w.s.serving.proxied), false)
 	w.pass()
 }
 
@@ -339,7 +340,7 @@ func TestLoopWaitForKubeProxyEndsWithAnEvent(t *testing.T) {
 // IP, with its health check node port; node-b holds the IP.
 func localWorldOf3(t *testing.T, kp KubeProxy) *world {
 	w := newWorld(t, "node-a", defaultTestConfig())
-	w.a.opt.KubeProxy = kp
+	w.a.opt.KubeProxy, w.s.serving.kubeProxy = kp, kp
 	for i, n := range []string{"node-a", "node-b", "node-c"} {
 		if n != "node-a" {
 			w.addNode(n)

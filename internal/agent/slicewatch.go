@@ -63,14 +63,14 @@ func (w sliceWatch) slicesOf(key string) []*discoveryv1.EndpointSlice {
 // without an endpoint would take it. An IP this node holds unbound (one
 // it just auto-assigned) is released rather than bound where no endpoint
 // may be; at a start, serving.warm judges those this node held before.
-func (s *state) heldOnly(ip netip.Addr) lease.Only {
+func (sv *serving) heldOnly(ip netip.Addr, bound map[netip.Addr]binding) lease.Only {
 	o := lease.Only{Restricted: true}
-	l := s.a.lock(lease.NameFor(ip))
+	l := sv.lock(lease.NameFor(ip))
 	if l == nil || l.Holder == "" {
 		return o
 	}
-	_, bound := s.binder.bound[ip]
-	if h := l.Holder; h != s.node || bound {
+	_, held := bound[ip]
+	if h := l.Holder; h != sv.node || held {
 		o.Nodes = []string{h}
 	}
 	return o

@@ -74,7 +74,7 @@ func newState(a *Agent) *state {
 	}
 	s := &state{
 		a: a, log: a.log, clk: a.clk, node: a.opt.Node,
-		ports: servedPorts{filter: a.opt.PortFilter},
+		ports: servedPorts{filter: a.opt.PortFilter, log: a.log},
 		desired: desired{
 			cfg:      config.Default(),
 			entries:  map[netip.Addr]ipset.Entry{},
@@ -112,17 +112,20 @@ func newState(a *Agent) *state {
 			watchClaims: a.opt.Claims,
 			claims:      make(chan netif.Claim, 64),
 		},
-		succ:      successions{succeeding: map[netip.Addr]succession{}, held: map[netip.Addr]bool{}},
-		routes:    routing{router: a.opt.Router, nodes: a.nodes, node: a.opt.Node, log: a.log, recorder: a.recorder, metrics: a.opt.Metrics},
-		lan:       newLANState(a.opt.Node, a.clk, a.log, watch, nodeAddrs{a.nodes}),
-		serving:   newServing(a.watchSlices, a.log),
+		succ:   newSuccessions(a.opt.Metrics, a.log),
+		routes: routing{router: a.opt.Router, nodes: a.nodes, node: a.opt.Node, log: a.log, recorder: a.recorder, metrics: a.opt.Metrics},
+		lan:    newLANState(a.opt.Node, a.clk, a.log, watch, nodeAddrs{a.nodes}),
+		serving: newServing(servingPorts{
+			open: a.watchSlices, lock: a.lock, service: a.service, nodes: nodeAddrs{a.nodes}, kubeProxy: a.opt.KubeProxy,
+			node: a.opt.Node, clk: a.clk, log: a.log, events: events,
+		}),
 		renewReq:  make(chan renewal, 1),
 		renewRes:  make(chan renewResult, 1),
 		hb:        &heartbeater{a: a},
 		alloc:     alloc,
 		conflicts: newAddrConflicts(a.opt.Node, a.opt.Announcer, a.opt.ProbeWait, a.clk, a.log, a.opt.Metrics, events),
 		gone:      newGoneNodes(a.log, a.nodes),
-		wire:      newWireChecks(a.opt.Node, a.opt.WirePace),
+		wire:      newWireChecks(a.opt.Node, a.opt.WirePace, a.opt.Announcer, a.heartbeats, a.log, a.opt.Metrics, events),
 		events:    events,
 		watch:     watch,
 	}

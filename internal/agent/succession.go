@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"log/slog"
 	"net/netip"
 	"time"
 
@@ -33,6 +34,14 @@ type successions struct {
 	held      map[netip.Addr]bool
 	heldSince time.Time
 	released  []netip.Addr // returned by release, its room kept
+
+	// Where a failover is reported.
+	metrics Metrics
+	log     *slog.Logger
+}
+
+func newSuccessions(metrics Metrics, log *slog.Logger) successions {
+	return successions{succeeding: map[netip.Addr]succession{}, held: map[netip.Addr]bool{}, metrics: metrics, log: log}
 }
 
 // succeed binds ip as the successor its lock names, before any write says
@@ -57,7 +66,7 @@ func (s *state) succeed(v lease.View, ip netip.Addr, lk *lease.Lock) (write bool
 		s.conflicts.probeFirst(ip)
 	}
 	write, r = s.bindAsSuccessor(ip, lk, sc)
-	s.wakeHeld(s.succ.setBinding(ip, !write))
+	s.sched.wakeIPs(s.succ.setBinding(ip, !write), s.clk.Now())
 	return write, r
 }
 
@@ -76,13 +85,6 @@ func (s *state) bindAsSuccessor(ip netip.Addr, lk *lease.Lock, sc succession) (w
 	}
 	p, probing := s.conflicts.probing[ip]
 	return probing && !p.peerSince.IsZero(), r
-}
-
-// wakeHeld decides again now the held writes a succession released.
-func (s *state) wakeHeld(released []netip.Addr) {
-	if len(released) > 0 {
-		s.sched.wakeIPs(released, s.clk.Now())
-	}
 }
 
 // begin records ip as a succession, if it is not one yet, of a holder
@@ -171,20 +173,27 @@ func (s *state) holdWrite(ip netip.Addr) bool {
 	return held
 }
 
-// succeeded records a bind as a successor: its failover ends here, not
-// when the write naming this node comes back, which it asks for now.
-func (s *state) succeeded(ip netip.Addr) {
-	sc, ok := s.succ.succeeding[ip]
+// bound: succession ip was bound at now. Its failover ends here, not
+// when the write naming this node comes back. It returns the IPs to
+// decide again now: the held writes it released, and ip, whose write
+// goes now (the slice is reused by the next call).
+func (q *successions) bound(ip netip.Addr, now time.Time) (wake []netip.Addr) {
+	sc, ok := q.succeeding[ip]
 	if !ok {
-		return
+		return nil
 	}
-	s.wakeHeld(s.succ.end(ip))
-	s.sched.wakeIP(ip, s.clk.Now())
+	wake = q.end(ip)
+	if wake == nil {
+		wake = q.released[:0]
+	}
+	wake = append(wake, ip)
+	q.released = wake
 	if !sc.dead.IsZero() {
-		after := s.clk.Now().Sub(sc.dead)
-		s.a.opt.Metrics.Failover(after)
-		s.log.Info("took over from a dead holder as its successor", "ip", ip, "after", after)
+		after := now.Sub(sc.dead)
+		q.metrics.Failover(after)
+		q.log.Info("took over from a dead holder as its successor", "ip", ip, "after", after)
 	}
+	return wake
 }
 
 // contest marks a succession whose probe met another eip node's, and says
@@ -197,21 +206,4 @@ func (q *successions) contest(ip netip.Addr) bool {
 	sc.contested = true
 	q.succeeding[ip] = sc
 	return true
-}
-
-// probeHeldAtStart makes the first bind of each IP whose lock names this
-// node, found so at start, wait for a probe: a successor may have bound
-// it while this node was dead and not yet written the lock
-// (docs/design.md, Succession). It binds at the first unanswered probe,
-// and never while an eip node answers.
-func (s *state) probeHeldAtStart(locks map[string]*lease.Kept) {
-	for name, l := range locks {
-		ip, named := s.desired.names[name]
-		if !named || l.Holder != s.node || l.Successor == "" {
-			continue
-		}
-		if _, bound := s.binder.bound[ip]; !bound {
-			s.conflicts.probeFirst(ip)
-		}
-	}
 }

@@ -3,13 +3,16 @@ package agent
 import (
 	"fmt"
 	"hash/fnv"
+	"log/slog"
 	"maps"
 	"net/netip"
 	"strings"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/eip-project/eip/internal/config"
 	"github.com/eip-project/eip/internal/lease"
 	"github.com/eip-project/eip/internal/wire"
 )
@@ -48,6 +51,16 @@ type wireChecks struct {
 	// movedHere is when this node came to hold each IP its own checks
 	// had found unanswered: given to it for the wire.
 	movedHere map[netip.Addr]time.Time
+
+	// What it is handed: the announcer that asks and announces again,
+	// the heartbeats' cache (this node's holds the check requests), and
+	// where it reports.
+	announcer  Announcer
+	heartbeats func() []*coordinationv1.Lease
+	log        *slog.Logger
+	metrics    Metrics
+	events     *eventPoster
+	node       string
 }
 
 type parsedReport struct {
@@ -59,8 +72,13 @@ type unheardIP struct {
 	since, announced time.Time
 }
 
-func newWireChecks(node string, pace wire.Pace) wireChecks {
-	w := wireChecks{ifaces: map[netip.Addr]string{}, reports: map[string]parsedReport{}, unheard: map[netip.Addr]unheardIP{}, movedHere: map[netip.Addr]time.Time{}}
+// newWireChecks is node's checks at pace (zero Every: none), made through
+// announcer, reported to log, metrics and events.
+func newWireChecks(node string, pace wire.Pace, announcer Announcer, heartbeats func() []*coordinationv1.Lease, log *slog.Logger, metrics Metrics, events *eventPoster) wireChecks {
+	w := wireChecks{
+		ifaces: map[netip.Addr]string{}, reports: map[string]parsedReport{}, unheard: map[netip.Addr]unheardIP{}, movedHere: map[netip.Addr]time.Time{},
+		announcer: announcer, heartbeats: heartbeats, log: log, metrics: metrics, events: events, node: node,
+	}
 	if pace.Every > 0 {
 		h := fnv.New64a()
 		h.Write([]byte(node))
@@ -197,111 +215,116 @@ func (w *wireChecks) held(ip netip.Addr, holding bool, now time.Time) {
 	}
 }
 
-// wireDecide is the wire's part in deciding ip: as successor of a live
+// ifaceResolver says where an IP would be bound (binder.ifaceFor).
+type ifaceResolver interface {
+	ifaceFor(ip netip.Addr, on config.Binding) (string, error)
+}
+
+// decide is the wire's part in deciding in: as successor of a live
 // holder other than this node it checks it, and as its holder it reads
-// its successor's report (lease.IP.Unheard).
-func (s *state) wireDecide(in *lease.IP, now time.Time) {
+// its successor's report (lease.IP.Unheard) and announces it again on
+// boundOn when the report is new. on is how the IP is bound.
+func (w *wireChecks) decide(in *lease.IP, on config.Binding, boundOn string, live *lease.Liveness, ifaces ifaceResolver, now time.Time) {
 	lk := in.Lock
-	self := s.a.opt.Node
+	self := w.node
 	holding := lk != nil && lk.Holder == self && in.Named
-	s.wire.held(in.Addr, holding, now)
+	w.held(in.Addr, holding, now)
 	// An IP announced only as a route (announce=bgp) is answered by no
 	// one on the LAN by design: only those announced by ARP/NDP are checked.
-	lan := s.desired.entries[in.Addr].Binding.Announce.ARP()
-	if lan && lk != nil && in.Named && lk.Successor == self && lk.Holder != "" && lk.Holder != self && s.live.Alive(lk.Holder, now) {
-		if iface, err := s.binder.ifaceFor(in.Addr, s.desired.entries[in.Addr].Binding); err == nil {
-			s.wire.track(in.Addr, lk.Holder, iface, now)
+	lan := on.Announce.ARP()
+	if lan && lk != nil && in.Named && lk.Successor == self && lk.Holder != "" && lk.Holder != self && live.Alive(lk.Holder, now) {
+		if iface, err := ifaces.ifaceFor(in.Addr, on); err == nil {
+			w.track(in.Addr, lk.Holder, iface, now)
 		}
 	} else {
-		s.wire.untrack(in.Addr)
+		w.untrack(in.Addr)
 	}
 	if !lan || !holding || !in.Bound || lk.Successor == "" || lk.Successor == self {
 		return
 	}
-	hb, ok := s.live.Heartbeat(lk.Successor)
+	hb, ok := live.Heartbeat(lk.Successor)
 	if !ok {
 		return
 	}
-	r := s.wire.reportOf(hb)
+	r := w.reportOf(hb)
 	e, listed := r.Entries[in.Addr]
-	at, announce := s.wire.unheardSince(in.Addr, e, listed && r.Heard, now)
+	at, announce := w.unheardSince(in.Addr, e, listed && r.Heard, now)
 	in.Unheard = at
 	if !announce {
 		return
 	}
-	b := s.binder.bound[in.Addr]
-	if err := s.a.opt.Announcer.Announce(b.iface, in.Addr); err != nil {
-		s.log.Warn("announce again", "ip", in.Addr, "iface", b.iface, "err", err)
+	if err := w.announcer.Announce(boundOn, in.Addr); err != nil {
+		w.log.Warn("announce again", "ip", in.Addr, "iface", boundOn, "err", err)
 	}
-	s.log.Warn("the IP's successor hears no answer for it; announced it again", "ip", in.Addr, "iface", b.iface, "node", lk.Successor)
-	s.events.onIP(in.Addr, corev1.EventTypeWarning, "AddressUnanswered",
+	w.log.Warn("the IP's successor hears no answer for it; announced it again", "ip", in.Addr, "iface", boundOn, "node", lk.Successor)
+	w.events.onIP(in.Addr, corev1.EventTypeWarning, "AddressUnanswered",
 		fmt.Sprintf("%s, bound on %s, is not answered on the LAN as %s hears it: %s announced it again and hands it to %s if it still hears nothing in %s",
 			in.Addr, self, lk.Successor, self, lk.Successor, wireRepair))
 }
 
-// checkWire sends the checks due and judges those whose wait is over. A
+// check sends the checks due and judges those whose wait is over. A
 // check is a plain request (Announcer.Ask), never a probe: a holder cut
 // off from the API server reads a peer's probe as a takeover and gives
-// the IP up (claim). While this node's own renewals fail it sends none: it
-// could act on no verdict, and its view of who holds what may be stale.
-func (s *state) checkWire(now time.Time) {
-	w := &s.wire
-	if w.sched == nil || !s.self.apiOK(now) {
+// the IP up (claim). While this node's own renewals fail (apiOK false) it
+// sends none: it could act on no verdict, and its view of who holds what
+// may be stale.
+func (w *wireChecks) check(now time.Time, apiOK bool, live *lease.Liveness, l claimListener) {
+	if w.sched == nil || !apiOK {
 		return
 	}
 	for _, ip := range w.sched.Due(now) {
 		iface := w.ifaces[ip]
-		s.binder.watchClaimsOn(iface)
-		s.binder.listenFor(ip) // before an answer may come
-		if err := s.a.opt.Announcer.Ask(iface, ip); err != nil {
+		l.watchClaimsOn(iface)
+		l.listenFor(ip) // before an answer may come
+		if err := w.announcer.Ask(iface, ip); err != nil {
 			// A check that never left proves nothing about the holder.
 			w.sched.Unsent(ip, now)
-			s.log.Debug("wire check", "ip", ip, "iface", iface, "err", err)
+			w.log.Debug("wire check", "ip", ip, "iface", iface, "err", err)
 			continue
 		}
-		s.a.opt.Metrics.WireCheck()
+		w.metrics.WireCheck()
 	}
 	// Claims the loop has not read yet may hold the answers: judge once
 	// they are in (the loop wakes for the checks again after reading them,
 	// or at the next wire slot).
-	if s.binder.unheard() {
+	if l.unheard() {
 		w.deferred = now.Add(wireSlot)
 		return
 	}
 	changed := w.sched.Finish(now, func(node string) []string {
-		hb, _ := s.live.Heartbeat(node)
+		hb, _ := live.Heartbeat(node)
 		return lease.ParseMACs(hb.MACs)
 	})
 	for _, ip := range changed {
 		e, _ := w.sched.Verdict(ip)
-		s.wireChanged(ip, e)
+		w.judged(ip, e)
 	}
 	if len(changed) > 0 {
-		s.a.opt.Metrics.WireVerdicts(w.sched.Counts())
+		w.metrics.WireVerdicts(w.sched.Counts())
 	}
 	w.answered()
 }
 
-// wireChanged reports a new verdict on ip: a stranger or two MACs is a
+// judged reports a new verdict on ip: a stranger or two MACs is a
 // conflict, said once per verdict; nobody fights over it.
-func (s *state) wireChanged(ip netip.Addr, e wire.Entry) {
-	s.log.Info("wire verdict", "ip", ip, "verdict", e.Verdict.String(), "macs", strings.Join(e.MACs, ","))
+func (w *wireChecks) judged(ip netip.Addr, e wire.Entry) {
+	w.log.Info("wire verdict", "ip", ip, "verdict", e.Verdict.String(), "macs", strings.Join(e.MACs, ","))
 	if e.Verdict != wire.Stranger && e.Verdict != wire.TwoMACs {
 		return
 	}
-	s.a.opt.Metrics.AddressConflict()
-	s.events.onIP(ip, corev1.EventTypeWarning, "AddressConflict",
+	w.metrics.AddressConflict()
+	w.events.onIP(ip, corev1.EventTypeWarning, "AddressConflict",
 		fmt.Sprintf("%s is answered on the LAN by %s (%s, as %s hears it), not by its holder alone: eip neither moves it nor announces back; take the address off the other machine",
-			ip, strings.Join(e.MACs, " and "), e.Verdict, s.a.opt.Node))
+			ip, strings.Join(e.MACs, " and "), e.Verdict, w.node))
 }
 
-// wireRequests takes a check request from this node's own heartbeat, as
+// requested takes a check request from this node's own heartbeat, as
 // the cache has it: kubectl writes it between two renewals.
-func (s *state) wireRequests(now time.Time) {
-	name := lease.HeartbeatName(s.a.opt.Node)
-	for _, l := range s.a.heartbeats() {
+func (w *wireChecks) requested(now time.Time) {
+	name := lease.HeartbeatName(w.node)
+	for _, l := range w.heartbeats() {
 		if l.Name == name {
-			s.wire.ask(l.Annotations[lease.AnnotationCheckRequest], now)
+			w.ask(l.Annotations[lease.AnnotationCheckRequest], now)
 			return
 		}
 	}
