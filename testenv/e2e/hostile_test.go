@@ -97,7 +97,7 @@ func TestHostileServicesCostEipdLittle(t *testing.T) {
 		})
 	}()
 	// A test that fails early creates no more; the Services are deleted
-	// by name, as listing them would read 500 MiB.
+	// by name, as listing them would read 250 MiB.
 	t.Cleanup(func() {
 		cancel()
 		<-created

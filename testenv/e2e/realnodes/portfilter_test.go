@@ -38,11 +38,19 @@ spec:
   ports: [{port: 80, targetPort: 8080}]
 `
 
+// filteredIP is the address of the Service under test, asked of eip's
+// allocator so that the client listens for its announcements before it
+// is bound.
+var filteredIP = netip.AddrFrom4([4]byte{198, 18, 101, 200})
+
 // filteredApp is the Service under test: the web application on port 80
-// at an address eip allocates.
+// at filteredIP, which eip allocates.
 var filteredApp = `apiVersion: v1
 kind: Service
-metadata: {name: web-filtered, namespace: ` + workload.AppNamespace + `}
+metadata:
+  name: web-filtered
+  namespace: ` + workload.AppNamespace + `
+  annotations: {eip.io/load-balancer-ips: "` + filteredIP.String() + `"}
 spec:
   type: LoadBalancer
   selector: {app: web}
@@ -55,7 +63,9 @@ spec:
 // the client's HTTP to it on 80 is answered by the web pods, while TCP to
 // the holder's kubelet (10250), to a listener on the holder's 22 and to
 // another namespace's node port fails on it, though each answers on the
-// node's own address. Deleting the Service takes the address out of the
+// node's own address. ARP is untouched: the holder announces the address
+// when it binds it (gratuitous ARP), and it alone answers the client's
+// ARP requests for it. Deleting the Service takes the address out of the
 // holder's port filter.
 func TestPortFilterOnRealNodes(t *testing.T) {
 	installed(t)
@@ -68,6 +78,8 @@ func TestPortFilterOnRealNodes(t *testing.T) {
 	must(t, err)
 	nodePort := strconv.Itoa(int(internal.Spec.Ports[0].NodePort))
 
+	announced, err := cluster.ListenAnnouncements(testenv.Client, filteredIP)
+	must(t, err)
 	must(t, cluster.Apply(ctx, []byte(filteredApp)))
 	deleted := false
 	t.Cleanup(func() {
@@ -89,9 +101,25 @@ func TestPortFilterOnRealNodes(t *testing.T) {
 		}
 		return false, fmt.Sprintf("%+v", svc.Status.LoadBalancer)
 	})
+	if ip != filteredIP {
+		t.Fatalf("web-filtered got %s, not the %s it asked for", ip, filteredIP)
+	}
 	h := served(t, ip)
 	node, err := cluster.Node(h)
 	must(t, err)
+	mac, err := cluster.NodeMAC(h)
+	must(t, err)
+	heard, err := announced.Count(3 * time.Second)
+	must(t, err)
+	if len(heard) != 1 || heard[mac.String()] == 0 {
+		t.Errorf("gratuitous ARP for %s from %v; want from its holder %s (%s) alone", ip, heard, h, mac)
+	}
+	answers, err := cluster.WhoAnswers(ip)
+	must(t, err)
+	if len(answers) != 1 || answers[0].String() != mac.String() {
+		t.Errorf("ARP for %s answered by %v; want its holder %s (%s) alone", ip, answers, h, mac)
+	}
+	t.Logf("%s on %s (%s): gratuitous ARP %v, ARP answered by %v", ip, h, mac, heard, answers)
 	ssh, err := cluster.ListenTCP(h, 22)
 	must(t, err)
 	defer ssh.Close()
