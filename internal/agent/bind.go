@@ -124,7 +124,7 @@ func (s *state) bind(ip netip.Addr, e ipset.Entry, why string) refusal {
 	s.binder.hold(ip, b)
 	s.sched.wakeIPs(s.succ.bound(ip, s.clk.Now()), s.clk.Now())
 	s.watch.progressed(s.clk.Now())
-	s.a.opt.Metrics.Bound()
+	s.metrics.Bound()
 	s.log.Info("bound", "ip", ip, "iface", iface, "device", dev, "prefix", p, "reason", why)
 	s.events.onIP(ip, corev1.EventTypeNormal, "Bound", fmt.Sprintf("%s bound on %s (%s)", p, s.node, iface))
 	return refusal{}
@@ -157,7 +157,7 @@ func (s *state) unbind(ip netip.Addr, why string) {
 	} else if !b.missing {
 		s.binder.removedOwn(ip)
 	}
-	s.a.opt.Metrics.Unbound()
+	s.metrics.Unbound()
 	s.watch.progressed(s.clk.Now())
 	s.log.Info("unbound", "ip", ip, "iface", b.iface, "reason", why)
 }
@@ -233,7 +233,7 @@ func (s *state) addrMissing(b binding, count bool) {
 	if count && !b.missing {
 		// A deleted device's addresses are reported gone, and missing
 		// again at the resync that restores them.
-		s.a.opt.Metrics.Vanished()
+		s.metrics.Vanished()
 		b.missing = true
 		s.binder.update(b)
 	}
@@ -305,7 +305,7 @@ func (s *state) resync(startup bool) {
 	ifaces := s.binder.resyncIfaces(&s.desired)
 	var heldByLock map[netip.Addr]bool // read at start-up only
 	if startup {
-		heldByLock = heldBy(s.a.allLocks(), s.node)
+		heldByLock = heldBy(s.leases.allLocks(), s.node)
 	}
 	for iface, bound := range ifaces {
 		have, err := s.a.opt.Addresser.List(iface)

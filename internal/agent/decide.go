@@ -17,7 +17,7 @@ import (
 // after it would act not at all.
 func (s *state) reconcileSome(now time.Time) {
 	s.sched.startPass(now)
-	s.book.newPass(s.a.leasesSeen(), false)
+	s.book.newPass(s.leases.leasesSeen(), false)
 	s.fence(now)
 	v := s.view(now)
 	if v.Writable {
@@ -38,13 +38,13 @@ func (s *state) reconcileSome(now time.Time) {
 	}
 	s.sched.dirtyDecided()
 	s.writes.admitWaiting(now, s.desired.lockWriteTimeout(), func(ip netip.Addr) { s.decideOne(v, ip, now) })
-	s.a.opt.Metrics.Held(len(s.binder.bound))
+	s.metrics.Held(len(s.binder.bound))
 }
 
 // decideOne decides one IP as the full pass would.
 func (s *state) decideOne(v lease.View, ip netip.Addr, now time.Time) {
 	name := lease.NameFor(ip)
-	cached := s.a.lock(name)
+	cached := s.leases.lock(name)
 	if _, named := s.desired.entries[ip]; named {
 		l := s.book.effective(name, cached)
 		s.decide(v, ip, name, l, true, s.desired.planOne(v, ip, name, l, s.serving.only, s.writes.pending))
@@ -82,7 +82,7 @@ func (s *state) decideOrphan(v lease.View, l *lease.Kept, now time.Time) {
 func (s *state) reconcile() {
 	now := s.clk.Now()
 	s.sched.startPass(now)
-	s.book.newPass(s.a.leasesSeen(), true)
+	s.book.newPass(s.leases.leasesSeen(), true)
 	s.sched.newFullPass()
 	s.writes.newPass()
 	s.wire.keep(func(ip netip.Addr) bool {
@@ -106,9 +106,9 @@ func (s *state) reconcile() {
 		s.collectHeartbeats(v)
 	}
 	s.sched.judged(verdictsOf(s.live, now))
-	s.a.opt.Metrics.Held(len(s.binder.bound))
-	s.a.opt.Metrics.Managed(len(s.desired.entries))
-	s.a.opt.Metrics.Ranges(ipset.RangeUsage(s.desired.cfg, maps.Values(s.desired.entries), s.desired.reserved, func(ip netip.Addr) bool {
+	s.metrics.Held(len(s.binder.bound))
+	s.metrics.Managed(len(s.desired.entries))
+	s.metrics.Ranges(ipset.RangeUsage(s.desired.cfg, maps.Values(s.desired.entries), s.desired.reserved, func(ip netip.Addr) bool {
 		_, bound := s.binder.bound[ip]
 		return bound
 	}))
@@ -126,8 +126,8 @@ func (s *state) readInputs(now time.Time) (all []*lease.Kept, locks map[string]*
 		s.lifetime.configure(s.desired.cfg)
 		s.configureLAN()
 	}
-	all = s.a.allLocks()
-	locks = observe(s.live, s.a.heartbeats(), all, now)
+	all = s.leases.allLocks()
+	locks = observe(s.live, s.leases.heartbeats(), all, now)
 	if nodes {
 		reserved := s.a.reservedAddresses()
 		if s.desired.reserved != nil && !maps.Equal(reserved, s.desired.reserved) {
@@ -399,7 +399,7 @@ func (s *state) collectHeartbeats(v lease.View) {
 	if len(v.Live) == 0 || v.Live[0] != v.Self {
 		return
 	}
-	for _, l := range s.a.heartbeats() {
+	for _, l := range s.leases.heartbeats() {
 		node, ok := lease.NodeOf(l.Name)
 		if !ok || v.Alive(node) || s.writes.inflight[l.Name] {
 			continue

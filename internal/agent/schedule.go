@@ -117,7 +117,7 @@ func (s *schedule) writableChanged(w bool) {
 // holder vouched for that this node judged dead is alive again: every IP
 // reads that, so the pass is a full one.
 func (s *state) takeLockChanges() bool {
-	names, all, vouched := s.a.takeLeaseChanges()
+	names, all, vouched := s.leases.takeLeaseChanges()
 	now := s.clk.Now()
 	for _, n := range vouched {
 		if !s.live.Alive(n, now) {
@@ -131,7 +131,7 @@ func (s *state) takeLockChanges() bool {
 	for name := range names {
 		if ip, ok := s.desired.names[name]; ok {
 			s.sched.markDirty(ip)
-			if l := s.a.lock(name); l != nil && l.Err == nil && l.Owner != "" && !recordsOwner(&l.Lock, s.desired.entries[ip].Owner) {
+			if l := s.leases.lock(name); l != nil && l.Err == nil && l.Owner != "" && !recordsOwner(&l.Lock, s.desired.entries[ip].Owner) {
 				// The owner the lock records is an input of ownership
 				// (ipset.Incumbents), as the Services are.
 				s.sched.inputChanged(inServices)
@@ -139,7 +139,7 @@ func (s *state) takeLockChanges() bool {
 			}
 			continue
 		}
-		l := s.a.lock(name)
+		l := s.leases.lock(name)
 		if l == nil {
 			// An orphan's lock is gone: nothing is left to decide for its
 			// IP, but a Service's allocation may have waited for it to be
@@ -386,7 +386,7 @@ func (s *state) heartbeatEvent() bool {
 func (s *state) heartbeatsRenewed() bool {
 	now := s.clk.Now()
 	known, seen := len(s.live.Nodes()), 0
-	for _, l := range s.a.heartbeats() {
+	for _, l := range s.leases.heartbeats() {
 		hb, err := lease.ParseHeartbeat(l)
 		if err != nil {
 			continue

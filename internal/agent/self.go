@@ -131,11 +131,6 @@ func (s *self) asked(r renewal, now time.Time) { s.lastRenewAsked, s.lastAsked =
 // 950/s (docs/benchmarks.md).
 const idleRenewFactor = 10
 
-// idle: this node may hold no IP, holds none and writes none.
-func (s *state) idle() bool {
-	return !s.elig.mayHold() && len(s.binder.bound) == 0 && len(s.writes.inflight) == 0
-}
-
 // renewal is the heartbeat renewal this node's state asks for now.
 func (s *state) renewal() renewal {
 	conflicts, claims := s.conflicts.report(s.clk.Now())
@@ -188,7 +183,8 @@ func (s *state) renewFactor(now time.Time) int {
 	switch {
 	case s.lan.slow(s.live, s.self.unheard, now):
 		return s.desired.cfg.SlowFactor(len(s.live.Nodes()))
-	case s.idle():
+	case !s.elig.mayHold() && len(s.binder.bound) == 0 && len(s.writes.inflight) == 0:
+		// Idle: this node may hold no IP, holds none and writes none.
 		return idleRenewFactor
 	}
 	return 1
@@ -233,9 +229,9 @@ func sameStatus(a, b lease.HeartbeatStatus) bool {
 
 func (s *state) renewed(r renewResult) {
 	if r.err != nil {
-		s.a.opt.Metrics.APIError("renew")
+		s.metrics.APIError("renew")
 	} else {
-		s.a.opt.Metrics.Renewed(r.took)
+		s.metrics.Renewed(r.took)
 	}
 	s.self.renewed(r, s.clk.Now(), s.desired.cfg.RenewInterval)
 }
@@ -326,7 +322,7 @@ func (s *state) fence(now time.Time) {
 		return
 	}
 	s.log.Warn("fencing: no successful renewal within fence-after; unbinding everything", "fenceAfter", s.desired.cfg.FenceAfter)
-	s.a.opt.Metrics.Fenced()
+	s.metrics.Fenced()
 	for ip := range s.binder.bound {
 		s.events.onIP(ip, corev1.EventTypeWarning, "Fenced", fmt.Sprintf("unbound %s from %s: API server unreachable (api-loss=fence)", ip, s.node))
 		s.carryOut(ip, d)

@@ -11,8 +11,8 @@ func (s *state) shutdown() error {
 	now := s.clk.Now()
 	v := s.view(now)
 	s.log.Info("shutting down: handing off what this node holds")
-	s.book.newPass(s.a.leasesSeen(), false)
-	locks := observe(s.live, s.a.heartbeats(), s.a.allLocks(), now)
+	s.book.newPass(s.leases.leasesSeen(), false)
+	locks := observe(s.live, s.leases.heartbeats(), s.leases.allLocks(), now)
 	if v.Writable {
 		// Peers must see this node leave before they see its handoffs
 		// (the watch delivers Leases in the order they were written), or

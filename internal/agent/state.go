@@ -12,6 +12,7 @@ import (
 	"github.com/eip-project/eip/internal/ipset"
 	"github.com/eip-project/eip/internal/lease"
 	"github.com/eip-project/eip/internal/netif"
+	coordinationv1 "k8s.io/api/coordination/v1"
 )
 
 // managed is an IP that a Service names, and the name of its lock: a full
@@ -22,13 +23,26 @@ type managed struct {
 	name string
 }
 
+// leaseCache is the Lease cache as the loop reads it: a lock by name,
+// every lock, the heartbeats, how far the cache has come (lockBook.newPass)
+// and the locks that changed since the last pass.
+type leaseCache interface {
+	lock(name string) *lease.Kept
+	allLocks() []*lease.Kept
+	heartbeats() []*coordinationv1.Lease
+	leasesSeen() string
+	takeLeaseChanges() (names map[string]bool, all bool, vouched []string)
+}
+
 // state is everything the owner loop knows. Only the loop touches it.
 type state struct {
 	a *Agent
 	// The ports the loop itself uses, given when it is built.
-	log  *slog.Logger
-	clk  clock.WithTicker
-	node string // this node's name
+	log     *slog.Logger
+	clk     clock.WithTicker
+	node    string // this node's name
+	leases  leaseCache
+	metrics Metrics
 
 	desired desired
 	// lastGood writes the configurations put in force for the next eipd
@@ -73,7 +87,7 @@ func newState(a *Agent) *state {
 		node: a.opt.Node, clk: a.clk, log: a.log, metrics: a.opt.Metrics,
 	}
 	s := &state{
-		a: a, log: a.log, clk: a.clk, node: a.opt.Node,
+		a: a, log: a.log, clk: a.clk, node: a.opt.Node, leases: a, metrics: a.opt.Metrics,
 		ports: servedPorts{filter: a.opt.PortFilter, log: a.log},
 		desired: desired{
 			cfg:      config.Default(),
