@@ -32,8 +32,9 @@ const (
 
 // hostileService is a ClusterIP Service of tenantHostile that names no
 // address, with a 250 KiB eip.io/junk annotation (the API server takes at
-// most 256 KiB of annotations in all) and 10,000 ports (the API server
-// sets no bound on their number).
+// most 256 KiB of annotations in all) and 10,000 ports (it bounds their
+// number only by the object's size, 2 MiB as it writes it to etcd: 40,000
+// pass with such an annotation).
 func hostileService(i int) *corev1.Service {
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: hostileName(i), Namespace: tenantHostile, Labels: map[string]string{e2eLabel: "true"},
