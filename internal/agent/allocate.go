@@ -186,18 +186,18 @@ func (a *Agent) patchIngress(ctx context.Context, svc *ipset.Service) (*corev1.S
 // locks by name (before reconcile consumes them). The new addresses a
 // Service is given are probed on the LAN first (candidatesFree).
 func (s *state) allocate(v lease.View, locks map[string]*lease.Kept) {
-	if wake := s.alloc.pass(v, &s.desired, locks, s.book.eachSeen, s.candidatesFree); !wake.IsZero() {
+	if wake := s.alloc.pass(v, &s.desired, locks, s.book.eachSeen, &s.conflicts, &s.binder); !wake.IsZero() {
 		s.sched.wakeFull(wake)
 	}
 }
 
 // pass is one allocation pass over the Services under d's configuration;
 // locks are the cached locks by name, eachSeen walks the locks as this
-// node sees them, and free says whether new addresses may be given to a
-// Service (it probes them). It returns when the loop should next pass in
-// full for allocation's sake (zero: no need).
+// node sees them, and probe and b probe new addresses before they are
+// given to a Service (candidatesFree). It returns when the loop should
+// next pass in full for allocation's sake (zero: no need).
 func (al *allocator) pass(v lease.View, d *desired, locks map[string]*lease.Kept, eachSeen func(func(*lease.Kept)),
-	free func(*ipset.Service, []netip.Addr, time.Time) bool) time.Time {
+	probe candidateProber, b candidateBinder) time.Time {
 	al.seen(locks, v.Now)
 	if !d.cfgLoaded || !v.Writable {
 		return al.takeWake()
@@ -233,7 +233,7 @@ func (al *allocator) pass(v lease.View, d *desired, locks map[string]*lease.Kept
 	al.settled, al.next = al.next, al.settled
 	clear(al.wanted)
 	if len(todo) > 0 {
-		al.assign(v, d, al.space(d, svcs, eachSeen, v.Now), todo, refused, waiting, free)
+		al.assign(v, d, al.space(d, svcs, eachSeen, v.Now), todo, refused, waiting, probe, b)
 	}
 	al.forget(waiting, refused)
 	return al.takeWake()
@@ -264,7 +264,7 @@ type unsettled struct {
 // those this node may now. It notes the Services refused and those
 // waiting for their addresses.
 func (al *allocator) assign(v lease.View, d *desired, space *alloc.Space, todo []unsettled, refused, waiting map[string]bool,
-	free func(*ipset.Service, []netip.Addr, time.Time) bool) {
+	probe candidateProber, b candidateBinder) {
 	slices.SortFunc(todo, func(a, b unsettled) int {
 		return cmp.Or(a.svc.Created.Compare(b.svc.Created), cmp.Compare(a.req.Service, b.req.Service))
 	})
@@ -282,7 +282,7 @@ func (al *allocator) assign(v lease.View, d *desired, space *alloc.Space, todo [
 			continue // refused: nothing to do until something changes
 		}
 		waiting[w.req.Service] = true
-		if al.mayAct(v, d, w.svc) && free(w.svc, res.Reserve, v.Now) {
+		if al.mayAct(v, d, w.svc) && al.candidatesFree(w.svc, res.Reserve, v.Now, d, probe, b) {
 			al.dispatch(v, d, w.svc, res)
 		}
 	}
@@ -371,21 +371,24 @@ const (
 // machine answers for is skipped from then on (space), so the next pass
 // gives svc the next free address; the Service gets a Warning event
 // naming the MAC.
-func (s *state) candidatesFree(svc *ipset.Service, ips []netip.Addr, now time.Time) bool {
-	al := s.alloc
+//
+// d is the configuration in force, probe the conflicts' probes, b where
+// an address would be bound and who listens for the answers. A probe
+// that needs a pass later asks for it (wakeAt).
+func (al *allocator) candidatesFree(svc *ipset.Service, ips []netip.Addr, now time.Time, d *desired, probe candidateProber, b candidateBinder) bool {
 	al.forgetProbes(now)
 	free := true
 	for _, ip := range ips {
-		if _, ok := al.probedFree[ip]; ok || s.conflicts.off() {
+		if _, ok := al.probedFree[ip]; ok || probe.off() {
 			continue
 		}
-		b, inRange := s.desired.cfg.Lookup(ip)
-		iface, err := s.binder.ifaceFor(ip, b)
+		on, inRange := d.cfg.Lookup(ip)
+		iface, err := b.ifaceFor(ip, on)
 		if !inRange || err != nil {
 			continue // not bindable either: the holder reports that
 		}
 		free = false
-		mac, isFree, next := s.conflicts.candidate(ip, iface, &s.binder, now)
+		mac, isFree, next := probe.candidate(ip, iface, b, now)
 		switch {
 		case mac != "":
 			al.answered(svc, ip, mac, now)
@@ -393,10 +396,23 @@ func (s *state) candidatesFree(svc *ipset.Service, ips []netip.Addr, now time.Ti
 			al.probedAsFree(ip, now)
 		}
 		if !next.IsZero() {
-			s.sched.wakeFull(next)
+			al.wakeAt(next)
 		}
 	}
 	return free
+}
+
+// candidateProber probes new addresses for allocation (addrConflicts).
+type candidateProber interface {
+	candidate(ip netip.Addr, iface string, l claimListener, now time.Time) (mac string, free bool, next time.Time)
+	off() bool
+}
+
+// candidateBinder says where an address would be bound, and listens for
+// the answers to its probes (binder).
+type candidateBinder interface {
+	ifaceResolver
+	claimListener
 }
 
 // forgetProbes forgets the free answers older than probedFreeFor at now.

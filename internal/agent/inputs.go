@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net/netip"
 	"time"
@@ -10,85 +11,106 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/eip-project/eip/internal/config"
 	"github.com/eip-project/eip/internal/ipset"
 )
 
-// loadConfig parses the ConfigMap when it changed. An invalid one keeps the
+// configSource reads the configuration: the ConfigMap from the cache
+// and, for an eipd that has no good configuration yet, the last good one
+// kept in the cluster (lastgood.go). It hands what it read to desired,
+// which keeps the configuration in force.
+type configSource struct {
+	configMaps corelisters.ConfigMapNamespaceLister
+	// name is the ConfigMap's, namespace its namespace's.
+	namespace, name string
+	lastGood        LastGood // nil: none is kept
+	// reserved lists the addresses no range may hold
+	// (Agent.reservedAddresses, from the Node and EndpointSlice caches).
+	reserved func() map[netip.Addr]string
+	recorder record.EventRecorder
+	metrics  Metrics
+	log      *slog.Logger
+}
+
+// load parses the ConfigMap when it changed. An invalid one keeps the
 // last good configuration in force, is logged, recorded as a Warning event
 // on the ConfigMap and reported in the heartbeat. An eipd that has no good
 // configuration yet (it is starting) takes the last good one kept in the
-// cluster (lastgood.go) instead. It returns whether the configuration in
-// force changed.
-func (s *state) loadConfig() bool {
-	name := s.a.opt.Namespace + "/" + s.a.opt.ConfigMap
-	cm, err := s.a.configMap.Get(s.a.opt.ConfigMap)
+// cluster instead. A good one is offered to saver (nil: none). It
+// reports whether a configuration was put in force (applied) and whether
+// that changed the one in force.
+func (c *configSource) load(d *desired, saver *lastGoodSaver) (applied, changed bool) {
+	name := c.namespace + "/" + c.name
+	cm, err := c.configMaps.Get(c.name)
 	if apierrors.IsNotFound(err) {
-		s.a.opt.Metrics.ConfigValid(false)
-		if !s.desired.cfgLoaded && s.useLastGood(nil, fmt.Sprintf("ConfigMap %s not found", name)) {
-			return true
+		c.metrics.ConfigValid(false)
+		if !d.cfgLoaded {
+			if applied, changed = c.useLastGood(d, nil, fmt.Sprintf("ConfigMap %s not found", name)); changed {
+				return applied, changed
+			}
 		}
-		first, gone := s.desired.missing(name)
+		first, gone := d.missing(name)
 		switch {
 		case first:
-			s.log.Warn("ConfigMap not found: no ranges are configured, so nothing is bound", "configmap", name)
+			c.log.Warn("ConfigMap not found: no ranges are configured, so nothing is bound", "configmap", name)
 		case gone:
-			s.log.Warn(s.desired.cfgErr)
+			c.log.Warn(d.cfgErr)
 		}
-		return first
+		return applied, first
 	}
 	if err != nil {
-		s.log.Error("read ConfigMap from cache", "configmap", name, "err", err)
-		return false
+		c.log.Error("read ConfigMap from cache", "configmap", name, "err", err)
+		return false, false
 	}
-	if !s.desired.read(cm.ResourceVersion) {
-		return false
+	if !d.read(cm.ResourceVersion) {
+		return false, false
 	}
-	cfg, err := s.a.parseConfig(cm.Data)
-	s.a.opt.Metrics.ConfigValid(err == nil)
+	cfg, err := c.parse(cm.Data)
+	c.metrics.ConfigValid(err == nil)
 	if err != nil {
-		s.a.opt.Metrics.ConfigError()
-		if !s.desired.cfgLoaded && s.useLastGood(cm, fmt.Sprintf("invalid configuration: %v", err)) {
-			return true
+		c.metrics.ConfigError()
+		if !d.cfgLoaded {
+			if applied, changed = c.useLastGood(d, cm, fmt.Sprintf("invalid configuration: %v", err)); changed {
+				return applied, changed
+			}
 		}
-		s.desired.refuse(err, LastGoodName(s.a.opt.ConfigMap))
-		s.log.Error("invalid configuration; keeping the last good one", "configmap", name, "err", err, "lastGoodInForce", s.desired.cfgLoaded)
-		s.a.recorder.Event(cm, corev1.EventTypeWarning, "InvalidConfig", truncate(s.desired.cfgErr, 1000))
-		return false
+		d.refuse(err, LastGoodName(c.name))
+		c.log.Error("invalid configuration; keeping the last good one", "configmap", name, "err", err, "lastGoodInForce", d.cfgLoaded)
+		c.recorder.Event(cm, corev1.EventTypeWarning, "InvalidConfig", truncate(d.cfgErr, 1000))
+		return applied, false
 	}
 	for _, w := range cfg.Warnings {
-		s.log.Warn("configuration warning", "configmap", name, "warning", w)
-		s.a.recorder.Event(cm, corev1.EventTypeWarning, "ConfigWarning", w)
+		c.log.Warn("configuration warning", "configmap", name, "warning", w)
+		c.recorder.Event(cm, corev1.EventTypeWarning, "ConfigWarning", w)
 	}
-	if s.lastGood != nil {
-		s.lastGood.offer(cm.Data, cm.ResourceVersion)
+	if saver != nil {
+		saver.offer(cm.Data, cm.ResourceVersion)
 	}
-	return s.putInForce(cfg, "", name)
+	return true, c.putInForce(d, cfg, "", name)
 }
 
-// parseConfig parses data and checks it against the addresses no range may
+// parse parses data and checks it against the addresses no range may
 // hold.
-func (a *Agent) parseConfig(data map[string]string) (config.Config, error) {
+func (c *configSource) parse(data map[string]string) (config.Config, error) {
 	cfg, err := config.Parse(data)
 	if err == nil {
-		err = cfg.CheckReserved(a.reservedAddresses())
+		err = cfg.CheckReserved(c.reserved())
 	}
 	return cfg, err
 }
 
-// putInForce makes cfg, read from source, the configuration in force, with
-// why the ConfigMap itself is not ("" when it is), and reports whether it
-// differs from the one before.
-func (s *state) putInForce(cfg config.Config, why, source string) bool {
-	old := s.desired.apply(cfg, why)
-	if s.live != nil {
-		s.live.SetTimings(cfg.RenewInterval, 2*cfg.RenewInterval)
-	}
-	s.log.Info("configuration in force", "source", source, "policy", cfg.Policy, "ranges", len(cfg.Ranges),
+// putInForce makes cfg, read from source, the configuration in force in
+// d, with why the ConfigMap itself is not ("" when it is), and reports
+// whether it differs from the one before.
+func (c *configSource) putInForce(d *desired, cfg config.Config, why, source string) bool {
+	old := d.apply(cfg, why)
+	c.log.Info("configuration in force", "source", source, "policy", cfg.Policy, "ranges", len(cfg.Ranges),
 		"iface", cfg.Iface, "leaseDuration", cfg.LeaseDuration, "renewInterval", cfg.RenewInterval, "apiLoss", cfg.APILoss)
 	if len(cfg.Ranges) == 0 {
-		s.log.Warn("no ranges are configured: nothing is bound", "source", source)
+		c.log.Warn("no ranges are configured: nothing is bound", "source", source)
 	}
 	return !old.Equal(cfg)
 }
@@ -98,33 +120,45 @@ func (s *state) putInForce(cfg config.Config, why, source string) bool {
 const lastGoodTimeout = 5 * time.Second
 
 // useLastGood puts the last good configuration kept in the cluster in
-// force, because of why (the ConfigMap cm is invalid, or gone when cm is
-// nil), and says so in the log, in a Warning event on cm and in the
-// heartbeat. It reports false, changing nothing, when none is kept or it
-// is not valid either.
-func (s *state) useLastGood(cm *corev1.ConfigMap, why string) bool {
-	if s.a.opt.LastGood == nil {
-		return false
+// force in d, because of why (the ConfigMap cm is invalid, or gone when
+// cm is nil), and says so in the log, in a Warning event on cm and in the
+// heartbeat. It reports whether it put one in force, and whether that
+// changed the one in force: not, changing nothing, when none is kept or
+// it is not valid either.
+func (c *configSource) useLastGood(d *desired, cm *corev1.ConfigMap, why string) (applied, changed bool) {
+	if c.lastGood == nil {
+		return false, false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), lastGoodTimeout)
 	defer cancel()
-	kept := LastGoodName(s.a.opt.ConfigMap)
-	data, source, err := s.a.opt.LastGood.Load(ctx)
+	kept := LastGoodName(c.name)
+	data, source, err := c.lastGood.Load(ctx)
 	if err != nil || data == nil {
-		s.log.Warn("no last good configuration to fall back on", "configmap", kept, "err", err)
-		return false
+		c.log.Warn("no last good configuration to fall back on", "configmap", kept, "err", err)
+		return false, false
 	}
-	cfg, err := s.a.parseConfig(data)
+	cfg, err := c.parse(data)
 	if err != nil {
-		s.log.Error("the last good configuration is not valid either", "configmap", kept, "err", err)
-		return false
+		c.log.Error("the last good configuration is not valid either", "configmap", kept, "err", err)
+		return false, false
 	}
 	why = fmt.Sprintf("%s; using the last good configuration, kept in ConfigMap %s (from resourceVersion %s)", why, kept, source)
-	s.log.Warn("using the last good configuration", "configmap", kept, "sourceResourceVersion", source, "reason", why)
+	c.log.Warn("using the last good configuration", "configmap", kept, "sourceResourceVersion", source, "reason", why)
 	if cm != nil {
-		s.a.recorder.Event(cm, corev1.EventTypeWarning, "InvalidConfig", truncate(why, 1000))
+		c.recorder.Event(cm, corev1.EventTypeWarning, "InvalidConfig", truncate(why, 1000))
 	}
-	return s.putInForce(cfg, why, kept+" at resourceVersion "+source)
+	return true, c.putInForce(d, cfg, why, kept+" at resourceVersion "+source)
+}
+
+// loadConfig reads the configuration (configSource.load) and returns
+// whether the one in force changed; the liveness judge takes the renew
+// interval of each one put in force.
+func (s *state) loadConfig() bool {
+	applied, changed := s.configs.load(&s.desired, s.lastGood)
+	if applied && s.live != nil {
+		s.live.SetTimings(s.desired.cfg.RenewInterval, 2*s.desired.cfg.RenewInterval)
+	}
+	return changed
 }
 
 func truncate(s string, n int) string {

@@ -97,7 +97,7 @@ func (r *reannouncer) next() time.Time {
 // taken over since. The IPs due meanwhile are skipped, not sent later in
 // a burst; the next round has them.
 func (s *state) reannounce(now time.Time) {
-	due := s.reannouncer.due(now, s.desired.cfg.AnnounceInterval, s.announcedHere)
+	due := s.reannouncer.due(now, s.desired.cfg.AnnounceInterval, func() []netip.Addr { return announced(s.binder.bound) })
 	if len(due) == 0 || s.self.loopLate(now, s.desired.lateAfter()) || s.self.fenced || s.self.unheard || !s.writable(now) {
 		return
 	}
@@ -114,10 +114,10 @@ func (s *state) reannounce(now time.Time) {
 	}
 }
 
-// announcedHere lists the IPs bound here and announced on the LAN.
-func (s *state) announcedHere() []netip.Addr {
+// announced lists the IPs of bound announced on the LAN.
+func announced(bound map[netip.Addr]binding) []netip.Addr {
 	var out []netip.Addr
-	for ip, b := range s.binder.bound {
+	for ip, b := range bound {
 		if b.announce.ARP() {
 			out = append(out, ip)
 		}

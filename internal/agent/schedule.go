@@ -14,7 +14,7 @@ import (
 // for a full pass, the IPs to decide again, and the times it set.
 type schedule struct {
 	// dirtyEps: an EndpointSlice changed, which decides again only the IPs
-	// of Local Services whose eligible nodes changed (updateServing).
+	// of Local Services whose eligible nodes changed (serving.update).
 	dirtySvc, dirtyNodes, dirtyCM, dirtyEps bool
 	wake                                    time.Time
 	lastResync                              time.Time

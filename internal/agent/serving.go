@@ -288,6 +288,26 @@ func (sv *serving) update(entries bool, d *desired, bound map[netip.Addr]binding
 	return changed
 }
 
+// heldOnly is where the IP of a Local Service may live before the watch
+// has synced: where it is, with its lock's holder when that is another
+// node or this one has it bound; else nowhere. An empty cache would say no
+// node has an endpoint: the holder would give the IP up, or a node
+// without an endpoint would take it. An IP this node holds unbound (one
+// it just auto-assigned) is released rather than bound where no endpoint
+// may be; at a start, serving.warm judges those this node held before.
+func (sv *serving) heldOnly(ip netip.Addr, bound map[netip.Addr]binding) lease.Only {
+	o := lease.Only{Restricted: true}
+	l := sv.lock(lease.NameFor(ip))
+	if l == nil || l.Holder == "" {
+		return o
+	}
+	_, held := bound[ip]
+	if h := l.Holder; h != sv.node || held {
+		o.Nodes = []string{h}
+	}
+	return o
+}
+
 // reportServing logs where the IP of e may now live and, from the first
 // live node (as reportRejections), posts an Event on its Services when no
 // node may hold it any more (Warning NoEndpoints; at a start too) and when

@@ -2,14 +2,12 @@ package agent
 
 import (
 	"context"
-	"net/netip"
 	"time"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/eip-project/eip/internal/endpoints"
-	"github.com/eip-project/eip/internal/lease"
 )
 
 // sliceWatch is the watch of every EndpointSlice of the cluster. Only the
@@ -54,24 +52,4 @@ func (w sliceWatch) slicesOf(key string) []*discoveryv1.EndpointSlice {
 		return nil
 	}
 	return slicesOf(w.idx, key)
-}
-
-// heldOnly is where the IP of a Local Service may live before the watch
-// has synced: where it is, with its lock's holder when that is another
-// node or this one has it bound; else nowhere. An empty cache would say no
-// node has an endpoint: the holder would give the IP up, or a node
-// without an endpoint would take it. An IP this node holds unbound (one
-// it just auto-assigned) is released rather than bound where no endpoint
-// may be; at a start, serving.warm judges those this node held before.
-func (sv *serving) heldOnly(ip netip.Addr, bound map[netip.Addr]binding) lease.Only {
-	o := lease.Only{Restricted: true}
-	l := sv.lock(lease.NameFor(ip))
-	if l == nil || l.Holder == "" {
-		return o
-	}
-	_, held := bound[ip]
-	if h := l.Holder; h != sv.node || held {
-		o.Nodes = []string{h}
-	}
-	return o
 }

@@ -45,6 +45,8 @@ type state struct {
 	metrics Metrics
 
 	desired desired
+	// configs reads the configuration put in force in desired.
+	configs *configSource
 	// lastGood writes the configurations put in force for the next eipd
 	// to start (nil without Options.LastGood).
 	lastGood *lastGoodSaver
@@ -88,6 +90,10 @@ func newState(a *Agent) *state {
 	}
 	s := &state{
 		a: a, log: a.log, clk: a.clk, node: a.opt.Node, leases: a, metrics: a.opt.Metrics,
+		configs: &configSource{
+			configMaps: a.configMap, namespace: a.opt.Namespace, name: a.opt.ConfigMap, lastGood: a.opt.LastGood,
+			reserved: a.reservedAddresses, recorder: a.recorder, metrics: a.opt.Metrics, log: a.log,
+		},
 		ports: servedPorts{filter: a.opt.PortFilter, log: a.log},
 		desired: desired{
 			cfg:      config.Default(),

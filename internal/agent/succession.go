@@ -52,7 +52,7 @@ func newSuccessions(metrics Metrics, log *slog.Logger) successions {
 // before the lock names it.
 //
 // It reports whether the write naming this node goes now. It waits for
-// the bind (succeeded asks for it then) while the probe runs unanswered:
+// the bind (successions.bound asks for it then) while the probe runs unanswered:
 // in a mass failover the API server's work for thousands of writes took
 // the CPU the binds needed, on the two cores they shared. It goes at once
 // when the bind waits for it: a contest, an eip node still answering (a
