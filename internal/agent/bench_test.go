@@ -286,7 +286,7 @@ func BenchmarkWriteResult(b *testing.B) {
 func BenchmarkLANSteadySecond(b *testing.B) {
 	const nodes, ips = 50, 1000
 	w := newWorld(b, "node-00", map[string]string{"ranges": "198.18.96.0/19\n198.18.128.0/18", "iface": testIface})
-	w.a.opt.ListenLAN = func(uint16, lanlive.SentBy, chan<- lanlive.Received) (LANConn, error) { return &lanNet{}, nil }
+	w.s.lan.listen = func(uint16, lanlive.SentBy, chan<- lanlive.Received) (LANConn, error) { return &lanNet{}, nil }
 	w.s.configureLAN()
 	peers := make([]string, 0, nodes-1)
 	addr := func(i int) string { return fmt.Sprintf("198.18.1.%d", 10+i) }

@@ -10,6 +10,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/utils/clock"
 
+	"github.com/eip-project/eip/internal/config"
 	"github.com/eip-project/eip/internal/lanlive"
 	"github.com/eip-project/eip/internal/lease"
 )
@@ -26,11 +27,12 @@ type lanState struct {
 	// slowUntil: until then the watch is judged at the pace of slow
 	// heartbeats (setTimings).
 	slowUntil time.Time
-	// Given when built: where it logs, this node's name, and where the
-	// nodes hear datagrams.
-	log   *slog.Logger
-	node  string
-	nodes nodeAddrs
+	// Given when built: where it logs, this node's name, where the
+	// nodes hear datagrams, and how to open the port (nil: never).
+	log    *slog.Logger
+	node   string
+	nodes  nodeAddrs
+	listen ListenLAN
 }
 
 // LANConn sends liveness datagrams to peers (lanlive.Conn): one message to
@@ -45,35 +47,43 @@ type LANConn interface {
 type ListenLAN func(port uint16, sentBy lanlive.SentBy, out chan<- lanlive.Received) (LANConn, error)
 
 // configureLAN opens, moves or closes the liveness socket after the
-// configuration changed (docs/design.md, Liveness over the LAN). A port
-// that cannot be opened leaves this node on heartbeat liveness alone: its
-// heartbeat names no port and it renews every renew interval, so peers
-// still judge it, only through the API server.
+// configuration changed (docs/design.md, Liveness over the LAN), and
+// tells the liveness judge the LAN's timings.
 func (s *state) configureLAN() {
-	want := uint16(0)
-	if s.desired.cfg.LANLiveness() && s.a.opt.ListenLAN != nil {
-		want = s.desired.cfg.LivenessPort
-	}
-	if want == s.lan.lanPort && (want == 0) == (s.lan.lanConn == nil) {
-		s.lan.setTimings(&s.desired, s.live, s.self.unheard, s.clk.Now())
-		return
-	}
-	s.lan.close()
-	s.self.lanClosed()
-	if want != 0 {
-		conn, err := s.a.opt.ListenLAN(want, s.lan.nodes.sentBy, s.lan.lanIn)
-		if err != nil {
-			s.log.Error("liveness over the LAN is off on this node; peers judge it from its heartbeat alone", "port", want, "err", err)
-		} else {
-			s.lan.opened(conn, want)
-			s.log.Info("liveness over the LAN", "port", want)
-		}
+	if s.lan.configure(s.desired.cfg) {
+		s.self.lanClosed()
 	}
 	s.lan.setTimings(&s.desired, s.live, s.self.unheard, s.clk.Now())
 }
 
-func newLANState(node string, clk clock.WithTicker, log *slog.Logger, watch *watchdog, nodes nodeAddrs) lanState {
-	return lanState{lanIn: make(chan lanlive.Received, 256), speaker: newSpeaker(node, clk, log, watch), log: log, node: node, nodes: nodes}
+// configure opens, moves or closes the liveness socket for cfg, and says
+// whether it closed the one open (or none was). A port that cannot be
+// opened leaves this node on heartbeat liveness alone: its heartbeat
+// names no port and it renews every renew interval, so peers still judge
+// it, only through the API server.
+func (l *lanState) configure(cfg config.Config) (closed bool) {
+	want := uint16(0)
+	if cfg.LANLiveness() && l.listen != nil {
+		want = cfg.LivenessPort
+	}
+	if want == l.lanPort && (want == 0) == (l.lanConn == nil) {
+		return false
+	}
+	l.close()
+	if want != 0 {
+		conn, err := l.listen(want, l.nodes.sentBy, l.lanIn)
+		if err != nil {
+			l.log.Error("liveness over the LAN is off on this node; peers judge it from its heartbeat alone", "port", want, "err", err)
+		} else {
+			l.opened(conn, want)
+			l.log.Info("liveness over the LAN", "port", want)
+		}
+	}
+	return true
+}
+
+func newLANState(node string, clk clock.WithTicker, log *slog.Logger, watch *watchdog, nodes nodeAddrs, listen ListenLAN) lanState {
+	return lanState{lanIn: make(chan lanlive.Received, 256), speaker: newSpeaker(node, clk, log, watch), log: log, node: node, nodes: nodes, listen: listen}
 }
 
 // opened keeps conn, the liveness socket open on port.

@@ -55,7 +55,7 @@ func lanWorld(t *testing.T) (*world, *lanNet) {
 func lanWorldWith(t *testing.T, cfg map[string]string) (*world, *lanNet) {
 	w := newWorld(t, "node-a", cfg)
 	net := &lanNet{}
-	w.a.opt.ListenLAN = func(port uint16, _ lanlive.SentBy, _ chan<- lanlive.Received) (LANConn, error) {
+	w.s.lan.listen = func(port uint16, _ lanlive.SentBy, _ chan<- lanlive.Received) (LANConn, error) {
 		net.port = port
 		return net, nil
 	}

@@ -114,6 +114,10 @@ func newState(a *Agent) *state {
 			window:      min(slowStart, float64(a.opt.Writers)),
 			writers:     a.opt.Writers,
 			dropWaiting: map[netip.Addr]bool{},
+			metrics:     a.opt.Metrics,
+			log:         a.log,
+			events:      events,
+			node:        a.opt.Node,
 		},
 		sched: newSchedule(),
 		binder: binder{
@@ -134,7 +138,7 @@ func newState(a *Agent) *state {
 		},
 		succ:   newSuccessions(a.opt.Metrics, a.log),
 		routes: routing{router: a.opt.Router, nodes: a.nodes, node: a.opt.Node, log: a.log, recorder: a.recorder, metrics: a.opt.Metrics},
-		lan:    newLANState(a.opt.Node, a.clk, a.log, watch, nodeAddrs{a.nodes}),
+		lan:    newLANState(a.opt.Node, a.clk, a.log, watch, nodeAddrs{a.nodes}, a.opt.ListenLAN),
 		serving: newServing(servingPorts{
 			open: a.watchSlices, lock: a.lock, service: a.service, nodes: nodeAddrs{a.nodes}, kubeProxy: a.opt.KubeProxy,
 			node: a.opt.Node, clk: a.clk, log: a.log, events: events,

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"time"
 
@@ -33,6 +34,12 @@ type writeQueue struct {
 	dropWaiting map[netip.Addr]bool
 	undropped   []netip.Addr // returned by done, its room kept
 	writers     int          // Options.Writers
+
+	// Where what comes back is reported.
+	metrics Metrics
+	log     *slog.Logger
+	events  *eventPoster
+	node    string
 }
 
 // lockWriteTimeout is how long a lock write may take: twice the lease
@@ -262,55 +269,65 @@ func (q *writeQueue) newPass() {
 	q.waiting.reset()
 }
 
+// writeDone takes a lock write's result: its IP, and those whose drop
+// waited for it, are decided again; a lock written is the lock book's
+// until the cache shows it, and an IP acquired is probed before it is
+// bound.
 func (s *state) writeDone(r writeResult) {
 	now := s.clk.Now()
 	if r.ip.IsValid() {
 		s.sched.markDirty(r.ip)
 	}
 	s.sched.markDirty(s.writes.done(r, now, s.desired.lockWriteTimeout())...)
-	// The write's identity in each line, not a logger of its own
-	// (s.log.With), which cost kilobytes a write in a mass failover.
-	id := []any{"ip", r.ip, "lease", r.name}
+	s.writes.report(r, now)
 	if r.err != nil {
-		if rewritten(r.err) {
-			s.a.opt.Metrics.Conflict()
-			s.log.Debug("lock write lost a race", append(id, "action", r.action, "err", r.err)...)
-			return
-		}
-		s.a.opt.Metrics.APIError(r.action.String())
-		s.log.Warn("lock write failed", append(id, "action", r.action, "err", r.err)...)
 		return
 	}
 	s.book.wrote(r)
-	if r.action == lease.Delete {
-		s.log.Info("deleted lock", id...)
+	if _, bound := s.binder.bound[r.ip]; r.action.Acquires() && !bound {
+		s.conflicts.probeFirst(r.ip)
+	}
+}
+
+// report logs, counts and posts what a lock write came to.
+func (q *writeQueue) report(r writeResult, now time.Time) {
+	// The write's identity in each line, not a logger of its own
+	// (log.With), which cost kilobytes a write in a mass failover.
+	id := []any{"ip", r.ip, "lease", r.name}
+	if r.err != nil {
+		if rewritten(r.err) {
+			q.metrics.Conflict()
+			q.log.Debug("lock write lost a race", append(id, "action", r.action, "err", r.err)...)
+			return
+		}
+		q.metrics.APIError(r.action.String())
+		q.log.Warn("lock write failed", append(id, "action", r.action, "err", r.err)...)
 		return
 	}
 	switch r.action {
+	case lease.Delete:
+		q.log.Info("deleted lock", id...)
 	case lease.Create, lease.Acquire, lease.Succeed:
 		takeover := !r.dead.IsZero()
-		s.a.opt.Metrics.Acquired(takeover)
+		q.metrics.Acquired(takeover)
 		switch {
 		case r.action == lease.Succeed:
-			// Its failover was counted when it was bound (succeed).
-			s.log.Info("wrote the lock as the successor of a dead holder", append(id, "from", r.from, "after", now.Sub(r.dead))...)
-			s.events.onIP(r.ip, corev1.EventTypeNormal, "TakenOver", fmt.Sprintf("%s taken over by %s from %s, judged dead", r.ip, s.node, r.from))
+			// Its failover was counted when it was bound (successions.bound).
+			q.log.Info("wrote the lock as the successor of a dead holder", append(id, "from", r.from, "after", now.Sub(r.dead))...)
+			q.events.onIP(r.ip, corev1.EventTypeNormal, "TakenOver", fmt.Sprintf("%s taken over by %s from %s, judged dead", r.ip, q.node, r.from))
 		case takeover:
-			s.a.opt.Metrics.Failover(now.Sub(r.dead))
-			s.log.Info("took over from a dead holder", append(id, "after", now.Sub(r.dead))...)
-			s.events.onIP(r.ip, corev1.EventTypeNormal, "TakenOver", fmt.Sprintf("%s taken over by %s from %s, judged dead", r.ip, s.node, r.from))
+			q.metrics.Failover(now.Sub(r.dead))
+			q.log.Info("took over from a dead holder", append(id, "after", now.Sub(r.dead))...)
+			q.events.onIP(r.ip, corev1.EventTypeNormal, "TakenOver", fmt.Sprintf("%s taken over by %s from %s, judged dead", r.ip, q.node, r.from))
 		default:
-			s.log.Info("acquired", id...)
-		}
-		if _, bound := s.binder.bound[r.ip]; !bound {
-			s.conflicts.probeFirst(r.ip)
+			q.log.Info("acquired", id...)
 		}
 	case lease.Handoff:
-		s.a.opt.Metrics.Handoff()
-		s.log.Info("handed off", append(id, "to", r.target)...)
-		s.events.onIP(r.ip, corev1.EventTypeNormal, "Moved", fmt.Sprintf("%s handed from %s to %s", r.ip, s.node, r.target))
+		q.metrics.Handoff()
+		q.log.Info("handed off", append(id, "to", r.target)...)
+		q.events.onIP(r.ip, corev1.EventTypeNormal, "Moved", fmt.Sprintf("%s handed from %s to %s", r.ip, q.node, r.target))
 	case lease.Release:
-		s.log.Info("released", id...)
+		q.log.Info("released", id...)
 	}
 }
 
