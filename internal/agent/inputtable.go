@@ -2,11 +2,17 @@ package agent
 
 import (
 	"context"
+	"fmt"
+	"net/netip"
 	"reflect"
 	"slices"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/eip-project/eip/internal/endpoints"
+	"github.com/eip-project/eip/internal/ipset"
+	"github.com/eip-project/eip/internal/lease"
 	"github.com/eip-project/eip/internal/netif"
 )
 
@@ -129,4 +135,219 @@ func (s *state) handle(i int, v reflect.Value, draining bool) (pass bool) {
 		s.sched.inputChanged(inEndpoints)
 	}
 	return true
+}
+
+// claim: another machine announced an address. While our renewals fail,
+// peers may have judged us dead and taken the address: give it up at once.
+// An eip node that probes for an address we hold may have taken its lock
+// over, and binds it once we stop answering (addrConflicts), so its probe
+// counts as its claim once a peer can have judged us dead
+// (mayBeJudgedDead); before then it is a node whose cache has not shown
+// our lock yet, probing while its create is refused. At fifty nodes on a
+// loaded API server a renewal answered in more than half a lease made such
+// probes unbind IPs their holders had just bound, dark for up to 42 s. A
+// stranger's probe is answered by our kernel, and claims nothing. A claim
+// for an address this node neither probes nor holds
+// changes nothing, and says so: it asks for no pass. At a cold start every
+// frame of the other nodes' probes and announcements is such a claim,
+// about 80,000 for each node at 10,000 IPs on 3 nodes, and each used to
+// run a pass and decide its IP again.
+func (s *state) claim(c netif.Claim) (changed bool) {
+	now := s.clk.Now()
+	if c.Dropped > 0 {
+		s.wire.lost(now)
+		return false
+	}
+	mac := c.MAC.String()
+	if !c.Probe {
+		s.wire.answer(c.IP, mac, now)
+	}
+	b, bound := s.binder.bound[c.IP]
+	if !s.conflicts.probes(c.IP) && !bound {
+		return false
+	}
+	s.sched.markDirty(c.IP)
+	peer := eipMAC(s.live, s.binder.ownMACs, mac)
+	switch a := s.conflicts.answered(c, mac, peer, s.desired.cfg.LeaseDuration, now); {
+	case a.contest:
+		if s.succ.contest(c.IP) {
+			s.log.Info("another eip node probes for an IP this node succeeds to; binding it only once the lock names this node", "ip", c.IP)
+		}
+		return true
+	case a.taken:
+		if !a.recheck.IsZero() {
+			// Only this IP's decision waits for it: a full pass for
+			// each, in a mass failover, held every takeover back.
+			s.sched.wakeIP(c.IP, a.recheck)
+		}
+		return true
+	case !bound:
+		return true
+	}
+	apiOK := s.self.apiOK(now)
+	if !peer && !c.Probe && apiOK {
+		s.conflicts.defend(c, mac, b.iface, now)
+		return true
+	}
+	// Whose MAC it is matters to a probe only while cut off.
+	d := lease.DecideClaim(lease.Claim{MAC: mac, Probe: c.Probe, Peer: !apiOK && c.Probe && peer}, apiOK, s.self.mayBeJudgedDead(now))
+	if d.Action == lease.Unbind {
+		s.log.Warn("another node claimed an address we hold while the API is unreachable; unbinding", "ip", c.IP, "iface", c.Iface, "mac", mac, "probe", c.Probe)
+	}
+	s.carryOut(c.IP, d)
+	return true
+}
+
+// takeDatagrams takes in the datagrams the speaker heard since the loop
+// last did, each at the time it arrived: a loop that ran late judges its
+// peers by when they spoke, not by when it got round to reading them. It
+// reports whether a pass is needed.
+func (s *state) takeDatagrams() bool {
+	changed := false
+	for _, h := range s.lan.heard() {
+		changed = s.live.Datagram(h.node, h.ages, h.at) || changed
+	}
+	return s.checkUnheard(s.clk.Now()) || changed
+}
+
+// checkUnheard: a peer that hears others no longer hears this node, and
+// will judge it dead a lease duration after its last sign of it and take
+// its IPs over. While unheard (from fence-after, ¾ of the lease duration
+// by default, after that sign) the node is not eligible: it binds nothing
+// and hands what it holds to the peers that are heard, each IP unbound
+// just before its hand-off is written. It does not unbind everything at
+// once: a peer that takes an IP over probes for it first and binds only
+// once this node no longer answers (addrConflicts), so the IP keeps
+// answering from here until then, never from two MACs; and a node that is
+// merely late (starved of CPU, or the whole machine stalled) or cannot
+// reach the API server would only leave its IPs dark. It reports whether
+// that changed.
+func (s *state) checkUnheard(now time.Time) bool {
+	if t := s.lan.sentFirst(); !t.IsZero() {
+		s.live.Sending(t)
+	}
+	un, next := s.live.Unheard(now, s.desired.cfg.FenceAfter)
+	if !s.self.judgedHeard(un, next, s.lan.lanConn != nil) {
+		return false
+	}
+	s.sched.wakeFull(now) // a pass now: eligibility changed
+	if !un {
+		s.log.Info("peers hear this node over the LAN again")
+		return true
+	}
+	s.log.Warn("a peer no longer hears this node over the LAN and will judge it dead; handing its IPs to the peers it hears", "port", s.lan.lanPort)
+	for ip := range s.binder.bound {
+		s.events.onIP(ip, corev1.EventTypeWarning, "Unheard", fmt.Sprintf("%s hands %s to a peer: peers do not hear its liveness datagrams (UDP port %d)", s.node, ip, s.lan.lanPort))
+	}
+	return true
+}
+
+// configureLAN opens, moves or closes the liveness socket after the
+// configuration changed (docs/design.md, Liveness over the LAN), and
+// tells the liveness judge the LAN's timings.
+func (s *state) configureLAN() {
+	if s.lan.configure(s.desired.cfg) {
+		s.self.lanClosed()
+	}
+	s.lan.setTimings(&s.desired, s.live, s.self.unheard, s.clk.Now())
+}
+
+// reannounce announces again the held IPs due (reannouncer), on the LAN,
+// while this node may bind: a node whose loop runs late, that fenced, or
+// whose lock view may be stale could be announcing an IP a peer has
+// taken over since. The IPs due meanwhile are skipped, not sent later in
+// a burst; the next round has them.
+func (s *state) reannounce(now time.Time) {
+	due := s.reannouncer.due(now, s.desired.cfg.AnnounceInterval, func() []netip.Addr { return announced(s.binder.bound) })
+	if len(due) == 0 || s.self.loopLate(now, s.desired.lateAfter()) || s.self.fenced || s.self.unheard || !s.writable(now) {
+		return
+	}
+	byIface := map[string][]netip.Addr{}
+	for _, ip := range due {
+		if b, ok := s.binder.bound[ip]; ok && b.announce.ARP() && !b.missing {
+			byIface[b.iface] = append(byIface[b.iface], ip)
+		}
+	}
+	for iface, ips := range byIface {
+		if err := s.a.opt.Announcer.Reannounce(iface, ips...); err != nil {
+			s.log.Warn("announce again", "iface", iface, "err", err)
+		}
+	}
+}
+
+// writeDone takes a lock write's result: its IP, and those whose drop
+// waited for it, are decided again; a lock written is the lock book's
+// until the cache shows it, and an IP acquired is probed before it is
+// bound.
+func (s *state) writeDone(r writeResult) {
+	now := s.clk.Now()
+	if r.ip.IsValid() {
+		s.sched.markDirty(r.ip)
+	}
+	s.sched.markDirty(s.writes.done(r, now, s.desired.lockWriteTimeout())...)
+	s.writes.report(r, now)
+	if r.err != nil {
+		return
+	}
+	s.book.wrote(r)
+	if _, bound := s.binder.bound[r.ip]; r.action.Acquires() && !bound {
+		s.conflicts.probeFirst(r.ip)
+	}
+}
+
+// loadConfig reads the configuration (configSource.load) and returns
+// whether the one in force changed; the liveness judge takes the renew
+// interval of each one put in force.
+func (s *state) loadConfig() bool {
+	applied, changed := s.configs.load(&s.desired, s.lastGood)
+	if applied && s.live != nil {
+		s.live.SetTimings(s.desired.cfg.RenewInterval, 2*s.desired.cfg.RenewInterval)
+	}
+	return changed
+}
+
+// computeEntries recomputes the managed IPs from the Services and the
+// owners their locks record.
+func (s *state) computeEntries() {
+	svcs := s.a.allServices()
+	entries, rejected := ipset.Compute(svcs, s.desired.cfg, s.desired.reserved, s.a.recordedOwner)
+	s.desired.manage(entries)
+	s.events.managed(s.desired.entries)
+	s.book.keepFree(func(ip netip.Addr) bool {
+		_, ok := s.desired.entries[ip]
+		return ok
+	})
+	s.ports.apply(s.desired.cfg.PortFilter, entries, svcs)
+	s.reportRejections(rejected)
+}
+
+// reportRejections records a Warning event for each newly rejected address,
+// once per node and reason, within the node's Event budget (events.go):
+// a ConfigMap edit that leaves a thousand Services' IPs outside every
+// range is a thousand rejections at once. Only the first live node
+// reports, so a three-node cluster does not triple every event; a node
+// that has not yet heard any heartbeat counts as first, which at a
+// cluster's start is every node, and the budget bounds that too.
+func (s *state) reportRejections(rejected []ipset.Rejection) {
+	now := s.clk.Now()
+	v := s.view(now)
+	reporter := len(v.Live) == 0 || v.Live[0] == s.node
+	seen := make(map[string]bool, len(rejected))
+	for _, r := range rejected {
+		key := r.Service + " " + r.IP + " " + r.Reason
+		seen[key] = true
+		if !s.desired.reject(key) {
+			continue
+		}
+		s.log.Warn("not managing an address", "service", r.Service, "ip", r.IP, "reason", r.Reason)
+		if !reporter {
+			continue
+		}
+		if r.Preference {
+			s.events.onService(r.Service, corev1.EventTypeWarning, "PreferenceIgnored", fmt.Sprintf("%s does not decide where %s lives: %s", ipset.AnnotationPreferredNodes, r.IP, r.Reason))
+			continue
+		}
+		s.events.onService(r.Service, corev1.EventTypeWarning, "AddressRejected", fmt.Sprintf("%s is not bound by eip: %s", r.IP, r.Reason))
+	}
+	s.desired.keepRejected(seen)
 }

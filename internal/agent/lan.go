@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"fmt"
 	"log/slog"
 	"net/netip"
 	"time"
@@ -45,16 +44,6 @@ type LANConn interface {
 // ListenLAN opens the liveness port, delivering to out what arrives from
 // an address of the Node it names, as sentBy tells (lanlive.Listen).
 type ListenLAN func(port uint16, sentBy lanlive.SentBy, out chan<- lanlive.Received) (LANConn, error)
-
-// configureLAN opens, moves or closes the liveness socket after the
-// configuration changed (docs/design.md, Liveness over the LAN), and
-// tells the liveness judge the LAN's timings.
-func (s *state) configureLAN() {
-	if s.lan.configure(s.desired.cfg) {
-		s.self.lanClosed()
-	}
-	s.lan.setTimings(&s.desired, s.live, s.self.unheard, s.clk.Now())
-}
 
 // configure opens, moves or closes the liveness socket for cfg, and says
 // whether it closed the one open (or none was). A port that cannot be
@@ -161,18 +150,6 @@ func (l *lanState) slow(live *lease.Liveness, unheard bool, now time.Time) bool 
 	return l.lanConn != nil && !unheard && live.LANPeers(now) >= 2
 }
 
-// takeDatagrams takes in the datagrams the speaker heard since the loop
-// last did, each at the time it arrived: a loop that ran late judges its
-// peers by when they spoke, not by when it got round to reading them. It
-// reports whether a pass is needed.
-func (s *state) takeDatagrams() bool {
-	changed := false
-	for _, h := range s.lan.heard() {
-		changed = s.live.Datagram(h.node, h.ages, h.at) || changed
-	}
-	return s.checkUnheard(s.clk.Now()) || changed
-}
-
 // tellPeers gives the speaker, on every tick, where this node's datagrams
 // go and which nodes live knows: the peers whose heartbeat names a
 // liveness port, with where each hears datagrams (its Node's address),
@@ -253,36 +230,4 @@ func (n nodeAddrs) sentBy(node string, source netip.Addr) bool {
 		}
 	}
 	return false
-}
-
-// checkUnheard: a peer that hears others no longer hears this node, and
-// will judge it dead a lease duration after its last sign of it and take
-// its IPs over. While unheard (from fence-after, ¾ of the lease duration
-// by default, after that sign) the node is not eligible: it binds nothing
-// and hands what it holds to the peers that are heard, each IP unbound
-// just before its hand-off is written. It does not unbind everything at
-// once: a peer that takes an IP over probes for it first and binds only
-// once this node no longer answers (addrConflicts), so the IP keeps
-// answering from here until then, never from two MACs; and a node that is
-// merely late (starved of CPU, or the whole machine stalled) or cannot
-// reach the API server would only leave its IPs dark. It reports whether
-// that changed.
-func (s *state) checkUnheard(now time.Time) bool {
-	if t := s.lan.sentFirst(); !t.IsZero() {
-		s.live.Sending(t)
-	}
-	un, next := s.live.Unheard(now, s.desired.cfg.FenceAfter)
-	if !s.self.judgedHeard(un, next, s.lan.lanConn != nil) {
-		return false
-	}
-	s.sched.wakeFull(now) // a pass now: eligibility changed
-	if !un {
-		s.log.Info("peers hear this node over the LAN again")
-		return true
-	}
-	s.log.Warn("a peer no longer hears this node over the LAN and will judge it dead; handing its IPs to the peers it hears", "port", s.lan.lanPort)
-	for ip := range s.binder.bound {
-		s.events.onIP(ip, corev1.EventTypeWarning, "Unheard", fmt.Sprintf("%s hands %s to a peer: peers do not hear its liveness datagrams (UDP port %d)", s.node, ip, s.lan.lanPort))
-	}
-	return true
 }

@@ -91,29 +91,6 @@ func (r *reannouncer) next() time.Time {
 	return t
 }
 
-// reannounce announces again the held IPs due (reannouncer), on the LAN,
-// while this node may bind: a node whose loop runs late, that fenced, or
-// whose lock view may be stale could be announcing an IP a peer has
-// taken over since. The IPs due meanwhile are skipped, not sent later in
-// a burst; the next round has them.
-func (s *state) reannounce(now time.Time) {
-	due := s.reannouncer.due(now, s.desired.cfg.AnnounceInterval, func() []netip.Addr { return announced(s.binder.bound) })
-	if len(due) == 0 || s.self.loopLate(now, s.desired.lateAfter()) || s.self.fenced || s.self.unheard || !s.writable(now) {
-		return
-	}
-	byIface := map[string][]netip.Addr{}
-	for _, ip := range due {
-		if b, ok := s.binder.bound[ip]; ok && b.announce.ARP() && !b.missing {
-			byIface[b.iface] = append(byIface[b.iface], ip)
-		}
-	}
-	for iface, ips := range byIface {
-		if err := s.a.opt.Announcer.Reannounce(iface, ips...); err != nil {
-			s.log.Warn("announce again", "iface", iface, "err", err)
-		}
-	}
-}
-
 // announced lists the IPs of bound announced on the LAN.
 func announced(bound map[netip.Addr]binding) []netip.Addr {
 	var out []netip.Addr

@@ -6,8 +6,9 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/eip-project/eip/internal/lease"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/eip-project/eip/internal/lease"
 )
 
 // writeQueue is the lock writes in flight and the room for more: the
@@ -267,26 +268,6 @@ func (q *writeQueue) newPass() {
 	// Emptied by a new map, not cleared: see shrink.
 	q.dropWaiting = map[netip.Addr]bool{}
 	q.waiting.reset()
-}
-
-// writeDone takes a lock write's result: its IP, and those whose drop
-// waited for it, are decided again; a lock written is the lock book's
-// until the cache shows it, and an IP acquired is probed before it is
-// bound.
-func (s *state) writeDone(r writeResult) {
-	now := s.clk.Now()
-	if r.ip.IsValid() {
-		s.sched.markDirty(r.ip)
-	}
-	s.sched.markDirty(s.writes.done(r, now, s.desired.lockWriteTimeout())...)
-	s.writes.report(r, now)
-	if r.err != nil {
-		return
-	}
-	s.book.wrote(r)
-	if _, bound := s.binder.bound[r.ip]; r.action.Acquires() && !bound {
-		s.conflicts.probeFirst(r.ip)
-	}
 }
 
 // report logs, counts and posts what a lock write came to.

@@ -150,17 +150,6 @@ func (c *configSource) useLastGood(d *desired, cm *corev1.ConfigMap, why string)
 	return true, c.putInForce(d, cfg, why, kept+" at resourceVersion "+source)
 }
 
-// loadConfig reads the configuration (configSource.load) and returns
-// whether the one in force changed; the liveness judge takes the renew
-// interval of each one put in force.
-func (s *state) loadConfig() bool {
-	applied, changed := s.configs.load(&s.desired, s.lastGood)
-	if applied && s.live != nil {
-		s.live.SetTimings(s.desired.cfg.RenewInterval, 2*s.desired.cfg.RenewInterval)
-	}
-	return changed
-}
-
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
@@ -179,50 +168,4 @@ func (a *Agent) reservedAddresses() map[netip.Addr]string {
 		out[ip] = config.APIServerAddress
 	}
 	return out
-}
-
-// computeEntries recomputes the managed IPs from the Services and the
-// owners their locks record.
-func (s *state) computeEntries() {
-	svcs := s.a.allServices()
-	entries, rejected := ipset.Compute(svcs, s.desired.cfg, s.desired.reserved, s.a.recordedOwner)
-	s.desired.manage(entries)
-	s.events.managed(s.desired.entries)
-	s.book.keepFree(func(ip netip.Addr) bool {
-		_, ok := s.desired.entries[ip]
-		return ok
-	})
-	s.ports.apply(s.desired.cfg.PortFilter, entries, svcs)
-	s.reportRejections(rejected)
-}
-
-// reportRejections records a Warning event for each newly rejected address,
-// once per node and reason, within the node's Event budget (events.go):
-// a ConfigMap edit that leaves a thousand Services' IPs outside every
-// range is a thousand rejections at once. Only the first live node
-// reports, so a three-node cluster does not triple every event; a node
-// that has not yet heard any heartbeat counts as first, which at a
-// cluster's start is every node, and the budget bounds that too.
-func (s *state) reportRejections(rejected []ipset.Rejection) {
-	now := s.clk.Now()
-	v := s.view(now)
-	reporter := len(v.Live) == 0 || v.Live[0] == s.node
-	seen := make(map[string]bool, len(rejected))
-	for _, r := range rejected {
-		key := r.Service + " " + r.IP + " " + r.Reason
-		seen[key] = true
-		if !s.desired.reject(key) {
-			continue
-		}
-		s.log.Warn("not managing an address", "service", r.Service, "ip", r.IP, "reason", r.Reason)
-		if !reporter {
-			continue
-		}
-		if r.Preference {
-			s.events.onService(r.Service, corev1.EventTypeWarning, "PreferenceIgnored", fmt.Sprintf("%s does not decide where %s lives: %s", ipset.AnnotationPreferredNodes, r.IP, r.Reason))
-			continue
-		}
-		s.events.onService(r.Service, corev1.EventTypeWarning, "AddressRejected", fmt.Sprintf("%s is not bound by eip: %s", r.IP, r.Reason))
-	}
-	s.desired.keepRejected(seen)
 }
