@@ -162,7 +162,7 @@ func routeFor(ip netip.Addr, e ipset.Entry, med uint32) bgp.Route {
 func (s *state) movesOf(ip netip.Addr) int32 {
 	var moves int32
 	name := lease.NameFor(ip)
-	if l := s.book.effective(name, s.a.lock(name)); l != nil {
+	if l := s.book.effective(name, s.leases.lock(name)); l != nil {
 		moves = l.Moves
 	}
 	if _, ok := s.succ.succeeding[ip]; ok {
