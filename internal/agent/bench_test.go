@@ -173,7 +173,7 @@ func BenchmarkHeartbeatRenewed(b *testing.B) {
 	for b.Loop() {
 		w.heartbeat(peers[i%len(peers)], true)
 		i++
-		if w.s.heartbeatsRenewed() {
+		if w.heartbeatsRenewed() {
 			b.Fatal("a renewal asked for a pass")
 		}
 	}
@@ -199,19 +199,19 @@ func BenchmarkSteadySecond(b *testing.B) {
 						if due() {
 							w.s.reconcile()
 						}
-						req := <-w.s.renewReq
+						req := <-w.s.hbLine.req
 						sent := w.clk.Now()
 						err := w.s.hb.renew(req)
-						if w.s.heartbeatsRenewed() {
+						if w.heartbeatsRenewed() {
 							w.s.reconcile()
 						}
-						w.s.renewed(renewResult{renewal: req, sent: sent, err: err})
+						w.s.self.renewed(renewResult{renewal: req, sent: sent, err: err}, w.s.clk.Now(), w.s.desired.cfg.RenewInterval)
 						if due() {
 							w.s.reconcile()
 						}
 						for _, p := range peers {
 							w.heartbeat(p, true)
-							if w.s.heartbeatsRenewed() {
+							if w.heartbeatsRenewed() {
 								w.s.reconcile()
 							}
 						}
@@ -330,7 +330,7 @@ func BenchmarkLANSteadySecond(b *testing.B) {
 		}
 		for j := range 2 {
 			w.lanHeartbeat(peers[(2*k+j)%len(peers)])
-			if w.s.heartbeatsRenewed() {
+			if w.heartbeatsRenewed() {
 				w.s.sched.needFull = true
 				w.s.pass()
 			}

@@ -187,7 +187,7 @@ func TestLoopOwnLateRemovalIsNotVanished(t *testing.T) {
 func loneNodeBinds(t *testing.T, arpIgnored bool) (*world, netip.Addr, *countingMetrics) {
 	w := newWorld(t, "node-a", defaultTestConfig())
 	m := &countingMetrics{}
-	w.a.opt.Metrics, w.s.metrics = m, m // the loop is given its Metrics when built
+	w.a.opt.Metrics, w.s.metrics, w.s.self.metrics = m, m, m // the loop and its parts are given their Metrics when built
 	w.arpIgnored = arpIgnored
 	ip := testIP(0)
 	w.addService("web", ip)

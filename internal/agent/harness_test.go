@@ -433,16 +433,22 @@ func (w *world) settle() {
 	w.t.Fatal("the loop did not settle in 100 rounds")
 }
 
+// heartbeatsRenewed is what the loop's pass asks after a renewal of a
+// heartbeat: whether a full pass is needed.
+func (w *world) heartbeatsRenewed() bool {
+	return heartbeatsRenewed(w.s.live, w.s.leases.heartbeats(), w.s.sched.passVerdicts, w.s.clk.Now())
+}
+
 // renew performs the renewal the loop asked for, if it did, and hands it
 // the result; the renewed heartbeat is in the cache for the next pass.
 func (w *world) renew() bool {
 	select {
-	case r := <-w.s.renewReq:
+	case r := <-w.s.hbLine.req:
 		sent := w.clk.Now()
 		w.renewTries = append(w.renewTries, fmt.Sprintf("%s timeout=%s", sent.Sub(t0), r.timeout))
 		w.record(fmt.Sprintf("renewal asked timeout=%s", r.timeout))
 		err := w.s.hb.renew(r)
-		w.s.renewed(renewResult{renewal: r, sent: sent, err: err})
+		w.s.self.renewed(renewResult{renewal: r, sent: sent, err: err}, w.s.clk.Now(), w.s.desired.cfg.RenewInterval)
 		w.s.sched.hbDirty = w.s.sched.hbDirty || !w.watchLag
 		return true
 	default:

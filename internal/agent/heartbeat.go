@@ -2,7 +2,10 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"time"
+
+	"k8s.io/utils/clock"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -26,6 +29,51 @@ type renewResult struct {
 	sent time.Time
 	took time.Duration
 	err  error
+}
+
+// heartbeatLine carries the loop's renewals to the heartbeat writer (req)
+// and their results back (res).
+type heartbeatLine struct {
+	req chan renewal
+	res chan renewResult
+}
+
+func newHeartbeatLine() heartbeatLine {
+	return heartbeatLine{req: make(chan renewal, 1), res: make(chan renewResult, 1)}
+}
+
+// offer hands r to the writer, unless the previous renewal is still in
+// flight; it says whether the writer took it.
+func (h heartbeatLine) offer(r renewal) bool {
+	select {
+	case h.req <- r:
+		return true
+	default:
+		return false
+	}
+}
+
+// exchange asks the heartbeat writer for req (a renewal, or the deletion
+// at shutdown), after any renewal it has in flight, and waits up to wait
+// on clk for the answer.
+func (h heartbeatLine) exchange(req renewal, clk clock.Clock, wait time.Duration) error {
+	deadline := clk.After(wait)
+	for sent := false; ; {
+		var reqs chan renewal
+		if !sent {
+			reqs = h.req
+		}
+		select {
+		case reqs <- req:
+			sent = true
+		case r := <-h.res:
+			if r.renewal == req {
+				return r.err
+			}
+		case <-deadline:
+			return fmt.Errorf("heartbeat: no answer within %s", wait)
+		}
+	}
 }
 
 // heartbeater owns this node's heartbeat Lease. It renews only when the

@@ -68,7 +68,7 @@ func skippedPassesWouldActNot(t *testing.T, seed uint64) {
 			w.s.tick()
 			either(w.s.passDue(w.clk.Now()), "the tick")
 			select {
-			case req := <-w.s.renewReq:
+			case req := <-w.s.hbLine.req:
 				// The fake API server puts the renewal in the cache
 				// at once, so its watch event is answered first: the
 				// other order has that event still waiting, which
@@ -76,7 +76,7 @@ func skippedPassesWouldActNot(t *testing.T, seed uint64) {
 				sent := w.clk.Now()
 				err := w.s.hb.renew(req)
 				either(w.s.heartbeatEvent(), "our own heartbeat's event")
-				w.s.renewed(renewResult{renewal: req, sent: sent, err: err})
+				w.s.self.renewed(renewResult{renewal: req, sent: sent, err: err}, w.s.clk.Now(), w.s.desired.cfg.RenewInterval)
 				either(w.s.passDue(w.clk.Now()), "a renewal's result")
 			default:
 			}
@@ -348,7 +348,7 @@ func TestIncrementalMassFailoverTakesEveryIP(t *testing.T) {
 		w.step(50 * time.Millisecond)
 		if w.clk.Now().Sub(w.s.self.lastTick) >= w.s.desired.cfg.RenewInterval {
 			w.s.tick()
-			if w.renew() && w.s.heartbeatsRenewed() { // our renewal's watch event
+			if w.renew() && w.heartbeatsRenewed() { // our renewal's watch event
 				w.s.sched.needFull = true
 				full++
 				w.s.pass()
@@ -440,14 +440,14 @@ func TestLoopSlowFullPassesDoNotFeedThemselves(t *testing.T) {
 		}
 		if renewal == nil {
 			select {
-			case r := <-w.s.renewReq:
+			case r := <-w.s.hbLine.req:
 				renewal, renewalSent = &r, now
 			default:
 			}
 		}
 		if renewal != nil && now.Sub(renewalSent) >= 200*time.Millisecond {
 			err := w.s.hb.renew(*renewal)
-			w.s.renewed(renewResult{renewal: *renewal, sent: renewalSent, err: err})
+			w.s.self.renewed(renewResult{renewal: *renewal, sent: renewalSent, err: err}, w.s.clk.Now(), w.s.desired.cfg.RenewInterval)
 			w.s.sched.hbDirty, renewal = true, nil
 		}
 		for more := true; more; {

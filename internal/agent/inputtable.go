@@ -51,7 +51,7 @@ func (s *state) newInputs(ctx context.Context, tick, timer <-chan time.Time) *in
 		inDone: ctx.Done(), inTimer: timer, inTick: tick,
 		inServices: s.a.svcKick, inNodes: s.a.nodeKick, inLeases: s.a.leaseKick, inHeartbeats: s.a.hbKick, inConfigMap: s.a.cmKick,
 		inEndpoints: s.a.epKick,
-		inRenewed:   s.renewRes, inWritten: s.writes.results, inAllocated: s.alloc.results,
+		inRenewed:   s.hbLine.res, inWritten: s.writes.results, inAllocated: s.alloc.results,
 		inAddress: s.a.opt.AddrEvents, inLink: s.a.opt.LinkEvents, inClaim: s.binder.claims, inDatagrams: s.lan.speaker.kick,
 		inProxied: s.serving.proxied,
 	} {
@@ -108,7 +108,7 @@ func (s *state) handle(i int, v reflect.Value, draining bool) (pass bool) {
 		}
 		return s.heartbeatEvent()
 	case inRenewed:
-		s.renewed(v.Interface().(renewResult))
+		s.self.renewed(v.Interface().(renewResult), now(), s.desired.cfg.RenewInterval)
 		return s.passDue(now())
 	case inWritten:
 		s.writeDone(v.Interface().(writeResult))

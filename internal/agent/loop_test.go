@@ -149,7 +149,7 @@ func TestLoopASecondLateHasNotStalled(t *testing.T) {
 // node changes it.
 func TestLoopRenewalChangingHeldAsksNoPass(t *testing.T) {
 	w := peerRenewedWith(t, 1234, 1)
-	assert.Assert(t, !w.s.heartbeatsRenewed())
+	assert.Assert(t, !w.heartbeatsRenewed())
 }
 
 // Nor does a renewal that changes only a node's duration: a survivor of a
@@ -159,7 +159,7 @@ func TestLoopRenewalChangingHeldAsksNoPass(t *testing.T) {
 // takeovers began. The verdicts it gives stay what the pass reads.
 func TestLoopRenewalChangingDurationAsksNoPass(t *testing.T) {
 	w := peerRenewedWith(t, 0, 10)
-	assert.Assert(t, !w.s.heartbeatsRenewed())
+	assert.Assert(t, !w.heartbeatsRenewed())
 	w.step(3 * w.s.desired.cfg.LeaseDuration)
 	assert.Assert(t, w.s.live.Alive("node-b", w.clk.Now()), "node-b's duration is ten lease durations")
 }

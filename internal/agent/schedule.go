@@ -8,6 +8,7 @@ import (
 
 	"github.com/eip-project/eip/internal/config"
 	"github.com/eip-project/eip/internal/lease"
+	coordinationv1 "k8s.io/api/coordination/v1"
 )
 
 // schedule is when the loop passes, and over what: the inputs that ask
@@ -369,35 +370,34 @@ func (s *schedule) wakeIP(ip netip.Addr, t time.Time) {
 // heartbeatsRenewed says so, one over the IPs that depend on it when
 // whether this node may write changed (its own renewal came back).
 func (s *state) heartbeatEvent() bool {
-	if s.heartbeatsRenewed() {
+	if heartbeatsRenewed(s.live, s.leases.heartbeats(), s.sched.passVerdicts, s.clk.Now()) {
 		s.sched.askFull()
 	}
 	return s.sched.needFull || s.writable(s.clk.Now()) != s.sched.passWritable
 }
 
-// heartbeatsRenewed observes the heartbeats after a renewal of one and
-// reports whether a full pass is needed: only when what every IP's
+// heartbeatsRenewed has live observe the heartbeats hbs after a renewal
+// of one at now, and reports whether a full pass is needed: only when what every IP's
 // decision reads (a node's liveness, status or duration, or the set of
-// nodes) differs from what the last full pass read. Peers renew several
+// nodes) differs from what the last full pass read (last). Peers renew several
 // times a second, and a pass over every IP for each renewal that changed
 // none of that was most of eipd's CPU at 5,000 IPs. What changes with
 // time alone needs no event: the timer wakes the loop at the next expiry
 // (nextWake).
-func (s *state) heartbeatsRenewed() bool {
-	now := s.clk.Now()
-	known, seen := len(s.live.Nodes()), 0
-	for _, l := range s.leases.heartbeats() {
+func heartbeatsRenewed(live *lease.Liveness, hbs []*coordinationv1.Lease, last map[string]verdict, now time.Time) bool {
+	known, seen := len(live.Nodes()), 0
+	for _, l := range hbs {
 		hb, err := lease.ParseHeartbeat(l)
 		if err != nil {
 			continue
 		}
-		if !s.live.Known(hb.Node) {
+		if !live.Known(hb.Node) {
 			return true
 		}
-		s.live.Observe(hb, now)
+		live.Observe(hb, now)
 		seen++
 	}
-	return seen != known || !maps.Equal(s.sched.passVerdicts, verdictsOf(s.live, now))
+	return seen != known || !maps.Equal(last, verdictsOf(live, now))
 }
 
 // verdictsOf is what live judges of each node at now that a pass reads.
@@ -436,7 +436,7 @@ func (s *state) pass() {
 	// The acquisitions waiting for a pause's end are decided below.
 	s.writes.endPause(now)
 	delivered := s.takeLockChanges()
-	if renewed := s.sched.takeRenewed(); (renewed || delivered) && s.heartbeatsRenewed() {
+	if renewed := s.sched.takeRenewed(); (renewed || delivered) && heartbeatsRenewed(s.live, s.leases.heartbeats(), s.sched.passVerdicts, s.clk.Now()) {
 		s.sched.askFull()
 	}
 	if delivered {

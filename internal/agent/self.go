@@ -46,8 +46,9 @@ type self struct {
 	unheard   bool
 	unheardAt time.Time
 
-	log  *slog.Logger
-	node string
+	log     *slog.Logger
+	node    string
+	metrics Metrics
 }
 
 // writable: this node may write locks. Its renewals succeed and its cache
@@ -112,10 +113,8 @@ func (s *self) mayBeJudgedDead(now time.Time) bool {
 
 func (s *state) requestRenew() {
 	r := s.renewal()
-	select {
-	case s.renewReq <- r:
+	if s.hbLine.offer(r) {
 		s.self.asked(r, s.clk.Now())
-	default: // the previous renewal is still in flight
 	}
 }
 
@@ -227,20 +226,17 @@ func sameStatus(a, b lease.HeartbeatStatus) bool {
 	return a == b
 }
 
-func (s *state) renewed(r renewResult) {
+// renewed takes the result of a renewal at now (renew is the renew
+// interval) and counts it: a failure binds nothing new until a renewal
+// sent after it comes back (the barrier); a success after a break or a
+// stall sets that barrier, and this node knows its peers a renew interval
+// later.
+func (s *self) renewed(r renewResult, now time.Time, renew time.Duration) {
 	if r.err != nil {
 		s.metrics.APIError("renew")
 	} else {
 		s.metrics.Renewed(r.took)
 	}
-	s.self.renewed(r, s.clk.Now(), s.desired.cfg.RenewInterval)
-}
-
-// renewed takes the result of a renewal at now (renew is the renew
-// interval): a failure binds nothing new until a renewal sent after it
-// comes back (the barrier); a success after a break or a stall sets that
-// barrier, and this node knows its peers a renew interval later.
-func (s *self) renewed(r renewResult, now time.Time, renew time.Duration) {
 	if r.err != nil {
 		if !s.renewFailing {
 			s.log.Warn("heartbeat renewal failed; holding what is bound, binding nothing new", "err", r.err, "lease", lease.HeartbeatName(s.node))
@@ -375,29 +371,6 @@ func (s *state) view(now time.Time) lease.View {
 // longer than a restart of eipd or of its node's kubelet, so that a
 // rollout or a flapping node costs no write per IP.
 const successorGrace = 10
-
-// heartbeatNow asks the heartbeat writer for req (a renewal, or the
-// deletion at shutdown), after any renewal it has in flight, and waits for
-// the answer.
-func (s *state) heartbeatNow(req renewal) error {
-	deadline := s.clk.After(2 * s.desired.cfg.LeaseDuration)
-	for sent := false; ; {
-		var reqs chan renewal
-		if !sent {
-			reqs = s.renewReq
-		}
-		select {
-		case reqs <- req:
-			sent = true
-		case r := <-s.renewRes:
-			if r.renewal == req {
-				return r.err
-			}
-		case <-deadline:
-			return fmt.Errorf("heartbeat: no answer within %s", 2*s.desired.cfg.LeaseDuration)
-		}
-	}
-}
 
 // maxRenewBackoff bounds, in renew intervals, how long a node on slow
 // heartbeats waits before it writes a failed renewal again.

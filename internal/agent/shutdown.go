@@ -17,7 +17,7 @@ func (s *state) shutdown() error {
 		// Peers must see this node leave before they see its handoffs
 		// (the watch delivers Leases in the order they were written), or
 		// a policy that still counts it live hands IPs back to it.
-		if err := s.heartbeatNow(s.renewal()); err != nil {
+		if err := s.hbLine.exchange(s.renewal(), s.clk, 2*s.desired.cfg.LeaseDuration); err != nil {
 			s.log.Warn("announce shutdown in the heartbeat", "err", err)
 		}
 	}
@@ -55,7 +55,7 @@ func (s *state) shutdown() error {
 	for _, cancel := range s.binder.claimWatch {
 		cancel()
 	}
-	if err := s.heartbeatNow(renewal{remove: true, timeout: s.desired.cfg.LeaseDuration}); err != nil {
+	if err := s.hbLine.exchange(renewal{remove: true, timeout: s.desired.cfg.LeaseDuration}, s.clk, 2*s.desired.cfg.LeaseDuration); err != nil {
 		s.log.Warn("delete heartbeat", "err", err)
 	}
 	s.lan.close()

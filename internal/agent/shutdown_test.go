@@ -64,9 +64,9 @@ func shutdownAnswered(t *testing.T, w *world) []string {
 		var out []string
 		for {
 			select {
-			case r := <-w.s.renewReq:
+			case r := <-w.s.hbLine.req:
 				sent := w.clk.Now()
-				w.s.renewRes <- renewResult{renewal: r, sent: sent, err: w.s.hb.renew(r)}
+				w.s.hbLine.res <- renewResult{renewal: r, sent: sent, err: w.s.hb.renew(r)}
 			case j := <-w.s.writes.jobs:
 				l := j.lease.DeepCopy()
 				l.ResourceVersion = "x" + j.name

@@ -63,8 +63,7 @@ type state struct {
 	ports    servedPorts
 
 	live      *lease.Liveness
-	renewReq  chan renewal
-	renewRes  chan renewResult
+	hbLine    heartbeatLine
 	hb        *heartbeater
 	alloc     *allocator
 	lifetime  *keeper
@@ -101,7 +100,7 @@ func newState(a *Agent) *state {
 			names:    map[string]netip.Addr{},
 			rejected: map[string]bool{},
 		},
-		self: self{needBarrier: true, liveUntil: map[string]time.Time{}, log: a.log, node: a.opt.Node},
+		self: self{needBarrier: true, liveUntil: map[string]time.Time{}, log: a.log, node: a.opt.Node, metrics: a.opt.Metrics},
 		elig: eligibility{node: a.opt.Node, log: a.log, nodes: a.nodes, links: a.opt.Links, metrics: a.opt.Metrics,
 			recorder: a.recorder, configMaps: a.configMap, configMap: a.opt.ConfigMap},
 		book: newLockBook(a.log),
@@ -143,8 +142,7 @@ func newState(a *Agent) *state {
 			open: a.watchSlices, lock: a.lock, service: a.service, nodes: nodeAddrs{a.nodes}, kubeProxy: a.opt.KubeProxy,
 			node: a.opt.Node, clk: a.clk, log: a.log, events: events,
 		}),
-		renewReq:  make(chan renewal, 1),
-		renewRes:  make(chan renewResult, 1),
+		hbLine:    newHeartbeatLine(),
 		hb:        &heartbeater{a: a},
 		alloc:     alloc,
 		conflicts: newAddrConflicts(a.opt.Node, a.opt.Announcer, a.opt.ProbeWait, a.clk, a.log, a.opt.Metrics, events),
@@ -159,7 +157,7 @@ func newState(a *Agent) *state {
 
 func (s *state) run(ctx context.Context, stop chan struct{}) error {
 	s.serving.begin(ctx)
-	go s.hb.run(s.renewReq, s.renewRes, stop)
+	go s.hb.run(s.hbLine.req, s.hbLine.res, stop)
 	for range s.a.opt.Writers {
 		go s.a.runWriter(s.writes.jobs, s.writes.results, stop)
 		go s.a.runAllocWriter(s.alloc.jobs, s.alloc.results, stop)
