@@ -182,15 +182,6 @@ func (a *Agent) patchIngress(ctx context.Context, svc *ipset.Service) (*corev1.S
 	return a.opt.Client.Services(svc.Namespace).Patch(ctx, svc.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
 }
 
-// allocate is one allocation pass over the Services; locks are the cached
-// locks by name (before reconcile consumes them). The new addresses a
-// Service is given are probed on the LAN first (candidatesFree).
-func (s *state) allocate(v lease.View, locks map[string]*lease.Kept) {
-	if wake := s.alloc.pass(v, &s.desired, locks, s.book.eachSeen, &s.conflicts, &s.binder); !wake.IsZero() {
-		s.sched.wakeFull(wake)
-	}
-}
-
 // pass is one allocation pass over the Services under d's configuration;
 // locks are the cached locks by name, eachSeen walks the locks as this
 // node sees them, and probe and b probe new addresses before they are

@@ -242,3 +242,15 @@ func (d *desired) planOne(v lease.View, ip netip.Addr, name string, l *lease.Kep
 	}
 	return policy.Plan(in)[ip]
 }
+
+// lockWriteTimeout is how long a lock write may take: twice the lease
+// duration, at least 4 s. A write that times out at its writer may still
+// be carried out, and is taken for congestion (the window halves). When a
+// node of fifty died, their API server answered the takeovers in up to
+// 2.4 s, and with the lease duration (2 s) as the timeout half of them
+// timed out, 23 after the API server had taken them: their nodes' windows
+// fell to one at a time, with pauses, and each sent the write again on
+// the lock it had read, a certain conflict.
+func (d *desired) lockWriteTimeout() time.Duration {
+	return max(2*d.cfg.LeaseDuration, 4*time.Second)
+}

@@ -154,23 +154,6 @@ func routeFor(ip netip.Addr, e ipset.Entry, med uint32) bgp.Route {
 	return r
 }
 
-// movesOf is the transition count of ip's lock as this node sees it (its
-// own latest write, or the cache), counting the move under way of an IP
-// bound as the successor before the write that counts it: its route must
-// already beat the dead holder's, which lingers at the router until its
-// hold timer.
-func (s *state) movesOf(ip netip.Addr) int32 {
-	var moves int32
-	name := lease.NameFor(ip)
-	if l := s.book.effective(name, s.leases.lock(name)); l != nil {
-		moves = l.Moves
-	}
-	if _, ok := s.succ.succeeding[ip]; ok {
-		moves++
-	}
-	return moves
-}
-
 // announce announces a just bound IP, its lock moved moves times; a
 // failure is logged, and the IP stays bound: the router may still learn
 // it once the speaker recovers.

@@ -44,49 +44,6 @@ func newSuccessions(metrics Metrics, log *slog.Logger) successions {
 	return successions{succeeding: map[netip.Addr]succession{}, held: map[netip.Addr]bool{}, metrics: metrics, log: log}
 }
 
-// succeed binds ip as the successor its lock names, before any write says
-// so: it probes first, as for any takeover, and binds once nobody
-// answers, never while an eip node does. A probe of another eip node for
-// the same IP means two nodes each believe they may take it (a lock whose
-// successor changed that one of them has not seen yet): neither binds
-// before the lock names it.
-//
-// It reports whether the write naming this node goes now. It waits for
-// the bind (successions.bound asks for it then) while the probe runs unanswered:
-// in a mass failover the API server's work for thousands of writes took
-// the CPU the binds needed, on the two cores they shared. It goes at once
-// when the bind waits for it: a contest, an eip node still answering (a
-// holder alive but late, which lets go once the lock names another), or a
-// stranger answering.
-//
-// r is why the bind did not happen, if it did not.
-func (s *state) succeed(v lease.View, ip netip.Addr, lk *lease.Lock) (write bool, r refusal) {
-	sc, begun := s.succ.begin(ip, v, lk.Holder)
-	if begun {
-		s.conflicts.probeFirst(ip)
-	}
-	write, r = s.bindAsSuccessor(ip, lk, sc)
-	s.sched.wakeIPs(s.succ.setBinding(ip, !write), s.clk.Now())
-	return write, r
-}
-
-func (s *state) bindAsSuccessor(ip netip.Addr, lk *lease.Lock, sc succession) (write bool, r refusal) {
-	if sc.contested {
-		return true, r
-	}
-	r = s.bind(ip, s.desired.entries[ip], "successor of "+lk.Holder+", judged dead")
-	if _, bound := s.binder.bound[ip]; bound {
-		return true, r
-	}
-	if _, inUse := s.conflicts.inUse[ip]; inUse {
-		// A stranger answers: this node keeps the lock and reports the
-		// conflict, as any node taking an IP over does.
-		return true, r
-	}
-	p, probing := s.conflicts.probing[ip]
-	return probing && !p.peerSince.IsZero(), r
-}
-
 // begin records ip as a succession, if it is not one yet, of a holder
 // judged dead as v says; begun says it was not.
 func (q *successions) begin(ip netip.Addr, v lease.View, holder string) (sc succession, begun bool) {
@@ -158,19 +115,6 @@ func (q *successions) release() []netip.Addr {
 	}
 	clear(q.held)
 	return q.released
-}
-
-// holdWrite says whether the write of succession ip, if bound, waits for
-// the others' binds (successions), and holds it if so.
-func (s *state) holdWrite(ip netip.Addr) bool {
-	if _, bound := s.binder.bound[ip]; !bound {
-		return false
-	}
-	until, held := s.succ.hold(ip, s.clk.Now(), s.desired.cfg.LeaseDuration)
-	if held {
-		s.sched.wakeIP(ip, until)
-	}
-	return held
 }
 
 // bound: succession ip was bound at now. Its failover ends here, not

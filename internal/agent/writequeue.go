@@ -43,31 +43,6 @@ type writeQueue struct {
 	node    string
 }
 
-// lockWriteTimeout is how long a lock write may take: twice the lease
-// duration, at least 4 s. A write that times out at its writer may still
-// be carried out, and is taken for congestion (the window halves). When a
-// node of fifty died, their API server answered the takeovers in up to
-// 2.4 s, and with the lease duration (2 s) as the timeout half of them
-// timed out, 23 after the API server had taken them: their nodes' windows
-// fell to one at a time, with pauses, and each sent the write again on
-// the lock it had read, a certain conflict.
-func (d *desired) lockWriteTimeout() time.Duration {
-	return max(2*d.cfg.LeaseDuration, 4*time.Second)
-}
-
-// dispatch hands a write to the writers. At most as many acquisitions as
-// there are writers are in flight: the rest are decided again, on fresher
-// information, when one completes, rather than queued on a view that may
-// be seconds old by the time a writer gets to them (a thousand free IPs
-// at a cold start, each also raced by the next-ranked node).
-func (s *state) dispatch(w write) {
-	now := s.clk.Now()
-	if s.writes.send(w, now, s.desired.lockWriteTimeout()) == queueFull {
-		// The next pass tries again.
-		s.sched.wakeIP(w.ip, now.Add(s.desired.cfg.RankStep()))
-	}
-}
-
 // sendOutcome is what became of a write handed to send.
 type sendOutcome int
 
@@ -164,25 +139,6 @@ func (q *writeQueue) congestion(r writeResult, now time.Time, timeout time.Durat
 	}
 	q.window = min(writers, q.window+min(q.window, 1))
 	q.paceUntil = time.Time{}
-}
-
-// drop unbinds w's IP, if bound, before w is dispatched, and reports
-// whether w may go. While as many writes whose IP was unbound first are in
-// flight as there are writers, a bound IP waits, bound, and is decided
-// again when one of them comes back: at most a writer's worth of IPs are
-// dark at a time, and the rest stay bound if the node is heard again
-// before their turn (design-notes.md, "Dropping a writer's worth at a
-// time"). A stop keeps to the same bound (shutdown).
-func (s *state) drop(w *write, why string) bool {
-	if _, bound := s.binder.bound[w.ip]; !bound {
-		return true
-	}
-	if !s.writes.mayDrop(w.ip) {
-		return false
-	}
-	s.unbind(w.ip, why)
-	w.drops = true
-	return true
 }
 
 // mayDrop says whether the write of bound ip may unbind it now: fewer
