@@ -17,13 +17,20 @@ import (
 // that part.
 const stateMethodMax = 60
 
+// agentReachMax is the most places the loop's methods may reach through
+// the Agent (s.a): the loop is handed its ports, its caches and its log
+// when it is built, and reaches the Agent only for what it starts (the
+// writers, the readiness it signals) and the inputs it selects on.
+const agentReachMax = 40
+
 // TestPartsOwnTheirFields reads the package's source and fails when the
 // loop's parts stop owning their fields: state embeds a field (whose
 // fields anyone may then write as its own); a part's field is written
 // (assigned, incremented, deleted, cleared, appended to, its address
 // taken, or a method called on it) outside a method of that part; a part
 // holds the loop, the Agent or another part; a method of the loop is
-// longer than stateMethodMax lines. There is no list of exceptions: a new field belongs to one part, and whoever
+// longer than stateMethodMax lines; the loop's methods reach through the
+// Agent in more than agentReachMax places. There is no list of exceptions: a new field belongs to one part, and whoever
 // needs it asks that part.
 func TestPartsOwnTheirFields(t *testing.T) {
 	fset := token.NewFileSet()
@@ -105,6 +112,7 @@ func TestPartsOwnTheirFields(t *testing.T) {
 	}
 	o := owners{partOf: partOf, fieldsOf: fieldsOf, fieldType: fieldType, mutators: mutators}
 
+	reach := 0
 	for _, f := range files {
 		for _, d := range f.Decls {
 			fd, ok := d.(*ast.FuncDecl)
@@ -116,6 +124,7 @@ func TestPartsOwnTheirFields(t *testing.T) {
 				if n := fset.Position(fd.End()).Line - fset.Position(fd.Pos()).Line + 1; n > stateMethodMax {
 					t.Errorf("%s: (*state).%s is %d lines, more than %d", fset.Position(fd.Pos()), fd.Name.Name, n, stateMethodMax)
 				}
+				reach += agentReaches(fd)
 			}
 			if fd.Body == nil {
 				continue
@@ -128,6 +137,28 @@ func TestPartsOwnTheirFields(t *testing.T) {
 			}
 		}
 	}
+	if reach > agentReachMax {
+		t.Errorf("the loop's methods reach through the Agent (s.a) in %d places, more than %d: hand the loop, or the part that needs it, the port when it is built", reach, agentReachMax)
+	}
+}
+
+// agentReaches counts the places the method fd of state reaches through
+// its Agent: its receiver's field a, selected.
+func agentReaches(fd *ast.FuncDecl) int {
+	names := fd.Recv.List[0].Names
+	if len(names) == 0 || fd.Body == nil {
+		return 0
+	}
+	recv, n := names[0].Name, 0
+	ast.Inspect(fd.Body, func(node ast.Node) bool {
+		if x, ok := node.(*ast.SelectorExpr); ok && x.Sel.Name == "a" {
+			if id, ok := x.X.(*ast.Ident); ok && id.Name == recv {
+				n++
+			}
+		}
+		return true
+	})
+	return n
 }
 
 // parsePackage parses the package's non-test files: the rules hold for the
