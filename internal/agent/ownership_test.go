@@ -27,7 +27,8 @@ const agentReachMax = 40
 // loop's parts stop owning their fields: state embeds a field (whose
 // fields anyone may then write as its own); a part's field is written
 // (assigned, incremented, deleted, cleared, appended to, its address
-// taken, or a method called on it) outside a method of that part; a part
+// taken, or a method called on it), or a pointer to a whole part kept in
+// a variable, outside a method of that part; a part
 // holds the loop, the Agent or another part; a method of the loop is
 // longer than stateMethodMax lines; the loop's methods reach through the
 // Agent in more than agentReachMax places. There is no list of exceptions: a new field belongs to one part, and whoever
@@ -130,7 +131,10 @@ func TestPartsOwnTheirFields(t *testing.T) {
 				continue
 			}
 			for _, w := range o.writes(fd.Body) {
-				if w.part != recv {
+				if w.part != recv && w.field == "" {
+					t.Errorf("%s: %s keeps a pointer to %s, the part %s, in a variable, to write its fields outside that part's methods",
+						fset.Position(w.pos), funcName(fd), w.via, w.part)
+				} else if w.part != recv {
 					t.Errorf("%s: %s writes %s.%s, a field of the part %s, outside that part's methods",
 						fset.Position(w.pos), funcName(fd), w.via, w.field, w.part)
 				}
@@ -192,7 +196,7 @@ func parsePackage(t *testing.T, fset *token.FileSet) []*ast.File {
 
 type partWrite struct {
 	pos        token.Pos
-	via, field string // the state field holding the part, the part's field
+	via, field string // the state field holding the part, the part's field ("": the whole part)
 	part       string
 }
 
@@ -255,6 +259,18 @@ func (o owners) writes(body ast.Node) []partWrite {
 			if x.Tok != token.DEFINE {
 				for _, l := range x.Lhs {
 					target(l)
+				}
+			}
+			// c := &s.conflicts keeps a pointer to a whole part, through
+			// which its fields are then written as c.probing[ip] = p: the
+			// pointer is taken to write, wherever the writes are.
+			for _, r := range x.Rhs {
+				if u, ok := r.(*ast.UnaryExpr); ok && u.Op == token.AND {
+					if sel, ok := u.X.(*ast.SelectorExpr); ok {
+						if p, ok := o.partOf[sel.Sel.Name]; ok {
+							out = append(out, partWrite{u.Pos(), sel.Sel.Name, "", p})
+						}
+					}
 				}
 			}
 		case *ast.IncDecStmt:
