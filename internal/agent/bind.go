@@ -81,9 +81,9 @@ func (s *state) mayBind(ip netip.Addr, iface string, now time.Time, binding bool
 	return refusal{}
 }
 
-// bind binds ip on its interface or eipd's device and announces it, or
-// says why not.
-func (s *state) bind(ip netip.Addr, e ipset.Entry, why string) refusal {
+// bind binds ip, whose lock this node sees as lk, on its interface or
+// eipd's device and announces it, or says why not.
+func (s *state) bind(ip netip.Addr, e ipset.Entry, lk *lease.Lock, why string) refusal {
 	// No s.log.With("ip", ip): a logger per bind cost 3.5 KB, half of
 	// what a mass failover's binds allocated.
 	iface, err := s.binder.ifaceFor(ip, e.Binding)
@@ -119,7 +119,7 @@ func (s *state) bind(ip netip.Addr, e ipset.Entry, why string) refusal {
 		s.binder.watchClaimsOn(iface)
 	}
 	if b.announce.BGP() {
-		b.route = s.routes.announce(ip, e, s.movesOf(ip))
+		b.route = s.routes.announce(ip, e, s.movesOf(ip, lk))
 	}
 	s.binder.hold(ip, b)
 	s.sched.wakeIPs(s.succ.bound(ip, s.clk.Now()), s.clk.Now())
@@ -186,8 +186,9 @@ func (s *state) forgetBinding(ip netip.Addr) (binding, bool) {
 // length changed with the configuration, or whose device changed with
 // arp_ignore; the lock is untouched. A move this node may not make now
 // waits for it (waits): the IP is decided again when whether this node
-// may write changes. r is why the bind after the move did not happen.
-func (s *state) rebindIfMoved(ip netip.Addr) (waits bool, r refusal) {
+// may write changes. r is why the bind after the move did not happen; lk
+// is its lock as this node sees it.
+func (s *state) rebindIfMoved(ip netip.Addr, lk *lease.Lock) (waits bool, r refusal) {
 	b := s.binder.bound[ip]
 	e := s.desired.entries[ip]
 	iface, err := s.binder.ifaceFor(ip, e.Binding)
@@ -203,7 +204,7 @@ func (s *state) rebindIfMoved(ip netip.Addr) (waits bool, r refusal) {
 	}
 	// Not given up: moved, still held, to where the configuration puts it.
 	s.unbind(ip, "configuration changed")
-	return false, s.bind(ip, e, "configuration changed")
+	return false, s.bind(ip, e, lk, "configuration changed")
 }
 
 // addrEvent restores an address we hold that someone (or an expired

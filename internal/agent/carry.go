@@ -41,7 +41,7 @@ func (s *state) bindAsSuccessor(ip netip.Addr, lk *lease.Lock, sc succession) (w
 	if sc.contested {
 		return true, r
 	}
-	r = s.bind(ip, s.desired.entries[ip], "successor of "+lk.Holder+", judged dead")
+	r = s.bind(ip, s.desired.entries[ip], lk, "successor of "+lk.Holder+", judged dead")
 	if _, bound := s.binder.bound[ip]; bound {
 		return true, r
 	}
@@ -99,16 +99,15 @@ func (s *state) drop(w *write, why string) bool {
 	return true
 }
 
-// movesOf is the transition count of ip's lock as this node sees it (its
-// own latest write, or the cache), counting the move under way of an IP
-// bound as the successor before the write that counts it: its route must
-// already beat the dead holder's, which lingers at the router until its
-// hold timer.
-func (s *state) movesOf(ip netip.Addr) int32 {
+// movesOf is the transition count of ip's lock lk as this node sees it
+// (its own latest write, or the cache; worked out once a pass by the lock
+// book), counting the move under way of an IP bound as the successor
+// before the write that counts it: its route must already beat the dead
+// holder's, which lingers at the router until its hold timer.
+func (s *state) movesOf(ip netip.Addr, lk *lease.Lock) int32 {
 	var moves int32
-	name := lease.NameFor(ip)
-	if l := s.book.effective(name, s.leases.lock(name)); l != nil {
-		moves = l.Moves
+	if lk != nil {
+		moves = lk.Moves
 	}
 	if _, ok := s.succ.succeeding[ip]; ok {
 		moves++

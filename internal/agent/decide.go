@@ -259,7 +259,7 @@ func (s *state) carry(v lease.View, in lease.IP, name string, l *lease.Kept, d l
 	st := settling{readWritable: d.ReadWritable}
 	if in.Named && in.Bound && lk != nil && lk.Holder == v.Self {
 		var waits bool
-		waits, st.refusal = s.rebindIfMoved(ip)
+		waits, st.refusal = s.rebindIfMoved(ip, lk)
 		st.readWritable = st.readWritable || waits
 	}
 	if d.Action == lease.Succeed {
@@ -318,7 +318,7 @@ func (s *state) apply(v lease.View, ip netip.Addr, name string, l *lease.Kept, l
 	case lease.None:
 		return r
 	case lease.Bind:
-		if r = s.bind(ip, s.desired.entries[ip], d.Reason); d.Successor == "" {
+		if r = s.bind(ip, s.desired.entries[ip], lk, d.Reason); d.Successor == "" {
 			return r
 		}
 	case lease.Unbind:

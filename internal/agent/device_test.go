@@ -171,7 +171,7 @@ func TestLoopOwnLateRemovalIsNotVanished(t *testing.T) {
 	p := netip.PrefixFrom(ip, 32)
 	e := w.s.desired.entries[ip]
 	w.s.unbind(ip, "test")
-	w.s.bind(ip, e, "test")
+	w.s.bind(ip, e, nil, "test")
 	w.take()
 	w.s.addrEvent(netif.AddrEvent{Iface: testDev, Prefix: p})
 	assert.Equal(t, m.vanished, 0)
