@@ -117,7 +117,7 @@ else
 	# helm and promtool) and testenv's (the end-to-end tier).
 	tier "unit and privileged" gotest -count=1 ./internal/... ./daemon/... ./kubectl-eip/... ./scripts/... ./docs/...
 	[[ ${EIP_RACE:-1} == 0 ]] || tier "race" race
-	tier "fuzz (short)" scripts/fuzz.sh 5s
+	tier "fuzz (short)" scripts/fuzz.sh 10000x
 	tier "known vulnerabilities" scripts/vulncheck.sh
 	tier "test tools (built in the background)" wait_build "$tools" "$work/tools.log"
 	tier "chart and manifests" gotest -count=1 ./manifests/... ./charts/...
