@@ -47,17 +47,8 @@ type serving struct {
 	// (reportWait).
 	waits map[netip.Addr]kubeProxyWait
 
-	// What it is handed: the caches of the locks, the Services and the
-	// Nodes (where a node's kube-proxy is asked), kube-proxy's checker
-	// (nil: none), and where it reports.
-	lock      func(name string) *lease.Kept
-	service   func(key string) *ipset.Service
-	nodes     nodeAddrs
-	kubeProxy KubeProxy
-	node      string
-	clk       clock.PassiveClock
-	log       *slog.Logger
-	events    *eventPoster
+	// in is what it is handed.
+	in servingPorts
 }
 
 // kubeProxyWait is a holder's wait for kube-proxy on nodes, since when.
@@ -76,7 +67,9 @@ const (
 )
 
 // servingPorts are what serving is handed: open starts the watch of
-// every EndpointSlice (Agent.watchSlices); the rest as in serving.
+// every EndpointSlice (Agent.watchSlices); the caches of the locks, the
+// Services and the Nodes (where a node's kube-proxy is asked),
+// kube-proxy's checker (nil: none), and where it reports.
 type servingPorts struct {
 	open      func(context.Context) (cache.Indexer, cache.InformerSynced)
 	lock      func(name string) *lease.Kept
@@ -92,7 +85,7 @@ type servingPorts struct {
 // newServing is serving with what it is handed.
 func newServing(p servingPorts) serving {
 	return serving{
-		lock: p.lock, service: p.service, nodes: p.nodes, kubeProxy: p.kubeProxy, node: p.node, clk: p.clk, log: p.log, events: p.events,
+		in:      p,
 		proxied: make(chan endpoints.Result, 64), checkCtx: context.Background(),
 		slices: sliceWatch{open: p.open}, unjudged: map[netip.Addr]bool{}, waits: map[netip.Addr]kubeProxyWait{},
 	}
@@ -109,9 +102,9 @@ func (sv *serving) begin(ctx context.Context) { sv.checkCtx = ctx }
 func (sv *serving) watch(now time.Time) {
 	switch started, stopped := sv.slices.update(sv.checkCtx, len(sv.local) > 0, now); {
 	case started:
-		sv.log.Info("watching EndpointSlices: a Service with externalTrafficPolicy: Local has an IP", "ips", len(sv.local))
+		sv.in.log.Info("watching EndpointSlices: a Service with externalTrafficPolicy: Local has an IP", "ips", len(sv.local))
 	case stopped:
-		sv.log.Info("stopped watching EndpointSlices: no Service with externalTrafficPolicy: Local has had an IP", "for", endpoints.WatchGrace)
+		sv.in.log.Info("stopped watching EndpointSlices: no Service with externalTrafficPolicy: Local has had an IP", "for", endpoints.WatchGrace)
 	}
 }
 
@@ -125,7 +118,7 @@ func (sv *serving) warm(ctx context.Context, svcs []*ipset.Service, now time.Tim
 	for _, svc := range svcs {
 		if svc.Local {
 			sv.slices.update(sv.checkCtx, true, now)
-			sv.log.Info("watching EndpointSlices: a Service has externalTrafficPolicy: Local")
+			sv.in.log.Info("watching EndpointSlices: a Service has externalTrafficPolicy: Local")
 			cache.WaitForCacheSync(ctx.Done(), sv.slices.synced)
 			return
 		}
@@ -190,8 +183,8 @@ func (sv *serving) eligibility(e ipset.Entry) endpoints.Eligibility {
 // successor takes it over). Every node asking would send each node's
 // kube-proxy a check from every other.
 func (sv *serving) asksKubeProxy(ip netip.Addr) bool {
-	k := sv.lock(lease.NameFor(ip))
-	return k != nil && (k.Holder == sv.node || k.Successor == sv.node)
+	k := sv.in.lock(lease.NameFor(ip))
+	return k != nil && (k.Holder == sv.in.node || k.Successor == sv.in.node)
 }
 
 // startCheck asks kube-proxy on k's node, at its first address and the
@@ -204,13 +197,13 @@ func (sv *serving) asksKubeProxy(ip netip.Addr) bool {
 // what the holder already gave up. Racing for an IP no node serves, it
 // binds no later than before.
 func (sv *serving) startCheck(k endpoints.Key, gen uint64) bool {
-	kp := sv.kubeProxy
-	addr, ok := sv.nodes.peerAddr(k.Node)
-	port := healthCheckPort(sv.service(k.Service))
+	kp := sv.in.kubeProxy
+	addr, ok := sv.in.nodes.peerAddr(k.Node)
+	port := healthCheckPort(sv.in.service(k.Service))
 	// A Node object naming loopback, a link-local address (a cloud's
 	// metadata service) or a multicast one would send a check from the
 	// host network to the host itself or elsewhere: none can be a node's.
-	if kp == nil || !ok || !addr.IsGlobalUnicast() || port == 0 || k.Node == sv.node {
+	if kp == nil || !ok || !addr.IsGlobalUnicast() || port == 0 || k.Node == sv.in.node {
 		return false
 	}
 	return sv.ask(kp, k, gen, netip.AddrPortFrom(addr, port))
@@ -244,7 +237,7 @@ func (sv *serving) verdict(r endpoints.Result) (judgeAgain bool) {
 func (sv *serving) update(entries bool, d *desired, bound map[netip.Addr]binding, view func(time.Time) lease.View) []netip.Addr {
 	if entries {
 		sv.localIPs(d.order, d.entries)
-		sv.watch(sv.clk.Now())
+		sv.watch(sv.in.clk.Now())
 	}
 	judge := sv.slices.ready()
 	var changed []netip.Addr
@@ -297,12 +290,12 @@ func (sv *serving) update(entries bool, d *desired, bound map[netip.Addr]binding
 // may be; at a start, serving.warm judges those this node held before.
 func (sv *serving) heldOnly(ip netip.Addr, bound map[netip.Addr]binding) lease.Only {
 	o := lease.Only{Restricted: true}
-	l := sv.lock(lease.NameFor(ip))
+	l := sv.in.lock(lease.NameFor(ip))
 	if l == nil || l.Holder == "" {
 		return o
 	}
 	_, held := bound[ip]
-	if h := l.Holder; h != sv.node || held {
+	if h := l.Holder; h != sv.in.node || held {
 		o.Nodes = []string{h}
 	}
 	return o
@@ -314,16 +307,16 @@ func (sv *serving) heldOnly(ip netip.Addr, bound map[netip.Addr]binding) lease.O
 // one may again (Normal EndpointsReady). wasNone: no node could hold it.
 func (sv *serving) reportServing(view func(time.Time) lease.View, e ipset.Entry, el endpoints.Eligibility, wasNone, first bool) {
 	why := el.Why(e.Local)
-	sv.log.Info("where an IP may live changed", "ip", e.IP, "service", strings.Join(e.Local, ","), "reason", why)
-	v := view(sv.clk.Now())
-	if len(v.Live) > 0 && v.Live[0] != sv.node {
+	sv.in.log.Info("where an IP may live changed", "ip", e.IP, "service", strings.Join(e.Local, ","), "reason", why)
+	v := view(sv.in.clk.Now())
+	if len(v.Live) > 0 && v.Live[0] != sv.in.node {
 		return
 	}
 	switch {
 	case len(el.Nodes) == 0 && !wasNone:
-		sv.events.onIP(e.IP, corev1.EventTypeWarning, "NoEndpoints", fmt.Sprintf("%s is not bound: %s", e.IP, why))
+		sv.in.events.onIP(e.IP, corev1.EventTypeWarning, "NoEndpoints", fmt.Sprintf("%s is not bound: %s", e.IP, why))
 	case len(el.Nodes) > 0 && wasNone && !first:
-		sv.events.onIP(e.IP, corev1.EventTypeNormal, "EndpointsReady", fmt.Sprintf("%s may be bound again: %s", e.IP, why))
+		sv.in.events.onIP(e.IP, corev1.EventTypeNormal, "EndpointsReady", fmt.Sprintf("%s may be bound again: %s", e.IP, why))
 	}
 }
 
@@ -337,28 +330,28 @@ func (sv *serving) reportServing(view func(time.Time) lease.View, e ipset.Entry,
 func (sv *serving) reportWait(e ipset.Entry, el endpoints.Eligibility, bound map[netip.Addr]binding) {
 	var waitsFor []string
 	if _, held := bound[e.IP]; held {
-		waitsFor = el.WaitsFor(sv.node)
+		waitsFor = el.WaitsFor(sv.in.node)
 	}
-	now := sv.clk.Now()
+	now := sv.in.clk.Now()
 	wait, was := sv.waits[e.IP]
 	svcs := strings.Join(e.Local, ", ")
 	switch {
 	case len(waitsFor) > 0 && !was:
 		sv.waitBegan(e.IP, kubeProxyWait{since: now, nodes: slices.Clone(waitsFor)})
-		sv.events.onIP(e.IP, corev1.EventTypeNormal, "WaitingForKubeProxy", fmt.Sprintf("%s stays on %s, where endpoints of %s still serve, until kube-proxy on %s delivers to the ready ones there",
-			e.IP, sv.node, svcs, strings.Join(waitsFor, " or ")))
+		sv.in.events.onIP(e.IP, corev1.EventTypeNormal, "WaitingForKubeProxy", fmt.Sprintf("%s stays on %s, where endpoints of %s still serve, until kube-proxy on %s delivers to the ready ones there",
+			e.IP, sv.in.node, svcs, strings.Join(waitsFor, " or ")))
 	case len(waitsFor) == 0 && was:
 		sv.waitEnded(e.IP)
 		waited := now.Sub(wait.since).Round(10 * time.Millisecond)
 		to := slices.DeleteFunc(slices.Clone(wait.nodes), func(n string) bool { return !slices.Contains(el.Nodes, n) })
 		switch node, v := sv.checks.Outcome(e.Local, to); v {
 		case endpoints.Delivers:
-			sv.events.onIP(e.IP, corev1.EventTypeNormal, "KubeProxyDelivers", fmt.Sprintf("kube-proxy on %s delivers to %s after %s: %s moves there", node, svcs, waited, e.IP))
+			sv.in.events.onIP(e.IP, corev1.EventTypeNormal, "KubeProxyDelivers", fmt.Sprintf("kube-proxy on %s delivers to %s after %s: %s moves there", node, svcs, waited, e.IP))
 		case endpoints.Unknown:
-			sv.events.onIP(e.IP, corev1.EventTypeWarning, "KubeProxyUnverified", fmt.Sprintf("kube-proxy on %s did not say it delivers to %s within %s, or could not be asked: %s moves there on its EndpointSlices' word",
+			sv.in.events.onIP(e.IP, corev1.EventTypeWarning, "KubeProxyUnverified", fmt.Sprintf("kube-proxy on %s did not say it delivers to %s within %s, or could not be asked: %s moves there on its EndpointSlices' word",
 				node, svcs, waited, e.IP))
 		default:
-			sv.events.onIP(e.IP, corev1.EventTypeNormal, "KubeProxyWaitEnded", fmt.Sprintf("%s waits for kube-proxy no more after %s: %s", e.IP, waited, el.Why(e.Local)))
+			sv.in.events.onIP(e.IP, corev1.EventTypeNormal, "KubeProxyWaitEnded", fmt.Sprintf("%s waits for kube-proxy no more after %s: %s", e.IP, waited, el.Why(e.Local)))
 		}
 	}
 }

@@ -111,7 +111,7 @@ func TestLoopLocalIPLivesWhereItsEndpointIs(t *testing.T) {
 // is on node-a: node-a holds its IP.
 func holdingLocalWorld(t *testing.T, kp KubeProxy) *world {
 	w := newWorld(t, "node-a", defaultTestConfig())
-	w.a.opt.KubeProxy, w.s.serving.kubeProxy = kp, kp
+	w.a.opt.KubeProxy, w.s.serving.in.kubeProxy = kp, kp
 	for i, n := range []string{"node-a", "node-b"} {
 		if n != "node-a" {
 			w.addNode(n)
@@ -340,7 +340,7 @@ func TestLoopWaitForKubeProxyEndsWithAnEvent(t *testing.T) {
 // IP, with its health check node port; node-b holds the IP.
 func localWorldOf3(t *testing.T, kp KubeProxy) *world {
 	w := newWorld(t, "node-a", defaultTestConfig())
-	w.a.opt.KubeProxy, w.s.serving.kubeProxy = kp, kp
+	w.a.opt.KubeProxy, w.s.serving.in.kubeProxy = kp, kp
 	for i, n := range []string{"node-a", "node-b", "node-c"} {
 		if n != "node-a" {
 			w.addNode(n)
