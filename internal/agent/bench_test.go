@@ -190,7 +190,7 @@ func BenchmarkSteadySecond(b *testing.B) {
 		for _, mode := range []string{"every-input", "passDue"} {
 			b.Run(fmt.Sprintf("10000-IPs/%d-nodes/%s", nodes, mode), func(b *testing.B) {
 				w, peers := steadyWorld(b, 10000, nodes)
-				due := func() bool { return mode == "every-input" || w.s.passDue(w.clk.Now()) }
+				due := func() bool { return mode == "every-input" || w.passDue() }
 				b.ReportAllocs()
 				for b.Loop() {
 					for range 2 {
@@ -317,14 +317,14 @@ func BenchmarkLANSteadySecond(b *testing.B) {
 	half := func(k int) {
 		w.step(w.s.desired.cfg.RenewInterval)
 		w.s.tick()
-		if w.renew() || w.s.passDue(w.clk.Now()) {
+		if w.renew() || w.passDue() {
 			w.s.pass()
 		}
 		w.s.lan.speaker.speak(w.clk.Now())
 		for j := range 7 {
 			p := peers[(7*k+j)%len(peers)]
 			w.arrive(p, addr((7*k+j)%len(peers)+1), ages)
-			if w.s.takeDatagrams() {
+			if w.takeDatagrams() {
 				w.s.pass()
 			}
 		}

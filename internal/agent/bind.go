@@ -119,7 +119,7 @@ func (s *state) bind(ip netip.Addr, e ipset.Entry, lk *lease.Lock, why string) r
 		s.binder.watchClaimsOn(iface)
 	}
 	if b.announce.BGP() {
-		b.route = s.routes.announce(ip, e, s.movesOf(ip, lk))
+		b.route = s.routes.announce(ip, e, s.succ.moves(ip, lk))
 	}
 	s.binder.hold(ip, b)
 	s.sched.wakeIPs(s.succ.bound(ip, s.clk.Now()), s.clk.Now())

@@ -32,39 +32,17 @@ func (s *state) succeed(v lease.View, ip netip.Addr, lk *lease.Lock) (write bool
 	if begun {
 		s.conflicts.probeFirst(ip)
 	}
-	write, r = s.bindAsSuccessor(ip, lk, sc)
+	write = sc.contested
+	if !write {
+		r = s.bind(ip, s.desired.entries[ip], lk, "successor of "+lk.Holder+", judged dead")
+		// Bound, or a stranger answers (this node keeps the lock and
+		// reports the conflict, as any node taking an IP over does), or
+		// an eip node does.
+		_, bound := s.binder.bound[ip]
+		write = bound || s.conflicts.answering(ip)
+	}
 	s.sched.wakeIPs(s.succ.setBinding(ip, !write), s.clk.Now())
 	return write, r
-}
-
-func (s *state) bindAsSuccessor(ip netip.Addr, lk *lease.Lock, sc succession) (write bool, r refusal) {
-	if sc.contested {
-		return true, r
-	}
-	r = s.bind(ip, s.desired.entries[ip], lk, "successor of "+lk.Holder+", judged dead")
-	if _, bound := s.binder.bound[ip]; bound {
-		return true, r
-	}
-	if _, inUse := s.conflicts.inUse[ip]; inUse {
-		// A stranger answers: this node keeps the lock and reports the
-		// conflict, as any node taking an IP over does.
-		return true, r
-	}
-	p, probing := s.conflicts.probing[ip]
-	return probing && !p.peerSince.IsZero(), r
-}
-
-// holdWrite says whether the write of succession ip, if bound, waits for
-// the others' binds (successions), and holds it if so.
-func (s *state) holdWrite(ip netip.Addr) bool {
-	if _, bound := s.binder.bound[ip]; !bound {
-		return false
-	}
-	until, held := s.succ.hold(ip, s.clk.Now(), s.desired.cfg.LeaseDuration)
-	if held {
-		s.sched.wakeIP(ip, until)
-	}
-	return held
 }
 
 // dispatch hands a write to the writers. At most as many acquisitions as
@@ -97,29 +75,4 @@ func (s *state) drop(w *write, why string) bool {
 	s.unbind(w.ip, why)
 	w.drops = true
 	return true
-}
-
-// movesOf is the transition count of ip's lock lk as this node sees it
-// (its own latest write, or the cache; worked out once a pass by the lock
-// book), counting the move under way of an IP bound as the successor
-// before the write that counts it: its route must already beat the dead
-// holder's, which lingers at the router until its hold timer.
-func (s *state) movesOf(ip netip.Addr, lk *lease.Lock) int32 {
-	var moves int32
-	if lk != nil {
-		moves = lk.Moves
-	}
-	if _, ok := s.succ.succeeding[ip]; ok {
-		moves++
-	}
-	return moves
-}
-
-// allocate is one allocation pass over the Services; locks are the cached
-// locks by name (before reconcile consumes them). The new addresses a
-// Service is given are probed on the LAN first (candidatesFree).
-func (s *state) allocate(v lease.View, locks map[string]*lease.Kept) {
-	if wake := s.alloc.pass(v, &s.desired, locks, s.book.eachSeen, &s.conflicts, &s.binder); !wake.IsZero() {
-		s.sched.wakeFull(wake)
-	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/eip-project/eip/internal/config"
 	"github.com/eip-project/eip/internal/ipset"
+	"github.com/eip-project/eip/internal/lease"
 )
 
 // configSource reads the configuration: the ConfigMap from the cache
@@ -35,14 +36,25 @@ type configSource struct {
 	log      *slog.Logger
 }
 
-// load parses the ConfigMap when it changed. An invalid one keeps the
+// load reads the configuration (read) into d, and says whether the one in
+// force changed; the liveness judge live (nil before the loop runs) takes
+// the renew interval of each one put in force.
+func (c *configSource) load(d *desired, saver *lastGoodSaver, live *lease.Liveness) (changed bool) {
+	applied, changed := c.read(d, saver)
+	if applied && live != nil {
+		live.SetTimings(d.cfg.RenewInterval, 2*d.cfg.RenewInterval)
+	}
+	return changed
+}
+
+// read parses the ConfigMap when it changed. An invalid one keeps the
 // last good configuration in force, is logged, recorded as a Warning event
 // on the ConfigMap and reported in the heartbeat. An eipd that has no good
 // configuration yet (it is starting) takes the last good one kept in the
 // cluster instead. A good one is offered to saver (nil: none). It
 // reports whether a configuration was put in force (applied) and whether
 // that changed the one in force.
-func (c *configSource) load(d *desired, saver *lastGoodSaver) (applied, changed bool) {
+func (c *configSource) read(d *desired, saver *lastGoodSaver) (applied, changed bool) {
 	name := c.namespace + "/" + c.name
 	cm, err := c.configMaps.Get(c.name)
 	if apierrors.IsNotFound(err) {

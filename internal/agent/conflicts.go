@@ -430,6 +430,16 @@ func (c *addrConflicts) probes(ip netip.Addr) bool {
 	return ok
 }
 
+// answering: something answers for ip on the LAN: a stranger (in use), or
+// an eip node whose probe of ip was answered (a holder alive but late).
+func (c *addrConflicts) answering(ip netip.Addr) bool {
+	if _, inUse := c.inUse[ip]; inUse {
+		return true
+	}
+	p, probing := c.probing[ip]
+	return probing && !p.peerSince.IsZero()
+}
+
 // off: nothing is probed (Options.ProbeWait is 0).
 func (c *addrConflicts) off() bool { return c.probeWait <= 0 }
 

@@ -8,7 +8,6 @@ import (
 	"github.com/eip-project/eip/internal/ipset"
 	"github.com/eip-project/eip/internal/lease"
 	coordinationv1 "k8s.io/api/coordination/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
 
 // reconcileSome decides again the dirty IPs, those whose own decision
@@ -103,7 +102,9 @@ func (s *state) reconcile() {
 	}
 	s.decideAll(v, all, locks, now)
 	if v.Writable {
-		s.collectHeartbeats(v)
+		for _, l := range s.gone.collectable(v, s.leases.heartbeats(), s.writes.inflight) {
+			s.dispatch(write{name: l.Name, action: lease.Delete, rv: l.ResourceVersion, timeout: s.desired.cfg.LeaseDuration})
+		}
 	}
 	s.sched.judged(verdictsOf(s.live, now))
 	s.metrics.Held(len(s.binder.bound))
@@ -122,7 +123,7 @@ func (s *state) readInputs(now time.Time) (all []*lease.Kept, locks map[string]*
 	cm, svc, nodes, eps := s.sched.takeInputs()
 	changed := false
 	if cm {
-		changed = s.loadConfig()
+		changed = s.configs.load(&s.desired, s.lastGood, s.live)
 		s.lifetime.configure(s.desired.cfg)
 		s.configureLAN()
 	}
@@ -134,7 +135,7 @@ func (s *state) readInputs(now time.Time) (all []*lease.Kept, locks map[string]*
 			// A range may now contain an address never to be bound: the
 			// ConfigMap is checked again, and refused if so.
 			s.desired.recheck()
-			changed = s.loadConfig() || changed
+			changed = s.configs.load(&s.desired, s.lastGood, s.live) || changed
 		}
 		s.desired.reserve(reserved)
 	}
@@ -163,7 +164,11 @@ func (s *state) decideAll(v lease.View, all []*lease.Kept, locks map[string]*lea
 	seen := s.book.resolvePass(s.desired.order, s.desired.names, locks)
 	defer s.book.passDone()
 	plan := s.desired.plan(v, seen, s.serving.only, s.writes.pending)
-	s.allocate(v, locks)
+	// One allocation pass over the Services; the new addresses a Service
+	// is given are probed on the LAN first (candidatesFree).
+	if wake := s.alloc.pass(v, &s.desired, locks, s.book.eachSeen, &s.conflicts, &s.binder); !wake.IsZero() {
+		s.sched.wakeFull(wake)
+	}
 	// Acquisitions in flight are bounded (see dispatch), so the IPs the
 	// policy gives this node, or free ones it ranks first for, go first:
 	// it races for the others' only once its own are under way.
@@ -269,7 +274,10 @@ func (s *state) carry(v lease.View, in lease.IP, name string, l *lease.Kept, d l
 				return st
 			}
 		}
-		if s.holdWrite(ip) {
+		// Its write may wait for the other successions' binds.
+		_, bound := s.binder.bound[ip]
+		if until, held := s.succ.hold(ip, bound, s.clk.Now(), s.desired.cfg.LeaseDuration); held {
+			s.sched.wakeIP(ip, until)
 			return st
 		}
 	}
@@ -391,23 +399,4 @@ func (s *state) lockWrite(v lease.View, ip netip.Addr, name string, l *lease.Kep
 		w.lease = lease.WithOwner(w.lease, e.Owner.Service, e.Owner.UID)
 	}
 	return w, true
-}
-
-// collectHeartbeats deletes the heartbeats of nodes that are dead and whose
-// Node object is gone. The first live eligible node does it.
-func (s *state) collectHeartbeats(v lease.View) {
-	if len(v.Live) == 0 || v.Live[0] != v.Self {
-		return
-	}
-	for _, l := range s.leases.heartbeats() {
-		node, ok := lease.NodeOf(l.Name)
-		if !ok || v.Alive(node) || s.writes.inflight[l.Name] {
-			continue
-		}
-		if _, err := s.a.nodes.Get(node); !apierrors.IsNotFound(err) {
-			continue
-		}
-		s.log.Info("deleting the heartbeat of a dead node that no longer exists", "node", node, "lease", l.Name)
-		s.dispatch(write{name: l.Name, action: lease.Delete, rv: l.ResourceVersion, timeout: s.desired.cfg.LeaseDuration})
-	}
 }

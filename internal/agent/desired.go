@@ -170,23 +170,25 @@ func (d *desired) manage(entries []ipset.Entry) {
 	}
 }
 
-// reject records the rejection key ("svc ip reason") and says whether it
-// is new.
-func (d *desired) reject(key string) (fresh bool) {
-	if d.rejected[key] {
-		return false
+// newRejections records the rejections made now and returns those not
+// made before; it forgets the ones no longer made.
+func (d *desired) newRejections(rejected []ipset.Rejection) []ipset.Rejection {
+	var fresh []ipset.Rejection
+	seen := make(map[string]bool, len(rejected))
+	for _, r := range rejected {
+		key := r.Service + " " + r.IP + " " + r.Reason
+		seen[key] = true
+		if !d.rejected[key] {
+			d.rejected[key] = true
+			fresh = append(fresh, r)
+		}
 	}
-	d.rejected[key] = true
-	return true
-}
-
-// keepRejected forgets the rejections not in seen: no longer made.
-func (d *desired) keepRejected(seen map[string]bool) {
 	for key := range d.rejected {
 		if !seen[key] {
 			delete(d.rejected, key)
 		}
 	}
+	return fresh
 }
 
 // plan asks the policy where the IPs should be, their locks seen as seen

@@ -158,6 +158,26 @@ func (p *eventPoster) onIP(ip netip.Addr, kind, reason, msg string) {
 	}
 }
 
+// rejected records a Warning event for each newly rejected address, once
+// per node and reason, within the node's Event budget: a ConfigMap edit
+// that leaves a thousand Services' IPs outside every range is a thousand
+// rejections at once. Only the first live node reports (reporter), so a
+// three-node cluster does not triple every event; a node that has not yet
+// heard any heartbeat counts as first, which at a cluster's start is every
+// node, and the budget bounds that too.
+func (p *eventPoster) rejected(fresh []ipset.Rejection, reporter bool) {
+	for _, r := range fresh {
+		p.log.Warn("not managing an address", "service", r.Service, "ip", r.IP, "reason", r.Reason)
+		switch {
+		case !reporter:
+		case r.Preference:
+			p.onService(r.Service, corev1.EventTypeWarning, "PreferenceIgnored", fmt.Sprintf("%s does not decide where %s lives: %s", ipset.AnnotationPreferredNodes, r.IP, r.Reason))
+		default:
+			p.onService(r.Service, corev1.EventTypeWarning, "AddressRejected", fmt.Sprintf("%s is not bound by eip: %s", r.IP, r.Reason))
+		}
+	}
+}
+
 // onService posts an Event on the Service key ("namespace/name"), if
 // the node's budget allows it; otherwise it is counted for the next
 // summary.

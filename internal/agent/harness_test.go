@@ -10,6 +10,7 @@ import (
 	"maps"
 	"net"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -231,7 +232,7 @@ func newWorld(t testing.TB, self string, cfg map[string]string) *world {
 	w.addNode(self)
 	w.s = newState(a)
 	w.s.serving.slices.open = w.watchSlices
-	w.s.loadConfig()
+	w.loadConfig()
 	w.s.sched.dirtyCM = false
 	w.s.live = lease.NewLiveness(self, w.s.desired.cfg.RenewInterval, 2*w.s.desired.cfg.RenewInterval)
 	return w
@@ -438,6 +439,24 @@ func (w *world) settle() {
 func (w *world) heartbeatsRenewed() bool {
 	return heartbeatsRenewed(w.s.live, w.s.leases.heartbeats(), w.s.sched.passVerdicts, w.s.clk.Now())
 }
+
+// passDue, fullDue and nextWake are the loop's schedule as run and
+// handle read it, now.
+func (w *world) passDue() bool { return w.s.sched.passDue(w.s.moment(w.clk.Now())) }
+
+func (w *world) fullDue() bool { return w.s.sched.fullDue(w.s.moment(w.clk.Now())) }
+
+func (w *world) nextWake() time.Time { return w.s.sched.nextWake(w.s.moment(w.clk.Now())) }
+
+// takeDatagrams and heartbeatEvent answer the speaker's kick and a
+// heartbeat's watch event as the loop does outside a drain, and say
+// whether a pass is needed.
+func (w *world) takeDatagrams() bool { return w.s.handle(inDatagrams, reflect.Value{}, false) }
+
+func (w *world) heartbeatEvent() bool { return w.s.handle(inHeartbeats, reflect.Value{}, false) }
+
+// loadConfig reads the ConfigMap as the loop's full pass does.
+func (w *world) loadConfig() { w.s.configs.load(&w.s.desired, w.s.lastGood, w.s.live) }
 
 // renew performs the renewal the loop asked for, if it did, and hands it
 // the result; the renewed heartbeat is in the cache for the next pass.

@@ -18,6 +18,9 @@ type renewal struct {
 	status   lease.HeartbeatStatus
 	duration time.Duration
 	timeout  time.Duration
+	// factor is how many renew intervals and lease durations the renewal
+	// lasts (state.renewal).
+	factor int
 	// remove deletes the heartbeat instead (graceful shutdown).
 	remove bool
 }

@@ -58,15 +58,15 @@ func skippedPassesWouldActNot(t *testing.T, seed uint64) {
 	}
 	for range 300 {
 		// The timer was set before the clock moved.
-		next := w.s.nextWake(w.clk.Now())
+		next := w.nextWake()
 		w.step(time.Duration(rnd.IntN(300)) * time.Millisecond)
 		if !next.IsZero() && !w.clk.Now().Before(next) {
-			either(w.s.passDue(w.clk.Now()), "the timer")
+			either(w.passDue(), "the timer")
 		}
 		switch r := rnd.IntN(20); {
 		case r < 8: // the renew tick, then the renewal
 			w.s.tick()
-			either(w.s.passDue(w.clk.Now()), "the tick")
+			either(w.passDue(), "the tick")
 			select {
 			case req := <-w.s.hbLine.req:
 				// The fake API server puts the renewal in the cache
@@ -75,16 +75,16 @@ func skippedPassesWouldActNot(t *testing.T, seed uint64) {
 				// runs the pass.
 				sent := w.clk.Now()
 				err := w.s.hb.renew(req)
-				either(w.s.heartbeatEvent(), "our own heartbeat's event")
+				either(w.heartbeatEvent(), "our own heartbeat's event")
 				w.s.self.renewed(renewResult{renewal: req, sent: sent, err: err}, w.s.clk.Now(), w.s.desired.cfg.RenewInterval)
-				either(w.s.passDue(w.clk.Now()), "a renewal's result")
+				either(w.passDue(), "a renewal's result")
 			default:
 			}
 		case r < 14: // the peers that are not silent renew
 			for _, p := range peers {
 				if !silent[p] {
 					w.heartbeat(p, true)
-					either(w.s.heartbeatEvent(), p+"'s renewal")
+					either(w.heartbeatEvent(), p+"'s renewal")
 				}
 			}
 		case r < 15:
@@ -263,7 +263,7 @@ func incrementalDecidesAsFull(t *testing.T, seed uint64) {
 	// loop answers an input as the owner loop does.
 	loop := func(pass bool, what string) {
 		if pass {
-			if !w.s.fullDue(w.clk.Now()) {
+			if !w.fullDue() {
 				incremental++
 			}
 			w.s.pass()
@@ -272,15 +272,15 @@ func incrementalDecidesAsFull(t *testing.T, seed uint64) {
 	}
 	w.s.reconcile()
 	for range 400 {
-		next := w.s.nextWake(w.clk.Now())
+		next := w.nextWake()
 		w.step(time.Duration(rnd.IntN(200)) * time.Millisecond)
 		if !next.IsZero() && !w.clk.Now().Before(next) {
-			loop(w.s.passDue(w.clk.Now()), "the timer")
+			loop(w.passDue(), "the timer")
 		}
 		switch r := rnd.IntN(24); {
 		case r < 5: // the tick, and our renewal answered at once, or refused
 			w.s.tick()
-			loop(w.s.passDue(w.clk.Now()), "the tick")
+			loop(w.passDue(), "the tick")
 			w.apiDown = rnd.IntN(4) == 0
 			if w.renew() {
 				loop(true, "a renewal")
@@ -354,15 +354,15 @@ func TestIncrementalMassFailoverTakesEveryIP(t *testing.T) {
 				w.s.pass()
 			}
 		}
-		if w.s.passDue(w.clk.Now()) {
-			full += boolInt(w.s.fullDue(w.clk.Now()))
+		if w.passDue() {
+			full += boolInt(w.fullDue())
 			w.s.pass()
 		}
 		for more := true; more; {
 			select {
 			case j := <-w.s.writes.jobs:
 				w.s.writeDone(w.answer(j))
-				full += boolInt(w.s.fullDue(w.clk.Now()))
+				full += boolInt(w.fullDue())
 				w.s.pass()
 			default:
 				more = false

@@ -84,6 +84,25 @@ func (in *inputs) waiting() (int, reflect.Value, bool) {
 	return i + inTick, v, true
 }
 
+// drainLimit bounds the inputs one reconcile pass answers, so that a flood
+// cannot hold the pass (and the heartbeat it requests) back for long.
+const drainLimit = 1024
+
+// drainInto has handle answer the inputs that are already waiting, without
+// blocking, so that one reconcile pass answers a burst of them: a thousand
+// lock writes coming back at a cold start, a lease event per write, an
+// address event per binding. A pass costs the same for one input as for a
+// thousand.
+func (in *inputs) drainInto(handle func(i int, v reflect.Value, draining bool) bool) {
+	for range drainLimit {
+		i, v, ok := in.waiting()
+		if !ok {
+			return
+		}
+		handle(i, v, true)
+	}
+}
+
 // handle answers input i, received as v, and says whether it asks for a
 // pass now. While draining, a pass follows in any case, and a heartbeat's
 // renewal is only noted for it.
@@ -92,11 +111,11 @@ func (s *state) handle(i int, v reflect.Value, draining bool) (pass bool) {
 	switch i {
 	case inTimer:
 		s.wire.check(now(), s.self.apiOK(now()), s.live, &s.binder)
-		s.reannounce(now())
-		return s.checkUnheard(now()) || s.passDue(now())
+		s.reannouncer.announce(now(), s.desired.cfg.AnnounceInterval, s.binder.bound, s.mayBind(netip.Addr{}, "", now(), false).why == notRefused)
+		return s.checkUnheard(now()) || s.sched.passDue(s.moment(now()))
 	case inTick:
 		s.tick()
-		return s.passDue(now())
+		return s.sched.passDue(s.moment(now()))
 	case inServices, inNodes, inConfigMap, inEndpoints:
 		s.sched.inputChanged(i)
 	case inLeases:
@@ -106,10 +125,10 @@ func (s *state) handle(i int, v reflect.Value, draining bool) (pass bool) {
 			s.sched.inputChanged(i)
 			return true
 		}
-		return s.heartbeatEvent()
+		return s.sched.heard(s.live, s.leases.heartbeats(), now(), s.writable)
 	case inRenewed:
 		s.self.renewed(v.Interface().(renewResult), now(), s.desired.cfg.RenewInterval)
-		return s.passDue(now())
+		return s.sched.passDue(s.moment(now()))
 	case inWritten:
 		s.writeDone(v.Interface().(writeResult))
 	case inAllocated:
@@ -127,7 +146,8 @@ func (s *state) handle(i int, v reflect.Value, draining bool) (pass bool) {
 	case inClaim:
 		return s.claim(v.Interface().(netif.Claim))
 	case inDatagrams:
-		return s.takeDatagrams()
+		heard := s.lan.hear(s.live)
+		return s.checkUnheard(now()) || heard
 	case inProxied:
 		if !s.serving.verdict(v.Interface().(endpoints.Result)) {
 			return false
@@ -198,18 +218,6 @@ func (s *state) claim(c netif.Claim) (changed bool) {
 	return true
 }
 
-// takeDatagrams takes in the datagrams the speaker heard since the loop
-// last did, each at the time it arrived: a loop that ran late judges its
-// peers by when they spoke, not by when it got round to reading them. It
-// reports whether a pass is needed.
-func (s *state) takeDatagrams() bool {
-	changed := false
-	for _, h := range s.lan.heard() {
-		changed = s.live.Datagram(h.node, h.ages, h.at) || changed
-	}
-	return s.checkUnheard(s.clk.Now()) || changed
-}
-
 // checkUnheard: a peer that hears others no longer hears this node, and
 // will judge it dead a lease duration after its last sign of it and take
 // its IPs over. While unheard (from fence-after, ¾ of the lease duration
@@ -252,29 +260,6 @@ func (s *state) configureLAN() {
 	s.lan.setTimings(&s.desired, s.live, s.self.unheard, s.clk.Now())
 }
 
-// reannounce announces again the held IPs due (reannouncer), on the LAN,
-// while this node may bind: a node whose loop runs late, that fenced, or
-// whose lock view may be stale could be announcing an IP a peer has
-// taken over since. The IPs due meanwhile are skipped, not sent later in
-// a burst; the next round has them.
-func (s *state) reannounce(now time.Time) {
-	due := s.reannouncer.due(now, s.desired.cfg.AnnounceInterval, func() []netip.Addr { return announced(s.binder.bound) })
-	if len(due) == 0 || s.self.loopLate(now, s.desired.lateAfter()) || s.self.fenced || s.self.unheard || !s.writable(now) {
-		return
-	}
-	byIface := map[string][]netip.Addr{}
-	for _, ip := range due {
-		if b, ok := s.binder.bound[ip]; ok && b.announce.ARP() && !b.missing {
-			byIface[b.iface] = append(byIface[b.iface], ip)
-		}
-	}
-	for iface, ips := range byIface {
-		if err := s.a.opt.Announcer.Reannounce(iface, ips...); err != nil {
-			s.log.Warn("announce again", "iface", iface, "err", err)
-		}
-	}
-}
-
 // writeDone takes a lock write's result: its IP, and those whose drop
 // waited for it, are decided again; a lock written is the lock book's
 // until the cache shows it, and an IP acquired is probed before it is
@@ -295,17 +280,6 @@ func (s *state) writeDone(r writeResult) {
 	}
 }
 
-// loadConfig reads the configuration (configSource.load) and returns
-// whether the one in force changed; the liveness judge takes the renew
-// interval of each one put in force.
-func (s *state) loadConfig() bool {
-	applied, changed := s.configs.load(&s.desired, s.lastGood)
-	if applied && s.live != nil {
-		s.live.SetTimings(s.desired.cfg.RenewInterval, 2*s.desired.cfg.RenewInterval)
-	}
-	return changed
-}
-
 // computeEntries recomputes the managed IPs from the Services and the
 // owners their locks record.
 func (s *state) computeEntries() {
@@ -318,36 +292,6 @@ func (s *state) computeEntries() {
 		return ok
 	})
 	s.ports.apply(s.desired.cfg.PortFilter, entries, svcs)
-	s.reportRejections(rejected)
-}
-
-// reportRejections records a Warning event for each newly rejected address,
-// once per node and reason, within the node's Event budget (events.go):
-// a ConfigMap edit that leaves a thousand Services' IPs outside every
-// range is a thousand rejections at once. Only the first live node
-// reports, so a three-node cluster does not triple every event; a node
-// that has not yet heard any heartbeat counts as first, which at a
-// cluster's start is every node, and the budget bounds that too.
-func (s *state) reportRejections(rejected []ipset.Rejection) {
-	now := s.clk.Now()
-	v := s.view(now)
-	reporter := len(v.Live) == 0 || v.Live[0] == s.node
-	seen := make(map[string]bool, len(rejected))
-	for _, r := range rejected {
-		key := r.Service + " " + r.IP + " " + r.Reason
-		seen[key] = true
-		if !s.desired.reject(key) {
-			continue
-		}
-		s.log.Warn("not managing an address", "service", r.Service, "ip", r.IP, "reason", r.Reason)
-		if !reporter {
-			continue
-		}
-		if r.Preference {
-			s.events.onService(r.Service, corev1.EventTypeWarning, "PreferenceIgnored", fmt.Sprintf("%s does not decide where %s lives: %s", ipset.AnnotationPreferredNodes, r.IP, r.Reason))
-			continue
-		}
-		s.events.onService(r.Service, corev1.EventTypeWarning, "AddressRejected", fmt.Sprintf("%s is not bound by eip: %s", r.IP, r.Reason))
-	}
-	s.desired.keepRejected(seen)
+	v := s.view(s.clk.Now())
+	s.events.rejected(s.desired.newRejections(rejected), len(v.Live) == 0 || v.Live[0] == s.node)
 }

@@ -89,8 +89,16 @@ func (l *lanState) configureSpeaker(t lanTimings) { l.speaker.configure(l.lanCon
 // renewed fast again (setTimings).
 func (l *lanState) slowFor(now time.Time, slow time.Duration) { l.slowUntil = now.Add(2 * slow) }
 
-// heard is what the speaker heard since it was last asked.
-func (l *lanState) heard() []heard { return l.speaker.take() }
+// hear has live take in the datagrams the speaker heard since it was
+// last asked, each at the time it arrived: a loop that ran late judges its
+// peers by when they spoke, not by when it got round to reading them. It
+// says whether that changed a verdict.
+func (l *lanState) hear(live *lease.Liveness) (changed bool) {
+	for _, h := range l.speaker.take() {
+		changed = live.Datagram(h.node, h.ages, h.at) || changed
+	}
+	return changed
+}
 
 // sentFirst is when the speaker first sent since the socket opened, if it
 // did (speaker.sentFirst).

@@ -94,7 +94,7 @@ func (w *world) lanHeartbeat(node string) {
 // has the loop take it in.
 func (w *world) hear(node, source string, ages map[string]time.Duration) {
 	w.arrive(node, source, ages)
-	w.s.takeDatagrams()
+	w.takeDatagrams()
 }
 
 // arrive delivers a datagram to the speaker alone, as while the loop is
@@ -503,7 +503,7 @@ func TestLoopLANMixedFormats(t *testing.T) {
 		}
 		w.s.lan.speaker.receive(lanlive.Received{Source: netip.MustParseAddr(lanPeerIPs["node-b"]), Kind: lanlive.Legacy,
 			Msg: lanlive.Message{From: "node-b", Ages: hearing("node-b", "node-c", "node-d")["node-b"]}})
-		w.s.takeDatagrams()
+		w.takeDatagrams()
 		w.pass()
 	}
 	for range 4 * int(w.s.desired.cfg.LeaseDuration/w.s.desired.cfg.RenewInterval) {

@@ -133,7 +133,7 @@ func TestSpeakerHearsJoiningNode(t *testing.T) {
 	assert.DeepEqual(t, net.last.Ages, map[string]time.Duration{
 		"node-b": 100 * time.Millisecond, "node-e": 100*time.Millisecond + relayAllowance,
 	})
-	w.s.takeDatagrams()
+	w.takeDatagrams()
 	assert.Assert(t, !w.s.live.Known("node-e"))
 
 	w.step(2 * w.s.desired.cfg.LeaseDuration)

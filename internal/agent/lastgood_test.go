@@ -45,7 +45,7 @@ func (w *world) restart(kept LastGood, m Metrics) {
 	w.a.opt.LastGood, w.a.opt.Metrics = kept, m
 	w.a.recorder = record.NewFakeRecorder(16)
 	w.s = newState(w.a)
-	w.s.loadConfig()
+	w.loadConfig()
 	w.s.elig.judge(&w.s.desired, w.s.self.unheard, w.s.lan.lanPort)
 }
 
@@ -102,12 +102,12 @@ func TestAcceptedConfigIsKept(t *testing.T) {
 	w.s.lastGood = newLastGoodSaver(kept, w.s.log)
 
 	w.must(w.cms.Update(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: testCM, ResourceVersion: "9"}, Data: invalidConfig}))
-	w.s.loadConfig()
+	w.loadConfig()
 	assert.Equal(t, len(w.s.lastGood.pending), 0)
 
 	good := map[string]string{"ranges": "198.18.101.0/24"}
 	w.must(w.cms.Update(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: testCM, ResourceVersion: "10"}, Data: good}))
-	w.s.loadConfig()
+	w.loadConfig()
 	o := <-w.s.lastGood.pending
 	assert.DeepEqual(t, o, lastGoodOffer{data: good, source: "10"}, cmpOffer)
 }

@@ -215,3 +215,23 @@ func (b *lockBook) keepFree(named func(netip.Addr) bool) {
 		}
 	}
 }
+
+// heldAtStop are the IPs of order to hand off at a stop, by their index:
+// those whose lock, as seen, names this node, with no write in flight
+// (inflight), while it may write and is not out of service.
+func (b *lockBook) heldAtStop(v lease.View, order []managed, seen []*lease.Kept, inflight map[string]bool) []int {
+	if _, gone := v.Gone(v.Self); gone || !v.Writable {
+		// Out of service (lease.View.Gone): its successors are taking
+		// its IPs over, binding before they write. A hand-off now would
+		// have its target bind without a probe beside one of them. Its
+		// addresses went already; the rest are theirs.
+		return nil
+	}
+	var held []int
+	for i, m := range order {
+		if lk := b.lockOf(m.ip, seen[i]); lk != nil && lk.Holder == v.Self && !inflight[m.name] {
+			held = append(held, i)
+		}
+	}
+	return held
+}

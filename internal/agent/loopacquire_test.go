@@ -29,7 +29,7 @@ func TestLoopRefusedBindIsRetried(t *testing.T) {
 	assert.DeepEqual(t, w.take(), []string{"create " + leaseName(ip) + " holder=node-a"})
 	w.s.self.renewFailing = false
 	w.step(w.s.desired.cfg.RenewInterval)
-	assert.Assert(t, w.s.passDue(w.clk.Now()))
+	assert.Assert(t, w.passDue())
 	w.s.pass()
 	assert.DeepEqual(t, w.take(), []string{"bind " + ip.String()})
 }

@@ -5,8 +5,11 @@ import (
 	"maps"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	corelisters "k8s.io/client-go/listers/core/v1"
 
+	"github.com/eip-project/eip/internal/lease"
 	"github.com/eip-project/eip/internal/policy"
 )
 
@@ -56,4 +59,27 @@ func (g *goneNodes) observe(nodes []string, now time.Time) {
 func (g *goneNodes) gone(node string) (time.Time, bool) {
 	t, ok := g.since[node]
 	return t, ok
+}
+
+// collectable are the heartbeats among hbs to delete, with no write in
+// flight (inflight): those of nodes dead as v judges them, whose Node
+// object is gone. The first live eligible node deletes them; for any
+// other, none are.
+func (g *goneNodes) collectable(v lease.View, hbs []*coordinationv1.Lease, inflight map[string]bool) []*coordinationv1.Lease {
+	if len(v.Live) == 0 || v.Live[0] != v.Self {
+		return nil
+	}
+	var out []*coordinationv1.Lease
+	for _, l := range hbs {
+		node, ok := lease.NodeOf(l.Name)
+		if !ok || v.Alive(node) || inflight[l.Name] {
+			continue
+		}
+		if _, err := g.nodes.Get(node); !apierrors.IsNotFound(err) {
+			continue
+		}
+		g.log.Info("deleting the heartbeat of a dead node that no longer exists", "node", node, "lease", l.Name)
+		out = append(out, l)
+	}
+	return out
 }

@@ -17,6 +17,12 @@ import (
 // that part.
 const stateMethodMax = 60
 
+// stateMethodsMax is the most methods the owner loop's own type may have:
+// the run loop, the passes, decide and what carries a decision out,
+// shutdown, and the entry points of its inputs. A rule of one part is a
+// method of that part.
+const stateMethodsMax = 45
+
 // agentReachMax is the most places the loop's methods may reach through
 // the Agent (s.a): the loop is handed its ports, its caches and its log
 // when it is built, and reaches the Agent only for what it starts (the
@@ -29,8 +35,8 @@ const agentReachMax = 40
 // (assigned, incremented, deleted, cleared, appended to, its address
 // taken, or a method called on it), or a pointer to a whole part kept in
 // a variable, outside a method of that part; a part
-// holds the loop, the Agent or another part; a method of the loop is
-// longer than stateMethodMax lines; the loop's methods reach through the
+// holds the loop, the Agent or another part; the loop has more than
+// stateMethodsMax methods, or one longer than stateMethodMax lines; the loop's methods reach through the
 // Agent in more than agentReachMax places. There is no list of exceptions: a new field belongs to one part, and whoever
 // needs it asks that part.
 func TestPartsOwnTheirFields(t *testing.T) {
@@ -113,7 +119,7 @@ func TestPartsOwnTheirFields(t *testing.T) {
 	}
 	o := owners{partOf: partOf, fieldsOf: fieldsOf, fieldType: fieldType, mutators: mutators}
 
-	reach := 0
+	reach, methods := 0, 0
 	for _, f := range files {
 		for _, d := range f.Decls {
 			fd, ok := d.(*ast.FuncDecl)
@@ -122,6 +128,7 @@ func TestPartsOwnTheirFields(t *testing.T) {
 			}
 			recv := receiverType(fd)
 			if recv == "state" {
+				methods++
 				if n := fset.Position(fd.End()).Line - fset.Position(fd.Pos()).Line + 1; n > stateMethodMax {
 					t.Errorf("%s: (*state).%s is %d lines, more than %d", fset.Position(fd.Pos()), fd.Name.Name, n, stateMethodMax)
 				}
@@ -140,6 +147,9 @@ func TestPartsOwnTheirFields(t *testing.T) {
 				}
 			}
 		}
+	}
+	if methods > stateMethodsMax {
+		t.Errorf("state has %d methods, more than %d: a method that reads or writes one part, or none, belongs to that part", methods, stateMethodsMax)
 	}
 	if reach > agentReachMax {
 		t.Errorf("the loop's methods reach through the Agent (s.a) in %d places, more than %d: hand the loop, or the part that needs it, the port when it is built", reach, agentReachMax)

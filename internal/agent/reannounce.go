@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"log/slog"
 	"net/netip"
 	"slices"
 	"time"
@@ -28,6 +29,32 @@ type reannouncer struct {
 	length time.Duration // how long it lasts: every, or longer at the rate's bound
 	round  []netip.Addr  // the round's IPs, in address order
 	sent   int           // how many of round are announced
+
+	announcer Announcer
+	log       *slog.Logger
+}
+
+// announce announces again the IPs of bound due at now (every being the
+// interval), on the LAN, if this node may bind (may): a node whose loop
+// runs late, that fenced, or whose lock view may be stale could be
+// announcing an IP a peer has taken over since. The IPs due meanwhile are
+// skipped, not sent later in a burst; the next round has them.
+func (r *reannouncer) announce(now time.Time, every time.Duration, bound map[netip.Addr]binding, may bool) {
+	due := r.due(now, every, func() []netip.Addr { return announced(bound) })
+	if len(due) == 0 || !may {
+		return
+	}
+	byIface := map[string][]netip.Addr{}
+	for _, ip := range due {
+		if b, ok := bound[ip]; ok && b.announce.ARP() && !b.missing {
+			byIface[b.iface] = append(byIface[b.iface], ip)
+		}
+	}
+	for iface, ips := range byIface {
+		if err := r.announcer.Reannounce(iface, ips...); err != nil {
+			r.log.Warn("announce again", "iface", iface, "err", err)
+		}
+	}
 }
 
 // reannounceLate is how long an IP of the round may have been due and
@@ -40,7 +67,7 @@ const reannounceLate = time.Second
 // begins. A round begins when the last is over or the interval changed.
 func (r *reannouncer) due(now time.Time, every time.Duration, held func() []netip.Addr) []netip.Addr {
 	if every != r.every {
-		*r = reannouncer{every: every}
+		r.every, r.start, r.length, r.round, r.sent = every, time.Time{}, 0, nil, 0
 	}
 	if every <= 0 {
 		return nil

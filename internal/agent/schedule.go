@@ -49,45 +49,68 @@ type schedule struct {
 	first []bool
 }
 
+// moment is what the schedule reads of the rest of the loop at now: whether
+// this node may write, the liveness judge (each node's verdict is a map a
+// call, so worked out only when asked), the end of a pause between acquisitions (paceUntil,
+// see congestion), the resync period, whether the policy is spread, and
+// the times the loop must wake at besides the schedule's own (that pause's
+// end, a node's verdict expiring, being unheard, the wire's next check,
+// the next announcement).
+type moment struct {
+	now       time.Time
+	writable  bool
+	live      *lease.Liveness
+	paceUntil time.Time
+	resync    time.Duration
+	spread    bool
+	wakes     [5]time.Time
+}
+
 // passDue says whether the renew tick, the result of a renewal or the
-// timer needs a reconcile pass. None of them changes a lock, a Service or a
-// heartbeat in the cache: those wake the loop themselves. What a pass reads
-// that changes with time alone is a decision's own time (s.wake: a rank's
-// turn, fence-after, an allocation's retry), the end of a pause between
-// acquisitions (paceUntil, see congestion), a node's verdict (seen
-// renewing, judged dead), and whether this node may write (a renewal failed
-// or came back, the watch went quiet); the last two are compared with the
-// last pass. A full pass every resync period stays as a safety net. At
-// 10,000 IPs a pass costs tens of milliseconds, and ticks and renewals came
-// four times a second.
-func (s *state) passDue(now time.Time) bool {
-	return !s.sched.wake.IsZero() && !now.Before(s.sched.wake) ||
-		!s.sched.ipWake.min.IsZero() && !now.Before(s.sched.ipWake.min) || len(s.sched.dirty) > 0 ||
-		!s.writes.paceUntil.IsZero() && !now.Before(s.writes.paceUntil) ||
-		s.writable(now) != s.sched.passWritable ||
-		!maps.Equal(s.sched.passVerdicts, verdictsOf(s.live, now)) ||
-		now.Sub(s.sched.lastPass) >= s.a.opt.Resync
+// timer needs a reconcile pass at m. None of them changes a lock, a
+// Service or a heartbeat in the cache: those wake the loop themselves.
+// What a pass reads that changes with time alone is a decision's own time
+// (wake: a rank's turn, fence-after, an allocation's retry), the end of a
+// pause between acquisitions, a node's verdict (seen renewing, judged
+// dead), and whether this node may write (a renewal failed or came back,
+// the watch went quiet); the last two are compared with the last pass. A
+// full pass every resync period stays as a safety net. At 10,000 IPs a
+// pass costs tens of milliseconds, and ticks and renewals came four times
+// a second.
+func (s *schedule) passDue(m moment) bool {
+	return !s.wake.IsZero() && !m.now.Before(s.wake) ||
+		!s.ipWake.min.IsZero() && !m.now.Before(s.ipWake.min) || len(s.dirty) > 0 ||
+		!m.paceUntil.IsZero() && !m.now.Before(m.paceUntil) ||
+		m.writable != s.passWritable ||
+		!maps.Equal(s.passVerdicts, verdictsOf(m.live, m.now)) ||
+		m.now.Sub(s.lastPass) >= m.resync
 }
 
 // nextWake is when the timer should wake the loop: a decision's time, the
 // end of a pause between acquisitions, or the next moment a node's verdict
 // changes if no heartbeat does.
-func (s *state) nextWake(now time.Time) time.Time {
-	expiry, _ := s.live.NextExpiry(now)
-	next := s.sched.wake
-	for _, t := range []time.Time{s.sched.ipWake.min, expiry, s.self.unheardAt, s.writes.paceUntil, s.wire.next(), s.reannouncer.next()} {
+func (s *schedule) nextWake(m moment) time.Time {
+	next := s.wake
+	sooner := func(t time.Time) {
 		if !t.IsZero() && (next.IsZero() || t.Before(next)) {
 			next = t
 		}
 	}
+	sooner(s.ipWake.min)
+	for _, t := range m.wakes {
+		sooner(t)
+	}
 	return next
 }
 
-func (s *state) fullDue(now time.Time) bool {
-	return s.sched.needFull || s.sched.dirtySvc || s.sched.dirtyNodes || s.sched.dirtyCM || s.desired.cfg.Policy == config.PolicySpread ||
-		!s.sched.wake.IsZero() && !now.Before(s.sched.wake) ||
-		!maps.Equal(s.sched.passVerdicts, verdictsOf(s.live, now)) ||
-		now.Sub(s.sched.lastPass) >= s.a.opt.Resync
+// fullDue says whether the pass at m goes over every IP: an input every IP
+// reads changed, a time the pass itself set came, a node's verdict
+// changed, the policy is spread, or the resync period passed.
+func (s *schedule) fullDue(m moment) bool {
+	return s.needFull || s.dirtySvc || s.dirtyNodes || s.dirtyCM || m.spread ||
+		!s.wake.IsZero() && !m.now.Before(s.wake) ||
+		!maps.Equal(s.passVerdicts, verdictsOf(m.live, m.now)) ||
+		m.now.Sub(s.lastPass) >= m.resync
 }
 
 // writableChanged answers a change of whether this node may write: the
@@ -365,15 +388,16 @@ func (s *schedule) wakeIP(ip netip.Addr, t time.Time) {
 	s.ipWake.set(ip, t)
 }
 
-// heartbeatEvent answers a renewal of a heartbeat that the watch
-// delivered, and reports whether a pass is needed: a full one when
-// heartbeatsRenewed says so, one over the IPs that depend on it when
-// whether this node may write changed (its own renewal came back).
-func (s *state) heartbeatEvent() bool {
-	if heartbeatsRenewed(s.live, s.leases.heartbeats(), s.sched.passVerdicts, s.clk.Now()) {
-		s.sched.askFull()
+// heard answers a renewal of a heartbeat that the watch delivered, hbs
+// being the heartbeats live observes at now, and reports whether a pass
+// is needed: a full one when heartbeatsRenewed says so, one over the IPs
+// that depend on it when whether this node may write changed (its own
+// renewal came back), as writable says once live observed them.
+func (s *schedule) heard(live *lease.Liveness, hbs []*coordinationv1.Lease, now time.Time, writable func(time.Time) bool) bool {
+	if heartbeatsRenewed(live, hbs, s.passVerdicts, now) {
+		s.askFull()
 	}
-	return s.sched.needFull || s.writable(s.clk.Now()) != s.sched.passWritable
+	return s.needFull || writable(now) != s.passWritable
 }
 
 // heartbeatsRenewed has live observe the heartbeats hbs after a renewal
@@ -444,19 +468,30 @@ func (s *state) pass() {
 		// every heartbeat the cache held after it was just observed.
 		s.live.Delivered(now)
 	}
-	if w := s.writable(now); w != s.sched.passWritable {
-		s.sched.writableChanged(w)
+	m := s.moment(now)
+	if m.writable != s.sched.passWritable {
+		s.sched.writableChanged(m.writable)
 	}
 	// fullDue only then: it reads every node's verdict, a map a call.
-	if s.sched.dirtyEps && !s.fullDue(now) {
+	if s.sched.dirtyEps && !s.sched.fullDue(m) {
 		s.sched.endpointsRead()
 		s.sched.markDirty(s.serving.update(false, &s.desired, s.binder.bound, s.view)...)
 	}
-	if s.fullDue(now) {
+	if s.sched.fullDue(m) {
 		s.reconcile()
 		return
 	}
 	s.reconcileSome(now)
+}
+
+// moment is what the schedule reads of the loop at now.
+func (s *state) moment(now time.Time) moment {
+	expiry, _ := s.live.NextExpiry(now)
+	return moment{
+		now: now, writable: s.writable(now), live: s.live,
+		paceUntil: s.writes.paceUntil, resync: s.a.opt.Resync, spread: s.desired.cfg.Policy == config.PolicySpread,
+		wakes: [5]time.Time{s.writes.paceUntil, expiry, s.self.unheardAt, s.wire.next(), s.reannouncer.next()},
+	}
 }
 
 // verdict is what a reconcile pass reads about a node from its heartbeat.

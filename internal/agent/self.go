@@ -3,6 +3,7 @@ package agent
 import (
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"slices"
 	"time"
 
@@ -90,7 +91,7 @@ func (s *self) fence() { s.fenced = true }
 func (s *self) reread() { s.needBarrier = true }
 
 // apiOK: the last renewal succeeded, recently enough: within half of the
-// duration it was renewed with (a slow heartbeat lasts renewFactor lease
+// duration it was renewed with (a slow heartbeat lasts its factor of lease
 // durations). Judged against the fast pace alone, a node on slow
 // heartbeats could write and bind only in the second after each renewal,
 // and a takeover or a hand-off would wait for the next one. Judged against
@@ -111,8 +112,8 @@ func (s *self) mayBeJudgedDead(now time.Time) bool {
 	return s.unheard || s.lastRenewOK.IsZero() || now.Sub(s.lastRenewOK) >= s.lastRenewFor
 }
 
-func (s *state) requestRenew() {
-	r := s.renewal()
+// requestRenew offers the heartbeat writer the renewal r.
+func (s *state) requestRenew(r renewal) {
 	if s.hbLine.offer(r) {
 		s.self.asked(r, s.clk.Now())
 	}
@@ -130,10 +131,13 @@ func (s *self) asked(r renewal, now time.Time) { s.lastRenewAsked, s.lastAsked =
 // 950/s (docs/benchmarks.md).
 const idleRenewFactor = 10
 
-// renewal is the heartbeat renewal this node's state asks for now.
-func (s *state) renewal() renewal {
-	conflicts, claims := s.conflicts.report(s.clk.Now())
-	wireReport, wireChecked, checkDone := s.wire.status(s.clk.Now())
+// renewal is the heartbeat renewal this node's state asks for at now. Its
+// factor is how many renew intervals it lasts: one, or more when nobody
+// needs it renewed often: the node is idle, or its liveness goes over the
+// LAN (lanState.slow).
+func (s *state) renewal(now time.Time) renewal {
+	conflicts, claims := s.conflicts.report(now)
+	wireReport, wireChecked, checkDone := s.wire.status(now)
 	r := renewal{
 		status: lease.HeartbeatStatus{Eligible: s.elig.mayHold(), Error: s.elig.statusError(s.desired.cfgErr, s.routes.routerErr), Held: len(s.binder.bound), BGP: s.routes.bgpSessions,
 			MACs: s.binder.ownMACs(), Conflicts: conflicts, Claims: claims, LivenessPort: s.lan.lanPort, Build: s.a.opt.Build,
@@ -143,15 +147,22 @@ func (s *state) renewal() renewal {
 		// lease is a failure as far as holding addresses goes.
 		duration: s.desired.cfg.LeaseDuration,
 		timeout:  max(s.desired.cfg.LeaseDuration/2, s.desired.cfg.RenewInterval),
+		factor:   1,
 	}
-	factor := s.renewFactor(s.clk.Now())
-	r.duration *= time.Duration(factor)
+	switch {
+	case s.lan.slow(s.live, s.self.unheard, now):
+		r.factor = s.desired.cfg.SlowFactor(len(s.live.Nodes()))
+	case !s.elig.mayHold() && len(s.binder.bound) == 0 && len(s.writes.inflight) == 0:
+		// Idle: this node may hold no IP, holds none and writes none.
+		r.factor = idleRenewFactor
+	}
+	r.duration *= time.Duration(r.factor)
 	// A slow heartbeat lasts factor lease durations, and nobody judges
 	// this node by it within one: its renewal may take half its own
 	// period. Held to half a lease, renewals that a loaded API server
 	// applied in a second and a half failed (150 a minute at fifty
 	// nodes), were written again, and met a newer version.
-	r.timeout = max(r.timeout, time.Duration(factor)*s.desired.cfg.RenewInterval/2)
+	r.timeout = max(r.timeout, time.Duration(r.factor)*s.desired.cfg.RenewInterval/2)
 	return r
 }
 
@@ -175,24 +186,11 @@ func (s *self) renewBackoff(factor int, renew time.Duration) time.Duration {
 	return wait
 }
 
-// renewFactor is how many renew intervals this node's heartbeat lasts: one,
-// or more when nobody needs it renewed often: the node is idle, or its
-// liveness goes over the LAN (lanState.slow).
-func (s *state) renewFactor(now time.Time) int {
-	switch {
-	case s.lan.slow(s.live, s.self.unheard, now):
-		return s.desired.cfg.SlowFactor(len(s.live.Nodes()))
-	case !s.elig.mayHold() && len(s.binder.bound) == 0 && len(s.writes.inflight) == 0:
-		// Idle: this node may hold no IP, holds none and writes none.
-		return idleRenewFactor
-	}
-	return 1
-}
-
-// renewDue: the tick renews every renew interval, a slow heartbeat every
-// renewFactor of them, and any node at once when what it says of itself
-// changed (it became eligible, say) or when the duration it last wrote
-// runs out before the next renewal at this pace could come.
+// renewDue: the tick renews every renew interval (renew), a slow
+// heartbeat every factor of them, and any node at once when what it says
+// of itself changed (it became eligible, say) or when the duration it last
+// wrote runs out before the next renewal at this pace could come; want is
+// the renewal the node's state asks for now.
 //
 // Both are judged against the renewal last asked for, not the heartbeat in
 // the cache, which shows a renewal only once the watch delivers it: on a
@@ -201,20 +199,18 @@ func (s *state) renewFactor(now time.Time) int {
 // reason to write: the slow factor changes with the number of nodes, and
 // rewriting every heartbeat whenever it did would cost a write per node
 // for each node that joins beyond twenty.
-func (s *state) renewDue(now time.Time) bool {
-	factor := s.renewFactor(now)
-	if s.self.renewFailing {
-		return now.Sub(s.self.renewFailedAt) >= s.self.renewBackoff(factor, s.desired.cfg.RenewInterval)-s.desired.cfg.RenewInterval/2
+func (s *self) renewDue(now time.Time, want renewal, renew time.Duration) bool {
+	if s.renewFailing {
+		return now.Sub(s.renewFailedAt) >= s.renewBackoff(want.factor, renew)-renew/2
 	}
-	if factor == 1 || s.self.lastRenewAsked.IsZero() {
+	if want.factor == 1 || s.lastRenewAsked.IsZero() {
 		return true
 	}
-	period := time.Duration(factor) * s.desired.cfg.RenewInterval
-	want := s.renewal()
-	if !sameStatus(want.status, s.self.lastAsked.status) || s.self.lastAsked.duration < period+want.timeout {
+	period := time.Duration(want.factor) * renew
+	if !sameStatus(want.status, s.lastAsked.status) || s.lastAsked.duration < period+want.timeout {
 		return true
 	}
-	return now.Sub(s.self.lastRenewAsked) >= period-s.desired.cfg.RenewInterval/2
+	return now.Sub(s.lastRenewAsked) >= period-renew/2
 }
 
 // sameStatus: a and b say the same of the node but for the IPs it holds,
@@ -265,7 +261,9 @@ func (s *state) tick() {
 	s.self.ticked(now, s.desired.stallAfter())
 	s.watch.progressed(now)
 	s.wire.check(now, s.self.apiOK(now), s.live, &s.binder)
-	s.reannounce(now) // starts the rounds, which then set their own wakes
+	// It starts the rounds, which then set their own wakes; it announces
+	// while the gate lets this node bind on no interface in particular.
+	s.reannouncer.announce(now, s.desired.cfg.AnnounceInterval, s.binder.bound, s.mayBind(netip.Addr{}, "", now, false).why == notRefused)
 	if !s.self.loopLate(now, s.desired.lateAfter()) {
 		s.lifetime.loopTicked()
 		s.sched.onTime()
@@ -273,13 +271,14 @@ func (s *state) tick() {
 	s.events.summarise(now)
 	s.serving.watch(s.clk.Now())
 	s.routes.observe(s.clk.Now(), s.desired.cfg.BGP.ASN)
-	s.takeDatagrams()
+	s.lan.hear(s.live)
+	s.checkUnheard(s.clk.Now())
 	s.lan.tellPeers(s.live)
 	s.lan.setTimings(&s.desired, s.live, s.self.unheard, s.clk.Now())
 	// A stalled loop renews at once, slow heartbeat or not: it binds
 	// nothing until a renewal sent since comes back.
-	if s.renewDue(now) || s.self.stalled && s.self.needBarrier {
-		s.requestRenew()
+	if r := s.renewal(now); s.self.renewDue(now, r, s.desired.cfg.RenewInterval) || s.self.stalled && s.self.needBarrier {
+		s.requestRenew(r)
 	}
 	if now.Sub(s.sched.lastResync) >= s.a.opt.Resync {
 		s.resync(false)

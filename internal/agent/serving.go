@@ -302,7 +302,7 @@ func (sv *serving) heldOnly(ip netip.Addr, bound map[netip.Addr]binding) lease.O
 }
 
 // reportServing logs where the IP of e may now live and, from the first
-// live node (as reportRejections), posts an Event on its Services when no
+// live node (as eventPoster.rejected), posts an Event on its Services when no
 // node may hold it any more (Warning NoEndpoints; at a start too) and when
 // one may again (Normal EndpointsReady). wasNone: no node could hold it.
 func (sv *serving) reportServing(view func(time.Time) lease.View, e ipset.Entry, el endpoints.Eligibility, wasNone, first bool) {

@@ -17,7 +17,7 @@ func (s *state) shutdown() error {
 		// Peers must see this node leave before they see its handoffs
 		// (the watch delivers Leases in the order they were written), or
 		// a policy that still counts it live hands IPs back to it.
-		if err := s.hbLine.exchange(s.renewal(), s.clk, 2*s.desired.cfg.LeaseDuration); err != nil {
+		if err := s.hbLine.exchange(s.renewal(s.clk.Now()), s.clk, 2*s.desired.cfg.LeaseDuration); err != nil {
 			s.log.Warn("announce shutdown in the heartbeat", "err", err)
 		}
 	}
@@ -25,7 +25,7 @@ func (s *state) shutdown() error {
 	// they were free (spread: in balance), and rank decides the rest.
 	seen := s.book.resolvePass(s.desired.order, s.desired.names, locks)
 	plan := s.desired.plan(v, seen, s.serving.only, s.writes.pending)
-	held := s.heldAtStop(v, seen)
+	held := s.book.heldAtStop(v, s.desired.order, seen, s.writes.inflight)
 	// Each IP is unbound just before its hand-off is sent, and no more are
 	// in flight than there are writers: queued all at once, the last of
 	// thousands would wait dark for the writes before them, and those
@@ -62,27 +62,6 @@ func (s *state) shutdown() error {
 	s.self.lanClosed()
 	s.log.Info("stopped")
 	return nil
-}
-
-// heldAtStop are the IPs to hand off at a stop, by their index in order:
-// those whose lock, as seen, names this node, with no write in flight,
-// while it may write and is not out of service.
-func (s *state) heldAtStop(v lease.View, seen []*lease.Kept) []int {
-	if _, gone := s.gone.gone(v.Self); gone {
-		// Out of service (lease.View.Gone): its successors are taking
-		// its IPs over, binding before they write. A hand-off now would
-		// have its target bind without a probe beside one of them. Its
-		// addresses went already; the rest are theirs.
-		return nil
-	}
-	var held []int
-	for i, m := range s.desired.order {
-		lk := s.book.lockOf(m.ip, seen[i])
-		if lk != nil && lk.Holder == v.Self && !s.writes.inflight[m.name] && v.Writable {
-			held = append(held, i)
-		}
-	}
-	return held
 }
 
 // handOff gives m, held by this node with lock l, to the node plan names,

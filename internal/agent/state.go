@@ -142,14 +142,15 @@ func newState(a *Agent) *state {
 			open: a.watchSlices, lock: a.lock, service: a.service, nodes: nodeAddrs{a.nodes}, kubeProxy: a.opt.KubeProxy,
 			node: a.opt.Node, clk: a.clk, log: a.log, events: events,
 		}),
-		hbLine:    newHeartbeatLine(),
-		hb:        &heartbeater{a: a},
-		alloc:     alloc,
-		conflicts: newAddrConflicts(a.opt.Node, a.opt.Announcer, a.opt.ProbeWait, a.clk, a.log, a.opt.Metrics, events),
-		gone:      newGoneNodes(a.log, a.nodes),
-		wire:      newWireChecks(a.opt.Node, a.opt.WirePace, a.opt.Announcer, a.heartbeats, a.log, a.opt.Metrics, events),
-		events:    events,
-		watch:     watch,
+		reannouncer: reannouncer{announcer: a.opt.Announcer, log: a.log},
+		hbLine:      newHeartbeatLine(),
+		hb:          &heartbeater{a: a},
+		alloc:       alloc,
+		conflicts:   newAddrConflicts(a.opt.Node, a.opt.Announcer, a.opt.ProbeWait, a.clk, a.log, a.opt.Metrics, events),
+		gone:        newGoneNodes(a.log, a.nodes),
+		wire:        newWireChecks(a.opt.Node, a.opt.WirePace, a.opt.Announcer, a.heartbeats, a.log, a.opt.Metrics, events),
+		events:      events,
+		watch:       watch,
 	}
 	s.lifetime = newKeeper(a.log, a.clk, a.opt.Addresser, a.opt.Metrics.RefreshLate, s.watch.quiet)
 	return s
@@ -166,7 +167,7 @@ func (s *state) run(ctx context.Context, stop chan struct{}) error {
 		s.lastGood = newLastGoodSaver(s.a.opt.LastGood, s.log)
 		go s.lastGood.run(ctx, stop)
 	}
-	s.loadConfig()
+	s.configs.load(&s.desired, s.lastGood, s.live)
 	s.lifetime.configure(s.desired.cfg)
 	go s.lifetime.run(stop)
 	go s.watch.run(stop)
@@ -180,7 +181,7 @@ func (s *state) run(ctx context.Context, stop chan struct{}) error {
 	s.serving.warm(ctx, s.a.allServices(), s.clk.Now())
 	s.reconcile()
 	s.resync(true)
-	s.requestRenew()
+	s.requestRenew(s.renewal(s.clk.Now()))
 	close(s.a.readyCh)
 	for {
 		i, v := in.wait()
@@ -193,7 +194,7 @@ func (s *state) run(ctx context.Context, stop chan struct{}) error {
 		pass := s.handle(i, v, false)
 		s.watch.progressed(s.clk.Now())
 		if pass {
-			s.drain(in)
+			in.drainInto(s.handle)
 			s.pass()
 		}
 		if s.desired.cfg.RenewInterval != interval {
@@ -203,26 +204,8 @@ func (s *state) run(ctx context.Context, stop chan struct{}) error {
 			in.setTick(ticker.C())
 		}
 		timer.Stop()
-		if next := s.nextWake(s.clk.Now()); !next.IsZero() {
+		if next := s.sched.nextWake(s.moment(s.clk.Now())); !next.IsZero() {
 			timer.Reset(max(next.Sub(s.clk.Now()), time.Millisecond))
 		}
-	}
-}
-
-// drainLimit bounds the inputs one reconcile pass answers, so that a flood
-// cannot hold the pass (and the heartbeat it requests) back for long.
-const drainLimit = 1024
-
-// drain handles the inputs that are already waiting, without blocking, so
-// that one reconcile pass answers a burst of them: a thousand lock writes
-// coming back at a cold start, a lease event per write, an address event
-// per binding. A pass costs the same for one input as for a thousand.
-func (s *state) drain(in *inputs) {
-	for range drainLimit {
-		i, v, ok := in.waiting()
-		if !ok {
-			return
-		}
-		s.handle(i, v, true)
 	}
 }

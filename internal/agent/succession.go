@@ -75,6 +75,22 @@ func (q *successions) setBinding(ip netip.Addr, binding bool) (released []netip.
 	return q.release()
 }
 
+// moves is the transition count of ip's lock lk as this node sees it
+// (its own latest write, or the cache; worked out once a pass by the lock
+// book), counting the move under way of an IP bound as the successor
+// before the write that counts it: its route must already beat the dead
+// holder's, which lingers at the router until its hold timer.
+func (q *successions) moves(ip netip.Addr, lk *lease.Lock) int32 {
+	var moves int32
+	if lk != nil {
+		moves = lk.Moves
+	}
+	if _, ok := q.succeeding[ip]; ok {
+		moves++
+	}
+	return moves
+}
+
 // end forgets succession ip: bound, or no longer one. It returns the held
 // writes to decide again, as setBinding does.
 func (q *successions) end(ip netip.Addr) (released []netip.Addr) {
@@ -89,11 +105,11 @@ func (q *successions) end(ip netip.Addr) (released []netip.Addr) {
 	return q.release()
 }
 
-// hold holds the write of bound succession ip, if it waits for the
-// others' binds: while one binds, for at most duration d since the first
-// write held. It says until when.
-func (q *successions) hold(ip netip.Addr, now time.Time, d time.Duration) (until time.Time, held bool) {
-	if q.binding == 0 || len(q.held) > 0 && !now.Before(q.heldSince.Add(d)) {
+// hold holds the write of succession ip, if it is bound and waits for
+// the others' binds: while one binds, for at most duration d since the
+// first write held. It says until when.
+func (q *successions) hold(ip netip.Addr, bound bool, now time.Time, d time.Duration) (until time.Time, held bool) {
+	if !bound || q.binding == 0 || len(q.held) > 0 && !now.Before(q.heldSince.Add(d)) {
 		return time.Time{}, false
 	}
 	if len(q.held) == 0 {
