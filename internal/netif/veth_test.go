@@ -646,12 +646,13 @@ func TestFrameReaderTakesWhatWaits(t *testing.T) {
 	n.in(t, n.a, func() { s = newRawSender(testLogger(t)) })
 	t.Cleanup(s.close)
 	var r *frameReader
+	var c *packet.Conn
 	n.in(t, n.b, func() {
 		ifi, err := net.InterfaceByName(vethIface)
 		assert.NilError(t, err)
 		filter, err := claimFilter(ifi.HardwareAddr)
 		assert.NilError(t, err)
-		c, err := packet.Listen(ifi, packet.Raw, unix.ETH_P_ALL, &packet.Config{Filter: filter})
+		c, err = packet.Listen(ifi, packet.Raw, unix.ETH_P_ALL, &packet.Config{Filter: filter})
 		assert.NilError(t, err)
 		t.Cleanup(func() { c.Close() })
 		r, err = newFrameReader(c, nil)
@@ -664,7 +665,20 @@ func TestFrameReaderTakesWhatWaits(t *testing.T) {
 	sent, err := s.send(vethIface, ips...)
 	assert.NilError(t, err)
 	assert.Equal(t, sent, claimBatch)
-	time.Sleep(100 * time.Millisecond) // all delivered
+	// Every frame queued on the socket (its statistics count them, and a
+	// read of them starts the count again), however long the kernel took
+	// on a loaded machine: one read then takes them all.
+	var queued uint32
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		st, err := c.Stats()
+		if err != nil {
+			return poll.Error(err)
+		}
+		if queued += st.Packets; queued < claimBatch {
+			return poll.Continue("%d of %d frames queued", queued, claimBatch)
+		}
+		return poll.Success()
+	}, poll.WithTimeout(10*time.Second), poll.WithDelay(10*time.Millisecond))
 	got, err := r.read()
 	assert.NilError(t, err)
 	assert.Equal(t, got, claimBatch)
