@@ -102,21 +102,11 @@ func (s *state) bind(ip netip.Addr, e ipset.Entry, lk *lease.Lock, why string) r
 			s.log.Warn("cannot open another address device; binding on the first until one opens", "ip", ip, "iface", dev, "retryIn", reopenAfter, "err", err)
 		}
 	}
-	s.binder.listenFor(ip) // before the kernel may answer for it
-	if err := s.a.opt.Addresser.Add(dev, p, s.desired.lifetimeOn(onDevice)); err != nil {
+	b := binding{iface: iface, dev: dev, prefix: p, announce: e.Binding.Announce}
+	if err := s.binder.place(ip, b, onDevice, s.desired.lifetimeOn(onDevice)); err != nil {
 		s.log.Error("bind", "ip", ip, "iface", dev, "err", err)
 		s.events.onIP(ip, corev1.EventTypeWarning, "BindFailed", fmt.Sprintf("bind %s on %s/%s: %v", p, s.node, dev, err))
 		return refusal{}
-	}
-	b := binding{iface: iface, dev: dev, prefix: p, announce: e.Binding.Announce}
-	if !onDevice {
-		s.lifetime.keep(ip, netif.Bound{Iface: dev, Prefix: p})
-	}
-	if b.announce.ARP() {
-		if err := s.a.opt.Announcer.Announce(iface, ip); err != nil {
-			s.log.Warn("announce", "ip", ip, "iface", iface, "err", err)
-		}
-		s.binder.watchClaimsOn(iface)
 	}
 	if b.announce.BGP() {
 		b.route = s.routes.announce(ip, e, s.succ.moves(ip, lk))
@@ -152,11 +142,7 @@ func (s *state) unbind(ip netip.Addr, why string) {
 	if !ok {
 		return
 	}
-	if err := s.a.opt.Addresser.Del(b.dev, b.prefix); err != nil {
-		s.log.Error("unbind", "ip", ip, "iface", b.dev, "err", err)
-	} else if !b.missing {
-		s.binder.removedOwn(ip)
-	}
+	s.binder.remove(ip, b)
 	s.metrics.Unbound()
 	s.watch.progressed(s.clk.Now())
 	s.log.Info("unbound", "ip", ip, "iface", b.iface, "reason", why)
@@ -174,11 +160,7 @@ func (s *state) forgetBinding(ip netip.Addr) (binding, bool) {
 		// that gives the IP away, like the address itself.
 		s.routes.withdraw(ip)
 	}
-	s.a.opt.Announcer.Stop(ip)
-	s.binder.release(ip)
-	if !b.onDevice() {
-		s.lifetime.forget(ip)
-	}
+	s.binder.forget(ip, b)
 	return b, true
 }
 
@@ -249,18 +231,7 @@ func (s *state) addrMissing(b binding, count bool) {
 		s.log.Debug("an address this node held expired while its loop ran late; binding it again only if its lock still names this node", "ip", b.prefix.Addr(), "iface", b.dev)
 		return
 	}
-	if err := s.a.opt.Addresser.Add(b.dev, b.prefix, s.desired.lifetimeOn(b.onDevice())); err != nil {
-		s.log.Error("restore address", "ip", b.prefix.Addr(), "iface", b.dev, "err", err)
-		return
-	}
-	b.missing = false
-	s.binder.update(b)
-	if b.announce.ARP() {
-		if err := s.a.opt.Announcer.Announce(b.iface, b.prefix.Addr()); err != nil {
-			s.log.Warn("announce", "ip", b.prefix.Addr(), "iface", b.iface, "err", err)
-		}
-	}
-	s.log.Info("restored an address removed from the interface", "ip", b.prefix.Addr(), "iface", b.dev)
+	s.binder.restore(b, s.desired.lifetimeOn(b.onDevice()))
 }
 
 // linkEvent: a link that loses carrier loses its addresses at once, and
@@ -308,42 +279,15 @@ func (s *state) resync(startup bool) {
 	if startup {
 		heldByLock = heldBy(s.leases.allLocks(), s.node)
 	}
+	// An address in the ranges that this node does not hold is stale, but
+	// for a reserved one and, at start-up, one its lock names this node for.
+	stale := func(ip netip.Addr) bool {
+		_, inRange := s.desired.cfg.Lookup(ip)
+		return inRange && s.desired.reserved[ip] == "" && !(startup && heldByLock[ip])
+	}
 	for iface, bound := range ifaces {
-		have, err := s.a.opt.Addresser.List(iface)
-		if err != nil {
-			s.log.Warn("resync: list addresses", "iface", iface, "err", err)
-			continue
-		}
-		// found counts the bindings here listed as bound; the set of the
-		// addresses present is made only if some are not.
-		found := 0
-		for _, p := range have {
-			ip := p.Addr()
-			if b, ok := s.binder.bound[ip]; ok && b.dev == iface {
-				if b.prefix == p {
-					found++
-				}
-				continue
-			}
-			if _, inRange := s.desired.cfg.Lookup(ip); !inRange || s.desired.reserved[ip] != "" || (startup && heldByLock[ip]) {
-				continue
-			}
-			s.log.Info("removing an address in our ranges that this node does not hold", "ip", ip, "iface", iface)
-			if err := s.a.opt.Addresser.Del(iface, p); err != nil {
-				s.log.Error("remove stale address", "ip", ip, "iface", iface, "err", err)
-			}
-		}
-		if found == bound {
-			continue
-		}
-		present := make(map[netip.Addr]bool, len(have))
-		for _, p := range have {
-			present[p.Addr()] = true
-		}
-		for ip, b := range s.binder.bound {
-			if b.dev == iface && !present[ip] {
-				s.addrMissing(b, true)
-			}
+		for _, b := range s.binder.sweep(iface, bound, stale) {
+			s.addrMissing(b, true)
 		}
 	}
 }

@@ -39,10 +39,122 @@ type binder struct {
 
 	log         *slog.Logger
 	links       Links
-	devs        Devices   // eipd's own address devices
-	addresser   Addresser // puts back a device's addresses (restoreDevice)
+	devs        Devices // eipd's own address devices
+	addresser   Addresser
+	announcer   Announcer
+	lifetime    *keeper // refreshes the lifetimes of the addresses on an interface
 	watchClaims ClaimWatcher
 	claims      chan netif.Claim // what the claim watches see
+}
+
+// place puts ip's address where bd says, for lifetime, and announces it
+// on the LAN if bd is announced there, watching the claims on its
+// interface; onDevice says it goes on one of eipd's devices, whose
+// addresses do not expire, rather than on its interface, where the
+// keeper refreshes it. bd is not held yet: the loop holds it once its
+// route is announced too.
+func (b *binder) place(ip netip.Addr, bd binding, onDevice bool, lifetime time.Duration) error {
+	b.listenFor(ip) // before the kernel may answer for it
+	if err := b.addresser.Add(bd.dev, bd.prefix, lifetime); err != nil {
+		return err
+	}
+	if !onDevice {
+		b.lifetime.keep(ip, netif.Bound{Iface: bd.dev, Prefix: bd.prefix})
+	}
+	if bd.announce.ARP() {
+		b.announce(bd.iface, ip)
+		b.watchClaimsOn(bd.iface)
+	}
+	return nil
+}
+
+// announce announces ip on iface, as a bind and a restore do.
+func (b *binder) announce(iface string, ip netip.Addr) {
+	if err := b.announcer.Announce(iface, ip); err != nil {
+		b.log.Warn("announce", "ip", ip, "iface", iface, "err", err)
+	}
+}
+
+// forget stops serving ip, bound as bd, on the LAN (announcements,
+// lifetime refresh) and forgets its binding; the address itself is left
+// alone.
+func (b *binder) forget(ip netip.Addr, bd binding) {
+	b.announcer.Stop(ip)
+	b.release(ip)
+	if !bd.onDevice() {
+		b.lifetime.forget(ip)
+	}
+}
+
+// remove takes the address of bd, ip's binding forgotten already, off its
+// device. A removal of an address that was there is this node's own: its
+// event is not a vanishing (ownRemoval).
+func (b *binder) remove(ip netip.Addr, bd binding) {
+	if err := b.addresser.Del(bd.dev, bd.prefix); err != nil {
+		b.log.Error("unbind", "ip", ip, "iface", bd.dev, "err", err)
+	} else if !bd.missing {
+		b.removedOwn(ip)
+	}
+}
+
+// restore puts back held address bd, gone from its device, for lifetime,
+// and announces it again.
+func (b *binder) restore(bd binding, lifetime time.Duration) {
+	ip := bd.prefix.Addr()
+	if err := b.addresser.Add(bd.dev, bd.prefix, lifetime); err != nil {
+		b.log.Error("restore address", "ip", ip, "iface", bd.dev, "err", err)
+		return
+	}
+	bd.missing = false
+	b.update(bd)
+	if bd.announce.ARP() {
+		b.announce(bd.iface, ip)
+	}
+	b.log.Info("restored an address removed from the interface", "ip", ip, "iface", bd.dev)
+}
+
+// sweep lists the addresses on iface, on which bound bindings are held,
+// removes those stale says this node must not have (in its ranges, not
+// held), and returns the bindings held on iface whose address is missing.
+func (b *binder) sweep(iface string, bound int, stale func(netip.Addr) bool) []binding {
+	have, err := b.addresser.List(iface)
+	if err != nil {
+		b.log.Warn("resync: list addresses", "iface", iface, "err", err)
+		return nil
+	}
+	// found counts the bindings here listed as bound; the set of the
+	// addresses present is made only if some are not.
+	found := 0
+	for _, p := range have {
+		ip := p.Addr()
+		if bd, ok := b.bound[ip]; ok && bd.dev == iface {
+			if bd.prefix == p {
+				found++
+			}
+			continue
+		}
+		if !stale(ip) {
+			continue
+		}
+		b.log.Info("removing an address in our ranges that this node does not hold", "ip", ip, "iface", iface)
+		if err := b.addresser.Del(iface, p); err != nil {
+			b.log.Error("remove stale address", "ip", ip, "iface", iface, "err", err)
+		}
+	}
+	if found == bound {
+		return nil
+	}
+	present := make(map[netip.Addr]bool, len(have))
+	for _, p := range have {
+		present[p.Addr()] = true
+	}
+	var missing []binding
+	for ip, bd := range b.bound {
+		if bd.dev == iface && !present[ip] {
+			missing = append(missing, bd)
+		}
+	}
+	return missing
 }
 
 // ifaceFor resolves the interface an address is bound on. Resolving

@@ -79,6 +79,7 @@ type state struct {
 
 func newState(a *Agent) *state {
 	watch := newWatchdog(a.clk, a.opt.Hung)
+	lifetime := newKeeper(a.log, a.clk, a.opt.Addresser, a.opt.Metrics.RefreshLate, watch.quiet)
 	alloc := newAllocator(allocPorts{
 		log: a.log, recorder: a.recorder, metrics: a.opt.Metrics, node: a.opt.Node, namespace: a.opt.Namespace,
 		services: a.allServices, service: a.service,
@@ -132,6 +133,8 @@ func newState(a *Agent) *state {
 			links:       a.opt.Links,
 			devs:        a.opt.Devices,
 			addresser:   a.opt.Addresser,
+			announcer:   a.opt.Announcer,
+			lifetime:    lifetime,
 			watchClaims: a.opt.Claims,
 			claims:      make(chan netif.Claim, 64),
 		},
@@ -151,8 +154,8 @@ func newState(a *Agent) *state {
 		wire:        newWireChecks(a.opt.Node, a.opt.WirePace, a.opt.Announcer, a.heartbeats, a.log, a.opt.Metrics, events),
 		events:      events,
 		watch:       watch,
+		lifetime:    lifetime,
 	}
-	s.lifetime = newKeeper(a.log, a.clk, a.opt.Addresser, a.opt.Metrics.RefreshLate, s.watch.quiet)
 	return s
 }
 
