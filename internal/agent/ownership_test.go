@@ -33,8 +33,9 @@ const agentReachMax = 40
 // loop's parts stop owning their fields: state embeds a field (whose
 // fields anyone may then write as its own); a part's field is written
 // (assigned, incremented, deleted, cleared, appended to, its address
-// taken, or a method called on it), or a pointer to a whole part kept in
-// a variable, outside a method of that part; a part
+// taken, or a method called on it), through the loop or through a
+// parameter pointing to the part, or a pointer to a whole part kept in a
+// variable, outside a method of that part; a part
 // holds the loop, the Agent or another part; the loop has more than
 // stateMethodsMax methods, or one longer than stateMethodMax lines; the loop's methods reach through the
 // Agent in more than agentReachMax places. There is no list of exceptions: a new field belongs to one part, and whoever
@@ -137,7 +138,7 @@ func TestPartsOwnTheirFields(t *testing.T) {
 			if fd.Body == nil {
 				continue
 			}
-			for _, w := range o.writes(fd.Body) {
+			for _, w := range o.writes(fd.Body, o.partParams(fd)) {
 				if w.part != recv && w.field == "" {
 					t.Errorf("%s: %s keeps a pointer to %s, the part %s, in a variable, to write its fields outside that part's methods",
 						fset.Position(w.pos), funcName(fd), w.via, w.part)
@@ -218,27 +219,47 @@ type owners struct {
 	mutators  map[string]map[string]bool // type -> its pointer-receiver methods
 }
 
+// partParams maps the parameters of fd that point to a part (d *desired)
+// to that part: a function handed a part may read it, and change it only
+// through the part's methods.
+func (o owners) partParams(fd *ast.FuncDecl) map[string]string {
+	params := map[string]string{}
+	for _, f := range fd.Type.Params.List {
+		if star, ok := f.Type.(*ast.StarExpr); ok {
+			if id, ok := star.X.(*ast.Ident); ok && o.fieldsOf[id.Name] != nil {
+				for _, n := range f.Names {
+					params[n.Name] = id.Name
+				}
+			}
+		}
+	}
+	return params
+}
+
 // writes finds in body the writes to a part's field reached through
-// the part's name in state (x.sched.dirty[ip] = true) or, in a method of
-// the part, through its receiver (that write is the part's own; it is
-// returned with the part as the writer). A method called on a part's
-// field counts as a write: it may change what the part owns.
-func (o owners) writes(body ast.Node) []partWrite {
+// the part's name in state (x.sched.dirty[ip] = true), through a
+// parameter pointing to a part (params: d.rejected[key] = true), or, in a
+// method of the part, through its receiver (that write is the part's own;
+// it is returned with the part as the writer). A method called on a
+// part's field counts as a write: it may change what the part owns.
+func (o owners) writes(body ast.Node, params map[string]string) []partWrite {
 	var out []partWrite
 	partField := func(e ast.Expr) (partWrite, bool) {
 		x, ok := e.(*ast.SelectorExpr)
 		if !ok {
 			return partWrite{}, false
 		}
-		inner, ok := x.X.(*ast.SelectorExpr)
-		if !ok {
+		var via, p string
+		switch inner := x.X.(type) {
+		case *ast.SelectorExpr:
+			via, p = inner.Sel.Name, o.partOf[inner.Sel.Name]
+		case *ast.Ident:
+			via, p = inner.Name, params[inner.Name]
+		}
+		if p == "" || !o.fieldsOf[p][x.Sel.Name] {
 			return partWrite{}, false
 		}
-		p, ok := o.partOf[inner.Sel.Name]
-		if !ok || !o.fieldsOf[p][x.Sel.Name] {
-			return partWrite{}, false
-		}
-		return partWrite{x.Pos(), inner.Sel.Name, x.Sel.Name, p}, true
+		return partWrite{x.Pos(), via, x.Sel.Name, p}, true
 	}
 	target := func(e ast.Expr) {
 		for {
