@@ -99,7 +99,19 @@ func TestLANReplayedUnheardMovesNothing(t *testing.T) {
 	}
 	e.start(victim)
 	ip := testenv.ServiceIP(143)
-	st := e.startPoint(ip)
+	// Until its peers count the victim live again, another node may take
+	// the IP first, and preferred-nodes then moves it to the victim: the
+	// replays begin once the victim serves it.
+	lan := e.onLAN(ip)
+	lan.serve = func(ip netip.Addr) string {
+		var holder string
+		e.eventually(ip.String()+" served by "+victim, func() (bool, string) {
+			holder = e.served(ip)
+			return holder == victim, "served by " + holder
+		})
+		return holder
+	}
+	st := e.startPointVia(lan)
 	assert.Equal(t, st.holders[ip], victim, "preferred-nodes")
 
 	conn, err := e.c.UDPFrom(peer, 0)
