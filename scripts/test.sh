@@ -106,6 +106,13 @@ race() {
 # also run by the end-to-end suite; k8s is every test cluster's control
 # plane, kubelet, containerd and cni the real nodes'.
 chart_tools=(helm promtool promql krew)
+
+# charts runs the tests that need the chart tools: the chart's, the
+# manifests' and the release's (it packages the chart with helm).
+release_test=TestReleaseCrossReferences
+charts() {
+	gotest -count=1 ./manifests/... ./charts/... && gotest -count=1 -run "^$release_test\$" ./scripts/
+}
 cluster_tools=(k8s kubelet containerd cni)
 
 if [[ $mode == e2e ]]; then
@@ -113,14 +120,15 @@ if [[ $mode == e2e ]]; then
 else
 	build "${chart_tools[@]}" "${cluster_tools[@]}" >"$work/tools.log" 2>&1 &
 	tools=$!
-	# Every package but the chart's and the manifests' (their tests run
-	# helm and promtool) and testenv's (the end-to-end tier).
-	tier "unit and privileged" gotest -count=1 ./internal/... ./daemon/... ./kubectl-eip/... ./scripts/... ./docs/...
+	# Every package but the chart's and the manifests' and the release's
+	# test (they run helm and promtool, which may still be building) and
+	# testenv's (the end-to-end tier).
+	tier "unit and privileged" gotest -count=1 -skip "^$release_test\$" ./internal/... ./daemon/... ./kubectl-eip/... ./scripts/... ./docs/...
 	[[ ${EIP_RACE:-1} == 0 ]] || tier "race" race
 	tier "fuzz (short)" scripts/fuzz.sh 10000x
 	tier "known vulnerabilities" scripts/vulncheck.sh
 	tier "test tools (built in the background)" wait_build "$tools" "$work/tools.log"
-	tier "chart and manifests" gotest -count=1 ./manifests/... ./charts/...
+	tier "chart and manifests" charts
 fi
 [[ $mode != unit ]] || exit 0
 
