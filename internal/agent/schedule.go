@@ -49,13 +49,13 @@ type schedule struct {
 	first []bool
 }
 
-// moment is what the schedule reads of the rest of the loop at now: whether
-// this node may write, the liveness judge (each node's verdict is a map a
-// call, so worked out only when asked), the end of a pause between acquisitions (paceUntil,
-// see congestion), the resync period, whether the policy is spread, and
-// the times the loop must wake at besides the schedule's own (that pause's
-// end, a node's verdict expiring, being unheard, the wire's next check,
-// the next announcement).
+// moment is what the schedule reads of the rest of the loop at now:
+// whether this node may write, the liveness judge (each node's verdict is
+// a map a call, so worked out only when asked), the end of a pause
+// between acquisitions (paceUntil, see congestion), the resync period,
+// whether the policy is spread, and the times the loop must wake at
+// besides the schedule's own (that pause's end, a node's verdict
+// expiring, being unheard, the wire's next check, the next announcement).
 type moment struct {
 	now       time.Time
 	writable  bool
