@@ -111,7 +111,7 @@ func (s *state) handle(i int, v reflect.Value, draining bool) (pass bool) {
 	switch i {
 	case inTimer:
 		s.wire.check(now(), s.self.apiOK(now()), s.live, &s.binder)
-		s.reannouncer.announce(now(), s.desired.cfg.AnnounceInterval, s.binder.bound, s.mayBind(netip.Addr{}, "", now(), false).why == notRefused)
+		s.reannounce(now())
 		return s.checkUnheard(now()) || s.sched.passDue(s.moment(now()))
 	case inTick:
 		s.tick()
@@ -258,6 +258,14 @@ func (s *state) configureLAN() {
 		s.self.lanClosed()
 	}
 	s.lan.setTimings(&s.desired, s.live, s.self.unheard, s.clk.Now())
+}
+
+// reannounce has the reannouncer send the held IPs due, while the gate
+// (mayBind, on no interface in particular) lets this node bind: a node
+// whose loop runs late, that fenced, or whose lock view may be stale
+// could be announcing an IP a peer has taken over since.
+func (s *state) reannounce(now time.Time) {
+	s.reannouncer.announce(now, s.desired.cfg.AnnounceInterval, s.binder.bound, s.mayBind(netip.Addr{}, "", now, false).why == notRefused)
 }
 
 // writeDone takes a lock write's result: its IP, and those whose drop

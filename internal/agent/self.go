@@ -3,7 +3,6 @@ package agent
 import (
 	"fmt"
 	"log/slog"
-	"net/netip"
 	"slices"
 	"time"
 
@@ -261,9 +260,7 @@ func (s *state) tick() {
 	s.self.ticked(now, s.desired.stallAfter())
 	s.watch.progressed(now)
 	s.wire.check(now, s.self.apiOK(now), s.live, &s.binder)
-	// It starts the rounds, which then set their own wakes; it announces
-	// while the gate lets this node bind on no interface in particular.
-	s.reannouncer.announce(now, s.desired.cfg.AnnounceInterval, s.binder.bound, s.mayBind(netip.Addr{}, "", now, false).why == notRefused)
+	s.reannounce(now) // starts the rounds, which then set their own wakes
 	if !s.self.loopLate(now, s.desired.lateAfter()) {
 		s.lifetime.loopTicked()
 		s.sched.onTime()
