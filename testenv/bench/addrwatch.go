@@ -134,15 +134,38 @@ func (w *addrWatch) Spans(ip netip.Addr, now time.Time) []boundSpan {
 	return out
 }
 
-// Removals counts the times any of ips left a node.
-func (w *addrWatch) Removals(ips []netip.Addr) int {
+// removal is one time an IP left a node: the span it was bound there,
+// and the nodes it was bound on after it left, sorted.
+type removal struct {
+	IP netip.Addr
+	boundSpan
+	After []string
+}
+
+// Removed lists the times any of ips left a node, earliest first.
+func (w *addrWatch) Removed(ips []netip.Addr) []removal {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	n := 0
+	var out []removal
 	for _, ip := range ips {
-		n += len(w.spans[ip])
+		for _, s := range w.spans[ip] {
+			r := removal{IP: ip, boundSpan: s}
+			for _, t := range w.spans[ip] {
+				if !t.From.Before(s.To) {
+					r.After = append(r.After, t.Node)
+				}
+			}
+			for node, m := range w.bound {
+				if since, ok := m[ip]; ok && !since.Before(s.To) {
+					r.After = append(r.After, node)
+				}
+			}
+			slices.Sort(r.After)
+			out = append(out, r)
+		}
 	}
-	return n
+	slices.SortFunc(out, func(a, b removal) int { return a.To.Compare(b.To) })
+	return out
 }
 
 // Counts says how many watched IPs are bound now on any node, and how

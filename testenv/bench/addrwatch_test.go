@@ -2,6 +2,9 @@ package bench
 
 import (
 	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,4 +46,35 @@ func TestAddrWatchCounts(t *testing.T) {
 	bound, twice := w.Counts()
 	assert.Equal(t, bound, 3)
 	assert.Equal(t, twice, 1)
+}
+
+// A removal is explained by when it happened, where the IP went, and the
+// last lines the node's eipd logged about that IP before it.
+func TestExplainRemovals(t *testing.T) {
+	a, b := netip.MustParseAddr("198.19.0.1"), netip.MustParseAddr("198.19.0.10")
+	t0 := time.Date(2026, 1, 2, 3, 4, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	w := &addrWatch{
+		bound: map[string]map[netip.Addr]time.Time{"node-1": {}, "node-2": {a: at(12)}},
+		spans: map[netip.Addr][]boundSpan{a: {{"node-1", at(1), at(11.5)}}},
+	}
+	removed := w.Removed([]netip.Addr{a, b})
+	assert.Equal(t, len(removed), 1)
+	assert.DeepEqual(t, removed[0].After, []string{"node-2"})
+
+	log := filepath.Join(t.TempDir(), "eipd-node-1.log")
+	line := func(s float64, msg, ip string) string {
+		return "time=" + at(s).Format(time.RFC3339Nano) + " level=INFO msg=" + msg + " node=node-1 ip=" + ip
+	}
+	assert.NilError(t, os.WriteFile(log, []byte(strings.Join([]string{
+		line(0.5, "before-the-mark", a.String()),
+		line(1, "bound", a.String()),
+		line(1, "bound", b.String()),
+		line(11, "unbound", a.String()),
+		line(30, "much-later", a.String()),
+	}, "\n")+"\n"), 0o600))
+	mark := int64(len(line(0.5, "before-the-mark", a.String())) + 1)
+	why := explainRemovals(removed, t0, func(string) string { return log }, map[string]int64{"node-1": mark})
+	assert.DeepEqual(t, why, []string{"198.19.0.1 left node-1 at +11.5s (bound at +1.0s), then bound on node-2" +
+		"\n    " + line(1, "bound", a.String()) + "\n    " + line(11, "unbound", a.String())})
 }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -151,7 +152,9 @@ func (r *Report) figures() []Figure {
 		if res.Steady.Window == 0 {
 			figs = append(figs, Missing(vanishedName, UnitCount, Target{Stat: "max", Limit: 0}, res.Error))
 		} else {
-			figs = append(figs, NewFigure(vanishedName, UnitCount, []float64{float64(res.Vanished)}, Target{Stat: "max", Limit: 0}))
+			f := NewFigure(vanishedName, UnitCount, []float64{float64(res.Vanished)}, Target{Stat: "max", Limit: 0})
+			f.Note = strings.Join(res.VanishedWhy, "; ")
+			figs = append(figs, f)
 		}
 		figs = append(figs, eventFigures(res)...)
 		if res.CPUQuota > 0 {

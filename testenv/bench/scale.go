@@ -31,6 +31,9 @@ type ScaleResult struct {
 	// watched over netlink. Nothing moves in a scale run, so every removal
 	// is a held address lost.
 	Vanished int `json:"vanished"`
+	// VanishedWhy explains the first removals: when, where the IP went,
+	// and what the node's eipd logged about it.
+	VanishedWhy []string `json:"vanishedWhy,omitempty"`
 	// Nodes is the number of nodes running eipd.
 	Nodes int `json:"nodes"`
 	// LeaseRate is this API server's own Lease create rate, measured just
@@ -282,7 +285,9 @@ func (e *env) scale(ctx context.Context, run scaleRun) (res ScaleResult, err err
 	if err := watch.Err(); err != nil {
 		return res, err
 	}
-	res.Vanished = watch.Removals(ips)
+	removed := watch.Removed(ips)
+	res.Vanished = len(removed)
+	res.VanishedWhy = explainRemovals(removed, t0, e.c.DaemonLog, marks)
 	countLogs()
 	res.EventsFor = time.Since(t0)
 	if res.Events, err = e.countEvents(ctx, t0); err != nil {
