@@ -185,7 +185,14 @@ func handedOff(t *testing.T, s workload.Seen) {
 		}
 	}
 	for _, r := range s.FailedOutsideMoves(maxGap) {
-		t.Errorf("%s: HTTP request at %s failed while the IP was not moving: %v", s.IP, r.Start.Format(time.StampMilli), r.Err)
+		// The windows say how far from a move it failed, should it be a
+		// move the pings did not see.
+		var moves []string
+		for _, w := range workload.MoveWindows(s.Pings) {
+			moves = append(moves, w.From.Format(time.StampMilli)+" – "+w.To.Format(time.StampMilli))
+		}
+		t.Errorf("%s: HTTP request %s – %s failed while the IP was not moving (moves and longest gap: %s): %v", s.IP,
+			r.Start.Format(time.StampMilli), r.End.Format(time.StampMilli), strings.Join(moves, ", "), r.Err)
 	}
 	if len(s.Requests) == 0 {
 		t.Errorf("%s: no HTTP requests completed", s.IP)
