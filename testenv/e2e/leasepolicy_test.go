@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/eip-project/eip/internal/lease"
 	"github.com/eip-project/eip/testenv"
@@ -86,15 +87,20 @@ func TestLeasePolicyNodeIdentity(t *testing.T) {
 	update := func(leases interface {
 		Update(context.Context, *coordinationv1.Lease, metav1.UpdateOptions) (*coordinationv1.Lease, error)
 	}, name string, edit func(*coordinationv1.Lease), dryRun bool) error {
-		l, err := e.k.CoordinationV1().Leases(testenv.Namespace).Get(e.ctx, name, metav1.GetOptions{})
-		e.must(err)
-		edit(l)
-		opts := metav1.UpdateOptions{}
-		if dryRun {
-			opts.DryRun = []string{metav1.DryRunAll}
-		}
-		_, err = leases.Update(e.ctx, l, opts)
-		return err
+		// The eipds renew their heartbeats and locks meanwhile: a write
+		// from a stale read is refused for its resourceVersion before the
+		// policy judges it, so it is read and tried again.
+		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			l, err := e.k.CoordinationV1().Leases(testenv.Namespace).Get(e.ctx, name, metav1.GetOptions{})
+			e.must(err)
+			edit(l)
+			opts := metav1.UpdateOptions{}
+			if dryRun {
+				opts.DryRun = []string{metav1.DryRunAll}
+			}
+			_, err = leases.Update(e.ctx, l, opts)
+			return err
+		})
 	}
 	annotate := func(k, v string) func(*coordinationv1.Lease) {
 		return func(l *coordinationv1.Lease) { l.Annotations[k] = v }
