@@ -106,6 +106,7 @@ race() {
 # also run by the end-to-end suite; k8s is every test cluster's control
 # plane, kubelet, containerd and cni the real nodes'.
 chart_tools=(helm promtool promql krew)
+cluster_tools=(k8s kubelet containerd cni)
 
 # charts runs the tests that need the chart tools: the chart's, the
 # manifests' and the release's (it packages the chart with helm).
@@ -113,7 +114,6 @@ release_test=TestReleaseCrossReferences
 charts() {
 	gotest -count=1 ./manifests/... ./charts/... && gotest -count=1 -run "^$release_test\$" ./scripts/
 }
-cluster_tools=(k8s kubelet containerd cni)
 
 if [[ $mode == e2e ]]; then
 	tier "test tools" build "${chart_tools[@]}" "${cluster_tools[@]}"
